@@ -1,0 +1,48 @@
+# Two entry points for a fresh machine: `make synth` (the main job) and `make test` (the test suite).
+# Both set up what they need first: the virtualenv from requirements-lock.txt, the pinned CDK CLI from
+# package-lock.json, and packer/shellcheck/bats from Debian's packages (installed when run as root).
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export PATH := $(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
+
+.PHONY: setup synth test lint bench clean
+
+setup: $(VENV)/.installed node_modules/.installed
+	@scripts/dev/ensure-system-tools.sh
+
+$(VENV)/.installed: requirements-lock.txt pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "gpufleet needs Python 3.11 or newer")'
+	@$(PYTHON) -m venv $(VENV) || { echo "cannot create a virtualenv: install python3-venv (apt-get install python3-venv)" >&2; exit 1; }
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-lock.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@touch $@
+
+node_modules/.installed: package.json package-lock.json
+	@command -v npm >/dev/null || { echo "npm not found: install Node.js 20 (apt-get install nodejs npm)" >&2; exit 1; }
+	npm ci --no-fund --no-audit --loglevel=error
+	@touch $@
+
+# Main job: validate every environment, synthesize all of them with the pinned CDK CLI (cdk-nag runs as a
+# policy-validation plugin during synthesis), cfn-lint every template, then print one summary per environment.
+synth: setup
+	gpufleet validate
+	rm -rf cdk.out
+	cdk synth --quiet
+	cfn-lint --config-file .cfnlintrc.yaml -- cdk.out/*.template.json
+	gpufleet summary cdk.out
+
+test: setup
+	pytest -n 2 --dist loadgroup
+
+lint: setup
+	ruff check .
+	shellcheck scripts/*/*.sh
+
+bench: setup
+	python bench/synth_bench.py
+
+clean:
+	rm -rf cdk.out .pytest_cache

@@ -1,0 +1,40 @@
+"""The ``gpufleet`` command: one sub-command per module listed in COMMAND_MODULES.
+
+Each module exposes ``register(subparsers)``, which adds its parser and sets ``handler`` (a function taking
+the parsed arguments and returning an exit code). Modules import heavy libraries (boto3, aws_cdk, matplotlib)
+inside their handlers so that ``gpufleet validate`` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from gpufleet.errors import GpufleetError
+
+COMMAND_MODULES = (
+    "gpufleet.commands.validate",
+    "gpufleet.commands.ami",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="gpufleet", description="EFA GPU clusters on AWS: validate, build, operate.")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except GpufleetError as error:
+        for problem in error.problems:
+            print(problem, file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

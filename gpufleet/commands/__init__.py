@@ -1,0 +1,1 @@
+"""Sub-commands of ``gpufleet``; each module has ``register(subparsers)``."""

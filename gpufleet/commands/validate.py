@@ -1,0 +1,25 @@
+"""gpufleet validate [FILE...]: check environment files, one line per problem."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from gpufleet.environment import environment_files, environments_dir, load_environments
+from gpufleet.errors import GpufleetError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("validate", help="check environment files (default: every file in environments/)")
+    parser.add_argument("files", nargs="*", type=Path, metavar="FILE")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    files = args.files or environment_files()
+    if not files:
+        raise GpufleetError(f"{environments_dir()}: no environment files (*.yaml) found")
+    environments = load_environments(files)
+    for path, env in zip(files, environments):
+        print(f"{path}: ok ({env.name}: {env.capacity.target} x {env.instance_type} in {env.availability_zone})")
+    return 0

@@ -1,0 +1,200 @@
+"""Environment files (environments/NAME.yaml) parsed into frozen, typed objects.
+
+Parsing checks shape and types (pydantic, unknown keys rejected everywhere); the rules that need more than one
+field or outside knowledge live in gpufleet.validators, one class per rule.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+
+from gpufleet import PROJECT_ROOT
+from gpufleet.errors import GpufleetError
+
+ENVIRONMENTS_DIR_VARIABLE = "GPUFLEET_ENVIRONMENTS_DIR"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Network(_Section):
+    """Either a new VPC (cidr) or an existing VPC and subnet (vpc_id + subnet_id)."""
+
+    cidr: StrictStr | None = Field(None, description="CIDR of a new VPC, e.g. 10.40.0.0/16 (at least /24).")
+    nat_gateway: StrictBool = Field(False, description="Add a public subnet and one NAT gateway for outbound internet.")
+    flow_log_retention_days: StrictInt = Field(90, description="Days to keep VPC flow logs in CloudWatch Logs.")
+    vpc_id: StrictStr | None = Field(None, description="Existing VPC id (vpc-...), instead of cidr.")
+    subnet_id: StrictStr | None = Field(None, description="Existing private subnet id (subnet-...) in the cluster AZ.")
+
+    @property
+    def creates_vpc(self) -> bool:
+        return self.cidr is not None
+
+
+class Capacity(_Section):
+    target: StrictInt = Field(description="Number of nodes the fleet keeps running.")
+    on_demand: StrictInt = Field(0, description="How many of the target nodes are on-demand (the rest are spot).")
+
+    @property
+    def spot(self) -> int:
+        return self.target - self.on_demand
+
+
+class CapacityRebalance(_Section):
+    replacement_strategy: StrictStr = Field(
+        "launch", description="launch | launch-before-terminate (as the EC2 API spells them)."
+    )
+    termination_delay_seconds: StrictInt | None = Field(
+        None, description="120-7200; only with launch-before-terminate."
+    )
+
+
+class Fleet(_Section):
+    type: StrictStr = Field("maintain", description="maintain (replace interrupted nodes) | request (one-shot).")
+    allocation_strategy: StrictStr = Field(
+        "priceCapacityOptimized", description="Spot allocation strategy, spelled as the EC2 Spot Fleet API spells it."
+    )
+    on_demand_allocation_strategy: StrictStr = Field("lowestPrice", description="lowestPrice | prioritized.")
+    capacity_rebalance: CapacityRebalance | None = Field(
+        None, description="Launch a replacement when EC2 signals an elevated interruption risk."
+    )
+    valid_until: dt.datetime | None = Field(None, description="Time (UTC) after which the fleet stops; nodes terminate.")
+    replace_unhealthy_instances: StrictBool = Field(True, description="Replace nodes that fail EC2 status checks.")
+
+
+class Ami(_Section):
+    """The node image: exactly one of ssm_parameter and id."""
+
+    ssm_parameter: StrictStr | None = Field(
+        None, description="SSM parameter holding the AMI id, resolved by CloudFormation at deploy time."
+    )
+    id: StrictStr | None = Field(None, description="A fixed AMI id (ami-...).")
+    root_device_name: StrictStr = Field(
+        "/dev/sda1", description="Root device of the AMI: /dev/sda1 (Ubuntu) or /dev/xvda (Amazon Linux)."
+    )
+
+
+class Node(_Section):
+    raid0_nvme: StrictBool = Field(True, description="Stripe all NVMe instance-store drives (RAID0, XFS).")
+    scratch_mount: StrictStr = Field("/scratch", description="Where the RAID0 volume is mounted.")
+    max_clocks: StrictBool = Field(True, description="Persistence mode and maximum application clocks.")
+    mig_profile: StrictStr | None = Field(None, description="MIG profile applied to every GPU, e.g. 3g.20gb.")
+    checkpoint_hook: StrictStr | None = Field(
+        None, description="Command run once when a spot interruption or rebalance notice arrives."
+    )
+
+
+class Environment(_Section):
+    name: StrictStr = Field(description="Environment name; must equal the file name without .yaml.")
+    account: StrictStr = Field(description='AWS account id, 12 digits, quoted ("123456789012").')
+    region: StrictStr = Field(description="AWS region, e.g. us-east-1.")
+    availability_zone: StrictStr = Field(description="The single AZ of the cluster (placement groups live in one AZ).")
+    network: Network
+    instance_type: StrictStr = Field(description="An instance type of the catalog (gpufleet/instance_types.yaml).")
+    efa: StrictBool = Field(True, description="One EFA interface per network card.")
+    capacity: Capacity
+    fleet: Fleet = Fleet()
+    ami: Ami
+    root_volume_gib: StrictInt = Field(200, description="Size of the encrypted gp3 root volume.")
+    key_pair: StrictStr | None = Field(None, description="EC2 key pair name; nodes are reached with SSM without one.")
+    tags: dict[StrictStr, StrictStr] = Field(default_factory=dict, description="Tags on every resource and node.")
+    node: Node = Node()
+
+    @property
+    def stack_prefix(self) -> str:
+        return f"gpufleet-{self.name}"
+
+
+def environments_dir() -> Path:
+    return Path(os.environ.get(ENVIRONMENTS_DIR_VARIABLE, PROJECT_ROOT / "environments"))
+
+
+def environment_files(directory: Path | None = None) -> list[Path]:
+    directory = directory or environments_dir()
+    return sorted(directory.glob("*.yaml"))
+
+
+def _field_path(location: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in location) or "(file)"
+
+
+def _allowed_keys(model: type[BaseModel], location: tuple[Any, ...]) -> list[str]:
+    for part in location:
+        field = model.model_fields.get(str(part))
+        annotation = field.annotation if field else None
+        nested = [arg for arg in getattr(annotation, "__args__", (annotation,)) if isinstance(arg, type)]
+        models = [arg for arg in nested if issubclass(arg, BaseModel)]
+        if not models:
+            return []
+        model = models[0]
+    return list(model.model_fields)
+
+
+def _describe(error: dict[str, Any]) -> tuple[str, str]:
+    location = tuple(error["loc"])
+    if error["type"] == "extra_forbidden":
+        allowed = ", ".join(_allowed_keys(Environment, location[:-1]))
+        return _field_path(location), f"unknown key (allowed here: {allowed})"
+    if error["type"] == "missing":
+        return _field_path(location), "required key is missing"
+    message = error["msg"][0].lower() + error["msg"][1:]
+    hint = " (put it in quotes)" if error["type"] == "string_type" else ""
+    return _field_path(location), f"{message}, got {error['input']!r}{hint}"
+
+
+def parse_environment(path: Path) -> Environment:
+    """Read and parse one environment file; raise GpufleetError listing every problem found."""
+    try:
+        document = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise GpufleetError(f"{path}: cannot read file ({error.strerror})") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "file"
+        raise GpufleetError(f"{path}: {where}: not valid YAML ({getattr(error, 'problem', error)})") from None
+    if not isinstance(document, dict):
+        raise GpufleetError(f"{path}: (file): expected a mapping of keys to values (see environments/README.md)")
+    try:
+        return Environment.model_validate(document)
+    except ValidationError as error:
+        problems = [f"{path}: {field}: {message}" for field, message in map(_describe, error.errors())]
+        raise GpufleetError(*problems) from None
+
+
+def load_environment(path: Path) -> Environment:
+    """Parse and validate one environment file; raise GpufleetError with every problem, one per line."""
+    from gpufleet.validators import validate_environment
+
+    environment = parse_environment(path)
+    problems = [f"{path}: {problem.field}: {problem.message}" for problem in validate_environment(environment, path)]
+    if problems:
+        raise GpufleetError(*problems)
+    return environment
+
+
+def load_environments(paths: list[Path]) -> list[Environment]:
+    """Load every file, collecting the problems of all of them before failing."""
+    environments, problems = [], []
+    for path in paths:
+        try:
+            environments.append(load_environment(path))
+        except GpufleetError as error:
+            problems.extend(error.problems)
+    if problems:
+        raise GpufleetError(*problems)
+    return environments
+
+
+def load_named_environment(name: str) -> Environment:
+    path = environments_dir() / f"{name}.yaml"
+    if not path.exists():
+        known = ", ".join(p.stem for p in environment_files()) or "none"
+        raise GpufleetError(f"{path}: unknown environment '{name}' (known: {known})")
+    return load_environment(path)

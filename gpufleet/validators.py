@@ -1,0 +1,376 @@
+"""One small validator per rule an environment must satisfy beyond its types.
+
+Each validator returns Problems naming the field and saying what is wrong and what is allowed; the caller
+prefixes the file name. validate_environment runs them all so a user sees every problem at once.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, ClassVar
+
+from gpufleet.catalog import load_catalog
+from gpufleet.environment import Environment
+
+FLEET_TYPES = ("maintain", "request")
+ALLOCATION_STRATEGIES = (
+    "priceCapacityOptimized",
+    "capacityOptimized",
+    "capacityOptimizedPrioritized",
+    "diversified",
+    "lowestPrice",
+)
+ON_DEMAND_ALLOCATION_STRATEGIES = ("lowestPrice", "prioritized")
+REPLACEMENT_STRATEGIES = ("launch", "launch-before-terminate")
+LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922,
+                      3288, 3653)
+SMALLEST_VPC_PREFIX = 24
+LARGEST_VPC_PREFIX = 16
+
+
+@dataclass(frozen=True)
+class Problem:
+    field: str
+    message: str
+
+
+class Validator:
+    """A rule: ``check`` returns the problems it finds, an empty list when the environment satisfies it."""
+
+    field: ClassVar[str]
+
+    def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
+        raise NotImplementedError
+
+    def problem(self, message: str) -> list[Problem]:
+        return [Problem(self.field, message)]
+
+
+@dataclass(frozen=True)
+class ValidationContext:
+    path: Path
+    now: dt.datetime
+
+
+class EnvironmentNameValidator(Validator):
+    field = "name"
+    pattern = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
+
+    def check(self, env, context):
+        if not self.pattern.match(env.name):
+            return self.problem(f"'{env.name}' is not a valid name (lower-case letters, digits and '-', "
+                                "starting with a letter, at most 24 characters)")
+        if env.name != context.path.stem:
+            return self.problem(f"'{env.name}' differs from the file name (name it '{context.path.stem}' "
+                                f"or rename the file to {env.name}.yaml)")
+        return []
+
+
+class AccountIdValidator(Validator):
+    field = "account"
+
+    def check(self, env, context):
+        if not re.fullmatch(r"\d{12}", env.account):
+            return self.problem(f"'{env.account}' is not an AWS account id (exactly 12 digits, quoted)")
+        return []
+
+
+class RegionValidator(Validator):
+    field = "region"
+
+    def check(self, env, context):
+        if not re.fullmatch(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d", env.region):
+            return self.problem(f"'{env.region}' is not a region name (for example us-east-1, eu-west-2)")
+        return []
+
+
+class AvailabilityZoneValidator(Validator):
+    field = "availability_zone"
+
+    def check(self, env, context):
+        if not re.fullmatch(re.escape(env.region) + r"[a-z]", env.availability_zone):
+            return self.problem(f"'{env.availability_zone}' is not an availability zone of {env.region} "
+                                f"(the region name followed by one letter, e.g. {env.region}a)")
+        return []
+
+
+class NetworkChoiceValidator(Validator):
+    field = "network"
+
+    def check(self, env, context):
+        network = env.network
+        existing = (network.vpc_id, network.subnet_id)
+        if network.cidr is None and None in existing:
+            return self.problem("no network chosen (set cidr for a new VPC, or both vpc_id and subnet_id)")
+        if network.cidr is not None and any(existing):
+            return self.problem("cidr and vpc_id/subnet_id both set (cidr creates a VPC; vpc_id and subnet_id "
+                                "import one: keep one of the two)")
+        if network.nat_gateway and network.cidr is None:
+            return [Problem("network.nat_gateway", "only a new VPC gets a NAT gateway (remove it, or use cidr)")]
+        return []
+
+
+class CidrValidator(Validator):
+    field = "network.cidr"
+
+    def check(self, env, context):
+        if env.network.cidr is None:
+            return []
+        try:
+            network = ipaddress.IPv4Network(env.network.cidr, strict=True)
+        except ValueError as error:
+            return self.problem(f"'{env.network.cidr}' is not an IPv4 network in CIDR notation ({error}; "
+                                "e.g. 10.40.0.0/16)")
+        if not LARGEST_VPC_PREFIX <= network.prefixlen <= SMALLEST_VPC_PREFIX:
+            return self.problem(f"/{network.prefixlen} is outside the sizes allowed "
+                                f"(/{LARGEST_VPC_PREFIX} to /{SMALLEST_VPC_PREFIX}: the VPC holds a node subnet, "
+                                "endpoint addresses and, with NAT, a public subnet)")
+        return []
+
+
+class ExistingNetworkIdsValidator(Validator):
+    field = "network"
+
+    def check(self, env, context):
+        problems = []
+        for key, prefix in (("vpc_id", "vpc"), ("subnet_id", "subnet")):
+            value = getattr(env.network, key)
+            if value is not None and not re.fullmatch(prefix + r"-[0-9a-f]{8}([0-9a-f]{9})?", value):
+                problems.append(Problem(f"network.{key}", f"'{value}' is not a {prefix} id "
+                                                          f"({prefix}- followed by 8 or 17 hex digits)"))
+        return problems
+
+
+class FlowLogRetentionValidator(Validator):
+    field = "network.flow_log_retention_days"
+
+    def check(self, env, context):
+        if env.network.flow_log_retention_days not in LOG_RETENTION_DAYS:
+            allowed = ", ".join(map(str, LOG_RETENTION_DAYS))
+            return self.problem(f"{env.network.flow_log_retention_days} is not a CloudWatch Logs retention "
+                                f"(allowed: {allowed})")
+        return []
+
+
+class InstanceTypeValidator(Validator):
+    field = "instance_type"
+
+    def check(self, env, context):
+        catalog = load_catalog()
+        if env.instance_type not in catalog:
+            return self.problem(f"'{env.instance_type}' is not in the instance catalog "
+                                f"(allowed: {', '.join(catalog)}; add it to gpufleet/instance_types.yaml)")
+        return []
+
+
+class EfaSupportValidator(Validator):
+    field = "efa"
+
+    def check(self, env, context):
+        instance = load_catalog().get(env.instance_type)
+        if env.efa and instance is not None and not instance.efa_supported:
+            return self.problem(f"EFA requested but {env.instance_type} has no EFA "
+                                "(set efa: false or choose an EFA instance type)")
+        return []
+
+
+class TargetCapacityValidator(Validator):
+    field = "capacity.target"
+
+    def check(self, env, context):
+        if env.capacity.target < 1:
+            return self.problem(f"{env.capacity.target} nodes is too few (at least 1)")
+        return []
+
+
+class OnDemandCapacityValidator(Validator):
+    field = "capacity.on_demand"
+
+    def check(self, env, context):
+        if not 0 <= env.capacity.on_demand <= env.capacity.target:
+            return self.problem(f"{env.capacity.on_demand} is outside the target capacity "
+                                f"(0 to capacity.target, which is {env.capacity.target})")
+        return []
+
+
+class _ChoiceValidator(Validator):
+    choices: ClassVar[tuple[str, ...]]
+    what: ClassVar[str]
+    value: ClassVar[Callable[[Environment], str | None]]
+
+    def check(self, env, context):
+        value = type(self).value(env)
+        if value is not None and value not in self.choices:
+            return self.problem(f"'{value}' is not a {self.what} (allowed: {', '.join(self.choices)})")
+        return []
+
+
+class FleetTypeValidator(_ChoiceValidator):
+    field = "fleet.type"
+    choices = FLEET_TYPES
+    what = "fleet type"
+    value = staticmethod(lambda env: env.fleet.type)
+
+
+class AllocationStrategyValidator(_ChoiceValidator):
+    field = "fleet.allocation_strategy"
+    choices = ALLOCATION_STRATEGIES
+    what = "spot allocation strategy"
+    value = staticmethod(lambda env: env.fleet.allocation_strategy)
+
+
+class OnDemandAllocationStrategyValidator(_ChoiceValidator):
+    field = "fleet.on_demand_allocation_strategy"
+    choices = ON_DEMAND_ALLOCATION_STRATEGIES
+    what = "on-demand allocation strategy"
+    value = staticmethod(lambda env: env.fleet.on_demand_allocation_strategy)
+
+
+class ReplacementStrategyValidator(_ChoiceValidator):
+    field = "fleet.capacity_rebalance.replacement_strategy"
+    choices = REPLACEMENT_STRATEGIES
+    what = "capacity rebalance replacement strategy"
+    value = staticmethod(lambda env: env.fleet.capacity_rebalance and env.fleet.capacity_rebalance.replacement_strategy)
+
+
+class CapacityRebalanceValidator(Validator):
+    field = "fleet.capacity_rebalance"
+
+    def check(self, env, context):
+        rebalance = env.fleet.capacity_rebalance
+        if rebalance is None:
+            return []
+        if env.fleet.type != "maintain":
+            return self.problem("capacity rebalance needs a fleet that maintains capacity (set fleet.type: maintain "
+                                "or remove capacity_rebalance)")
+        delay = rebalance.termination_delay_seconds
+        if delay is not None and rebalance.replacement_strategy != "launch-before-terminate":
+            return [Problem(f"{self.field}.termination_delay_seconds",
+                            "only applies to replacement_strategy: launch-before-terminate (remove it)")]
+        if delay is not None and not 120 <= delay <= 7200:
+            return [Problem(f"{self.field}.termination_delay_seconds", f"{delay} is out of range (120 to 7200)")]
+        return []
+
+
+class ValidUntilValidator(Validator):
+    field = "fleet.valid_until"
+
+    def check(self, env, context):
+        valid_until = env.fleet.valid_until
+        if valid_until is None:
+            return []
+        if valid_until.tzinfo is None:
+            valid_until = valid_until.replace(tzinfo=dt.timezone.utc)
+        if valid_until <= context.now:
+            return self.problem(f"{valid_until.isoformat()} is in the past (a future UTC time, or remove it)")
+        return []
+
+
+class AmiSourceValidator(Validator):
+    field = "ami"
+
+    def check(self, env, context):
+        ami = env.ami
+        if (ami.ssm_parameter is None) == (ami.id is None):
+            return self.problem("set exactly one of ssm_parameter and id "
+                                "(e.g. ssm_parameter: /gpufleet/ami/p4d-ubuntu2204)")
+        if ami.id is not None and not re.fullmatch(r"ami-[0-9a-f]{8}([0-9a-f]{9})?", ami.id):
+            return [Problem("ami.id", f"'{ami.id}' is not an AMI id (ami- followed by 8 or 17 hex digits)")]
+        if ami.ssm_parameter is not None and not re.fullmatch(r"(/[A-Za-z0-9_.\-]+)+", ami.ssm_parameter):
+            return [Problem("ami.ssm_parameter", f"'{ami.ssm_parameter}' is not an SSM parameter name "
+                                                 "(a path such as /gpufleet/ami/p4d-ubuntu2204)")]
+        return []
+
+
+class RootDeviceValidator(Validator):
+    field = "ami.root_device_name"
+
+    def check(self, env, context):
+        if not re.fullmatch(r"/dev/(sda1|xvda|nvme0n1)", env.ami.root_device_name):
+            return self.problem(f"'{env.ami.root_device_name}' is not a root device name "
+                                "(/dev/sda1 for Ubuntu, /dev/xvda for Amazon Linux)")
+        return []
+
+
+class RootVolumeValidator(Validator):
+    field = "root_volume_gib"
+
+    def check(self, env, context):
+        if not 50 <= env.root_volume_gib <= 16384:
+            return self.problem(f"{env.root_volume_gib} GiB is out of range (50 to 16384: the CUDA stack "
+                                "alone needs tens of GiB)")
+        return []
+
+
+class MigProfileValidator(Validator):
+    field = "node.mig_profile"
+
+    def check(self, env, context):
+        profile = env.node.mig_profile
+        instance = load_catalog().get(env.instance_type)
+        if profile is None or instance is None:
+            return []
+        if not instance.mig_profiles:
+            return self.problem(f"{instance.gpu.model} GPUs of {instance.name} do not support MIG (remove mig_profile)")
+        if profile not in instance.mig_profiles:
+            return self.problem(f"'{profile}' is not a MIG profile of the {instance.gpu.model} "
+                                f"{instance.gpu.memory_gib} GB (allowed: {', '.join(instance.mig_profiles)})")
+        return []
+
+
+class ScratchMountValidator(Validator):
+    field = "node.scratch_mount"
+
+    def check(self, env, context):
+        if not re.fullmatch(r"(/[A-Za-z0-9_.\-]+)+", env.node.scratch_mount):
+            return self.problem(f"'{env.node.scratch_mount}' is not an absolute path (e.g. /scratch)")
+        return []
+
+
+class TagsValidator(Validator):
+    field = "tags"
+
+    def check(self, env, context):
+        problems = []
+        for key, value in env.tags.items():
+            if key.lower().startswith("aws:") or not 1 <= len(key) <= 128 or len(value) > 256:
+                problems.append(Problem(f"tags.{key}", "not a usable tag (keys 1-128 characters, not starting "
+                                                        "with aws:, values at most 256 characters)"))
+        return problems
+
+
+VALIDATORS: tuple[Validator, ...] = (
+    EnvironmentNameValidator(),
+    AccountIdValidator(),
+    RegionValidator(),
+    AvailabilityZoneValidator(),
+    NetworkChoiceValidator(),
+    CidrValidator(),
+    ExistingNetworkIdsValidator(),
+    FlowLogRetentionValidator(),
+    InstanceTypeValidator(),
+    EfaSupportValidator(),
+    TargetCapacityValidator(),
+    OnDemandCapacityValidator(),
+    FleetTypeValidator(),
+    AllocationStrategyValidator(),
+    OnDemandAllocationStrategyValidator(),
+    ReplacementStrategyValidator(),
+    CapacityRebalanceValidator(),
+    ValidUntilValidator(),
+    AmiSourceValidator(),
+    RootDeviceValidator(),
+    RootVolumeValidator(),
+    MigProfileValidator(),
+    ScratchMountValidator(),
+    TagsValidator(),
+)
+
+
+def validate_environment(env: Environment, path: Path, now: dt.datetime | None = None) -> list[Problem]:
+    context = ValidationContext(path=path, now=now or dt.datetime.now(dt.timezone.utc))
+    return [problem for validator in VALIDATORS for problem in validator.check(env, context)]
