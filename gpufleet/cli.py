@@ -16,6 +16,9 @@ from gpufleet.errors import GpufleetError
 COMMAND_MODULES = (
     "gpufleet.commands.validate",
     "gpufleet.commands.ami",
+    "gpufleet.commands.preflight",
+    "gpufleet.commands.status",
+    "gpufleet.commands.hosts",
 )
 
 

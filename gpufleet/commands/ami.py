@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import importlib
 
-AMI_COMMAND_MODULES: tuple[str, ...] = ()
+AMI_COMMAND_MODULES: tuple[str, ...] = (
+    "gpufleet.commands.ami_lifecycle",
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -1,0 +1,51 @@
+"""gpufleet hosts ENV --format mpi|torchrun|slurm|json [--fleet-id ID]: launcher host lists of the running nodes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+FORMATS = ("mpi", "torchrun", "slurm", "json")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("hosts", help="host list of the fleet's running nodes for mpirun, torchrun, Slurm")
+    parser.add_argument("env", metavar="ENV", help="environment name (environments/ENV.yaml)")
+    parser.add_argument("--format", choices=FORMATS, default="mpi", help="output format (default: mpi)")
+    parser.add_argument("--fleet-id", help="Spot Fleet request id (default: output FleetRequestId of the stack)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from gpufleet.aws import Aws, aws_errors
+    from gpufleet.catalog import load_catalog
+    from gpufleet.environment import load_named_environment
+    from gpufleet.errors import GpufleetError
+    from gpufleet.ops import hostlists
+    from gpufleet.ops.fleet import find_fleet
+
+    env = load_named_environment(args.env)
+    gpus = load_catalog()[env.instance_type].gpu.count
+    with aws_errors(env.region):
+        fleet = find_fleet(Aws(env.region), env, args.fleet_id)
+    running = fleet.running
+    if not running:
+        raise GpufleetError(
+            f"fleet {fleet.request_id} ({env.name}) has no running instances (state {fleet.state}, "
+            f"fulfilled {fleet.fulfilled_capacity:g}/{fleet.target_capacity}): see `gpufleet status {env.name}`"
+        )
+    ips = [instance.private_ip for instance in running]
+    if args.format == "mpi":
+        print(hostlists.mpi_hostfile(ips, gpus), end="")
+    elif args.format == "torchrun":
+        print(hostlists.torchrun_arguments(ips, gpus, env.name), end="")
+    elif args.format == "slurm":
+        print(hostlists.slurm_nodelist(ips), end="")
+    else:
+        hosts = [
+            {**instance.as_dict(), "hostname": hostlists.hostname(instance.private_ip), "slots": gpus}
+            for instance in running
+        ]
+        document = {"environment": env.name, "fleet_request_id": fleet.request_id, "hosts": hosts}
+        print(json.dumps(document, indent=2))
+    return 0

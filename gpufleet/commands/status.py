@@ -1,0 +1,86 @@
+"""gpufleet status ENV [--fleet-id ID] [--json]: the fleet's state, capacity, instances and last 24h of events."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("status", help="fleet request state, capacity, instances and recent events")
+    parser.add_argument("env", metavar="ENV", help="environment name (environments/ENV.yaml)")
+    parser.add_argument("--fleet-id", help="Spot Fleet request id (default: output FleetRequestId of the stack)")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from botocore.exceptions import ClientError
+
+    from gpufleet.aws import Aws, aws_errors, describe_failure, is_unavailable
+    from gpufleet.environment import load_named_environment
+    from gpufleet.ops.fleet import find_fleet, recent_events
+    from gpufleet.table import format_table
+
+    env = load_named_environment(args.env)
+    aws = Aws(env.region)
+    events_note = ""
+    with aws_errors(env.region):
+        fleet = find_fleet(aws, env, args.fleet_id)
+        try:
+            events = recent_events(aws.client("ec2"), fleet.request_id, dt.datetime.now(dt.UTC))
+        except ClientError as error:
+            if not is_unavailable(error):
+                raise
+            events, events_note = [], f"events unavailable: {describe_failure(error, env.region)}"
+    if args.json:
+        document = {
+            "environment": env.name,
+            "region": env.region,
+            "fleet_request_id": fleet.request_id,
+            "state": fleet.state,
+            "activity_status": fleet.activity_status,
+            "target_capacity": fleet.target_capacity,
+            "fulfilled_capacity": fleet.fulfilled_capacity,
+            "on_demand_target_capacity": fleet.on_demand_target_capacity,
+            "on_demand_fulfilled_capacity": fleet.on_demand_fulfilled_capacity,
+            "instances": [instance.as_dict() for instance in fleet.instances],
+            "events": [event.as_dict() for event in events],
+            "events_note": events_note,
+        }
+        print(json.dumps(document, indent=2))
+        return 0
+    print(
+        f"Fleet {fleet.request_id} ({env.name}, {env.region}): {fleet.state}, activity {fleet.activity_status}, "
+        f"fulfilled {fleet.fulfilled_capacity:g}/{fleet.target_capacity} "
+        f"(on-demand {fleet.on_demand_fulfilled_capacity:g}/{fleet.on_demand_target_capacity})"
+    )
+    print()
+    instance_rows = [
+        (
+            i.instance_id,
+            i.lifecycle,
+            i.availability_zone,
+            i.placement_group,
+            i.private_ip or "-",
+            i.launch_time.strftime("%Y-%m-%d %H:%M:%SZ"),
+            i.state,
+        )
+        for i in sorted(fleet.instances, key=lambda i: (i.launch_time, i.instance_id))
+    ]
+    headers = ["INSTANCE", "LIFECYCLE", "AZ", "PLACEMENT GROUP", "PRIVATE IP", "LAUNCHED (UTC)", "STATE"]
+    print(format_table(headers, instance_rows) if instance_rows else "no instances")
+    print()
+    if events_note:
+        print(events_note)
+    elif events:
+        print("Events (last 24h):")
+        event_rows = [
+            (e.timestamp.strftime("%Y-%m-%d %H:%M:%SZ"), e.event_type, e.sub_type, e.instance_id, e.description)
+            for e in events
+        ]
+        print(format_table(["TIME (UTC)", "TYPE", "SUBTYPE", "INSTANCE", "DESCRIPTION"], event_rows))
+    else:
+        print("no fleet events in the last 24h")
+    return 0

@@ -1,0 +1,270 @@
+"""Pre-deployment checks of one environment against its AWS account: one function per check, each returning a Check.
+
+A check that cannot run for this caller (access denied, API or quota not offered in the partition) is a warn
+with the reason, never a crash; credentials, throttling and other failures propagate to aws_errors.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from botocore.exceptions import ClientError
+
+from gpufleet.aws import error_code, error_message, is_unavailable
+from gpufleet.catalog import InstanceType
+from gpufleet.environment import Environment
+
+Status = Literal["pass", "warn", "fail"]
+Lifecycle = Literal["on-demand", "spot"]
+
+# Service Quotas codes (service code "ec2") of the vCPU quotas per instance family: (on-demand, spot).
+VCPU_QUOTA_CODES = {
+    "p": ("L-417A185B", "L-7212CCBC"),  # Running On-Demand P instances / All P Spot Instance Requests
+    "g": ("L-DB2E81BA", "L-3819A6DF"),  # Running On-Demand G and VT instances / All G and VT Spot Requests
+}
+# Spot placement scores run 1 (unlikely to be fulfilled) to 10 (very likely); below this a spot request is a gamble.
+GOOD_PLACEMENT_SCORE = 5
+PRICE_WINDOW = dt.timedelta(hours=24)
+LINUX_PRODUCTS = ["Linux/UNIX", "Linux/UNIX (Amazon VPC)"]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ZoneSuggestion:
+    zone: str
+    zone_id: str
+    placement_score: int | None
+    spot_price: float | None
+
+
+def _unavailable(name: str, error: ClientError) -> Check:
+    return Check(name, "warn", f"could not check: {error.operation_name} {error_code(error)}: {error_message(error)}")
+
+
+def check_offering(ec2: Any, env: Environment) -> Check:
+    offered = _zones_offering(ec2, env.instance_type)
+    if env.availability_zone in offered:
+        return Check("offering", "pass", f"{env.instance_type} is offered in {env.availability_zone}")
+    elsewhere = ", ".join(sorted(offered)) or f"no AZ of {env.region}"
+    return Check(
+        "offering",
+        "fail",
+        f"{env.instance_type} is not offered in {env.availability_zone} (offered in: {elsewhere}); "
+        "change availability_zone (see --suggest-az)",
+    )
+
+
+def check_efa(ec2: Any, env: Environment, spec: InstanceType) -> Check:
+    described = ec2.describe_instance_types(InstanceTypes=[env.instance_type])["InstanceTypes"][0]
+    network = described["NetworkInfo"]
+    actual = (
+        bool(network.get("EfaSupported", False)),
+        int(network.get("EfaInfo", {}).get("MaximumEfaInterfaces", 0)),
+        int(network.get("MaximumNetworkCards", 1)),
+    )
+    expected = (spec.efa_supported, spec.max_efa_interfaces, spec.network_cards)
+    described_text = f"EFA supported={actual[0]}, {actual[1]} EFA interfaces, {actual[2]} network cards"
+    if actual != expected:
+        return Check(
+            "efa",
+            "fail",
+            f"EC2 reports {described_text} but the catalog says EFA supported={expected[0]}, "
+            f"{expected[1]} EFA interfaces, {expected[2]} network cards: fix gpufleet/instance_types.yaml",
+        )
+    if env.efa and not actual[0]:
+        return Check("efa", "fail", f"efa: true but {env.instance_type} does not support EFA: set efa: false")
+    return Check("efa", "pass", f"{described_text} (matches the catalog)")
+
+
+def check_vcpu_quota(quotas: Any, env: Environment, spec: InstanceType, lifecycle: Lifecycle) -> Check:
+    name = f"quota-{lifecycle}"
+    nodes = env.capacity.on_demand if lifecycle == "on-demand" else env.capacity.spot
+    needed = nodes * spec.vcpus
+    codes = VCPU_QUOTA_CODES.get(env.instance_type[0])
+    if codes is None:
+        return Check(name, "warn", f"no vCPU quota code known for the {env.instance_type} family: check it by hand")
+    code = codes[0] if lifecycle == "on-demand" else codes[1]
+    try:
+        quota = quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]
+    except ClientError as error:
+        if is_unavailable(error):
+            return _unavailable(name, error)
+        raise
+    limit = float(quota["Value"])
+    text = f"{quota.get('QuotaName', code)} ({code}): quota {limit:g} vCPUs, need {needed} ({nodes} x {spec.vcpus})"
+    if needed > limit:
+        return Check(name, "fail", f"{text}: request an increase in the Service Quotas console")
+    return Check(name, "pass", text)
+
+
+def check_ami(ssm: Any, ec2: Any, env: Environment) -> Check:
+    source = ""
+    image_id = env.ami.id
+    try:
+        if env.ami.ssm_parameter:
+            source = f" (from {env.ami.ssm_parameter})"
+            image_id = ssm.get_parameter(Name=env.ami.ssm_parameter)["Parameter"]["Value"]
+        images = ec2.describe_images(ImageIds=[image_id])["Images"]
+    except ClientError as error:
+        code = error_code(error)
+        if code == "ParameterNotFound":
+            return Check(
+                "ami",
+                "fail",
+                f"SSM parameter {env.ami.ssm_parameter} not found in {env.region}: "
+                "build the image (AMI pipeline) or fix ami.ssm_parameter",
+            )
+        if code.startswith("InvalidAMIID"):
+            return Check("ami", "fail", f"image {image_id}{source} not found in {env.region} ({code})")
+        if is_unavailable(error):
+            return _unavailable("ami", error)
+        raise
+    if not images:
+        return Check("ami", "fail", f"image {image_id}{source} not found in {env.region}")
+    image = images[0]
+    if image["State"] != "available":
+        return Check("ami", "fail", f"image {image_id}{source} is {image['State']}, not available")
+    return Check("ami", "pass", f"{image_id} ({image.get('Name', 'no name')}){source} is available")
+
+
+def zone_ids(ec2: Any) -> dict[str, str]:
+    """AZ name -> AZ id; placement scores are reported per AZ id, which differs between accounts."""
+    zones = ec2.describe_availability_zones()["AvailabilityZones"]
+    return {zone["ZoneName"]: zone["ZoneId"] for zone in zones}
+
+
+def placement_scores(ec2: Any, instance_type: str, region: str, target_capacity: int) -> dict[str, int]:
+    """AZ id -> spot placement score (1-10) for target_capacity instances in a single AZ."""
+    pages = ec2.get_paginator("get_spot_placement_scores").paginate(
+        InstanceTypes=[instance_type],
+        TargetCapacity=target_capacity,
+        TargetCapacityUnitType="units",
+        SingleAvailabilityZone=True,
+        RegionNames=[region],
+    )
+    return {
+        score["AvailabilityZoneId"]: int(score["Score"])
+        for page in pages
+        for score in page.get("SpotPlacementScores", [])
+        if "AvailabilityZoneId" in score
+    }
+
+
+def latest_spot_prices(ec2: Any, instance_type: str, zones: list[str], now: dt.datetime) -> dict[str, float]:
+    """AZ name -> most recent Linux spot price (USD per hour) of the last 24 hours."""
+    pages = ec2.get_paginator("describe_spot_price_history").paginate(
+        InstanceTypes=[instance_type],
+        ProductDescriptions=LINUX_PRODUCTS,
+        StartTime=now - PRICE_WINDOW,
+        EndTime=now,
+        Filters=[{"Name": "availability-zone", "Values": zones}],
+    )
+    latest: dict[str, tuple[dt.datetime, float]] = {}
+    for page in pages:
+        for point in page.get("SpotPriceHistory", []):
+            zone, when = point["AvailabilityZone"], point["Timestamp"]
+            if zone not in latest or when > latest[zone][0]:
+                latest[zone] = (when, float(point["SpotPrice"]))
+    return {zone: price for zone, (_, price) in latest.items()}
+
+
+def check_placement_score(ec2: Any, env: Environment) -> Check:
+    if env.capacity.spot == 0:
+        return Check("spot-score", "pass", "skipped: every node is on-demand")
+    try:
+        scores = placement_scores(ec2, env.instance_type, env.region, env.capacity.spot)
+        zone_id = zone_ids(ec2).get(env.availability_zone, "")
+    except ClientError as error:
+        if is_unavailable(error):
+            return _unavailable("spot-score", error)
+        raise
+    score = scores.get(zone_id)
+    if score is None:
+        return Check("spot-score", "warn", f"no spot placement score for {env.availability_zone} ({zone_id or '?'})")
+    text = f"spot placement score {score}/10 for {env.capacity.spot} x {env.instance_type} in {env.availability_zone}"
+    if score < GOOD_PLACEMENT_SCORE:
+        return Check("spot-score", "warn", f"{text}: spot capacity is unlikely; consider on-demand or --suggest-az")
+    return Check("spot-score", "pass", text)
+
+
+def check_spot_price(ec2: Any, env: Environment, now: dt.datetime) -> Check:
+    if env.capacity.spot == 0:
+        return Check("spot-price", "pass", "skipped: every node is on-demand")
+    try:
+        prices = latest_spot_prices(ec2, env.instance_type, [env.availability_zone], now)
+    except ClientError as error:
+        if is_unavailable(error):
+            return _unavailable("spot-price", error)
+        raise
+    price = prices.get(env.availability_zone)
+    if price is None:
+        return Check("spot-price", "warn", f"no spot price for {env.instance_type} in {env.availability_zone} (24h)")
+    return Check("spot-price", "pass", f"latest spot price ${price:.4f}/h in {env.availability_zone}")
+
+
+def run_checks(aws: Any, env: Environment, spec: InstanceType, now: dt.datetime) -> list[Check]:
+    ec2, quotas, ssm = aws.client("ec2"), aws.client("service-quotas"), aws.client("ssm")
+    return [
+        check_offering(ec2, env),
+        check_efa(ec2, env, spec),
+        check_vcpu_quota(quotas, env, spec, "on-demand"),
+        check_vcpu_quota(quotas, env, spec, "spot"),
+        check_ami(ssm, ec2, env),
+        check_placement_score(ec2, env),
+        check_spot_price(ec2, env, now),
+    ]
+
+
+def _zones_offering(ec2: Any, instance_type: str) -> set[str]:
+    pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
+        LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": [instance_type]}]
+    )
+    return {offering["Location"] for page in pages for offering in page["InstanceTypeOfferings"]}
+
+
+def suggest_zones(ec2: Any, env: Environment, now: dt.datetime) -> tuple[list[ZoneSuggestion], str]:
+    """The region's AZs offering the type, best first (placement score high to low, then price low to high).
+
+    Returns the ranking and a note naming any input that was unavailable (then the ranking works without it).
+    """
+    offered = sorted(_zones_offering(ec2, env.instance_type))
+    if not offered:
+        return [], f"{env.instance_type} is not offered in any AZ of {env.region}"
+    ids = zone_ids(ec2)
+    notes: list[str] = []
+    scores: dict[str, int] = {}
+    prices: dict[str, float] = {}
+    try:
+        scores = placement_scores(ec2, env.instance_type, env.region, max(env.capacity.spot, 1))
+    except ClientError as error:
+        if not is_unavailable(error):
+            raise
+        notes.append(f"placement scores unavailable ({error_code(error)})")
+    try:
+        prices = latest_spot_prices(ec2, env.instance_type, offered, now)
+    except ClientError as error:
+        if not is_unavailable(error):
+            raise
+        notes.append(f"spot prices unavailable ({error_code(error)})")
+    suggestions = [
+        ZoneSuggestion(zone, ids.get(zone, ""), scores.get(ids.get(zone, "")), prices.get(zone)) for zone in offered
+    ]
+    suggestions.sort(
+        key=lambda s: (
+            -(s.placement_score or 0),
+            s.spot_price if s.spot_price is not None else float("inf"),
+            s.zone,
+        )
+    )
+    return suggestions, "; ".join(notes)
