@@ -18,6 +18,8 @@ from gpufleet import PROJECT_ROOT
 from gpufleet.errors import GpufleetError
 
 ENVIRONMENTS_DIR_VARIABLE = "GPUFLEET_ENVIRONMENTS_DIR"
+# Tag on every resource and node of an environment; operator tools and IAM conditions select by it.
+ENVIRONMENT_TAG_KEY = "gpufleet:environment"
 
 
 class _Section(BaseModel):
@@ -65,7 +67,9 @@ class Fleet(_Section):
     capacity_rebalance: CapacityRebalance | None = Field(
         None, description="Launch a replacement when EC2 signals an elevated interruption risk."
     )
-    valid_until: dt.datetime | None = Field(None, description="Time (UTC) after which the fleet stops; nodes terminate.")
+    valid_until: dt.datetime | None = Field(
+        None, description="Time (UTC) after which the fleet stops; its nodes are terminated."
+    )
     replace_unhealthy_instances: StrictBool = Field(True, description="Replace nodes that fail EC2 status checks.")
 
 

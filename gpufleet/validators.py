@@ -9,9 +9,10 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, ClassVar
+from typing import ClassVar
 
 from gpufleet.catalog import load_catalog
 from gpufleet.environment import Environment
@@ -26,8 +27,14 @@ ALLOCATION_STRATEGIES = (
 )
 ON_DEMAND_ALLOCATION_STRATEGIES = ("lowestPrice", "prioritized")
 REPLACEMENT_STRATEGIES = ("launch", "launch-before-terminate")
-LOG_RETENTION_DAYS = (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922,
-                      3288, 3653)
+# CloudWatch Logs retention periods, in days, with the name aws_cdk.aws_logs.RetentionDays gives each.
+LOG_RETENTION_DAYS = {
+    1: "ONE_DAY", 3: "THREE_DAYS", 5: "FIVE_DAYS", 7: "ONE_WEEK", 14: "TWO_WEEKS", 30: "ONE_MONTH",
+    60: "TWO_MONTHS", 90: "THREE_MONTHS", 120: "FOUR_MONTHS", 150: "FIVE_MONTHS", 180: "SIX_MONTHS",
+    365: "ONE_YEAR", 400: "THIRTEEN_MONTHS", 545: "EIGHTEEN_MONTHS", 731: "TWO_YEARS", 1096: "THREE_YEARS",
+    1827: "FIVE_YEARS", 2192: "SIX_YEARS", 2557: "SEVEN_YEARS", 2922: "EIGHT_YEARS", 3288: "NINE_YEARS",
+    3653: "TEN_YEARS",
+}
 SMALLEST_VPC_PREFIX = 24
 LARGEST_VPC_PREFIX = 16
 
@@ -264,7 +271,7 @@ class ValidUntilValidator(Validator):
         if valid_until is None:
             return []
         if valid_until.tzinfo is None:
-            valid_until = valid_until.replace(tzinfo=dt.timezone.utc)
+            valid_until = valid_until.replace(tzinfo=dt.UTC)
         if valid_until <= context.now:
             return self.problem(f"{valid_until.isoformat()} is in the past (a future UTC time, or remove it)")
         return []
@@ -372,5 +379,5 @@ VALIDATORS: tuple[Validator, ...] = (
 
 
 def validate_environment(env: Environment, path: Path, now: dt.datetime | None = None) -> list[Problem]:
-    context = ValidationContext(path=path, now=now or dt.datetime.now(dt.timezone.utc))
+    context = ValidationContext(path=path, now=now or dt.datetime.now(dt.UTC))
     return [problem for validator in VALIDATORS for problem in validator.check(env, context)]

@@ -20,6 +20,6 @@ def run(args: argparse.Namespace) -> int:
     if not files:
         raise GpufleetError(f"{environments_dir()}: no environment files (*.yaml) found")
     environments = load_environments(files)
-    for path, env in zip(files, environments):
+    for path, env in zip(files, environments, strict=True):
         print(f"{path}: ok ({env.name}: {env.capacity.target} x {env.instance_type} in {env.availability_zone})")
     return 0
