@@ -19,6 +19,8 @@ COMMAND_MODULES = (
     "gpufleet.commands.preflight",
     "gpufleet.commands.status",
     "gpufleet.commands.hosts",
+    "gpufleet.commands.nccl_report",
+    "gpufleet.commands.topo_check",
 )
 
 
