@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Compilers and tools the later steps build with: DKMS modules (driver, EFA, Lustre) need the headers of the
+# running kernel; aws-ofi-nccl needs autotools; oneDNN needs cmake.
+set -euo pipefail
+# shellcheck source=lib/common.sh
+source "${GPUFLEET_LIB_DIR:-$(dirname "${BASH_SOURCE[0]}")/lib}/common.sh"
+
+require_env GPUFLEET_OS_FAMILY GPUFLEET_OS_VERSION
+kernel="$(uname -r)"
+
+if is_ubuntu; then
+  packages=(build-essential gcc make dkms "linux-headers-$kernel" autoconf automake libtool git jq cmake curl
+    ca-certificates gnupg pciutils)
+else
+  kernel_version="${kernel%.x86_64}"
+  kernel_version="${kernel_version%.aarch64}"
+  packages=(gcc gcc-c++ make dkms "kernel-devel-$kernel_version" "kernel-headers-$kernel_version" autoconf automake
+    libtool git jq cmake3 curl gnupg2 pciutils tar gzip)
+  [[ "$GPUFLEET_OS_VERSION" == 2 ]] || packages=("${packages[@]/cmake3/cmake}")
+fi
+missing=()
+for package in "${packages[@]}"; do
+  [[ -n "$(installed_package_version "$package")" ]] || missing+=("$package")
+done
+if [[ ${#missing[@]} -eq 0 ]]; then
+  log "build tools already installed: nothing to do"
+  exit 0
+fi
+if is_ubuntu; then
+  apt-get update -q
+elif [[ "$GPUFLEET_OS_VERSION" == 2 ]]; then
+  amazon-linux-extras install -y epel # dkms comes from EPEL on Amazon Linux 2
+fi
+install_packages "${missing[@]}"
+if is_ubuntu; then apt-mark hold "linux-headers-$kernel"; fi
+log "build tools installed: ${missing[*]}"

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# cuDNN for the pinned CUDA: from the profile's tarball into /usr/local/cuda when it gives a URL, otherwise the
+# pinned libcudnn packages from the NVIDIA CUDA repository.
+set -euo pipefail
+# shellcheck source=lib/common.sh
+source "${GPUFLEET_LIB_DIR:-$(dirname "${BASH_SOURCE[0]}")/lib}/common.sh"
+
+require_env GPUFLEET_OS_FAMILY GPUFLEET_CUDA_VERSION GPUFLEET_CUDNN_VERSION
+# Headers carry major.minor.patch only: 8.0.5.39 is checked as 8.0.5.
+already_at cuDNN "$(installed_cudnn_version)" "$(first_fields "$GPUFLEET_CUDNN_VERSION" 3)" && exit 0
+
+cuda_mm="$(major_minor "$GPUFLEET_CUDA_VERSION")"
+if [[ -n "${GPUFLEET_CUDNN_URL:-}" ]]; then
+  work="$(build_dir cudnn)"
+  tarball="$work/$(basename "$GPUFLEET_CUDNN_URL")"
+  download "$GPUFLEET_CUDNN_URL" "$tarball" "${GPUFLEET_CUDNN_SHA256:-}"
+  unpacked="$(extract_single_dir "$tarball" "$work/src")"
+  cuda="$(root_path "$CUDA_LINK")"
+  cp -P "$unpacked"/include/cudnn*.h "$cuda/include/"
+  lib_dir="$unpacked/lib64"
+  [[ -d "$lib_dir" ]] || lib_dir="$unpacked/lib"
+  cp -P "$lib_dir"/libcudnn* "$cuda/lib64/"
+  chmod a+r "$cuda"/include/cudnn*.h "$cuda"/lib64/libcudnn*
+  ldconfig
+else
+  ensure_cuda_repository
+  major="${GPUFLEET_CUDNN_VERSION%%.*}"
+  version="$(package_version_string "$GPUFLEET_CUDNN_VERSION")+cuda$cuda_mm"
+  if is_ubuntu; then
+    install_pinned "libcudnn$major" "$version" "libcudnn$major-dev" "$version"
+  else
+    install_pinned "libcudnn$major" "$version" "libcudnn$major-devel" "$version"
+  fi
+fi
+log "cuDNN $GPUFLEET_CUDNN_VERSION installed for CUDA $cuda_mm"

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Fails the build unless every component is installed at its pinned version (one line per failure), then
+# records the stack in /etc/gpufleet/versions.json, which node scripts and operator tools read.
+set -euo pipefail
+# shellcheck source=lib/common.sh
+source "${GPUFLEET_LIB_DIR:-$(dirname "${BASH_SOURCE[0]}")/lib}/common.sh"
+
+readonly COMPONENT_KEYS=(driver fabric_manager cuda cudnn nccl efa_installer aws_ofi_nccl nccl_tests fsx_lustre onednn
+  container_toolkit)
+required=(GPUFLEET_PROFILE GPUFLEET_OS_FAMILY GPUFLEET_OS_VERSION GPUFLEET_NVSWITCH)
+for key in "${COMPONENT_KEYS[@]}"; do required+=("GPUFLEET_${key^^}_VERSION"); done
+require_env "${required[@]}"
+# Installed tools that are not on sudo's PATH; appended so an earlier entry (a test stub) wins.
+PATH="$PATH:/opt/amazon/efa/bin:$CUDA_LINK/bin"
+
+failures=0
+fail() {
+  printf '[gpufleet] FAIL %s\n' "$*" >&2
+  failures=$((failures + 1))
+}
+pinned() { local name="GPUFLEET_${1^^}_VERSION"; printf '%s' "${!name}"; }
+
+# check_version KEY FOUND EXPECTED SOURCE: FOUND (read from SOURCE) must match EXPECTED.
+check_version() {
+  if [[ -z "$2" ]]; then
+    fail "$1: not installed (nothing found in $4), expected $3"
+  elif ! version_matches "$2" "$3"; then
+    fail "$1: found $2 in $4, expected $3"
+  fi
+}
+
+if ! driver_versions="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1)"; then
+  fail "driver: nvidia-smi failed: $(head -n 1 <<<"$driver_versions")"
+else
+  driver_versions="$(sort -u <<<"$driver_versions" | paste -sd, -)"
+  [[ "$driver_versions" == "$(pinned driver)" ]] ||
+    fail "driver: nvidia-smi reports $driver_versions, expected $(pinned driver)"
+fi
+
+if [[ "$GPUFLEET_NVSWITCH" == 1 ]]; then
+  check_version fabric_manager "$(installed_package_version "$(fabric_manager_package)")" "$(pinned driver)" \
+    "package $(fabric_manager_package)"
+  enabled="$(systemctl is-enabled "$FABRIC_MANAGER_SERVICE" 2>/dev/null || true)"
+  [[ "$enabled" == enabled ]] ||
+    fail "fabric_manager: $FABRIC_MANAGER_SERVICE is not enabled (systemctl is-enabled: ${enabled:-no answer})"
+fi
+
+cuda_found="$(installed_cuda_version)"
+if [[ -z "$cuda_found" ]]; then
+  fail "cuda: not installed (no $CUDA_LINK/version.json, no nvcc), expected $(pinned cuda)"
+elif ! cuda_matches "$cuda_found"; then
+  fail "cuda: found $cuda_found in $CUDA_LINK, expected $(pinned cuda)"
+fi
+check_version cudnn "$(installed_cudnn_version)" "$(first_fields "$(pinned cudnn)" 3)" "cudnn headers"
+check_version nccl "$(installed_nccl_version)" "$(first_fields "$(pinned nccl)" 3)" "$(nccl_home)/include/nccl.h"
+check_version efa_installer "$(installed_efa_installer_version)" "$(pinned efa_installer)" "$EFA_INSTALLED_PACKAGES"
+check_version aws_ofi_nccl "$(marker_version "$AWS_OFI_NCCL_PREFIX")" "$(pinned aws_ofi_nccl)" \
+  "$AWS_OFI_NCCL_PREFIX/$VERSION_MARKER_NAME"
+check_version nccl_tests "$(marker_version "$NCCL_TESTS_PREFIX")" "$(pinned nccl_tests)" \
+  "$NCCL_TESTS_PREFIX/$VERSION_MARKER_NAME"
+for binary in "${NCCL_TESTS_BINARIES[@]}"; do
+  [[ -x "$(root_path "$NCCL_TESTS_PREFIX/build/$binary")" ]] || fail "nccl_tests: missing $NCCL_TESTS_PREFIX/build/$binary"
+done
+check_version fsx_lustre "$(installed_package_version "$(fsx_lustre_package)")" "$(pinned fsx_lustre)" \
+  "package $(fsx_lustre_package)"
+check_version onednn "$(installed_onednn_version)" "$(first_fields "$(pinned onednn)" 3)" "$ONEDNN_PREFIX/include"
+check_version container_toolkit "$(installed_package_version nvidia-container-toolkit)" "$(pinned container_toolkit)" \
+  "package nvidia-container-toolkit"
+
+if efa_device_present; then
+  fi_info -p efa >/dev/null 2>&1 || fail "efa: an EFA device is present but 'fi_info -p efa' failed"
+else
+  log "no EFA device on this build instance: fi_info check skipped"
+fi
+
+[[ $failures -eq 0 ]] || die "$failures check(s) failed: /etc/gpufleet/versions.json not written"
+
+json_string() { local value="${1//\\/\\\\}"; printf '"%s"' "${value//\"/\\\"}"; }
+components=()
+for key in "${COMPONENT_KEYS[@]}"; do
+  if [[ "$key" == fabric_manager && "$GPUFLEET_NVSWITCH" != 1 ]]; then
+    components+=("\"$key\": null") # not installed on targets without NVSwitch
+  else
+    components+=("\"$key\": $(json_string "$(pinned "$key")")")
+  fi
+done
+manifest_dir="$(root_path /etc/gpufleet)"
+mkdir -p "$manifest_dir"
+{
+  printf '{"profile": %s,\n' "$(json_string "$GPUFLEET_PROFILE")"
+  printf ' "os": {"family": %s, "version": %s},\n' "$(json_string "$GPUFLEET_OS_FAMILY")" \
+    "$(json_string "$GPUFLEET_OS_VERSION")"
+  printf ' "components": {%s}}\n' "$(IFS=,; printf '%s' "${components[*]}" | sed 's/,"/, "/g')"
+} >"$manifest_dir/versions.json.tmp"
+mv "$manifest_dir/versions.json.tmp" "$manifest_dir/versions.json"
+log "all components at their pinned versions; wrote /etc/gpufleet/versions.json"
