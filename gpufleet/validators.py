@@ -212,35 +212,35 @@ class _ChoiceValidator(Validator):
     def check(self, env, context):
         value = type(self).value(env)
         if value is not None and value not in self.choices:
-            return self.problem(f"'{value}' is not a {self.what} (allowed: {', '.join(self.choices)})")
+            return self.problem(f"'{value}' is not {self.what} (allowed: {', '.join(self.choices)})")
         return []
 
 
 class FleetTypeValidator(_ChoiceValidator):
     field = "fleet.type"
     choices = FLEET_TYPES
-    what = "fleet type"
+    what = "a fleet type"
     value = staticmethod(lambda env: env.fleet.type)
 
 
 class AllocationStrategyValidator(_ChoiceValidator):
     field = "fleet.allocation_strategy"
     choices = ALLOCATION_STRATEGIES
-    what = "spot allocation strategy"
+    what = "a spot allocation strategy"
     value = staticmethod(lambda env: env.fleet.allocation_strategy)
 
 
 class OnDemandAllocationStrategyValidator(_ChoiceValidator):
     field = "fleet.on_demand_allocation_strategy"
     choices = ON_DEMAND_ALLOCATION_STRATEGIES
-    what = "on-demand allocation strategy"
+    what = "an on-demand allocation strategy"
     value = staticmethod(lambda env: env.fleet.on_demand_allocation_strategy)
 
 
 class ReplacementStrategyValidator(_ChoiceValidator):
     field = "fleet.capacity_rebalance.replacement_strategy"
     choices = REPLACEMENT_STRATEGIES
-    what = "capacity rebalance replacement strategy"
+    what = "a capacity rebalance replacement strategy"
     value = staticmethod(lambda env: env.fleet.capacity_rebalance and env.fleet.capacity_rebalance.replacement_strategy)
 
 

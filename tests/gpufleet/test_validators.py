@@ -1,0 +1,237 @@
+"""Every validation rule: a failing example and the exact line `gpufleet validate` prints for it."""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpufleet.cli import main
+from gpufleet.environment import load_environment, parse_environment
+from gpufleet.errors import GpufleetError
+from gpufleet.validators import validate_environment
+
+VALID = {
+    "name": "lab",
+    "account": "123456789012",
+    "region": "us-east-1",
+    "availability_zone": "us-east-1a",
+    "network": {"cidr": "10.40.0.0/16"},
+    "instance_type": "p4d.24xlarge",
+    "capacity": {"target": 2, "on_demand": 1},
+    "ami": {"ssm_parameter": "/gpufleet/ami/p4d-ubuntu1804-cuda11"},
+}
+
+
+def changed(changes: dict[str, object]) -> dict:
+    """VALID with dotted keys set (a value of None removes the key)."""
+    document = copy.deepcopy(VALID)
+    for path, value in changes.items():
+        *parents, leaf = path.split(".")
+        node = document
+        for parent in parents:
+            node = node.setdefault(parent, {})
+        if value is None:
+            node.pop(leaf, None)
+        else:
+            node[leaf] = value
+    return document
+
+
+def with_change(path: str, value: object) -> dict:
+    return changed({path: value})
+
+
+def write(tmp_path: Path, document: object, name: str = "lab") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(document) if not isinstance(document, str) else document)
+    return path
+
+
+def problems_of(tmp_path: Path, document: object, name: str = "lab") -> list[str]:
+    path = write(tmp_path, document, name)
+    with pytest.raises(GpufleetError) as raised:
+        load_environment(path)
+    return [line.removeprefix(f"{path}: ") for line in raised.value.problems]
+
+
+def test_the_valid_example_has_no_problems(tmp_path):
+    assert load_environment(write(tmp_path, VALID)).capacity.spot == 1
+
+
+RULES = [
+    ("name", "Lab", "name: 'Lab' is not a valid name (lower-case letters, digits and '-', starting with a letter, "
+     "at most 24 characters)"),
+    ("name", "other", "name: 'other' differs from the file name (name it 'lab' or rename the file to other.yaml)"),
+    ("account", "12345678901", "account: '12345678901' is not an AWS account id (exactly 12 digits, quoted)"),
+    ("account", "12345678901a", "account: '12345678901a' is not an AWS account id (exactly 12 digits, quoted)"),
+    ("availability_zone", "us-west-2a", "availability_zone: 'us-west-2a' is not an availability zone of us-east-1 "
+     "(the region name followed by one letter, e.g. us-east-1a)"),
+    ("network.cidr", "10.40.0.0/33", "network.cidr: '10.40.0.0/33' is not an IPv4 network in CIDR notation "
+     "('33' is not a valid netmask; e.g. 10.40.0.0/16)"),
+    ("network.cidr", "10.40.0.1/16", "network.cidr: '10.40.0.1/16' is not an IPv4 network in CIDR notation "
+     "(10.40.0.1/16 has host bits set; e.g. 10.40.0.0/16)"),
+    ("network.cidr", "10.40.0.0/25", "network.cidr: /25 is outside the sizes allowed (/16 to /24: the VPC holds a "
+     "node subnet, endpoint addresses and, with NAT, a public subnet)"),
+    ("network.cidr", "10.0.0.0/8", "network.cidr: /8 is outside the sizes allowed (/16 to /24: the VPC holds a "
+     "node subnet, endpoint addresses and, with NAT, a public subnet)"),
+    ("network.vpc_id", "vpc-0a1b2c3d", "network: cidr and vpc_id/subnet_id both set (cidr creates a VPC; vpc_id "
+     "and subnet_id import one: keep one of the two)"),
+    ("network.flow_log_retention_days", 10, "network.flow_log_retention_days: 10 is not a CloudWatch Logs retention "
+     "(allowed: 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, "
+     "3653)"),
+    ("instance_type", "p3.16xlarge", "instance_type: 'p3.16xlarge' is not in the instance catalog (allowed: "
+     "p4d.24xlarge, p4de.24xlarge, p5.48xlarge, g5.48xlarge, g5.8xlarge; add it to gpufleet/instance_types.yaml)"),
+    ("capacity.on_demand", 3, "capacity.on_demand: 3 is outside the target capacity (0 to capacity.target, "
+     "which is 2)"),
+    ("capacity.on_demand", -1, "capacity.on_demand: -1 is outside the target capacity (0 to capacity.target, "
+     "which is 2)"),
+    ("fleet.type", "maintan", "fleet.type: 'maintan' is not a fleet type (allowed: maintain, request)"),
+    ("fleet.allocation_strategy", "price-capacity-optimized", "fleet.allocation_strategy: 'price-capacity-optimized' "
+     "is not a spot allocation strategy (allowed: priceCapacityOptimized, capacityOptimized, "
+     "capacityOptimizedPrioritized, diversified, lowestPrice)"),
+    ("fleet.on_demand_allocation_strategy", "cheapest", "fleet.on_demand_allocation_strategy: 'cheapest' is not an "
+     "on-demand allocation strategy (allowed: lowestPrice, prioritized)"),
+    ("fleet.capacity_rebalance", {"replacement_strategy": "relaunch"}, "fleet.capacity_rebalance.replacement_strategy:"
+     " 'relaunch' is not a capacity rebalance replacement strategy (allowed: launch, launch-before-terminate)"),
+    ("fleet.capacity_rebalance", {"termination_delay_seconds": 300}, "fleet.capacity_rebalance."
+     "termination_delay_seconds: only applies to replacement_strategy: launch-before-terminate (remove it)"),
+    ("fleet.capacity_rebalance", {"replacement_strategy": "launch-before-terminate", "termination_delay_seconds": 60},
+     "fleet.capacity_rebalance.termination_delay_seconds: 60 is out of range (120 to 7200)"),
+    ("fleet.valid_until", dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc), "fleet.valid_until: "
+     "2020-01-01T00:00:00+00:00 is in the past (a future UTC time, or remove it)"),
+    ("ami", {}, "ami: set exactly one of ssm_parameter and id (e.g. ssm_parameter: /gpufleet/ami/p4d-ubuntu2204)"),
+    ("ami.id", "ami-0123456789abcdef0", "ami: set exactly one of ssm_parameter and id "
+     "(e.g. ssm_parameter: /gpufleet/ami/p4d-ubuntu2204)"),
+    ("ami", {"id": "ami-12"}, "ami.id: 'ami-12' is not an AMI id (ami- followed by 8 or 17 hex digits)"),
+    ("ami", {"ssm_parameter": "gpufleet/ami"}, "ami.ssm_parameter: 'gpufleet/ami' is not an SSM parameter name "
+     "(a path such as /gpufleet/ami/p4d-ubuntu2204)"),
+    ("ami.root_device_name", "/dev/sdb", "ami.root_device_name: '/dev/sdb' is not a root device name "
+     "(/dev/sda1 for Ubuntu, /dev/xvda for Amazon Linux)"),
+    ("root_volume_gib", 20, "root_volume_gib: 20 GiB is out of range (50 to 16384: the CUDA stack alone needs tens "
+     "of GiB)"),
+    ("node.mig_profile", "1g.10gb", "node.mig_profile: '1g.10gb' is not a MIG profile of the A100 40 GB "
+     "(allowed: 1g.5gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb)"),
+    ("node.scratch_mount", "scratch", "node.scratch_mount: 'scratch' is not an absolute path (e.g. /scratch)"),
+    ("tags", {"aws:owner": "me"}, "tags.aws:owner: not a usable tag (keys 1-128 characters, not starting with aws:, "
+     "values at most 256 characters)"),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "expected"), RULES, ids=[f"{rule[0]}={rule[1]!r}" for rule in RULES])
+def test_rule_reports_exact_message(tmp_path, field, value, expected):
+    assert problems_of(tmp_path, with_change(field, value)) == [expected]
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"capacity.target": 0, "capacity.on_demand": 0}, "capacity.target: 0 nodes is too few (at least 1)"),
+        ({"region": "useast1", "availability_zone": "useast1a"},
+         "region: 'useast1' is not a region name (for example us-east-1, eu-west-2)"),
+        ({"network.cidr": None}, "network: no network chosen (set cidr for a new VPC, or both vpc_id and subnet_id)"),
+        ({"network.cidr": None, "network.vpc_id": "vpc-0a1b2c3d", "network.subnet_id": "subnet-123"},
+         "network.subnet_id: 'subnet-123' is not a subnet id (subnet- followed by 8 or 17 hex digits)"),
+        ({"network.cidr": None, "network.vpc_id": "vpc-0a1b2c3d", "network.subnet_id": "subnet-0a1b2c3d",
+          "network.nat_gateway": True},
+         "network.nat_gateway: only a new VPC gets a NAT gateway (remove it, or use cidr)"),
+        ({"instance_type": "g5.48xlarge", "node.mig_profile": "1g.5gb"},
+         "node.mig_profile: A10G GPUs of g5.48xlarge do not support MIG (remove mig_profile)"),
+        ({"fleet.type": "request", "fleet.capacity_rebalance": {"replacement_strategy": "launch"}},
+         "fleet.capacity_rebalance: capacity rebalance needs a fleet that maintains capacity (set fleet.type: "
+         "maintain or remove capacity_rebalance)"),
+    ],
+)
+def test_rules_that_combine_fields(tmp_path, changes, expected):
+    assert problems_of(tmp_path, changed(changes)) == [expected]
+
+
+def test_efa_requested_on_a_type_without_efa(tmp_path, monkeypatch):
+    from gpufleet import catalog
+
+    without_efa = catalog.load_catalog()["g5.8xlarge"].model_copy(update={"max_efa_interfaces": 0})
+    monkeypatch.setattr(catalog, "load_catalog", lambda: {"g5.8xlarge": without_efa})
+    monkeypatch.setattr("gpufleet.validators.load_catalog", lambda: {"g5.8xlarge": without_efa})
+    assert problems_of(tmp_path, with_change("instance_type", "g5.8xlarge")) == [
+        "efa: EFA requested but g5.8xlarge has no EFA (set efa: false or choose an EFA instance type)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("colour", "blue", "colour: unknown key (allowed here: name, account, region, availability_zone, network, "
+         "instance_type, efa, capacity, fleet, ami, root_volume_gib, key_pair, tags, node)"),
+        ("capacity.spot", 1, "capacity.spot: unknown key (allowed here: target, on_demand)"),
+        ("fleet.capacity_rebalance", {"strategy": "launch"}, "fleet.capacity_rebalance.strategy: unknown key "
+         "(allowed here: replacement_strategy, termination_delay_seconds)"),
+        ("node.raid", True, "node.raid: unknown key (allowed here: raid0_nvme, scratch_mount, max_clocks, mig_profile, "
+         "checkpoint_hook)"),
+        ("capacity.target", "two", "capacity.target: input should be a valid integer, got 'two'"),
+        ("account", 123456789012, "account: input should be a valid string, got 123456789012 (put it in quotes)"),
+        ("capacity", None, "capacity: required key is missing"),
+    ],
+)
+def test_shape_errors_name_the_field(tmp_path, field, value, expected):
+    assert problems_of(tmp_path, with_change(field, value)) == [expected]
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    document = with_change("capacity.target", 0)
+    document["fleet"] = {"type": "once"}
+    assert problems_of(tmp_path, document) == [
+        "capacity.target: 0 nodes is too few (at least 1)",
+        "capacity.on_demand: 1 is outside the target capacity (0 to capacity.target, which is 0)",
+        "fleet.type: 'once' is not a fleet type (allowed: maintain, request)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("name: [unclosed\n", "line 2: not valid YAML (expected ',' or ']', but got '<stream end>')"),
+        ("- just\n- a list\n", "(file): expected a mapping of keys to values (see environments/README.md)"),
+        ("", "(file): expected a mapping of keys to values (see environments/README.md)"),
+    ],
+)
+def test_unreadable_files(tmp_path, text, expected):
+    path = write(tmp_path, text)
+    with pytest.raises(GpufleetError) as raised:
+        parse_environment(path)
+    assert raised.value.problems == (f"{path}: {expected}",)
+
+
+def test_valid_until_is_compared_with_the_injected_clock(tmp_path):
+    environment = parse_environment(write(tmp_path, with_change("fleet.valid_until", "2027-01-01T00:00:00Z")))
+    path = tmp_path / "lab.yaml"
+    assert validate_environment(environment, path, now=dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)) == []
+    assert [p.field for p in validate_environment(environment, path, now=dt.datetime(2027, 2, 1, tzinfo=dt.UTC))] == [
+        "fleet.valid_until"
+    ]
+
+
+def test_cli_validate_exits_1_with_one_line_per_problem_and_no_traceback(tmp_path, capsys):
+    bad = write(tmp_path, with_change("capacity.target", 0))
+    good = write(tmp_path, with_change("name", "good"), name="good")
+    assert main(["validate", str(bad), str(good)]) == 1
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        f"{bad}: capacity.target: 0 nodes is too few (at least 1)",
+        f"{bad}: capacity.on_demand: 1 is outside the target capacity (0 to capacity.target, which is 0)",
+    ]
+    assert "Traceback" not in captured.err + captured.out
+
+
+def test_cli_validate_defaults_to_every_shipped_environment(capsys):
+    assert main(["validate"]) == 0
+    shipped = sorted(Path("environments").glob("*.yaml"))
+    assert len(shipped) >= 3
+    assert len(capsys.readouterr().out.splitlines()) == len(shipped)
+
+
+def test_cli_validate_missing_file(tmp_path, capsys):
+    assert main(["validate", str(tmp_path / "nope.yaml")]) == 1
+    assert capsys.readouterr().err.strip() == f"{tmp_path / 'nope.yaml'}: cannot read file (No such file or directory)"
