@@ -1,0 +1,73 @@
+"""Runs the node scripts with fake system commands on PATH (fake_commands.py) and a private GPUFLEET_ROOT."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gpufleet import PROJECT_ROOT
+
+SCRIPTS_DIR = PROJECT_ROOT / "scripts" / "node"
+FAKE_COMMANDS = Path(__file__).with_name("fake_commands.py")
+FAKED = ("lsblk", "mdadm", "blkid", "mkfs.xfs", "mountpoint", "mount", "nvidia-smi", "curl", "systemctl")
+
+
+@dataclass
+class FakeNode:
+    """A node to run scripts on: fake commands, their shared state, and a log of every call."""
+
+    root: Path
+    bin_dir: Path
+    state_file: Path
+    log_file: Path
+
+    def set_state(self, **state: object) -> None:
+        self.state_file.write_text(json.dumps(state))
+
+    @property
+    def state(self) -> dict:
+        return json.loads(self.state_file.read_text())
+
+    def calls(self, command: str | None = None) -> list[list[str]]:
+        if not self.log_file.exists():
+            return []
+        calls = [json.loads(line) for line in self.log_file.read_text().splitlines()]
+        return [call[1:] for call in calls if call[0] == command] if command else calls
+
+    def clear_log(self) -> None:
+        self.log_file.unlink(missing_ok=True)
+
+    def run(self, script: str | Path, check: bool = True, **settings: str) -> subprocess.CompletedProcess[str]:
+        path = SCRIPTS_DIR / script if isinstance(script, str) else script
+        env = {
+            "PATH": f"{self.bin_dir}:/usr/bin:/bin",
+            "GPUFLEET_ROOT": str(self.root),
+            "FAKE_STATE": str(self.state_file),
+            "FAKE_LOG": str(self.log_file),
+            **settings,
+        }
+        result = subprocess.run([str(path)], env=env, capture_output=True, text=True, timeout=60)
+        if check and result.returncode != 0:
+            pytest.fail(f"{path.name} exited {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}")
+        return result
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> FakeNode:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for command in FAKED:
+        wrapper = bin_dir / command
+        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_COMMANDS}" {command} "$@"\n')
+        wrapper.chmod(0o755)
+    root = tmp_path / "root"
+    root.mkdir()
+    fake = FakeNode(root, bin_dir, tmp_path / "state.json", tmp_path / "calls.log")
+    fake.set_state()
+    return fake
+
