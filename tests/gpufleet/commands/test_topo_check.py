@@ -1,0 +1,55 @@
+# ruff: noqa: E501 -- table-driven cases hold rows of captured tool output, wider than the line limit
+import io
+import json
+
+import pytest
+
+from gpufleet.cli import main
+
+
+@pytest.mark.parametrize(
+    "name, instance_type, code",
+    [
+        ("p4d.txt", "p4d.24xlarge", 0),
+        ("p4d_ansi.txt", "p4d.24xlarge", 0),
+        ("p5.txt", "p5.48xlarge", 0),
+        ("g5_48xlarge.txt", "g5.48xlarge", 0),
+        ("p4d_degraded.txt", "p4d.24xlarge", 1),
+        ("p4d.txt", "p5.48xlarge", 1),
+        ("p4d_truncated.txt", "p4d.24xlarge", 2),
+    ],
+)
+def test_exit_codes(fixture_path, capsys, name, instance_type, code):
+    assert main(["topo-check", fixture_path("topo", name), "--instance-type", instance_type]) == code
+
+
+def test_json(fixture_path, capsys):
+    assert main(["topo-check", fixture_path("topo", "p4d_degraded.txt"), "--instance-type", "p4d.24xlarge", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert {"gpus", "links", "nvlink_pairs", "problems", "ok"} <= set(report)
+    assert (report["gpus"], report["nvlink_pairs"], report["ok"]) == (8, 27, False)
+    assert report["links"]["GPU3-GPU6"] == "SYS" and report["links"]["GPU0-GPU1"] == "NV12"
+    assert len(report["links"]) == 28
+    assert report["problems"] == ["GPU3-GPU6: SYS, expected an NVLink (NV#) on NVSwitch p4d.24xlarge"]
+    assert report["nics"][3] == {"nic": "NIC3", "device": "rdmap160s27"}
+
+
+def test_stdin(fixture_path, capsys, monkeypatch):
+    with open(fixture_path("topo", "p5.txt")) as handle:
+        monkeypatch.setattr("sys.stdin", io.StringIO(handle.read()))
+    assert main(["topo-check", "--instance-type", "p5.48xlarge", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["gpus"], report["nvlink_pairs"], len(report["nics"]), report["ok"]) == (8, 28, 32, True)
+
+
+def test_unknown_instance_type_lists_catalog(fixture_path, capsys):
+    assert main(["topo-check", fixture_path("topo", "p4d.txt"), "--instance-type", "p4.huge"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("--instance-type p4.huge: not in the catalog (known: ") and "p4d.24xlarge" in err
+    assert len(err.splitlines()) == 1
+
+
+def test_truncated_is_one_line_naming_file(fixture_path, capsys):
+    path = fixture_path("topo", "p4d_truncated.txt")
+    assert main(["topo-check", path, "--instance-type", "p4d.24xlarge"]) == 2
+    assert capsys.readouterr().err.strip() == f"{path}: row GPU5 has 1 of 12 link cells (capture cut short?)"
