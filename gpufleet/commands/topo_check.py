@@ -89,4 +89,5 @@ def _print_text(name: str, check: TopologyCheck, topology: Topology) -> None:
     print(f"NICs: {len(topology.nics)} ({nics})")
     for problem in check.problems:
         print(f"problem: {problem}")
-    print("verdict: " + ("OK" if check.ok else f"FAIL ({len(check.problems)} problems)"))
+    count = len(check.problems)
+    print("verdict: " + ("OK" if check.ok else f"FAIL ({count} problem{'' if count == 1 else 's'})"))
