@@ -1,0 +1,109 @@
+"""Every provisioning script follows the same conventions: the contract's names, strict mode, the one shared
+library sourced the same way, shellcheck clean, and a clear error naming any missing contract variable."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+SCRIPTS_DIR = REPO / "scripts" / "ami"
+# contracts.md: the file names, in run order.
+CONTRACT_SCRIPTS = (
+    "00-os-update.sh 01-build-tools.sh 02-nvidia-driver.sh 03-reboot.sh 04-fabric-manager.sh 05-cuda.sh "
+    "06-cudnn.sh 07-efa-installer.sh 08-nccl.sh 09-aws-ofi-nccl.sh 10-nccl-tests.sh 11-fsx-lustre.sh "
+    "12-onednn.sh 13-container-runtime.sh 14-cleanup.sh 15-validate.sh"
+).split()
+
+SOURCE_DIRECTIVE = "# shellcheck source=lib/common.sh"
+SOURCE_LINE = 'source "${GPUFLEET_LIB_DIR:-$(dirname "${BASH_SOURCE[0]}")/lib}/common.sh"'
+
+
+def test_scripts_are_exactly_the_contract_list_in_order():
+    assert sorted(path.name for path in SCRIPTS_DIR.glob("*.sh")) == CONTRACT_SCRIPTS
+
+
+@pytest.mark.parametrize("script", CONTRACT_SCRIPTS)
+def test_script_starts_strict_and_sources_the_common_library(script):
+    lines = (SCRIPTS_DIR / script).read_text().splitlines()
+    assert lines[0] == "#!/usr/bin/env bash"
+    code = [line for line in lines[1:] if line.strip() and not line.startswith("#")]
+    assert code[0] == "set -euo pipefail"
+    assert code[1] == SOURCE_LINE
+    assert lines[lines.index(SOURCE_LINE) - 1] == SOURCE_DIRECTIVE
+    assert sum("common.sh" in line for line in code) == 1
+
+
+def test_shellcheck_is_clean_over_every_script_and_the_library():
+    shellcheck = shutil.which("shellcheck")
+    assert shellcheck, "shellcheck is not installed: run `make setup`"
+    paths = [str(path.relative_to(REPO)) for path in sorted(SCRIPTS_DIR.rglob("*.sh"))]
+    assert "scripts/ami/lib/common.sh" in paths
+    result = subprocess.run([shellcheck, *paths], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_script_finds_the_library_through_gpufleet_lib_dir(sandbox, tmp_path):
+    """On the build instance the script runs alone from /tmp; the library comes from GPUFLEET_LIB_DIR."""
+    lone = tmp_path / "uploaded" / "script_1234.sh"
+    lone.parent.mkdir()
+    shutil.copy(SCRIPTS_DIR / "04-fabric-manager.sh", lone)
+    env = {**sandbox.env, "GPUFLEET_NVSWITCH": "0"}
+    without = subprocess.run(["bash", str(lone)], env=env, capture_output=True, text=True, timeout=30)
+    assert without.returncode != 0 and "common.sh" in without.stderr
+    env["GPUFLEET_LIB_DIR"] = str(SCRIPTS_DIR / "lib")
+    with_lib = subprocess.run(["bash", str(lone)], env=env, capture_output=True, text=True, timeout=30)
+    assert with_lib.returncode == 0, with_lib.stderr
+    assert "Fabric Manager not needed" in with_lib.stdout
+
+
+# One variable each script cannot work without; removing it must fail before anything is touched.
+REQUIRED = [
+    ("00-os-update.sh", "GPUFLEET_OS_VERSION"),
+    ("01-build-tools.sh", "GPUFLEET_OS_FAMILY"),
+    ("02-nvidia-driver.sh", "GPUFLEET_DRIVER_URL"),
+    ("03-reboot.sh", "GPUFLEET_DRIVER_VERSION"),
+    ("04-fabric-manager.sh", "GPUFLEET_NVSWITCH"),
+    ("05-cuda.sh", "GPUFLEET_CUDA_URL"),
+    ("06-cudnn.sh", "GPUFLEET_CUDNN_VERSION"),
+    ("07-efa-installer.sh", "GPUFLEET_EFA_INSTALLER_URL"),
+    ("08-nccl.sh", "GPUFLEET_NCCL_VERSION"),
+    ("09-aws-ofi-nccl.sh", "GPUFLEET_AWS_OFI_NCCL_URL"),
+    ("10-nccl-tests.sh", "GPUFLEET_NCCL_TESTS_URL"),
+    ("11-fsx-lustre.sh", "GPUFLEET_FSX_LUSTRE_VERSION"),
+    ("12-onednn.sh", "GPUFLEET_ONEDNN_URL"),
+    ("13-container-runtime.sh", "GPUFLEET_CONTAINER_TOOLKIT_VERSION"),
+    ("14-cleanup.sh", "GPUFLEET_OS_FAMILY"),
+    ("15-validate.sh", "GPUFLEET_PROFILE"),
+]
+
+
+def test_required_table_covers_every_script():
+    assert [script for script, _ in REQUIRED] == CONTRACT_SCRIPTS
+
+
+@pytest.mark.parametrize("script,variable", REQUIRED)
+@pytest.mark.parametrize("how", ["unset", "empty"])
+def test_missing_required_variable_fails_with_one_line_naming_it(sandbox, script, variable, how):
+    env = dict(sandbox.env)
+    if how == "unset":
+        del env[variable]
+    else:
+        env[variable] = ""
+    result = sandbox.run(script, env)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"[gpufleet] ERROR: missing required environment variable {variable} "
+        "(the Packer template sets it from the AMI profile)"
+    ]
+    assert sandbox.calls() == []
+
+
+@pytest.mark.parametrize("script", ["00-os-update.sh", "15-validate.sh"])
+def test_unknown_os_family_is_rejected(sandbox, script):
+    result = sandbox.run(script, {**sandbox.env, "GPUFLEET_OS_FAMILY": "debian"})
+    assert result.returncode == 1
+    assert result.stderr.strip() == "[gpufleet] ERROR: GPUFLEET_OS_FAMILY must be ubuntu or amzn, got 'debian'"
