@@ -7,6 +7,7 @@ import importlib
 
 AMI_COMMAND_MODULES: tuple[str, ...] = (
     "gpufleet.commands.ami_lifecycle",
+    "gpufleet.commands.ami_images",
 )
 
 

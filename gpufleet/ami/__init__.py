@@ -1,0 +1,50 @@
+"""The AMI generator: pinned software profiles, their compatibility gate and the Packer templates built from them.
+
+The names shared with the provisioning scripts and the AMI pipeline (component keys, script file names) are
+fixed by the project's contracts and live here, once.
+"""
+
+from __future__ import annotations
+
+from gpufleet import PROJECT_ROOT
+
+AMI_DIR = PROJECT_ROOT / "ami"
+PROFILES_DIR = AMI_DIR / "profiles"
+TEMPLATES_DIR = AMI_DIR / "templates"
+COMPATIBILITY_FILE = AMI_DIR / "compatibility.yaml"
+SCRIPTS_DIR = PROJECT_ROOT / "scripts" / "ami"
+
+COMPONENT_KEYS: tuple[str, ...] = (
+    "driver",
+    "fabric_manager",
+    "cuda",
+    "cudnn",
+    "nccl",
+    "efa_installer",
+    "aws_ofi_nccl",
+    "nccl_tests",
+    "fsx_lustre",
+    "onednn",
+    "container_toolkit",
+)
+
+# Run in this order by the rendered Packer build; a name ending in -reboot.sh is the reboot barrier.
+SCRIPT_NAMES: tuple[str, ...] = (
+    "00-os-update.sh",
+    "01-build-tools.sh",
+    "02-nvidia-driver.sh",
+    "03-reboot.sh",
+    "04-fabric-manager.sh",
+    "05-cuda.sh",
+    "06-cudnn.sh",
+    "07-efa-installer.sh",
+    "08-nccl.sh",
+    "09-aws-ofi-nccl.sh",
+    "10-nccl-tests.sh",
+    "11-fsx-lustre.sh",
+    "12-onednn.sh",
+    "13-container-runtime.sh",
+    "14-cleanup.sh",
+    "15-validate.sh",
+)
+REBOOT_SUFFIX = "-reboot.sh"

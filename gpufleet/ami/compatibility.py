@@ -1,0 +1,390 @@
+"""The compatibility gate: one small rule per fact a pinned stack must satisfy, its data in ami/compatibility.yaml.
+
+Each rule returns Verdicts (PASS, WARN or ERROR with a message); `gpufleet ami check` prints them and rendering
+refuses a profile with any ERROR.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import functools
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, TypeVar
+
+import yaml
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError, field_validator
+
+from gpufleet.ami import COMPATIBILITY_FILE
+from gpufleet.ami.profile import Profile
+from gpufleet.catalog import load_catalog
+from gpufleet.errors import GpufleetError
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def _checked_version(value: str) -> str:
+    Version(value)
+    return value
+
+
+def _checked_specifier(value: str) -> str:
+    SpecifierSet(value)
+    return value
+
+
+class CudaDriverEntry(_Data):
+    cuda: StrictStr
+    driver: StrictStr
+    _versions = field_validator("cuda", "driver")(_checked_version)
+
+
+class ArchitectureEntry(_Data):
+    compute_capability: StrictStr
+    gpu: StrictStr
+    cuda: StrictStr
+    driver_branch: StrictInt
+    _versions = field_validator("cuda")(_checked_version)
+
+
+class OfiNcclEntry(_Data):
+    releases: StrictStr
+    nccl: StrictStr
+    libfabric: StrictStr
+    note: StrictStr | None = None
+    _specifiers = field_validator("releases", "nccl", "libfabric")(_checked_specifier)
+
+
+class InstallerLibfabricEntry(_Data):
+    efa_installer: StrictStr
+    libfabric: StrictStr
+    _versions = field_validator("efa_installer", "libfabric")(_checked_version)
+
+
+class InstallerOsEntry(_Data):
+    family: StrictStr
+    version: StrictStr
+    efa_installer: StrictStr
+    note: StrictStr | None = None
+    _specifiers = field_validator("efa_installer")(_checked_specifier)
+
+
+class InstanceMinimumsEntry(_Data):
+    instance_type: StrictStr
+    cuda: StrictStr
+    nccl: StrictStr
+    aws_ofi_nccl: StrictStr
+    efa_installer: StrictStr
+    _versions = field_validator("cuda", "nccl", "aws_ofi_nccl", "efa_installer")(_checked_version)
+
+
+class BranchLifecycleEntry(_Data):
+    branch: StrictInt
+    kind: StrictStr
+    end_of_life: dt.date
+    note: StrictStr | None = None
+
+
+class _Table(_Data):
+    source: StrictStr
+
+
+class CudaDriverTable(_Table):
+    table: tuple[CudaDriverEntry, ...]
+
+
+class ArchitectureTable(_Table):
+    table: tuple[ArchitectureEntry, ...]
+
+
+class OfiNcclTable(_Table):
+    table: tuple[OfiNcclEntry, ...]
+
+
+class InstallerLibfabricTable(_Table):
+    table: tuple[InstallerLibfabricEntry, ...]
+
+
+class InstallerOsTable(_Table):
+    table: tuple[InstallerOsEntry, ...]
+
+
+class InstanceMinimumsTable(_Table):
+    table: tuple[InstanceMinimumsEntry, ...]
+
+
+class BranchLifecycleTable(_Table):
+    table: tuple[BranchLifecycleEntry, ...]
+
+
+class CompatibilityData(_Data):
+    cuda_minimum_driver: CudaDriverTable
+    gpu_architectures: ArchitectureTable
+    aws_ofi_nccl: OfiNcclTable
+    efa_installer_libfabric: InstallerLibfabricTable
+    efa_installer_os: InstallerOsTable
+    instance_minimums: InstanceMinimumsTable
+    driver_branch_end_of_life: BranchLifecycleTable
+
+
+@functools.cache
+def load_compatibility(path: Path = COMPATIBILITY_FILE) -> CompatibilityData:
+    try:
+        return CompatibilityData.model_validate(yaml.safe_load(path.read_text()))
+    except (OSError, yaml.YAMLError) as error:
+        raise GpufleetError(f"{path}: cannot read the compatibility rules ({error})") from None
+    except ValidationError as error:
+        raise GpufleetError(*(f"{path}: {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())) from None
+
+
+class Level(enum.Enum):
+    PASS = "PASS"
+    WARN = "WARN"
+    ERROR = "ERROR"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    rule: str
+    level: Level
+    message: str
+
+
+@dataclass(frozen=True)
+class CheckContext:
+    data: CompatibilityData
+    today: dt.date
+
+
+class Rule:
+    """One fact about a stack; ``check`` returns at least one Verdict."""
+
+    rule_id: ClassVar[str]
+
+    def check(self, profile: Profile, context: CheckContext) -> list[Verdict]:
+        try:
+            return self.evaluate(profile, context)
+        except InvalidVersion as error:
+            return self.error(f"{error} (versions compared by this rule must be numeric, e.g. 2.7.8)")
+
+    def evaluate(self, profile: Profile, context: CheckContext) -> list[Verdict]:
+        raise NotImplementedError
+
+    def passed(self, message: str) -> list[Verdict]:
+        return [Verdict(self.rule_id, Level.PASS, message)]
+
+    def warn(self, message: str) -> list[Verdict]:
+        return [Verdict(self.rule_id, Level.WARN, message)]
+
+    def error(self, message: str) -> list[Verdict]:
+        return [Verdict(self.rule_id, Level.ERROR, message)]
+
+
+_Entry = TypeVar("_Entry", bound=BaseModel)
+
+
+def driver_branch(driver: str) -> int:
+    return Version(driver).major
+
+
+def _floor_entry(entries: tuple[_Entry, ...], key: str, version: Version) -> _Entry | None:
+    """The entry with the greatest ``key`` version not above ``version``."""
+    candidates = [entry for entry in entries if Version(getattr(entry, key)) <= version]
+    return max(candidates, key=lambda entry: Version(getattr(entry, key)), default=None)
+
+
+class TargetCatalogRule(Rule):
+    rule_id = "TARGET-CATALOG"
+
+    def evaluate(self, profile, context):
+        catalog = load_catalog()
+        unknown = [name for name in profile.target.instance_types if name not in catalog]
+        if not profile.target.instance_types or unknown:
+            return self.error(f"target.instance_types {', '.join(unknown) or '(empty)'} not in the instance catalog "
+                              f"(allowed: {', '.join(catalog)})")
+        wrong = [name for name in profile.target.instance_types
+                 if catalog[name].nvswitch != profile.target.nvswitch]
+        if wrong:
+            return self.error(f"target.nvswitch is {str(profile.target.nvswitch).lower()} but the catalog says "
+                              f"otherwise for {', '.join(wrong)}")
+        return self.passed(f"{', '.join(profile.target.instance_types)} in the catalog, "
+                           f"nvswitch {str(profile.target.nvswitch).lower()}")
+
+
+class FabricManagerRule(Rule):
+    rule_id = "FM-EQUALS-DRIVER"
+
+    def evaluate(self, profile, context):
+        driver, fabric_manager = profile.components.driver.version, profile.components.fabric_manager.version
+        if fabric_manager != driver:
+            return self.error(f"fabric_manager {fabric_manager} differs from driver {driver} (Fabric Manager must "
+                              "equal the driver version exactly)")
+        return self.passed(f"fabric_manager {fabric_manager} equals driver {driver}")
+
+
+class CudaMinimumDriverRule(Rule):
+    rule_id = "CUDA-MIN-DRIVER"
+
+    def evaluate(self, profile, context):
+        cuda, driver = profile.components.cuda.version, profile.components.driver.version
+        entry = _floor_entry(context.data.cuda_minimum_driver.table, "cuda", Version(cuda))
+        if entry is None:
+            return self.error(f"CUDA {cuda} is older than every entry of cuda_minimum_driver in compatibility.yaml")
+        if Version(driver) < Version(entry.driver):
+            return self.error(f"driver {driver} is older than {entry.driver}, the minimum for CUDA {cuda}")
+        return self.passed(f"driver {driver} >= {entry.driver}, the minimum for CUDA {cuda}")
+
+
+class GpuArchitectureRule(Rule):
+    rule_id = "GPU-ARCH"
+
+    def evaluate(self, profile, context):
+        catalog = load_catalog()
+        cuda, driver = Version(profile.components.cuda.version), profile.components.driver.version
+        architectures = {entry.compute_capability: entry for entry in context.data.gpu_architectures.table}
+        problems, supported = [], []
+        for name in profile.target.instance_types:
+            if name not in catalog:
+                continue
+            capability = catalog[name].gpu.compute_capability
+            entry = architectures.get(capability)
+            if entry is None:
+                problems.append(f"{name}: compute capability {capability} has no entry in gpu_architectures")
+            elif cuda < Version(entry.cuda) or driver_branch(driver) < entry.driver_branch:
+                problems.append(f"{name}: {entry.gpu} needs CUDA >= {entry.cuda} and driver branch >= "
+                                f"R{entry.driver_branch} (profile: CUDA {cuda}, driver {driver})")
+            else:
+                supported.append(f"{name} {entry.gpu}")
+        if problems:
+            return self.error("; ".join(problems))
+        return self.passed(f"CUDA {cuda} and R{driver_branch(driver)} support {', '.join(supported)}")
+
+
+def _ofi_entry(profile: Profile, context: CheckContext) -> OfiNcclEntry | None:
+    release = Version(profile.components.aws_ofi_nccl.version)
+    return next((entry for entry in context.data.aws_ofi_nccl.table
+                 if release in SpecifierSet(entry.releases)), None)
+
+
+class OfiNcclRangeRule(Rule):
+    rule_id = "OFI-NCCL-RANGE"
+
+    def evaluate(self, profile, context):
+        plugin, nccl = profile.components.aws_ofi_nccl.version, profile.components.nccl.version
+        entry = _ofi_entry(profile, context)
+        if entry is None:
+            return self.error(f"aws-ofi-nccl {plugin} has no entry in aws_ofi_nccl in compatibility.yaml")
+        if Version(nccl) not in SpecifierSet(entry.nccl):
+            return self.error(f"NCCL {nccl} is outside the range aws-ofi-nccl {plugin} supports ({entry.nccl})")
+        return self.passed(f"NCCL {nccl} within {entry.nccl}, supported by aws-ofi-nccl {plugin}")
+
+
+class OfiLibfabricRule(Rule):
+    rule_id = "OFI-LIBFABRIC"
+
+    def evaluate(self, profile, context):
+        plugin, installer = profile.components.aws_ofi_nccl.version, profile.components.efa_installer.version
+        entry = _ofi_entry(profile, context)
+        if entry is None:
+            return self.error(f"aws-ofi-nccl {plugin} has no entry in aws_ofi_nccl in compatibility.yaml")
+        shipped = _floor_entry(context.data.efa_installer_libfabric.table, "efa_installer", Version(installer))
+        if shipped is None:
+            return self.error(f"EFA installer {installer} has no entry in efa_installer_libfabric")
+        if Version(shipped.libfabric) not in SpecifierSet(entry.libfabric):
+            return self.error(f"EFA installer {installer} ships libfabric {shipped.libfabric}; aws-ofi-nccl {plugin} "
+                              f"needs {entry.libfabric}")
+        return self.passed(f"EFA installer {installer} ships libfabric >= {shipped.libfabric}, "
+                           f"aws-ofi-nccl {plugin} needs {entry.libfabric}")
+
+
+class EfaInstallerOsRule(Rule):
+    rule_id = "EFA-OS"
+
+    def evaluate(self, profile, context):
+        installer, os = profile.components.efa_installer.version, profile.os
+        entry = next((entry for entry in context.data.efa_installer_os.table
+                      if (entry.family, entry.version) == (os.family, os.version)), None)
+        if entry is None:
+            return self.error(f"{os.family} {os.version} has no entry in efa_installer_os (no EFA installer release "
+                              "is known to support it)")
+        if Version(installer) not in SpecifierSet(entry.efa_installer):
+            return self.error(f"EFA installer {installer} does not support {os.family} {os.version} "
+                              f"(releases known to: {entry.efa_installer})")
+        return self.passed(f"EFA installer {installer} supports {os.family} {os.version}")
+
+
+class InstanceMinimumsRule(Rule):
+    rule_id = "TARGET-MINIMUMS"
+    components: ClassVar[tuple[str, ...]] = ("cuda", "nccl", "aws_ofi_nccl", "efa_installer")
+
+    def evaluate(self, profile, context):
+        minimums = {entry.instance_type: entry for entry in context.data.instance_minimums.table}
+        versions = profile.versions()
+        problems, checked = [], []
+        for name in profile.target.instance_types:
+            entry = minimums.get(name)
+            if entry is None:
+                continue
+            checked.append(name)
+            problems.extend(f"{name} needs {key} >= {getattr(entry, key)} (profile: {versions[key]})"
+                            for key in self.components if Version(versions[key]) < Version(getattr(entry, key)))
+        if problems:
+            return self.error("; ".join(problems))
+        if not checked:
+            return self.passed("no target instance type has minimum versions in instance_minimums")
+        return self.passed(f"meets the minimum versions of {', '.join(checked)}")
+
+
+class DriverEndOfLifeRule(Rule):
+    rule_id = "DRIVER-EOL"
+
+    def evaluate(self, profile, context):
+        driver = profile.components.driver.version
+        branch = driver_branch(driver)
+        entry = next((e for e in context.data.driver_branch_end_of_life.table if e.branch == branch), None)
+        if entry is None:
+            return self.warn(f"driver branch R{branch} has no end-of-life date in driver_branch_end_of_life")
+        if entry.end_of_life < context.today:
+            return self.warn(f"driver branch R{branch} ({entry.kind}) reached end of life on "
+                             f"{entry.end_of_life.isoformat()}: no more security fixes (move to a supported branch)")
+        return self.passed(f"driver branch R{branch} ({entry.kind}) supported until {entry.end_of_life.isoformat()}")
+
+
+class DownloadVerificationRule(Rule):
+    rule_id = "DOWNLOAD-VERIFIED"
+
+    def evaluate(self, profile, context):
+        unverified = [(key, component) for key, component in profile.components.items() if not component.verified]
+        if not unverified:
+            return self.passed("every download has a checksum or a signature")
+        return [Verdict(self.rule_id, Level.WARN, f"{key} {component.url}: no checksum or signature "
+                                                  f"({component.verification})")
+                for key, component in unverified]
+
+
+RULES: tuple[Rule, ...] = (
+    TargetCatalogRule(),
+    FabricManagerRule(),
+    CudaMinimumDriverRule(),
+    GpuArchitectureRule(),
+    OfiNcclRangeRule(),
+    OfiLibfabricRule(),
+    EfaInstallerOsRule(),
+    InstanceMinimumsRule(),
+    DriverEndOfLifeRule(),
+    DownloadVerificationRule(),
+)
+
+
+def check_profile(profile: Profile, today: dt.date | None = None) -> list[Verdict]:
+    context = CheckContext(data=load_compatibility(), today=today or dt.date.today())
+    return [verdict for rule in RULES for verdict in rule.check(profile, context)]
+
+
+def gate_errors(verdicts: list[Verdict]) -> list[Verdict]:
+    return [verdict for verdict in verdicts if verdict.level is Level.ERROR]

@@ -1,0 +1,205 @@
+"""AMI profiles (ami/profiles/NAME.yaml): one pinned GPU software stack on one OS base, parsed into frozen objects.
+
+Parsing checks shape, types and pinning (exact versions, https download locations, an explicit checksum or
+``null`` plus how the vendor lets you verify the download); cross-component rules live in
+gpufleet.ami.compatibility.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError, model_validator
+
+from gpufleet.ami import COMPONENT_KEYS, PROFILES_DIR
+from gpufleet.errors import GpufleetError
+
+VERSION_PATTERN = re.compile(r"[0-9][0-9A-Za-z.+_-]*")
+SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
+# Moving targets: a pinned stack never points at them.
+FLOATING_REFERENCE = re.compile(r"(^|[/=._-])(latest|master|main|head|nightly|current)($|[/._-])", re.IGNORECASE)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BaseImage(_Section):
+    """The source AMI: the newest image whose name matches, published by the owner account."""
+
+    name: StrictStr = Field(description="AMI name pattern, e.g. ubuntu/images/hvm-ssd/ubuntu-jammy-22.04-amd64-*")
+    owner: StrictStr = Field(description='Account id of the publisher, quoted (Canonical: "099720109477").')
+
+    @model_validator(mode="after")
+    def _owner_is_account(self) -> BaseImage:
+        if not re.fullmatch(r"\d{12}", self.owner):
+            raise ValueError(f"owner '{self.owner}' is not an AWS account id (exactly 12 digits, quoted)")
+        return self
+
+
+class OperatingSystem(_Section):
+    family: Literal["ubuntu", "amzn"] = Field(description="ubuntu | amzn (Amazon Linux).")
+    version: Literal["18.04", "22.04", "2", "2023"] = Field(description='18.04 | 22.04 (ubuntu), "2" | "2023" (amzn).')
+    base_image: BaseImage
+    ssh_username: StrictStr = Field(description="Login user of the base image: ubuntu or ec2-user.")
+    root_device_name: StrictStr = Field(description="/dev/sda1 (Ubuntu) or /dev/xvda (Amazon Linux).")
+
+    @model_validator(mode="after")
+    def _version_of_family(self) -> OperatingSystem:
+        allowed = {"ubuntu": ("18.04", "22.04"), "amzn": ("2", "2023")}[self.family]
+        if self.version not in allowed:
+            raise ValueError(f"version '{self.version}' is not a {self.family} version (allowed: {', '.join(allowed)})")
+        return self
+
+
+class Target(_Section):
+    instance_types: tuple[StrictStr, ...] = Field(description="Instance types of the catalog the image is for.")
+    nvswitch: StrictBool = Field(description="The target types have NVSwitch: Fabric Manager is installed and enabled.")
+
+
+class Build(_Section):
+    instance_type: StrictStr = Field(description="Instance type Packer builds on (needs no NVSwitch or EFA).")
+    root_volume_gib: StrictInt = Field(description="Size of the encrypted gp3 root volume of the image.")
+    root_volume_iops: StrictInt = Field(3000, description="gp3 IOPS (3000 to 16000).")
+    root_volume_throughput: StrictInt = Field(250, description="gp3 throughput in MiB/s (125 to 1000).")
+
+
+class Component(_Section):
+    """One pinned piece of the stack and where it comes from."""
+
+    version: StrictStr = Field(description="Exact version, e.g. 450.80.02 (never latest or a branch).")
+    url: StrictStr | None = Field(
+        description="https download location; null where the script installs the pinned version from the vendor's "
+        "signed package repository."
+    )
+    sha256: StrictStr | None = Field(description="SHA-256 of the download as the vendor publishes it; null if unknown.")
+    signing_key_url: StrictStr | None = Field(
+        None, description="Vendor's public key for the download's detached signature (URL + .sig)."
+    )
+    verification: StrictStr | None = Field(
+        None, description="How the vendor lets you verify this download; required when sha256 is null."
+    )
+
+    @model_validator(mode="after")
+    def _pinned(self) -> Component:
+        if not VERSION_PATTERN.fullmatch(self.version) or FLOATING_REFERENCE.search(self.version):
+            raise ValueError(f"version '{self.version}' is not an exact version (digits first, e.g. 2.7.8)")
+        for key in ("url", "signing_key_url"):
+            value = getattr(self, key)
+            if value is None:
+                continue
+            if not value.startswith("https://"):
+                raise ValueError(f"{key} '{value}' is not an https URL")
+            if FLOATING_REFERENCE.search(value):
+                raise ValueError(f"{key} '{value}' points at a moving target (latest, a branch): pin a release")
+        if self.sha256 is not None and not SHA256_PATTERN.fullmatch(self.sha256):
+            raise ValueError(f"sha256 '{self.sha256}' is not a SHA-256 digest (64 lower-case hex digits)")
+        if self.sha256 is None and not self.verification:
+            raise ValueError("sha256 is null: add verification (how the vendor lets you check this download)")
+        return self
+
+    @property
+    def verified(self) -> bool:
+        """The download is checked by a checksum or a signature (or there is nothing to download)."""
+        return self.url is None or self.sha256 is not None or self.signing_key_url is not None
+
+
+class Components(_Section):
+    driver: Component
+    fabric_manager: Component
+    cuda: Component
+    cudnn: Component
+    nccl: Component
+    efa_installer: Component
+    aws_ofi_nccl: Component
+    nccl_tests: Component
+    fsx_lustre: Component
+    onednn: Component
+    container_toolkit: Component
+
+    def items(self) -> list[tuple[str, Component]]:
+        return [(key, getattr(self, key)) for key in COMPONENT_KEYS]
+
+
+class Profile(_Section):
+    name: StrictStr = Field(description="Profile name; must equal the file name without .yaml.")
+    description: StrictStr
+    os: OperatingSystem
+    target: Target
+    build: Build
+    components: Components
+
+    def versions(self) -> dict[str, str]:
+        return {key: component.version for key, component in self.components.items()}
+
+
+def profile_files(directory: Path = PROFILES_DIR) -> list[Path]:
+    return sorted(directory.glob("*.yaml"))
+
+
+def _allowed_keys(location: tuple[Any, ...]) -> list[str]:
+    model: type[BaseModel] = Profile
+    for part in location:
+        field = model.model_fields.get(str(part))
+        annotation = field.annotation if field else None
+        candidates = [arg for arg in getattr(annotation, "__args__", (annotation,)) if isinstance(arg, type)]
+        models = [arg for arg in candidates if issubclass(arg, BaseModel)]
+        if not models:
+            return []
+        model = models[0]
+    return list(model.model_fields)
+
+
+def _describe(error: dict[str, Any]) -> str:
+    location = tuple(error["loc"])
+    field = ".".join(str(part) for part in location) or "(file)"
+    if error["type"] == "extra_forbidden":
+        return f"{field}: unknown key (allowed here: {', '.join(_allowed_keys(location[:-1]))})"
+    if error["type"] == "missing":
+        return f"{field}: required key is missing"
+    message = error["msg"].removeprefix("Value error, ")
+    message = message[0].lower() + message[1:]
+    if error["type"] == "value_error":
+        return f"{field}: {message}"
+    hint = " (put it in quotes)" if error["type"] == "string_type" else ""
+    return f"{field}: {message}, got {error['input']!r}{hint}"
+
+
+def parse_profile(path: Path) -> Profile:
+    """Read one profile file; raise GpufleetError with one line per problem, each naming the file and field."""
+    try:
+        document = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise GpufleetError(f"{path}: cannot read file ({error.strerror})") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "(file)"
+        raise GpufleetError(f"{path}: {where}: not valid YAML ({getattr(error, 'problem', None) or error})") from None
+    if not isinstance(document, dict):
+        raise GpufleetError(f"{path}: (file): expected a mapping of keys to values (see ami/README.md)")
+    try:
+        profile = Profile.model_validate(document)
+    except ValidationError as error:
+        raise GpufleetError(*(f"{path}: {_describe(problem)}" for problem in error.errors())) from None
+    if profile.name != path.stem:
+        raise GpufleetError(f"{path}: name: '{profile.name}' differs from the file name "
+                            f"(name it '{path.stem}' or rename the file to {profile.name}.yaml)")
+    return profile
+
+
+def resolve_profile_path(name_or_path: str) -> Path:
+    """A shipped profile name (ami/profiles/NAME.yaml) or the path of a profile file."""
+    if name_or_path.endswith((".yaml", ".yml")) or "/" in name_or_path:
+        return Path(name_or_path)
+    path = PROFILES_DIR / f"{name_or_path}.yaml"
+    if not path.exists():
+        known = ", ".join(p.stem for p in profile_files()) or "none"
+        raise GpufleetError(f"unknown AMI profile '{name_or_path}' (shipped: {known}; or the path of a .yaml file)")
+    return path
+
+
+def load_profile(name_or_path: str) -> Profile:
+    return parse_profile(resolve_profile_path(name_or_path))

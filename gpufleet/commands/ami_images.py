@@ -1,0 +1,85 @@
+"""gpufleet ami check|render|validate PROFILE: the compatibility gate, Packer HCL2 rendering, `packer validate`."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+
+from gpufleet.errors import GpufleetError
+
+PROFILE_HELP = "a shipped profile name (ami/profiles/NAME.yaml) or the path of a profile file"
+
+
+def _date(value: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{value}' is not a date (YYYY-MM-DD)") from None
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    check = subparsers.add_parser("check", help="run the compatibility gate on a profile, one line per verdict")
+    check.add_argument("profile", metavar="PROFILE", help=PROFILE_HELP)
+    check.add_argument("--today", type=_date, help="date the end-of-life rule compares with (default: today)")
+    check.add_argument("--json", action="store_true", help="print the verdicts as JSON")
+    check.set_defaults(handler=run_check)
+
+    render = subparsers.add_parser("render", help="render a profile into Packer HCL2 files (refused on gate errors)")
+    render.add_argument("profile", metavar="PROFILE", help=PROFILE_HELP)
+    render.add_argument("--out", type=Path, required=True, metavar="DIR",
+                        help="directory to write (new, empty, or an earlier render of gpufleet)")
+    render.set_defaults(handler=run_render)
+
+    validate = subparsers.add_parser("validate", help="render into a temporary directory and run packer validate")
+    validate.add_argument("profile", metavar="PROFILE", help=PROFILE_HELP)
+    validate.add_argument("--scripts-dir", type=Path, metavar="DIR",
+                          help="provisioning scripts the template points at (default: scripts/ami)")
+    validate.set_defaults(handler=run_validate)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    from gpufleet.ami.compatibility import Level, check_profile
+    from gpufleet.ami.profile import load_profile
+
+    profile = load_profile(args.profile)
+    verdicts = check_profile(profile, today=args.today)
+    if args.json:
+        print(json.dumps([{"rule": v.rule, "level": v.level.value, "message": v.message} for v in verdicts], indent=2))
+    else:
+        width = max(len(v.rule) for v in verdicts)
+        for verdict in verdicts:
+            print(f"{verdict.rule:<{width}}  {verdict.level.value:<5}  {verdict.message}")
+    return 1 if any(v.level is Level.ERROR for v in verdicts) else 0
+
+
+def run_render(args: argparse.Namespace) -> int:
+    from gpufleet.ami.profile import load_profile
+    from gpufleet.ami.render import render_profile
+
+    profile = load_profile(args.profile)
+    for path in render_profile(profile, args.out):
+        print(path)
+    return 0
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    from gpufleet.ami import SCRIPTS_DIR
+    from gpufleet.ami.packer import REQUIRED_PLUGINS_SINCE, validate_profile
+    from gpufleet.ami.profile import load_profile
+
+    profile = load_profile(args.profile)
+    scripts_dir = args.scripts_dir or SCRIPTS_DIR
+    if not scripts_dir.is_dir():
+        raise GpufleetError(f"{scripts_dir}: no provisioning scripts directory (give one with --scripts-dir)")
+    result = validate_profile(profile, scripts_dir)
+    print(f"packer {result.packer_version}: validating {', '.join(result.files)}")
+    if result.packer_version < REQUIRED_PLUGINS_SINCE:
+        print(f"note: packer {result.packer_version} predates required_plugins and metadata_options: plugins.pkr.hcl "
+              "and the IMDSv2 options are left out here; Packer >= 1.7 validates every line")
+    if result.output:
+        print(result.output, file=sys.stdout if result.returncode == 0 else sys.stderr)
+    print(f"{profile.name}: {'valid' if result.returncode == 0 else 'INVALID'}")
+    return 0 if result.returncode == 0 else 1
