@@ -27,9 +27,10 @@ from botocore.exceptions import (
 
 from gpufleet.errors import GpufleetError
 
-MAX_ATTEMPTS = 8
+# botocore counts max_attempts as retries after the first call: 7 retries = 8 calls.
+MAX_RETRIES = 7
 CLIENT_CONFIG = Config(
-    retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
+    retries={"mode": "standard", "max_attempts": MAX_RETRIES},
     connect_timeout=10,
     read_timeout=60,
 )
@@ -94,7 +95,7 @@ def describe_failure(error: Exception, region: str) -> str:
         return f"AWS rejected the credentials ({code} on {operation}): check AWS_PROFILE or the access keys"
     if code in THROTTLING_CODES:
         return (
-            f"AWS throttled {operation} in {region} ({code}) after {MAX_ATTEMPTS} attempts: "
+            f"AWS throttled {operation} in {region} ({code}) after {MAX_RETRIES + 1} attempts: "
             "wait a minute and retry, or stop other tools calling the same API"
         )
     if code in DENIED_CODES:

@@ -1,0 +1,204 @@
+"""gpufleet status and hosts against a Spot Fleet in moto (launch template, --fleet-id or the stack output).
+
+moto does not implement DescribeSpotFleetRequestHistory (NotImplementedError): recent_events is tested with
+Stubber, and the end-to-end status runs serve events from a replacement of recent_events.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+import json
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from gpufleet.ops import fleet as fleet_module
+from gpufleet.ops.fleet import Fleet, FleetEvent, FleetInstance, recent_events
+
+NOW = dt.datetime(2025, 1, 1, 12, tzinfo=dt.UTC)
+
+
+@pytest.fixture
+def events(monkeypatch: pytest.MonkeyPatch) -> list[FleetEvent]:
+    served: list[FleetEvent] = []
+    monkeypatch.setattr(fleet_module, "recent_events", lambda ec2, request_id, now: served)
+    return served
+
+
+def fleet_ips(fleet_id: str) -> list[str]:
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    ids = [a["InstanceId"] for a in ec2.describe_spot_fleet_instances(SpotFleetRequestId=fleet_id)["ActiveInstances"]]
+    reservations = ec2.describe_instances(InstanceIds=ids)["Reservations"]
+    instances = [i for r in reservations for i in r["Instances"]]
+    ordered = sorted(instances, key=lambda i: (i["LaunchTime"], ipaddress.ip_address(i["PrivateIpAddress"])))
+    return [i["PrivateIpAddress"] for i in ordered]
+
+
+def test_status_with_fleet_id(spot_fleet, events: list[FleetEvent], run_json) -> None:
+    fleet_id = spot_fleet(3)
+    events.append(FleetEvent(NOW, "instanceChange", "terminated", "i-0abc", "spot interruption"))
+    code, document = run_json("status", "dev", "--fleet-id", fleet_id)
+    assert code == 0
+    assert (document["fleet_request_id"], document["state"]) == (fleet_id, "active")
+    assert (document["target_capacity"], document["fulfilled_capacity"]) == (3, 3.0)
+    assert len(document["instances"]) == 3
+    assert {i["lifecycle"] for i in document["instances"]} == {"spot"}
+    assert {i["availability_zone"] for i in document["instances"]} == {"us-east-1a"}
+    assert sorted(i["private_ip"] for i in document["instances"]) == sorted(fleet_ips(fleet_id))
+    assert document["events"][0]["sub_type"] == "terminated"
+
+
+def test_status_finds_the_fleet_from_the_stack_output(spot_fleet, cluster_stack, events, run_cli) -> None:
+    fleet_id = spot_fleet(2)
+    cluster_stack(fleet_id)
+    code, out, err = run_cli("status", "dev")
+    assert code == 0, err
+    assert out.startswith(f"Fleet {fleet_id} (dev, us-east-1): active")
+    assert "fulfilled 2/2" in out
+    assert out.count(" spot ") == 2
+    assert out.rstrip().endswith("no fleet events in the last 24h")
+
+
+def test_stack_missing(moto: None, run_cli) -> None:
+    code, _, err = run_cli("status", "dev")
+    assert code == 1
+    assert (
+        err == "stack gpufleet-dev-cluster not found in us-east-1: deploy the cluster (cdk deploy) or pass --fleet-id\n"
+    )
+
+
+def test_stack_without_the_output(cluster_stack, run_cli) -> None:
+    cluster_stack(None)
+    code, _, err = run_cli("hosts", "dev")
+    assert code == 1
+    assert "gpufleet-dev-cluster" in err and "has no FleetRequestId output" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", ["status", "hosts"])
+def test_fleet_not_found(moto: None, run_cli, command: str) -> None:
+    code, out, err = run_cli(command, "dev", "--fleet-id", "sfr-00000000-0000-0000-0000-000000000000")
+    assert code == 1 and out == ""
+    assert (
+        err == "fleet request sfr-00000000-0000-0000-0000-000000000000 not found in us-east-1: "
+        "check --fleet-id or the stack\n"
+    )
+
+
+def test_fleet_not_found_error_code_from_aws(stubbed, run_cli) -> None:
+    """Stubber: real EC2 answers an unknown id with InvalidSpotFleetRequestId.NotFound (moto returns an empty list)."""
+    stubbed("ec2").add_client_error(
+        "describe_spot_fleet_requests", service_error_code="InvalidSpotFleetRequestId.NotFound", http_status_code=400
+    )
+    code, _, err = run_cli("hosts", "dev", "--fleet-id", "sfr-1")
+    assert code == 1 and err.startswith("fleet request sfr-1 not found in us-east-1")
+
+
+def test_hosts_mpi(spot_fleet, run_cli) -> None:
+    fleet_id = spot_fleet(3)
+    code, out, _ = run_cli("hosts", "dev", "--fleet-id", fleet_id, "--format", "mpi")
+    assert code == 0
+    assert out.splitlines() == [f"{ip} slots=8" for ip in fleet_ips(fleet_id)]
+
+
+def test_hosts_torchrun(spot_fleet, run_cli) -> None:
+    fleet_id = spot_fleet(2)
+    first = fleet_ips(fleet_id)[0]
+    code, out, _ = run_cli("hosts", "dev", "--fleet-id", fleet_id, "--format", "torchrun")
+    assert code == 0
+    assert out == (
+        f"--nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d --rdzv-endpoint={first}:29500 --rdzv-id=gpufleet-dev\n"
+    )
+
+
+def test_hosts_slurm_and_json(spot_fleet, cluster_stack, run_cli) -> None:
+    fleet_id = spot_fleet(3)
+    cluster_stack(fleet_id)
+    ips = sorted(fleet_ips(fleet_id), key=ipaddress.ip_address)
+    octets = [int(ip.rsplit(".", 1)[1]) for ip in ips]
+    assert octets == list(range(octets[0], octets[0] + 3)), "moto hands out consecutive addresses"
+    code, out, _ = run_cli("hosts", "dev", "--format", "slurm")
+    assert code == 0
+    assert out == f"ip-10-40-0-[{octets[0]}-{octets[-1]}]\n"
+    code, out, _ = run_cli("hosts", "dev", "--format", "json")
+    hosts = json.loads(out)["hosts"]
+    assert [h["private_ip"] for h in hosts] == fleet_ips(fleet_id)
+    assert hosts[0]["hostname"] == "ip-" + hosts[0]["private_ip"].replace(".", "-") and hosts[0]["slots"] == 8
+
+
+def test_hosts_without_running_instances(spot_fleet, run_cli) -> None:
+    fleet_id = spot_fleet(2)
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    ids = [a["InstanceId"] for a in ec2.describe_spot_fleet_instances(SpotFleetRequestId=fleet_id)["ActiveInstances"]]
+    ec2.terminate_instances(InstanceIds=ids)
+    code, out, err = run_cli("hosts", "dev", "--fleet-id", fleet_id)
+    assert code == 1 and out == ""
+    assert err.startswith(f"fleet {fleet_id} (dev) has no running instances") and err.count("\n") == 1
+
+
+def instance(ip: str, minute: int, state: str = "running") -> FleetInstance:
+    return FleetInstance(f"i-{ip}", "spot", "us-east-1a", "pg", ip, NOW + dt.timedelta(minutes=minute), state)
+
+
+def test_running_order_is_launch_time_then_numeric_ip() -> None:
+    fleet = Fleet(
+        "sfr-1",
+        "active",
+        "fulfilled",
+        4,
+        4,
+        0,
+        0,
+        (
+            instance("10.0.0.10", 0),
+            instance("10.0.0.9", 0),
+            instance("10.0.0.2", 5),
+            instance("10.0.0.3", 0, "stopped"),
+        ),
+    )
+    assert [i.private_ip for i in fleet.running] == ["10.0.0.9", "10.0.0.10", "10.0.0.2"]
+
+
+def history_record(minutes_ago: int, sub_type: str, instance_id: str) -> dict[str, Any]:
+    return {
+        "Timestamp": NOW - dt.timedelta(minutes=minutes_ago),
+        "EventType": "instanceChange",
+        "EventInformation": {"EventSubType": sub_type, "InstanceId": instance_id, "EventDescription": sub_type},
+    }
+
+
+def test_recent_events_pages_and_orders() -> None:
+    """Stubber: two pages of DescribeSpotFleetRequestHistory over the last 24 hours, returned oldest first."""
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    start = NOW - dt.timedelta(hours=24)
+    page = {"SpotFleetRequestId": "sfr-1", "StartTime": start, "LastEvaluatedTime": NOW}
+    with Stubber(ec2) as stub:
+        stub.add_response(
+            "describe_spot_fleet_request_history",
+            {**page, "HistoryRecords": [history_record(5, "launched", "i-2")], "NextToken": "t1"},
+            {"SpotFleetRequestId": "sfr-1", "StartTime": start},
+        )
+        stub.add_response(
+            "describe_spot_fleet_request_history",
+            {**page, "HistoryRecords": [history_record(50, "terminated", "i-1")]},
+            {"SpotFleetRequestId": "sfr-1", "StartTime": start, "NextToken": "t1"},
+        )
+        events = recent_events(ec2, "sfr-1", NOW)
+        stub.assert_no_pending_responses()
+    assert [(e.sub_type, e.instance_id) for e in events] == [("terminated", "i-1"), ("launched", "i-2")]
+
+
+def test_status_without_history_permission_still_reports(spot_fleet, monkeypatch, run_cli) -> None:
+    from botocore.exceptions import ClientError
+
+    def denied(ec2: Any, request_id: str, now: dt.datetime) -> list[FleetEvent]:
+        raise ClientError(
+            {"Error": {"Code": "UnauthorizedOperation", "Message": "no"}}, "DescribeSpotFleetRequestHistory"
+        )
+
+    monkeypatch.setattr(fleet_module, "recent_events", denied)
+    code, out, _ = run_cli("status", "dev", "--fleet-id", spot_fleet(1))
+    assert code == 0
+    assert "events unavailable: access denied to DescribeSpotFleetRequestHistory" in out
