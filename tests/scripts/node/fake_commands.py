@@ -1,6 +1,8 @@
-"""Stand-ins for the commands the node scripts run (lsblk, mdadm, nvidia-smi, curl, ...): conftest.py puts a
-wrapper per command on PATH that runs `fake_commands.py NAME ARGS...`. Each call is appended to $FAKE_LOG as a JSON list (command name, then arguments);
-what the commands report and change lives in the JSON file $FAKE_STATE, which a test prepares and inspects."""
+"""Stand-ins for the commands the node scripts run (lsblk, mdadm, nvidia-smi, curl, ...).
+
+conftest.py puts a wrapper per command on PATH that runs `fake_commands.py NAME ARGS...`. Each call is appended
+to $FAKE_LOG as a JSON list (command name, then arguments); what the commands report and change lives in the
+JSON file $FAKE_STATE, which a test prepares and inspects."""
 
 import json
 import os
@@ -78,7 +80,7 @@ def nvidia_smi(args: list[str], state: dict) -> int:
                 print(f"|   {index}  MIG {name:<13} {profile_id:>3}     {free}/{total}        4.75       No     14 |")
             return 0
         requested = args[args.index("-cgi") + 1].split(",")
-        for name, entry in profiles.items():
+        for entry in profiles.values():
             if str(entry[0]) == requested[0]:
                 entry[1] -= len(requested)
         save(state)
@@ -106,7 +108,7 @@ def nvidia_smi(args: list[str], state: dict) -> int:
 
 def curl(args: list[str], state: dict) -> int:
     url = args[-1]
-    path = url.split("/latest/", 1)[1]
+    path = url.split("/latest/", 1)[1].removeprefix("meta-data/")
     if path == "api/token":
         state["tokens_issued"] = state.get("tokens_issued", 0) + 1
         save(state)

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Writes the EFA/NCCL environment for the aws-ofi-nccl version installed on the image (read from the AMI's
+# versions manifest) to /etc/profile.d/gpufleet-efa.sh (login shells) and /etc/gpufleet/efa.env (systemd
+# EnvironmentFile=, docker --env-file). Which variables a plugin version needs: aws-ofi-nccl doc/efa-env-var.md.
+set -euo pipefail
+
+readonly LIBRARY_PATH_BASE=/opt/amazon/efa/lib:/opt/amazon/openmpi/lib
+
+log() { echo "efa-env: $*"; }
+die() { echo "efa-env: error: $*" >&2; exit 1; }
+
+# True when version $1 sorts before version $2.
+version_before() { [[ $1 != "$2" && $(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n 1) == "$1" ]]; }
+
+# Prints NAME=VALUE lines for aws-ofi-nccl version $1 on an instance type with ($2=1) or without GPUDirect RDMA.
+# <= 1.5.0 needs the provider and protocol forced; before 1.7.0, RDMA must be switched on by hand on p4/p5.
+# Never RDMAV_FORK_SAFE (breaks newer kernels), NCCL_MIN_CHANNELS or NCCL_BUFFSIZE (defaults are best).
+efa_variables() {
+  local version=$1 gpudirect_rdma=$2
+  if ! version_before 1.5.0 "$version"; then
+    echo FI_PROVIDER=efa
+    echo NCCL_PROTO=simple
+  fi
+  if [[ $gpudirect_rdma == 1 ]] && version_before "$version" 1.7.0; then
+    echo FI_EFA_USE_DEVICE_RDMA=1
+  fi
+  echo "LD_LIBRARY_PATH=$LIBRARY_PATH_BASE:${GPUFLEET_OFI_NCCL_PREFIX:-/opt/aws-ofi-nccl}/lib"
+}
+
+# Writes stdin to $1 through a temporary file, so readers never see half a file.
+write_file() {
+  mkdir -p "$(dirname "$1")"
+  cat >"$1.tmp"
+  chmod 0644 "$1.tmp"
+  mv -f "$1.tmp" "$1"
+}
+
+[[ ${GPUFLEET_EFA:-} =~ ^[01]$ ]] || die "GPUFLEET_EFA must be 1 or 0, got '${GPUFLEET_EFA:-}'"
+if [[ $GPUFLEET_EFA == 0 ]]; then
+  log "disabled (GPUFLEET_EFA=0)"
+  exit 0
+fi
+[[ ${GPUFLEET_GPUDIRECT_RDMA:-} =~ ^[01]$ ]] ||
+  die "GPUFLEET_GPUDIRECT_RDMA must be 1 or 0, got '${GPUFLEET_GPUDIRECT_RDMA:-}'"
+
+root=${GPUFLEET_ROOT:-}
+manifest=/etc/gpufleet/versions.json
+[[ -f $root$manifest ]] || die "$manifest is missing: the node image was not built by gpufleet (no versions manifest)"
+command -v python3 >/dev/null || die "python3 is needed to read $manifest; install it on the image"
+raw_version=$(python3 -c '
+import json, sys
+print(json.load(open(sys.argv[1]))["components"]["aws_ofi_nccl"])' "$root$manifest" 2>/dev/null) ||
+  die "$manifest is not valid JSON or has no components.aws_ofi_nccl"
+# Release tags read v1.7.3-aws; compare the numeric part only.
+[[ $raw_version =~ ^v?([0-9]+\.[0-9]+(\.[0-9]+)?) ]] ||
+  die "components.aws_ofi_nccl in $manifest is '$raw_version', not a version such as 1.7.3"
+version=${BASH_REMATCH[1]}
+
+mapfile -t variables < <(efa_variables "$version" "$GPUFLEET_GPUDIRECT_RDMA")
+header="# Written by gpufleet efa-env.sh for aws-ofi-nccl $raw_version (from $manifest); do not edit."
+{
+  echo "$header"
+  printf '%s\n' "${variables[@]}"
+} | write_file "$root/etc/gpufleet/efa.env"
+{
+  echo "$header"
+  for variable in "${variables[@]}"; do
+    if [[ $variable == LD_LIBRARY_PATH=* ]]; then
+      # shellcheck disable=SC2016 # expanded by the login shell that sources the file
+      variable+='${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}'
+    fi
+    echo "export $variable"
+  done
+} | write_file "$root/etc/profile.d/gpufleet-efa.sh"
+log "wrote the environment for aws-ofi-nccl $raw_version: ${variables[*]%%=*}"

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Polls the instance metadata service (IMDSv2) for a spot interruption notice or a rebalance recommendation,
+# logs each new notice and runs GPUFLEET_CHECKPOINT_HOOK once per node, on the first notice of either kind.
+# Runs as gpufleet-spot-watcher.service; stdout goes to the journal.
+set -euo pipefail
+
+readonly NOTICE_PATHS=(spot/instance-action events/recommendations/rebalance)
+
+log() { echo "spot-watcher: $*"; }
+die() { echo "spot-watcher: error: $*" >&2; exit 1; }
+
+[[ ${GPUFLEET_SPOT_WATCHER:-} =~ ^[01]$ ]] || die "GPUFLEET_SPOT_WATCHER must be 1 or 0, got '${GPUFLEET_SPOT_WATCHER:-}'"
+if [[ $GPUFLEET_SPOT_WATCHER == 0 ]]; then
+  log "disabled (GPUFLEET_SPOT_WATCHER=0)"
+  exit 0
+fi
+imds=${GPUFLEET_IMDS_URL:-http://169.254.169.254}
+poll_seconds=${GPUFLEET_POLL_SECONDS:-5}
+iterations=${GPUFLEET_WATCH_ITERATIONS:-0}
+token_ttl=${GPUFLEET_IMDS_TOKEN_TTL_SECONDS:-21600}
+hook=${GPUFLEET_CHECKPOINT_HOOK:-}
+# Kept on the root volume, so a restart of the service does not run the hook a second time.
+hook_ran_file=${GPUFLEET_ROOT:-}/var/lib/gpufleet/checkpoint-hook-ran
+
+[[ $poll_seconds =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "GPUFLEET_POLL_SECONDS must be a number of seconds, got '$poll_seconds'"
+[[ $iterations =~ ^[0-9]+$ ]] || die "GPUFLEET_WATCH_ITERATIONS must be a whole number (0: forever), got '$iterations'"
+[[ $token_ttl =~ ^[0-9]+$ && $token_ttl -ge 1 && $token_ttl -le 21600 ]] ||
+  die "GPUFLEET_IMDS_TOKEN_TTL_SECONDS must be 1-21600, got '$token_ttl'"
+
+token=""
+token_time=0
+declare -A last_notice=()
+
+refresh_token() {
+  if token=$(curl -fsS --max-time 2 -X PUT -H "X-aws-ec2-metadata-token-ttl-seconds: $token_ttl" \
+    "$imds/latest/api/token"); then
+    token_time=$SECONDS
+  else
+    token=""
+    log "cannot get an IMDSv2 token from $imds; trying again"
+  fi
+}
+
+# Prints the body of metadata path $1 when IMDS has it. Fails with 1 on 404 (no notice) and errors, and with 2
+# when the token has expired. Runs in a command substitution, so it logs to stderr (the journal too).
+metadata() {
+  local response status
+  response=$(curl -sS --max-time 2 -H "X-aws-ec2-metadata-token: $token" -w '\n%{http_code}' \
+    "$imds/latest/meta-data/$1") || { log "cannot reach $imds" >&2; return 1; }
+  status=${response##*$'\n'}
+  case $status in
+    200) echo "${response%$'\n'*}" ;;
+    404) return 1 ;;
+    401) return 2 ;;
+    *) log "IMDS answered $1 with HTTP $status" >&2; return 1 ;;
+  esac
+}
+
+run_hook_once() {
+  local path=$1 notice=$2
+  if [[ -z $hook ]]; then
+    log "no checkpoint hook configured (node.checkpoint_hook)"
+  elif [[ -f $hook_ran_file ]]; then
+    log "checkpoint hook already ran, for $(<"$hook_ran_file")"
+  else
+    mkdir -p "$(dirname "$hook_ran_file")"
+    printf '%s %s\n' "$path" "$notice" >"$hook_ran_file"
+    log "running checkpoint hook: $hook"
+    if GPUFLEET_NOTICE_PATH=$path GPUFLEET_NOTICE=$notice bash -c "$hook"; then
+      log "checkpoint hook finished"
+    else
+      log "checkpoint hook failed with exit status $?"
+    fi
+  fi
+}
+
+log "watching $imds every ${poll_seconds}s for ${NOTICE_PATHS[*]}"
+iteration=0
+while ((iterations == 0 || iteration < iterations)); do
+  iteration=$((iteration + 1))
+  if [[ -z $token ]] || ((SECONDS - token_time >= token_ttl / 2)); then
+    refresh_token
+  fi
+  for path in "${NOTICE_PATHS[@]}"; do
+    [[ -n $token ]] || break
+    status=0
+    notice=$(metadata "$path") || status=$?
+    if ((status == 2)); then
+      token=""
+    fi
+    ((status == 0)) || continue
+    [[ ${last_notice[$path]:-} != "$notice" ]] || continue
+    last_notice[$path]=$notice
+    log "notice at $path: $notice"
+    run_hook_once "$path" "$notice"
+  done
+  ((iterations != 0 && iteration >= iterations)) || sleep "$poll_seconds"
+done
