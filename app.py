@@ -1,0 +1,32 @@
+#!/usr/bin/env python3
+"""The gpufleet CDK app: the stacks of every environment in environments/, or of the one named by `-c env=NAME`.
+
+Environments are validated first; any problem stops synthesis with the same messages as `gpufleet validate`.
+"""
+
+import sys
+
+import aws_cdk as cdk
+
+from gpufleet.environment import environment_files, load_environments, load_named_environment
+from gpufleet.errors import GpufleetError
+from stacks.environment_stacks import add_compliance_checks, add_environment_stacks
+
+
+def main() -> int:
+    app = cdk.App()
+    selected = app.node.try_get_context("env")
+    try:
+        environments = [load_named_environment(selected)] if selected else load_environments(environment_files())
+    except GpufleetError as error:
+        print("\n".join(error.problems), file=sys.stderr)
+        return 1
+    add_compliance_checks(app)
+    for environment in environments:
+        add_environment_stacks(app, environment)
+    app.synth()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""CDK stacks and constructs of a gpufleet environment."""

@@ -1,0 +1,89 @@
+"""The GPU cluster of one environment: EFA security group, cluster placement group, node launch template,
+Spot Fleet, and the teardown guarantee."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from gpufleet.catalog import InstanceType
+from gpufleet.environment import ENVIRONMENT_TAG_KEY, Environment
+from stacks.constructs.efa_security_group import EfaSecurityGroup
+from stacks.constructs.fleet_teardown import FleetTeardown
+from stacks.constructs.gpu_spot_fleet import GpuSpotFleet
+from stacks.constructs.node_launch_template import NodeLaunchTemplate
+
+
+
+class ClusterStack(cdk.Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: Environment,
+        instance: InstanceType,
+        vpc: ec2.IVpc | None = None,
+        node_subnet: ec2.ISubnet | None = None,
+        **kwargs,
+    ) -> None:
+        """vpc and node_subnet come from the environment's NetworkStack; without them the environment's
+        existing VPC and subnet are imported (by id, with no lookup, so synthesis stays offline)."""
+        super().__init__(scope, construct_id, **kwargs)
+        if vpc is None or node_subnet is None:
+            vpc, node_subnet = self._import_network(environment)
+        node_tags = {**environment.tags, ENVIRONMENT_TAG_KEY: environment.name, "Name": f"{environment.stack_prefix}-node"}
+
+        efa_security_group = EfaSecurityGroup(self, "EfaSecurityGroup", vpc=vpc)
+        placement_group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+        launch_template = NodeLaunchTemplate(
+            self,
+            "NodeLaunchTemplate",
+            environment=environment,
+            instance=instance,
+            subnet=node_subnet,
+            security_group=efa_security_group.security_group,
+            placement_group=placement_group,
+            node_tags=node_tags,
+        )
+        fleet = GpuSpotFleet(
+            self,
+            "Fleet",
+            environment=environment,
+            launch_template=launch_template.launch_template,
+            fleet_tags={**environment.tags, ENVIRONMENT_TAG_KEY: environment.name},
+        )
+        FleetTeardown(
+            self,
+            "FleetTeardown",
+            fleet=fleet.spot_fleet,
+            environment_tag=(ENVIRONMENT_TAG_KEY, environment.name),
+            guarded=[placement_group, efa_security_group, launch_template],
+            log_retention=logs.RetentionDays.ONE_MONTH,
+        )
+
+        outputs = {
+            "FleetRequestId": fleet.spot_fleet.ref,
+            "PlacementGroupName": placement_group.placement_group_name,
+            "SecurityGroupId": efa_security_group.security_group.security_group_id,
+            "LaunchTemplateId": launch_template.launch_template.ref,
+            "SubnetId": node_subnet.subnet_id,
+        }
+        for name, value in outputs.items():
+            cdk.CfnOutput(self, name, value=value)
+
+    def _import_network(self, environment: Environment) -> tuple[ec2.IVpc, ec2.ISubnet]:
+        network = environment.network
+        vpc = ec2.Vpc.from_vpc_attributes(
+            self,
+            "ExistingVpc",
+            vpc_id=network.vpc_id,
+            availability_zones=[environment.availability_zone],
+            isolated_subnet_ids=[network.subnet_id],
+        )
+        subnet = ec2.Subnet.from_subnet_attributes(
+            self, "ExistingNodeSubnet", subnet_id=network.subnet_id, availability_zone=environment.availability_zone
+        )
+        return vpc, subnet

@@ -1,0 +1,1 @@
+"""Constructs the cluster stacks compose."""

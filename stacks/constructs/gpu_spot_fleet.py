@@ -1,0 +1,100 @@
+"""The Spot Fleet that keeps the nodes running: on-demand floor, spot for the rest, terminate on interruption."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from gpufleet.environment import Environment
+
+
+class GpuSpotFleet(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: Environment,
+        launch_template: ec2.CfnLaunchTemplate,
+        fleet_tags: dict[str, str],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.fleet_role = iam.Role(
+            self,
+            "FleetRole",
+            assumed_by=iam.ServicePrincipal("spotfleet.amazonaws.com"),
+            description=f"gpufleet {environment.name}: lets Spot Fleet launch, tag and terminate the nodes",
+            managed_policies=[
+                iam.ManagedPolicy.from_aws_managed_policy_name("service-role/AmazonEC2SpotFleetTaggingRole")
+            ],
+        )
+        cdk.Validations.of(self.fleet_role).acknowledge(
+            cdk.Acknowledgment(
+                id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/"
+                "AmazonEC2SpotFleetTaggingRole]",
+                reason="The policy AWS documents for Spot Fleet roles; AWS updates it when the service needs new "
+                "actions, which a copied inline policy would silently miss",
+            )
+        )
+        fleet = environment.fleet
+        maintains = fleet.type == "maintain"
+        self.spot_fleet = ec2.CfnSpotFleet(
+            self,
+            "Resource",
+            spot_fleet_request_config_data=ec2.CfnSpotFleet.SpotFleetRequestConfigDataProperty(
+                iam_fleet_role=self.fleet_role.role_arn,
+                type=fleet.type,
+                target_capacity=environment.capacity.target,
+                on_demand_target_capacity=environment.capacity.on_demand,
+                on_demand_allocation_strategy=fleet.on_demand_allocation_strategy,
+                allocation_strategy=fleet.allocation_strategy,
+                # Placement groups refuse spot instances that stop or hibernate on interruption.
+                instance_interruption_behavior="terminate",
+                replace_unhealthy_instances=fleet.replace_unhealthy_instances if maintains else None,
+                excess_capacity_termination_policy="default" if maintains else None,
+                terminate_instances_with_expiration=True,
+                valid_until=_utc_iso(fleet.valid_until),
+                spot_maintenance_strategies=self._maintenance_strategies(environment),
+                launch_template_configs=[
+                    ec2.CfnSpotFleet.LaunchTemplateConfigProperty(
+                        launch_template_specification=ec2.CfnSpotFleet.FleetLaunchTemplateSpecificationProperty(
+                            launch_template_id=launch_template.ref,
+                            version=launch_template.attr_latest_version_number,
+                        ),
+                        overrides=[
+                            ec2.CfnSpotFleet.LaunchTemplateOverridesProperty(instance_type=environment.instance_type)
+                        ],
+                    )
+                ],
+                tag_specifications=[
+                    ec2.CfnSpotFleet.SpotFleetTagSpecificationProperty(
+                        resource_type="spot-fleet-request",
+                        tags=[cdk.CfnTag(key=key, value=value) for key, value in sorted(fleet_tags.items())],
+                    )
+                ],
+            ),
+        )
+
+    @staticmethod
+    def _maintenance_strategies(environment: Environment) -> ec2.CfnSpotFleet.SpotMaintenanceStrategiesProperty | None:
+        rebalance = environment.fleet.capacity_rebalance
+        if rebalance is None:
+            return None
+        return ec2.CfnSpotFleet.SpotMaintenanceStrategiesProperty(
+            capacity_rebalance=ec2.CfnSpotFleet.SpotCapacityRebalanceProperty(
+                replacement_strategy=rebalance.replacement_strategy,
+                termination_delay=rebalance.termination_delay_seconds,
+            )
+        )
+
+
+def _utc_iso(moment: dt.datetime | None) -> str | None:
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.UTC)
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

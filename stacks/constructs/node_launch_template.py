@@ -1,0 +1,113 @@
+"""The node launch template: EFA interfaces per network card, IMDSv2, encrypted gp3 root, SSM-managed role."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+from gpufleet.user_data import render_user_data
+
+from gpufleet.catalog import InstanceType
+from gpufleet.environment import Environment
+from stacks.constructs.node_network_interfaces import node_network_interfaces
+
+# Containers (nvidia-docker) reach IMDSv2 through one extra network hop.
+IMDS_HOP_LIMIT = 2
+ROOT_VOLUME_IOPS = 3000
+ROOT_VOLUME_THROUGHPUT_MIBPS = 125
+
+
+class NodeLaunchTemplate(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: Environment,
+        instance: InstanceType,
+        subnet: ec2.ISubnet,
+        security_group: ec2.ISecurityGroup,
+        placement_group: ec2.IPlacementGroup,
+        node_tags: dict[str, str],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.role = iam.Role(
+            self,
+            "NodeRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description=f"gpufleet {environment.name} nodes: SSM managed instance and CloudWatch agent",
+            managed_policies=[
+                iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore"),
+                iam.ManagedPolicy.from_aws_managed_policy_name("CloudWatchAgentServerPolicy"),
+            ],
+        )
+        for policy, reason in (
+            ("AmazonSSMManagedInstanceCore", "AWS's minimal, maintained policy for SSM Session Manager access, "
+             "which replaces SSH keys and public IPs on gpufleet nodes"),
+            ("CloudWatchAgentServerPolicy", "AWS's maintained policy for the CloudWatch agent that ships GPU "
+             "node metrics and logs; it grants only metric/log writes and reads of the agent's SSM config"),
+        ):
+            cdk.Validations.of(self.role).acknowledge(
+                cdk.Acknowledgment(id=f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{policy}]",
+                                   reason=reason)
+            )
+        instance_profile = iam.InstanceProfile(self, "NodeInstanceProfile", role=self.role)
+
+        tags = [cdk.CfnTag(key=key, value=value) for key, value in sorted(node_tags.items())]
+        self.launch_template = ec2.CfnLaunchTemplate(
+            self,
+            "Resource",
+            launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+                image_id=self._image_id(environment),
+                instance_type=environment.instance_type,
+                key_name=environment.key_pair,
+                ebs_optimized=True,
+                iam_instance_profile=ec2.CfnLaunchTemplate.IamInstanceProfileProperty(
+                    arn=instance_profile.instance_profile_arn
+                ),
+                network_interfaces=node_network_interfaces(
+                    instance=instance,
+                    efa=environment.efa,
+                    subnet_id=subnet.subnet_id,
+                    security_group_id=security_group.security_group_id,
+                ),
+                placement=ec2.CfnLaunchTemplate.PlacementProperty(group_name=placement_group.placement_group_name),
+                metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
+                    http_endpoint="enabled",
+                    http_tokens="required",
+                    http_put_response_hop_limit=IMDS_HOP_LIMIT,
+                ),
+                block_device_mappings=[
+                    ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
+                        device_name=environment.ami.root_device_name,
+                        ebs=ec2.CfnLaunchTemplate.EbsProperty(
+                            volume_size=environment.root_volume_gib,
+                            volume_type="gp3",
+                            iops=ROOT_VOLUME_IOPS,
+                            throughput=ROOT_VOLUME_THROUGHPUT_MIBPS,
+                            encrypted=True,
+                            delete_on_termination=True,
+                        ),
+                    )
+                ],
+                tag_specifications=[
+                    ec2.CfnLaunchTemplate.TagSpecificationProperty(resource_type=resource_type, tags=tags)
+                    for resource_type in ("instance", "volume", "network-interface")
+                ],
+                user_data=cdk.Fn.base64(render_user_data(environment, instance)),
+            ),
+        )
+
+    def _image_id(self, environment: Environment) -> str:
+        if environment.ami.id is not None:
+            return environment.ami.id
+        # A parameter of this type is resolved by CloudFormation at deploy time: synthesis stays offline.
+        parameter = cdk.CfnParameter(
+            self,
+            "NodeImageParameter",
+            type="AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>",
+            default=environment.ami.ssm_parameter,
+            description="SSM parameter holding the node AMI id (written by the gpufleet AMI pipeline)",
+        )
+        return parameter.value_as_string

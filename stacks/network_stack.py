@@ -1,0 +1,91 @@
+"""The network of an environment that creates its VPC: a private node subnet in the cluster AZ, VPC endpoints
+so nodes work without a NAT gateway, optional NAT, and flow logs."""
+
+from __future__ import annotations
+
+import ipaddress
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from gpufleet.environment import Environment
+from gpufleet.validators import LOG_RETENTION_DAYS
+
+INTERFACE_ENDPOINTS = {
+    "Ssm": ec2.InterfaceVpcEndpointAwsService.SSM,
+    "SsmMessages": ec2.InterfaceVpcEndpointAwsService.SSM_MESSAGES,
+    "Ec2Messages": ec2.InterfaceVpcEndpointAwsService.EC2_MESSAGES,
+    "Ec2": ec2.InterfaceVpcEndpointAwsService.EC2,
+    "EcrApi": ec2.InterfaceVpcEndpointAwsService.ECR,
+    "EcrDocker": ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER,
+    "CloudWatchLogs": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
+    "CloudWatchMetrics": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING,
+    "Sts": ec2.InterfaceVpcEndpointAwsService.STS,
+}
+
+
+class NetworkStack(cdk.Stack):
+    def __init__(self, scope: Construct, construct_id: str, *, environment: Environment, **kwargs) -> None:
+        self._availability_zone = environment.availability_zone
+        super().__init__(scope, construct_id, **kwargs)
+        network = environment.network
+        prefix = ipaddress.IPv4Network(network.cidr).prefixlen
+        subnets = [
+            # Nodes get one address per EFA interface (32 on p5), so the node subnet takes half of the VPC.
+            ec2.SubnetConfiguration(
+                name="nodes",
+                subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS if network.nat_gateway else ec2.SubnetType.PRIVATE_ISOLATED,
+                cidr_mask=prefix + 1,
+            )
+        ]
+        if network.nat_gateway:
+            subnets.append(ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=prefix + 3))
+        flow_log_group = logs.LogGroup(
+            self,
+            "FlowLogs",
+            retention=logs.RetentionDays[LOG_RETENTION_DAYS[network.flow_log_retention_days]],
+            removal_policy=cdk.RemovalPolicy.DESTROY,
+        )
+        self.vpc = ec2.Vpc(
+            self,
+            "Vpc",
+            ip_addresses=ec2.IpAddresses.cidr(network.cidr),
+            availability_zones=[environment.availability_zone],
+            nat_gateways=1 if network.nat_gateway else 0,
+            subnet_configuration=subnets,
+            restrict_default_security_group=True,
+            flow_logs={
+                "All": ec2.FlowLogOptions(
+                    destination=ec2.FlowLogDestination.to_cloud_watch_logs(flow_log_group),
+                    traffic_type=ec2.FlowLogTrafficType.ALL,
+                )
+            },
+        )
+        node_subnets = ec2.SubnetSelection(subnet_group_name="nodes")
+        self.node_subnet = self.vpc.select_subnets(subnet_group_name="nodes").subnets[0]
+        self.vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[node_subnets])
+        endpoint_security_group = ec2.SecurityGroup(
+            self,
+            "EndpointSecurityGroup",
+            vpc=self.vpc,
+            allow_all_outbound=False,
+            description="gpufleet VPC interface endpoints: HTTPS from inside the VPC",
+        )
+        # The literal CIDR (not the VPC's CidrBlock attribute) keeps the rule reviewable in the template.
+        endpoint_security_group.add_ingress_rule(ec2.Peer.ipv4(network.cidr), ec2.Port.tcp(443), "HTTPS from the VPC")
+        for name, service in INTERFACE_ENDPOINTS.items():
+            self.vpc.add_interface_endpoint(
+                name,
+                service=service,
+                subnets=node_subnets,
+                private_dns_enabled=True,
+                open=False,
+                security_groups=[endpoint_security_group],
+            )
+
+    @property
+    def availability_zones(self) -> list[str]:
+        """The configured AZ: without this override CDK looks the region's AZs up, which needs credentials."""
+        return [self._availability_zone]

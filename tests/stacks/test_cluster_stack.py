@@ -1,0 +1,235 @@
+"""What the cluster stack of each shipped environment must say, asserted on the synthesized templates."""
+
+from __future__ import annotations
+
+import pytest
+from aws_cdk.assertions import Capture, Match
+
+from gpufleet.catalog import load_catalog
+from gpufleet.environment import environment_files, load_environments
+
+ENVIRONMENTS = {env.name: env for env in load_environments(environment_files())}
+
+
+def cluster(assembly, name):
+    return assembly.template(f"gpufleet-{name}-cluster")
+
+
+def only_resource(template, resource_type):
+    (resource,) = template.find_resources(resource_type).values()
+    return resource["Properties"]
+
+
+def logical_id(template, resource_type):
+    (logical,) = template.find_resources(resource_type)
+    return logical
+
+
+def test_every_environment_has_a_cluster_stack_named_after_it(assembly):
+    assert {f"gpufleet-{name}-cluster" for name in ENVIRONMENTS} <= set(assembly.stack_names)
+    networks = {name for name, env in ENVIRONMENTS.items() if env.network.creates_vpc}
+    assert {n for n in assembly.stack_names if n.endswith("-network")} == {f"gpufleet-{n}-network" for n in networks}
+
+
+@pytest.mark.parametrize("name", ENVIRONMENTS)
+def test_placement_group_is_cluster_strategy_and_used_by_the_launch_template(assembly, name):
+    template = cluster(assembly, name)
+    template.resource_count_is("AWS::EC2::PlacementGroup", 1)
+    template.has_resource_properties("AWS::EC2::PlacementGroup", {"Strategy": "cluster"})
+    placement = only_resource(template, "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]["Placement"]
+    assert placement == {"GroupName": {"Fn::GetAtt": [logical_id(template, "AWS::EC2::PlacementGroup"), "GroupName"]}}
+
+
+@pytest.mark.parametrize(("name", "cards"), [("dev", 4), ("prod", 4), ("h100", 32)])
+def test_one_efa_interface_per_network_card(assembly, name, cards):
+    assert load_catalog()[ENVIRONMENTS[name].instance_type].network_cards == cards
+    template = cluster(assembly, name)
+    interfaces = only_resource(template, "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]["NetworkInterfaces"]
+    security_group = logical_id(template, "AWS::EC2::SecurityGroup")
+    assert [i["NetworkCardIndex"] for i in interfaces] == list(range(cards))
+    assert [i["DeviceIndex"] for i in interfaces] == [0] + [1] * (cards - 1)
+    for interface in interfaces:
+        assert interface["InterfaceType"] == "efa"
+        assert interface["DeleteOnTermination"] is True
+        assert interface["AssociatePublicIpAddress"] is False
+        assert interface["Groups"] == [{"Fn::GetAtt": [security_group, "GroupId"]}]
+    assert "SecurityGroupIds" not in only_resource(template, "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
+
+
+@pytest.mark.parametrize("name", ENVIRONMENTS)
+def test_security_group_lets_efa_talk_both_ways_and_nothing_else_in(assembly, name):
+    template = cluster(assembly, name)
+    group = {"Fn::GetAtt": [logical_id(template, "AWS::EC2::SecurityGroup"), "GroupId"]}
+    template.has_resource_properties(
+        "AWS::EC2::SecurityGroupIngress", {"IpProtocol": "-1", "GroupId": group, "SourceSecurityGroupId": group}
+    )
+    template.has_resource_properties(
+        "AWS::EC2::SecurityGroupEgress", {"IpProtocol": "-1", "GroupId": group, "DestinationSecurityGroupId": group}
+    )
+    template.resource_count_is("AWS::EC2::SecurityGroupIngress", 1)
+    properties = only_resource(template, "AWS::EC2::SecurityGroup")
+    assert "SecurityGroupIngress" not in properties
+    (egress,) = properties["SecurityGroupEgress"]
+    assert {key: egress[key] for key in ("CidrIp", "IpProtocol", "FromPort", "ToPort")} == {
+        "CidrIp": "0.0.0.0/0", "IpProtocol": "tcp", "FromPort": 443, "ToPort": 443
+    }
+
+
+@pytest.mark.parametrize("name", ENVIRONMENTS)
+def test_launch_template_requires_imdsv2_and_encrypts_a_gp3_root(assembly, name):
+    environment = ENVIRONMENTS[name]
+    cluster(assembly, name).has_resource_properties(
+        "AWS::EC2::LaunchTemplate",
+        {
+            "LaunchTemplateData": Match.object_like(
+                {
+                    "MetadataOptions": {"HttpEndpoint": "enabled", "HttpTokens": "required",
+                                        "HttpPutResponseHopLimit": 2},
+                    "BlockDeviceMappings": [
+                        {
+                            "DeviceName": environment.ami.root_device_name,
+                            "Ebs": {"VolumeSize": environment.root_volume_gib, "VolumeType": "gp3", "Iops": 3000,
+                                    "Throughput": 125, "Encrypted": True, "DeleteOnTermination": True},
+                        }
+                    ],
+                    "InstanceType": environment.instance_type,
+                }
+            )
+        },
+    )
+
+
+@pytest.mark.parametrize("name", ENVIRONMENTS)
+def test_node_image_is_resolved_from_ssm_at_deploy_time(assembly, name):
+    template_json = assembly.template_json(f"gpufleet-{name}-cluster")
+    image = template_json["Resources"][logical_id(cluster(assembly, name), "AWS::EC2::LaunchTemplate")]
+    parameter = image["Properties"]["LaunchTemplateData"]["ImageId"]["Ref"]
+    assert template_json["Parameters"][parameter]["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
+    assert template_json["Parameters"][parameter]["Default"] == ENVIRONMENTS[name].ami.ssm_parameter
+
+
+@pytest.mark.parametrize("name", ENVIRONMENTS)
+def test_tags_reach_instances_volumes_and_interfaces(assembly, name):
+    data = only_resource(cluster(assembly, name), "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
+    assert [spec["ResourceType"] for spec in data["TagSpecifications"]] == ["instance", "volume", "network-interface"]
+    for spec in data["TagSpecifications"]:
+        tags = {tag["Key"]: tag["Value"] for tag in spec["Tags"]}
+        assert tags["gpufleet:environment"] == name
+        assert ENVIRONMENTS[name].tags.items() <= tags.items()
+
+
+@pytest.mark.parametrize("name", ENVIRONMENTS)
+def test_node_role_is_ssm_and_cloudwatch_agent_only(assembly, name):
+    template = cluster(assembly, name)
+    managed = Capture()
+    template.has_resource_properties(
+        "AWS::IAM::Role",
+        {
+            "AssumeRolePolicyDocument": Match.object_like(
+                {"Statement": [Match.object_like({"Principal": {"Service": "ec2.amazonaws.com"}})]}
+            ),
+            "ManagedPolicyArns": managed,
+        },
+    )
+    arns = [arn["Fn::Join"][1][-1] for arn in managed.as_array()]
+    assert arns == [":iam::aws:policy/AmazonSSMManagedInstanceCore", ":iam::aws:policy/CloudWatchAgentServerPolicy"]
+    node_role = next(
+        logical for logical, role in template.find_resources("AWS::IAM::Role").items()
+        if "ec2.amazonaws.com" in str(role["Properties"]["AssumeRolePolicyDocument"])
+    )
+    attached = [
+        policy for policy in template.find_resources("AWS::IAM::Policy").values()
+        if {"Ref": node_role} in policy["Properties"]["Roles"]
+    ]
+    assert attached == [], "the node role must not gain inline permissions"
+
+
+EXPECTED_FLEETS = {
+    "dev": {"Type": "maintain", "TargetCapacity": 2, "OnDemandTargetCapacity": 1,
+            "AllocationStrategy": "priceCapacityOptimized", "ReplaceUnhealthyInstances": True},
+    "prod": {"Type": "maintain", "TargetCapacity": 8, "OnDemandTargetCapacity": 2,
+             "AllocationStrategy": "capacityOptimized", "ReplaceUnhealthyInstances": True,
+             "SpotMaintenanceStrategies": {"CapacityRebalance": {"ReplacementStrategy": "launch-before-terminate",
+                                                                 "TerminationDelay": 300}}},
+    "h100": {"Type": "request", "TargetCapacity": 2, "OnDemandTargetCapacity": 2,
+             "AllocationStrategy": "priceCapacityOptimized"},
+}
+
+
+@pytest.mark.parametrize(("name", "expected"), EXPECTED_FLEETS.items())
+def test_spot_fleet_mix_and_interruption_behaviour(assembly, name, expected):
+    template = cluster(assembly, name)
+    config = only_resource(template, "AWS::EC2::SpotFleet")["SpotFleetRequestConfigData"]
+    assert {key: config.get(key) for key in expected} == expected
+    assert config["InstanceInterruptionBehavior"] == "terminate"
+    assert config["TerminateInstancesWithExpiration"] is True
+    assert config["OnDemandAllocationStrategy"] == "lowestPrice"
+    (launch_config,) = config["LaunchTemplateConfigs"]
+    launch_template = logical_id(template, "AWS::EC2::LaunchTemplate")
+    assert launch_config["LaunchTemplateSpecification"] == {
+        "LaunchTemplateId": {"Ref": launch_template},
+        "Version": {"Fn::GetAtt": [launch_template, "LatestVersionNumber"]},
+    }
+    assert launch_config["Overrides"] == [{"InstanceType": ENVIRONMENTS[name].instance_type}]
+    if name != "prod":
+        assert "SpotMaintenanceStrategies" not in config
+    if expected["Type"] == "request":
+        assert "ReplaceUnhealthyInstances" not in config
+
+
+@pytest.mark.parametrize("name", ENVIRONMENTS)
+def test_fleet_role_is_trusted_by_spot_fleet_only(assembly, name):
+    template = cluster(assembly, name)
+    config = only_resource(template, "AWS::EC2::SpotFleet")["SpotFleetRequestConfigData"]
+    role_logical = config["IamFleetRole"]["Fn::GetAtt"][0]
+    role = template.to_json()["Resources"][role_logical]["Properties"]
+    assert role["AssumeRolePolicyDocument"]["Statement"] == [
+        {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "spotfleet.amazonaws.com"}}
+    ]
+    assert role["ManagedPolicyArns"][0]["Fn::Join"][1][-1] == ":iam::aws:policy/service-role/AmazonEC2SpotFleetTaggingRole"
+
+
+@pytest.mark.parametrize("name", ENVIRONMENTS)
+def test_teardown_runs_before_fleet_placement_group_and_security_group_are_deleted(assembly, name):
+    template = cluster(assembly, name)
+    resources = template.to_json()["Resources"]
+    (teardown_id, teardown), = template.find_resources("Custom::GpufleetFleetTeardown").items()
+    fleet = logical_id(template, "AWS::EC2::SpotFleet")
+    assert teardown["Properties"]["FleetRequestId"] == {"Ref": fleet}
+    depends_on = set(teardown["DependsOn"])
+    guarded = {logical_id(template, "AWS::EC2::PlacementGroup"), logical_id(template, "AWS::EC2::SecurityGroup"),
+               logical_id(template, "AWS::EC2::LaunchTemplate")}
+    assert guarded <= depends_on
+    handler = resources[teardown["Properties"]["ServiceToken"]["Fn::GetAtt"][0]]["Properties"]
+    assert handler["Timeout"] == 900
+    assert handler["Handler"] == "handler.lambda_handler"
+    statements = [
+        statement
+        for policy in template.find_resources("AWS::IAM::Policy").values()
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    terminate = next(s for s in statements if s["Action"] == "ec2:TerminateInstances")
+    assert terminate["Condition"] == {"StringEquals": {"aws:ResourceTag/gpufleet:environment": name}}
+    cancel = next(s for s in statements if s["Action"] == "ec2:CancelSpotFleetRequests")
+    assert "spot-fleet-request/" in str(cancel["Resource"])
+    assert not template.find_resources("AWS::Logs::LogGroup", {"DeletionPolicy": "Retain"})
+
+
+@pytest.mark.parametrize("name", ENVIRONMENTS)
+def test_outputs_name_what_operators_need(assembly, name):
+    outputs = cluster(assembly, name).to_json()["Outputs"]
+    assert {"FleetRequestId", "PlacementGroupName", "SecurityGroupId", "LaunchTemplateId", "SubnetId"} <= set(outputs)
+
+
+def test_existing_network_is_imported_by_id(assembly):
+    environment = ENVIRONMENTS["h100"]
+    template = cluster(assembly, "h100")
+    interfaces = only_resource(template, "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]["NetworkInterfaces"]
+    assert {i["SubnetId"] for i in interfaces} == {environment.network.subnet_id}
+    template.has_resource_properties("AWS::EC2::SecurityGroup", {"VpcId": environment.network.vpc_id})
+    assert template.to_json()["Outputs"]["SubnetId"]["Value"] == environment.network.subnet_id
+
+
+def test_synthesis_made_no_aws_lookups(assembly):
+    """A lookup (AZs, VPCs, AMIs) would appear as missing context: synthesis must need no AWS access."""
+    assert "missing" not in assembly.manifest

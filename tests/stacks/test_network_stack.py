@@ -1,0 +1,80 @@
+"""The network stack: private node subnet in the cluster AZ, endpoints instead of a NAT, flow logs."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.environment import environment_files, load_environments
+
+NEW_VPC_ENVIRONMENTS = {env.name: env for env in load_environments(environment_files()) if env.network.creates_vpc}
+INTERFACE_SERVICES = ["ec2", "ec2messages", "ecr.api", "ecr.dkr", "logs", "monitoring", "ssm", "ssmmessages", "sts"]
+
+
+def network(assembly, name):
+    return assembly.template(f"gpufleet-{name}-network")
+
+
+@pytest.mark.parametrize("name", NEW_VPC_ENVIRONMENTS)
+def test_vpc_and_node_subnet_in_the_cluster_az(assembly, name):
+    environment = NEW_VPC_ENVIRONMENTS[name]
+    template = network(assembly, name)
+    template.has_resource_properties("AWS::EC2::VPC", {"CidrBlock": environment.network.cidr})
+    subnets = template.find_resources("AWS::EC2::Subnet")
+    assert {s["Properties"]["AvailabilityZone"] for s in subnets.values()} == {environment.availability_zone}
+    nodes = [s for s in subnets.values() if {"Key": "aws-cdk:subnet-name", "Value": "nodes"} in s["Properties"]["Tags"]]
+    assert len(nodes) == 1
+    assert nodes[0]["Properties"]["MapPublicIpOnLaunch"] is False
+
+
+@pytest.mark.parametrize("name", NEW_VPC_ENVIRONMENTS)
+def test_endpoints_let_nodes_work_without_a_nat(assembly, name):
+    template = network(assembly, name)
+    endpoints = template.find_resources("AWS::EC2::VPCEndpoint")
+    gateway = [e for e in endpoints.values() if e["Properties"].get("VpcEndpointType", "Gateway") == "Gateway"]
+    assert len(gateway) == 1 and "s3" in str(gateway[0]["Properties"]["ServiceName"])
+    interface_names = sorted(
+        e["Properties"]["ServiceName"] for e in endpoints.values() if e["Properties"].get("VpcEndpointType") == "Interface"
+    )
+    region = NEW_VPC_ENVIRONMENTS[name].region
+    assert interface_names == sorted(f"com.amazonaws.{region}.{service}" for service in INTERFACE_SERVICES)
+    assert len(endpoints) == len(INTERFACE_SERVICES) + 1
+    for endpoint in endpoints.values():
+        if endpoint["Properties"].get("VpcEndpointType") == "Interface":
+            assert endpoint["Properties"]["PrivateDnsEnabled"] is True
+
+
+@pytest.mark.parametrize("name", NEW_VPC_ENVIRONMENTS)
+def test_endpoint_security_group_admits_only_https_from_the_vpc(assembly, name):
+    template = network(assembly, name)
+    template.has_resource_properties(
+        "AWS::EC2::SecurityGroup",
+        {
+            "GroupDescription": "gpufleet VPC interface endpoints: HTTPS from inside the VPC",
+            "SecurityGroupIngress": [
+                {"CidrIp": NEW_VPC_ENVIRONMENTS[name].network.cidr, "Description": "HTTPS from the VPC",
+                 "FromPort": 443, "IpProtocol": "tcp", "ToPort": 443}
+            ],
+        },
+    )
+
+
+@pytest.mark.parametrize(("name", "nat_gateways"), [("dev", 0), ("prod", 1)])
+def test_nat_gateway_is_optional(assembly, name, nat_gateways):
+    template = network(assembly, name)
+    template.resource_count_is("AWS::EC2::NatGateway", nat_gateways)
+    template.resource_count_is("AWS::EC2::InternetGateway", nat_gateways)
+
+
+@pytest.mark.parametrize("name", NEW_VPC_ENVIRONMENTS)
+def test_flow_logs_capture_all_traffic_and_leave_with_the_stack(assembly, name):
+    template = network(assembly, name)
+    template.has_resource_properties("AWS::EC2::FlowLog", {"TrafficType": "ALL", "ResourceType": "VPC"})
+    retention = NEW_VPC_ENVIRONMENTS[name].network.flow_log_retention_days
+    groups = template.find_resources("AWS::Logs::LogGroup")
+    assert [g["Properties"]["RetentionInDays"] for g in groups.values()] == [retention]
+    assert {g["DeletionPolicy"] for g in groups.values()} == {"Delete"}
+
+
+@pytest.mark.parametrize("name", NEW_VPC_ENVIRONMENTS)
+def test_default_security_group_is_stripped(assembly, name):
+    network(assembly, name).resource_count_is("Custom::VpcRestrictDefaultSG", 1)
