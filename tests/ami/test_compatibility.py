@@ -1,0 +1,124 @@
+"""The compatibility gate: every rule with a passing and a failing (or warning) profile, and `gpufleet ami check`."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import pytest
+
+from gpufleet.ami.compatibility import RULES, CheckContext, Level, load_compatibility
+from gpufleet.ami.profile import load_profile
+from gpufleet.cli import main
+
+TODAY = dt.date(2026, 11, 23)
+RULE_BY_ID = {rule.rule_id: rule for rule in RULES}
+ALL_SHA256 = {f"components.{key}.sha256": "ab" * 32 for key in load_profile("ubuntu2204-cuda12").versions()}
+
+CASES = [
+    # rule id, profile, changes, expected level, text the message must contain
+    ("TARGET-CATALOG", "p4d-ubuntu1804-cuda11", {}, Level.PASS, "in the catalog"),
+    ("TARGET-CATALOG", "p4d-ubuntu1804-cuda11", {"target.instance_types": ["p9.huge"]}, Level.ERROR, "p9.huge"),
+    ("TARGET-CATALOG", "p4d-ubuntu1804-cuda11", {"target.nvswitch": False}, Level.ERROR, "p4d.24xlarge"),
+    ("FM-EQUALS-DRIVER", "p4d-ubuntu1804-cuda11", {}, Level.PASS, "equals driver"),
+    ("FM-EQUALS-DRIVER", "p4d-ubuntu1804-cuda11", {"components.fabric_manager.version": "450.80.01"}, Level.ERROR,
+     "fabric_manager 450.80.01 differs from driver 450.80.02"),
+    ("CUDA-MIN-DRIVER", "p4d-ubuntu1804-cuda11", {}, Level.PASS, ">= 450.51.06"),
+    ("CUDA-MIN-DRIVER", "p4d-ubuntu1804-cuda11", {"components.driver.version": "450.36.06"}, Level.ERROR,
+     "driver 450.36.06 is older than 450.51.06, the minimum for CUDA 11.0.3"),
+    ("CUDA-MIN-DRIVER", "ubuntu2204-cuda12", {"components.cuda.version": "13.0.1"}, Level.PASS, "580.65.06"),
+    ("CUDA-MIN-DRIVER", "ubuntu2204-cuda12", {"components.driver.version": "535.261.03"}, Level.PASS, "525.60.13"),
+    ("CUDA-MIN-DRIVER", "p4d-ubuntu1804-cuda11", {"components.cuda.version": "10.2.89"}, Level.ERROR, "older than"),
+    ("GPU-ARCH", "ubuntu2204-cuda12", {}, Level.PASS, "H100 (sm_90)"),
+    ("GPU-ARCH", "p4d-ubuntu1804-cuda11", {"target.instance_types": ["p4d.24xlarge", "p5.48xlarge"]}, Level.ERROR,
+     "p5.48xlarge: H100 (sm_90) needs CUDA >= 11.8"),
+    ("GPU-ARCH", "p4d-ubuntu1804-cuda11", {"components.driver.version": "440.118.02"}, Level.ERROR, ">= R450"),
+    ("GPU-ARCH", "p4d-ubuntu1804-cuda11", {"target.instance_types": ["g5.48xlarge"]}, Level.ERROR,
+     "compute capability 8.6 has no entry"),
+    ("OFI-NCCL-RANGE", "p4d-ubuntu1804-cuda11", {}, Level.PASS, "within >=2.4.8,<=2.7.8"),
+    ("OFI-NCCL-RANGE", "p4d-ubuntu1804-cuda11", {"components.nccl.version": "2.8.3"}, Level.ERROR,
+     "NCCL 2.8.3 is outside the range aws-ofi-nccl 1.1.1 supports (>=2.4.8,<=2.7.8)"),
+    ("OFI-NCCL-RANGE", "ubuntu2204-cuda12", {"components.nccl.version": "2.28.3"}, Level.ERROR, "outside"),
+    ("OFI-NCCL-RANGE", "ubuntu2204-cuda12", {"components.aws_ofi_nccl.version": "1.5.0"}, Level.ERROR, "no entry"),
+    ("OFI-LIBFABRIC", "ubuntu2204-cuda12", {}, Level.PASS, "ships libfabric >= 2.1.0"),
+    ("OFI-LIBFABRIC", "ubuntu2204-cuda12", {"components.efa_installer.version": "1.19.0"}, Level.ERROR,
+     "EFA installer 1.19.0 ships libfabric 1.16.0; aws-ofi-nccl 1.16.3 needs >=1.22.0"),
+    ("EFA-OS", "p4d-ubuntu1804-cuda11", {}, Level.PASS, "supports ubuntu 18.04"),
+    ("EFA-OS", "p4d-al2-cuda11", {}, Level.PASS, "supports amzn 2"),
+    ("EFA-OS", "ubuntu2204-cuda12", {"components.efa_installer.version": "1.17.3"}, Level.ERROR,
+     "EFA installer 1.17.3 does not support ubuntu 22.04 (releases known to: >=1.18.0)"),
+    ("EFA-OS", "p4d-al2-cuda11", {"components.efa_installer.version": "1.50.0"}, Level.ERROR, "amzn 2"),
+    ("TARGET-MINIMUMS", "ubuntu2204-cuda12", {}, Level.PASS, "p5.48xlarge"),
+    ("TARGET-MINIMUMS", "ubuntu2204-cuda12", {"components.nccl.version": "2.17.1"}, Level.ERROR,
+     "p5.48xlarge needs nccl >= 2.18 (profile: 2.17.1)"),
+    ("DRIVER-EOL", "ubuntu2204-cuda12", {}, Level.PASS, "supported until 2028-08-31"),
+    ("DRIVER-EOL", "p4d-ubuntu1804-cuda11", {}, Level.WARN, "R450 (LTSB) reached end of life on 2023-07-31"),
+    ("DRIVER-EOL", "ubuntu2204-cuda12", {"components.driver.version": "999.1.2"}, Level.WARN, "no end-of-life"),
+    ("DOWNLOAD-VERIFIED", "ubuntu2204-cuda12", ALL_SHA256, Level.PASS, "every download"),
+    ("DOWNLOAD-VERIFIED", "ubuntu2204-cuda12", {}, Level.WARN, "driver https://us.download.nvidia.com/tesla/"),
+]
+
+
+@pytest.mark.parametrize(("rule_id", "name", "changes", "level", "text"), CASES,
+                         ids=[f"{case[0]}-{case[3].value}-{index}" for index, case in enumerate(CASES)])
+def test_rule(derive, rule_id, name, changes, level, text):
+    context = CheckContext(data=load_compatibility(), today=TODAY)
+    verdicts = RULE_BY_ID[rule_id].check(derive(name, changes), context)
+    assert {verdict.level for verdict in verdicts} == {level}
+    assert any(text in verdict.message for verdict in verdicts), [v.message for v in verdicts]
+
+
+def test_every_rule_has_a_passing_and_a_failing_case():
+    levels = {(rule_id, level) for rule_id, _, _, level, _ in CASES}
+    for rule in RULES:
+        assert (rule.rule_id, Level.PASS) in levels
+        assert {(rule.rule_id, Level.ERROR), (rule.rule_id, Level.WARN)} & levels
+
+
+def test_end_of_life_depends_on_the_injected_date(derive):
+    rule, profile = RULE_BY_ID["DRIVER-EOL"], derive("p4d-ubuntu1804-cuda11", {})
+    before = rule.check(profile, CheckContext(load_compatibility(), dt.date(2023, 7, 31)))
+    after = rule.check(profile, CheckContext(load_compatibility(), dt.date(2023, 8, 1)))
+    assert [v.level for v in before] == [Level.PASS]
+    assert [v.level for v in after] == [Level.WARN]
+
+
+def test_unparseable_version_is_an_error_not_a_traceback(derive):
+    verdicts = RULE_BY_ID["OFI-NCCL-RANGE"].check(derive("p4d-ubuntu1804-cuda11", {"components.nccl.version": "2.7.x"}),
+                                                  CheckContext(load_compatibility(), TODAY))
+    assert [v.level for v in verdicts] == [Level.ERROR]
+    assert "Invalid version: '2.7.x'" in verdicts[0].message
+
+
+LINE = re.compile(r"^(?P<rule>[A-Z-]+) +(?P<level>PASS|WARN|ERROR) {2,}\S")
+
+
+@pytest.mark.parametrize("name", ["p4d-ubuntu1804-cuda11", "p4d-al2-cuda11", "ubuntu2204-cuda12"])
+def test_check_passes_every_shipped_profile(capsys, name):
+    assert main(["ami", "check", name, "--today", "2026-11-23"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all(LINE.match(line) for line in lines), lines
+    assert {LINE.match(line)["rule"] for line in lines} == set(RULE_BY_ID)
+    assert not any(LINE.match(line)["level"] == "ERROR" for line in lines)
+
+
+def test_check_warns_on_the_reference_drivers_end_of_life(capsys):
+    main(["ami", "check", "p4d-ubuntu1804-cuda11", "--today", "2026-11-23"])
+    out = capsys.readouterr().out
+    assert re.search(r"^DRIVER-EOL +WARN +driver branch R450 \(LTSB\) reached end of life on 2023-07-31", out, re.M)
+    assert re.search(r"^EFA-OS +PASS +EFA installer 1.14.1 supports ubuntu 18.04$", out, re.M)
+
+
+def test_check_exits_1_on_a_gate_error(capsys, write_profile):
+    path = write_profile("mismatch", {"components.fabric_manager.version": "450.80.01"})
+    assert main(["ami", "check", str(path), "--today", "2026-11-23"]) == 1
+    assert re.search(r"^FM-EQUALS-DRIVER +ERROR +fabric_manager 450.80.01 differs", capsys.readouterr().out, re.M)
+
+
+def test_check_json(capsys):
+    import json
+
+    assert main(["ami", "check", "ubuntu2204-cuda12", "--json"]) == 0
+    verdicts = json.loads(capsys.readouterr().out)
+    assert {"rule": "FM-EQUALS-DRIVER", "level": "PASS",
+            "message": "fabric_manager 580.95.05 equals driver 580.95.05"} in verdicts
