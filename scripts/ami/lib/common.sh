@@ -72,9 +72,9 @@ already_at() {
 # installed_package_version NAME: the installed version of an OS package, empty when it is not installed.
 installed_package_version() {
   if is_ubuntu; then
-    dpkg-query -W -f='${Status} ${Version}\n' "$1" 2>/dev/null | awk '$3 == "installed" {print $4}'
+    { dpkg-query -W -f='${Status} ${Version}\n' "$1" 2>/dev/null || true; } | awk '$3 == "installed" {print $4}'
   else
-    rpm -q --qf '%{VERSION}-%{RELEASE}\n' "$1" 2>/dev/null | grep -v 'not installed' || true
+    { rpm -q --qf '%{VERSION}-%{RELEASE}\n' "$1" 2>/dev/null || true; } | awk '!/not installed/'
   fi
 }
 
@@ -231,7 +231,7 @@ installed_cuda_version() {
   nvcc="$(root_path "$CUDA_LINK/bin/nvcc")"
   [[ -x "$nvcc" ]] || nvcc="$(command -v nvcc || true)"
   [[ -n "$nvcc" ]] || return 0
-  "$nvcc" --version 2>/dev/null | sed -n -E 's/.*release ([0-9]+\.[0-9]+).*/\1/p' | head -n 1
+  { "$nvcc" --version 2>/dev/null || true; } | sed -n -E 's/.*release ([0-9]+\.[0-9]+).*/\1/p' | head -n 1
 }
 
 # cuda_matches FOUND: a full X.Y.Z must equal the pin; nvcc's X.Y (CUDA 11.0 has no version.json) its major.minor.

@@ -3,7 +3,6 @@ directory, a fake GPUFLEET_ROOT tree, and the full contract environment of the r
 
 from __future__ import annotations
 
-import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path

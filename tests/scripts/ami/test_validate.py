@@ -1,0 +1,201 @@
+"""15-validate.sh: passes and writes versions.json only when every component is at its pinned version; each
+failure is one exact line, and the build fails."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+NCCL_TESTS_BINARIES = ("all_reduce_perf", "all_gather_perf", "broadcast_perf", "reduce_scatter_perf")
+MANIFEST = "etc/gpufleet/versions.json"
+
+
+def header(prefix: str, major: str, minor: str, patch: str, version: str) -> str:
+    a, b, c = version.split(".")[:3]
+    return f"#define {prefix}{major} {a}\n#define {prefix}{minor} {b}\n#define {prefix}{patch} {c}\n"
+
+
+@pytest.fixture
+def good_image(sandbox, pinned):
+    """A fake image tree and stubs in which every component of the reference p4d profile is installed."""
+    sandbox.set_state("nvidia-smi", "450.80.02\n" * 8)
+    sandbox.set_package("nvidia-fabricmanager-450", "450.80.02-1")
+    sandbox.set_state("enabled/nvidia-fabricmanager", "")
+    # CUDA 11.0 has no version.json: nvcc tells the release.
+    sandbox.set_state(
+        "nvcc", "Cuda compilation tools, release 11.0, V11.0.221\nBuild cuda_11.0_bu.TC445_37.28845127_0\n"
+    )
+    sandbox.write("/usr/local/cuda/include/cudnn_version.h", header("CUDNN_", "MAJOR", "MINOR", "PATCHLEVEL", "8.0.5"))
+    sandbox.write("/usr/include/nccl.h", header("NCCL_", "MAJOR", "MINOR", "PATCH", "2.7.8"))
+    sandbox.write(
+        "/opt/amazon/efa_installed_packages", "# EFA installer version: 1.14.1\n# Debug packages installed: no\n"
+    )
+    sandbox.write("/opt/aws-ofi-nccl/gpufleet-version", "1.1.4\n")
+    sandbox.write("/opt/nccl-tests/gpufleet-version", "2.10.0\n")
+    for binary in NCCL_TESTS_BINARIES:
+        sandbox.write(f"/opt/nccl-tests/build/{binary}", "", executable=True)
+    sandbox.set_package("lustre-client-utils", "2.10.8-5")
+    header_text = header("DNNL_VERSION_", "MAJOR", "MINOR", "PATCH", "2.2.4")
+    sandbox.write("/opt/onednn/include/oneapi/dnnl/dnnl_version.h", header_text)
+    sandbox.set_package("nvidia-container-toolkit", "1.4.0-1")
+    sandbox.write("/sys/class/infiniband/rdmap16s27/device/vendor", "0x1d0f\n")
+    return sandbox
+
+
+def failures(result) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("[gpufleet] FAIL ")]
+
+
+def test_pass_writes_the_versions_manifest_in_the_contract_shape(good_image, pinned):
+    result = good_image.run("15-validate.sh")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    manifest = json.loads((good_image.root / MANIFEST).read_text())
+    assert manifest == {
+        "profile": "p4d-ubuntu1804-cuda11",
+        "os": {"family": "ubuntu", "version": "18.04"},
+        "components": pinned,
+    }
+    assert list(manifest["components"]) == list(pinned)
+    assert "fi_info -p efa" in good_image.calls()
+    assert not list((good_image.root / "etc/gpufleet").glob("*.tmp"))
+
+
+def test_cuda_with_version_json_must_match_the_full_version(good_image):
+    good_image.env["GPUFLEET_CUDA_VERSION"] = "12.2.2"
+    good_image.write(
+        "/usr/local/cuda/version.json", '{\n "cuda" : {\n  "name" : "CUDA SDK",\n  "version" : "12.2.2"\n }\n}'
+    )
+    assert good_image.run("15-validate.sh").returncode == 0
+    good_image.write("/usr/local/cuda/version.json", '{"cuda": {"name": "CUDA SDK", "version": "12.2.1"}}')
+    assert failures(good_image.run("15-validate.sh")) == [
+        "[gpufleet] FAIL cuda: found 12.2.1 in /usr/local/cuda, expected 12.2.2"
+    ]
+
+
+def break_nvcc(box):
+    box.set_state("nvcc", "Cuda compilation tools, release 11.1, V11.1.105\n")
+
+
+FAIL_CASES = {
+    "wrong driver": (
+        lambda box: box.set_state("nvidia-smi", "450.80.02\n" * 7 + "450.51.06\n"),
+        ["driver: nvidia-smi reports 450.51.06,450.80.02, expected 450.80.02"],
+    ),
+    "nvidia-smi fails": (
+        lambda box: (box.state / "nvidia-smi").unlink(),
+        ["driver: nvidia-smi failed: NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver."],
+    ),
+    "fabric manager not enabled": (
+        lambda box: (box.state / "enabled/nvidia-fabricmanager").unlink(),
+        ["fabric_manager: nvidia-fabricmanager is not enabled (systemctl is-enabled: disabled)"],
+    ),
+    "fabric manager at another version": (
+        lambda box: box.set_package("nvidia-fabricmanager-450", "450.51.06-1"),
+        ["fabric_manager: found 450.51.06-1 in package nvidia-fabricmanager-450, expected 450.80.02"],
+    ),
+    "cuda at another release": (break_nvcc, ["cuda: found 11.1 in /usr/local/cuda, expected 11.0.3"]),
+    "cudnn at another version": (
+        lambda box: box.write(
+            "/usr/local/cuda/include/cudnn_version.h", header("CUDNN_", "MAJOR", "MINOR", "PATCHLEVEL", "8.0.4")
+        ),
+        ["cudnn: found 8.0.4 in cudnn headers, expected 8.0.5"],
+    ),
+    "nccl missing": (
+        lambda box: (box.root / "usr/include/nccl.h").unlink(),
+        ["nccl: not installed (nothing found in /usr/include/nccl.h), expected 2.7.8"],
+    ),
+    "efa installer at another version": (
+        lambda box: box.write("/opt/amazon/efa_installed_packages", "# EFA installer version: 1.13.0\n"),
+        ["efa_installer: found 1.13.0 in /opt/amazon/efa_installed_packages, expected 1.14.1"],
+    ),
+    "aws-ofi-nccl at another version": (
+        lambda box: box.write("/opt/aws-ofi-nccl/gpufleet-version", "1.1.3\n"),
+        ["aws_ofi_nccl: found 1.1.3 in /opt/aws-ofi-nccl/gpufleet-version, expected 1.1.4"],
+    ),
+    "nccl-tests binary missing": (
+        lambda box: (box.root / "opt/nccl-tests/build/all_reduce_perf").unlink(),
+        ["nccl_tests: missing /opt/nccl-tests/build/all_reduce_perf"],
+    ),
+    "fsx lustre client missing": (
+        lambda box: (box.state / "packages/lustre-client-utils").unlink(),
+        ["fsx_lustre: not installed (nothing found in package lustre-client-utils), expected 2.10.8"],
+    ),
+    "onednn at another version": (
+        lambda box: box.write(
+            "/opt/onednn/include/oneapi/dnnl/dnnl_version.h",
+            header("DNNL_VERSION_", "MAJOR", "MINOR", "PATCH", "2.3.0"),
+        ),
+        ["onednn: found 2.3.0 in /opt/onednn/include, expected 2.2.4"],
+    ),
+    "container toolkit at another version": (
+        lambda box: box.set_package("nvidia-container-toolkit", "1.14.3-1"),
+        ["container_toolkit: found 1.14.3-1 in package nvidia-container-toolkit, expected 1.4.0"],
+    ),
+    "fi_info fails with an EFA device": (
+        lambda box: box.set_state("fi_info.rc", "61"),
+        ["efa: an EFA device is present but 'fi_info -p efa' failed"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(FAIL_CASES))
+def test_each_failure_is_one_exact_line_and_no_manifest(good_image, case):
+    break_image, expected = FAIL_CASES[case]
+    break_image(good_image)
+    result = good_image.run("15-validate.sh")
+    assert result.returncode == 1
+    assert failures(result) == [f"[gpufleet] FAIL {line}" for line in expected]
+    assert result.stderr.splitlines()[-1] == (
+        "[gpufleet] ERROR: 1 check(s) failed: /etc/gpufleet/versions.json not written"
+    )
+    assert not (good_image.root / MANIFEST).exists()
+
+
+def test_all_failures_are_reported_together(good_image):
+    for break_image, _ in FAIL_CASES.values():
+        if break_image is not FAIL_CASES["nvidia-smi fails"][0]:
+            break_image(good_image)
+    result = good_image.run("15-validate.sh")
+    assert result.returncode == 1
+    assert len(failures(result)) == len(FAIL_CASES) - 1
+    assert result.stderr.splitlines()[-1].startswith(f"[gpufleet] ERROR: {len(FAIL_CASES) - 1} check(s) failed")
+
+
+def test_failed_validation_leaves_an_existing_manifest_untouched(good_image):
+    good_image.write("/" + MANIFEST, "previous\n")
+    good_image.set_state("nvidia-smi", "450.51.06\n")
+    assert good_image.run("15-validate.sh").returncode == 1
+    assert (good_image.root / MANIFEST).read_text() == "previous\n"
+
+
+def test_fi_info_is_not_required_without_an_efa_device(good_image):
+    (good_image.root / "sys/class/infiniband/rdmap16s27/device/vendor").write_text("0x15b3\n")  # a Mellanox card
+    good_image.set_state("fi_info.rc", "61")
+    result = good_image.run("15-validate.sh")
+    assert result.returncode == 0, result.stderr
+    assert "[gpufleet] no EFA device on this build instance: fi_info check skipped" in result.stdout
+    assert not any(call.startswith("fi_info") for call in good_image.calls())
+
+
+def test_without_nvswitch_fabric_manager_is_not_checked_and_recorded_as_null(good_image, pinned):
+    good_image.env["GPUFLEET_NVSWITCH"] = "0"
+    (good_image.state / "enabled/nvidia-fabricmanager").unlink()
+    (good_image.state / "packages/nvidia-fabricmanager-450").unlink()
+    result = good_image.run("15-validate.sh")
+    assert result.returncode == 0, result.stderr
+    components = json.loads((good_image.root / MANIFEST).read_text())["components"]
+    assert components == {**pinned, "fabric_manager": None}
+
+
+def test_amazon_linux_reads_rpm_package_versions(good_image):
+    good_image.env.update(GPUFLEET_OS_FAMILY="amzn", GPUFLEET_OS_VERSION="2", GPUFLEET_PROFILE="p4d-al2-cuda11")
+    good_image.set_package("nvidia-fabric-manager", "450.80.02-1")
+    good_image.set_package("lustre-client", "2.10.8-5.amzn2")
+    result = good_image.run("15-validate.sh")
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((good_image.root / MANIFEST).read_text())
+    assert manifest["os"] == {"family": "amzn", "version": "2"}
+    assert manifest["profile"] == "p4d-al2-cuda11"
+    assert "rpm -q --qf %{VERSION}-%{RELEASE}\\n nvidia-container-toolkit" in good_image.calls()
