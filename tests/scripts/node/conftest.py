@@ -63,7 +63,7 @@ def node(tmp_path: Path) -> FakeNode:
     bin_dir.mkdir()
     for command in FAKED:
         wrapper = bin_dir / command
-        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_COMMANDS}" {command} "$@"\n')
+        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "{FAKE_COMMANDS}" {command} "$@"\n')
         wrapper.chmod(0o755)
     root = tmp_path / "root"
     root.mkdir()

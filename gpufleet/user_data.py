@@ -1,0 +1,132 @@
+"""Launch-template user data: the node scripts of scripts/node/ assembled, at synth time, into one bash script.
+
+The user data writes the settings to /etc/gpufleet/node.env (shell-quoted ``export`` lines, also read by the
+systemd units), installs the enabled scripts under /opt/gpufleet/node and their units, then starts the spot
+watcher and the node setup. A feature the environment turns off leaves its script out entirely. Running the
+user data again rewrites the same files and re-runs the idempotent setup; the setup unit repeats it at boot.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from gpufleet import PROJECT_ROOT
+from gpufleet.catalog import InstanceType
+from gpufleet.environment import Environment
+from gpufleet.errors import GpufleetError
+
+SCRIPTS_DIR = PROJECT_ROOT / "scripts" / "node"
+INSTALL_DIR = "/opt/gpufleet/node"
+SETTINGS_FILE = "/etc/gpufleet/node.env"
+UNIT_DIR = "/etc/systemd/system"
+SETUP_UNIT = "gpufleet-node-setup.service"
+WATCHER_UNIT = "gpufleet-spot-watcher.service"
+# EC2 rejects user data over 16 KiB (before base64 encoding).
+USER_DATA_LIMIT_BYTES = 16384
+END_OF_FILE = "GPUFLEET_END_OF_FILE"
+# Fabric Manager must be up before the GPUs of an NVSwitch system can be used (CUDA error 802 otherwise).
+FABRIC_MANAGER_DROP_IN = """[Unit]
+Wants=nvidia-fabricmanager.service
+After=nvidia-fabricmanager.service
+"""
+
+
+def _flag(enabled: bool) -> str:
+    return "1" if enabled else "0"
+
+
+def setup_scripts(env: Environment, instance: InstanceType) -> list[str]:
+    """The boot-time setup scripts this environment enables, in the order they run."""
+    enabled = {
+        "raid0-nvme": env.node.raid0_nvme and instance.nvme.count > 0,
+        "gpu-clocks": env.node.max_clocks,
+        "mig": env.node.mig_profile is not None,
+        "efa-env": env.efa and instance.efa_supported,
+    }
+    return [name for name, on in enabled.items() if on]
+
+
+def watches_spot(env: Environment) -> bool:
+    return env.capacity.spot > 0
+
+
+def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
+    """The GPUFLEET_* variables the node scripts read (documented in scripts/node/README.md)."""
+    scripts = setup_scripts(env, instance)
+    return {
+        "GPUFLEET_ENVIRONMENT": env.name,
+        "GPUFLEET_INSTANCE_TYPE": instance.name,
+        "GPUFLEET_SETUP_SCRIPTS": " ".join(scripts),
+        "GPUFLEET_RAID0_NVME": _flag("raid0-nvme" in scripts),
+        "GPUFLEET_SCRATCH_MOUNT": env.node.scratch_mount,
+        "GPUFLEET_NVME_COUNT": str(instance.nvme.count),
+        "GPUFLEET_MAX_CLOCKS": _flag("gpu-clocks" in scripts),
+        "GPUFLEET_GPU_COUNT": str(instance.gpu.count),
+        "GPUFLEET_MIG_PROFILE": env.node.mig_profile or "",
+        "GPUFLEET_EFA": _flag("efa-env" in scripts),
+        "GPUFLEET_GPUDIRECT_RDMA": _flag(instance.gpudirect_rdma),
+        "GPUFLEET_SPOT_WATCHER": _flag(watches_spot(env)),
+        "GPUFLEET_CHECKPOINT_HOOK": env.node.checkpoint_hook or "",
+    }
+
+
+def _without_comments(text: str) -> str:
+    """The text without its comment-only lines (the shebang and shellcheck directives stay): it keeps the user
+    data of every option under EC2's limit. The commented originals are scripts/node/ in the gpufleet repo."""
+    lines = text.splitlines(keepends=True)
+    kept = [line for line in lines[1:] if not line.lstrip().startswith("#") or line.lstrip().startswith("# shellcheck")]
+    return "".join(lines[:1] + kept)
+
+
+def _write_file(path: str, mode: str, content: str) -> str:
+    """A quoted heredoc (nothing in it is expanded) written through a temporary file: replacing a script that
+    is running (the spot watcher) must not change the file under the running shell."""
+    if END_OF_FILE in content.splitlines():
+        raise GpufleetError(f"{path}: a line of its content is '{END_OF_FILE}', which would end the heredoc early")
+    if not content.endswith("\n"):
+        content += "\n"
+    return f"write_file \"$root{path}\" {mode} <<'{END_OF_FILE}'\n{content}{END_OF_FILE}\n"
+
+
+def _install(path: str, mode: str, source: str) -> str:
+    return _write_file(path, mode, _without_comments((SCRIPTS_DIR / source).read_text()))
+
+
+def render_user_data(env: Environment, instance: InstanceType) -> str:
+    """The complete user data (a bash script) for the nodes of ``env``, which run ``instance``."""
+    settings = node_settings(env, instance)
+    scripts = setup_scripts(env, instance)
+    units = ([WATCHER_UNIT] if watches_spot(env) else []) + ([SETUP_UNIT] if scripts else [])
+    installed = scripts + (["run-setup"] if scripts else []) + (["spot-watcher"] if watches_spot(env) else [])
+
+    parts = [
+        "#!/bin/bash\n"
+        f"# gpufleet node user data for environment {env.name} ({instance.name}), from gpufleet/user_data.py.\n"
+        f"# Installs under {INSTALL_DIR}: {', '.join(installed) or 'nothing'}; with their systemd units.\n"
+        "# Runs them; safe to run again. GPUFLEET_ROOT (tests) prefixes every path it writes. The scripts'\n"
+        "# commented sources are scripts/node/ in gpufleet (comments stripped here to fit EC2's 16 KiB).\n"
+        "set -euo pipefail\n"
+        "root=${GPUFLEET_ROOT:-}\n"
+        'write_file() { mkdir -p "$(dirname "$1")" && cat >"$1.tmp" && chmod "$2" "$1.tmp" && mv -f "$1.tmp" "$1"; }\n',
+        _write_file(SETTINGS_FILE, "0644", "".join(f"export {k}={shlex.quote(v)}\n" for k, v in settings.items())),
+        f'# shellcheck source=/dev/null\n. "$root{SETTINGS_FILE}"\n',
+    ]
+    parts += [_install(f"{INSTALL_DIR}/{name}.sh", "0755", f"{name}.sh") for name in installed]
+    parts += [_install(f"{UNIT_DIR}/{unit}", "0644", unit) for unit in units]
+    if scripts and instance.nvswitch:
+        parts.append(_write_file(f"{UNIT_DIR}/{SETUP_UNIT}.d/fabric-manager.conf", "0644", FABRIC_MANAGER_DROP_IN))
+    if units:
+        # restart, not start: a second run must re-run the oneshot setup and load a rewritten watcher script.
+        parts.append(
+            "systemctl daemon-reload\n"
+            f"systemctl enable {' '.join(units)}\n"
+            + "".join(f"systemctl restart {unit}\n" for unit in units)
+        )
+    user_data = "".join(parts)
+    size = len(user_data.encode())
+    if size > USER_DATA_LIMIT_BYTES:
+        raise GpufleetError(
+            f"environments/{env.name}.yaml: node: the user data is {size} bytes, over EC2's limit of "
+            f"{USER_DATA_LIMIT_BYTES}; turn off a node feature or shorten node.checkpoint_hook"
+        )
+    return user_data

@@ -1,0 +1,138 @@
+"""render_user_data: one bash script per environment, only the enabled node scripts, under EC2's 16 KiB limit."""
+
+import re
+import shlex
+import subprocess
+
+import pytest
+
+from gpufleet.catalog import load_catalog
+from gpufleet.environment import environment_files, load_named_environment
+from gpufleet.errors import GpufleetError
+from gpufleet.user_data import USER_DATA_LIMIT_BYTES, render_user_data
+
+SHIPPED = [path.stem for path in environment_files()]
+ALL_SCRIPTS = {"raid0-nvme", "gpu-clocks", "mig", "efa-env", "run-setup", "spot-watcher"}
+# What each shipped environment turns on (environments/*.yaml): h100 is all on-demand, so it has no spot watcher.
+EXPECTED_SCRIPTS = {
+    "dev": ALL_SCRIPTS - {"mig"},
+    "prod": ALL_SCRIPTS - {"mig"},
+    "h100": ALL_SCRIPTS - {"spot-watcher"},
+}
+
+
+def render(env):
+    return render_user_data(env, load_catalog()[env.instance_type])
+
+
+def with_node(env, **node):
+    return env.model_copy(update={"node": env.node.model_copy(update=node)})
+
+
+def everything_on():
+    """A p4d environment with every node option on (spot nodes, EFA, RAID0, clocks, MIG, a hook)."""
+    return with_node(load_named_environment("dev"), raid0_nvme=True, max_clocks=True, mig_profile="1g.5gb",
+                     checkpoint_hook="/usr/local/bin/save-checkpoint --bucket s3://ml-ckpt/run-42 --urgent")
+
+
+def installed_scripts(user_data: str) -> set[str]:
+    return set(re.findall(r'^write_file "\$root/opt/gpufleet/node/([a-z0-9-]+)\.sh"', user_data, re.MULTILINE))
+
+
+def settings(user_data: str) -> dict[str, str]:
+    exports = re.findall(r"^export (GPUFLEET_\w+)=(.*)$", user_data, re.MULTILINE)
+    return {name: "".join(shlex.split(value)) for name, value in exports}
+
+
+def test_every_shipped_environment_is_covered():
+    assert sorted(SHIPPED) == sorted(EXPECTED_SCRIPTS)
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_shipped_environment_user_data_is_valid_bash_under_the_limit(name, tmp_path):
+    user_data = render(load_named_environment(name))
+    script = tmp_path / "user-data.sh"
+    script.write_text(user_data)
+
+    assert user_data.startswith("#!/bin/bash\n")
+    assert len(user_data.encode()) < USER_DATA_LIMIT_BYTES
+    syntax = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert syntax.returncode == 0, syntax.stderr
+    lint = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
+    assert lint.returncode == 0, lint.stdout
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_only_the_enabled_scripts_are_in_the_user_data(name):
+    user_data = render(load_named_environment(name))
+
+    assert installed_scripts(user_data) == EXPECTED_SCRIPTS[name]
+    assert ("gpufleet-spot-watcher.service" in user_data) == ("spot-watcher" in EXPECTED_SCRIPTS[name])
+    for script in ALL_SCRIPTS - EXPECTED_SCRIPTS[name]:
+        assert f"{script}.sh" not in user_data
+
+
+def test_every_option_on_p4d_stays_under_the_limit():
+    user_data = render(everything_on())
+
+    assert installed_scripts(user_data) == ALL_SCRIPTS
+    assert "fabric-manager.conf" in user_data
+    assert len(user_data.encode()) < USER_DATA_LIMIT_BYTES
+
+
+@pytest.mark.parametrize(
+    ("node", "left_out"),
+    [
+        ({"raid0_nvme": False}, {"raid0-nvme"}),
+        ({"max_clocks": False}, {"gpu-clocks"}),
+        ({"raid0_nvme": False, "max_clocks": False, "mig_profile": None}, {"raid0-nvme", "gpu-clocks", "mig"}),
+    ],
+)
+def test_options_turned_off_leave_their_scripts_out(node, left_out):
+    user_data = render(with_node(everything_on(), **node))
+
+    assert installed_scripts(user_data) == ALL_SCRIPTS - left_out
+    setup_order = [s for s in ("raid0-nvme", "gpu-clocks", "mig", "efa-env") if s not in left_out]
+    assert settings(user_data)["GPUFLEET_SETUP_SCRIPTS"] == " ".join(setup_order)
+
+
+def test_no_efa_leaves_the_efa_environment_out():
+    env = everything_on().model_copy(update={"efa": False})
+
+    assert "efa-env" not in installed_scripts(render(env))
+
+
+def test_nothing_to_set_up_installs_no_setup_unit():
+    env = with_node(everything_on(), raid0_nvme=False, max_clocks=False, mig_profile=None)
+    env = env.model_copy(update={"efa": False})
+
+    user_data = render(env)
+
+    assert installed_scripts(user_data) == {"spot-watcher"}
+    assert "gpufleet-node-setup.service" not in user_data
+
+
+@pytest.mark.parametrize(
+    "hook",
+    ["/usr/local/bin/save-checkpoint --urgent", """save "my run" --tag 'it's' $HOME `x` \\n; echo done""", ""],
+)
+def test_checkpoint_hook_survives_quoting(hook, tmp_path):
+    user_data = render(with_node(everything_on(), checkpoint_hook=hook or None))
+    settings = user_data.split("<<'GPUFLEET_END_OF_FILE'\n", 1)[1].split("GPUFLEET_END_OF_FILE\n", 1)[0]
+    settings_file = tmp_path / "node.env"
+    settings_file.write_text(settings)
+
+    shell = subprocess.run(["bash", "-c", f'. "{settings_file}" && printf %s "$GPUFLEET_CHECKPOINT_HOOK"'],
+                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+
+    assert shell.stdout == hook
+
+
+def test_too_large_user_data_is_a_clear_error():
+    with pytest.raises(GpufleetError, match=r"dev.yaml: node: the user data is \d+ bytes, over EC2.s limit"):
+        render(with_node(everything_on(), checkpoint_hook="x" * 2000))
+
+
+def test_a_line_that_would_end_a_heredoc_is_refused():
+    with pytest.raises(GpufleetError, match="would end the heredoc early"):
+        render(with_node(everything_on(), checkpoint_hook="x\nGPUFLEET_END_OF_FILE\ny"))
