@@ -65,6 +65,10 @@ def node(tmp_path: Path) -> FakeNode:
         wrapper = bin_dir / command
         wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "{FAKE_COMMANDS}" {command} "$@"\n')
         wrapper.chmod(0o755)
+    # efa-env.sh reads the versions manifest with python3; the node image provides it, here the test's Python does.
+    python3 = bin_dir / "python3"
+    python3.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    python3.chmod(0o755)
     root = tmp_path / "root"
     root.mkdir()
     fake = FakeNode(root, bin_dir, tmp_path / "state.json", tmp_path / "calls.log")
