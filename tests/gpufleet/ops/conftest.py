@@ -96,9 +96,22 @@ def environments(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..
 
 
 @pytest.fixture
-def moto() -> Iterator[None]:
+def moto(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # moto's thousands of default AMIs cost seconds per test; tests register the images they need.
+    monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
     with mock_aws():
         yield
+
+
+@pytest.fixture
+def node_image_id(moto: None) -> str:
+    """An image in moto that instances can launch from."""
+    ec2 = boto3.client("ec2", region_name=REGION)
+    return ec2.register_image(
+        Name="gpufleet-test-node",
+        RootDeviceName="/dev/sda1",
+        BlockDeviceMappings=[{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 8}}],
+    )["ImageId"]
 
 
 @pytest.fixture
@@ -149,16 +162,15 @@ def make_subnet(ec2: Any, zone: str = "us-east-1a", cidr: str = "10.40.0.0/24") 
 
 
 @pytest.fixture
-def spot_fleet(moto: None) -> Callable[[int], str]:
+def spot_fleet(node_image_id: str) -> Callable[[int], str]:
     """Creates a Spot Fleet of N p4d nodes from a launch template in moto; returns its request id."""
 
     def create(nodes: int = 2) -> str:
         ec2 = boto3.client("ec2", region_name=REGION)
-        image_id = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
         subnet_id = make_subnet(ec2)
         template_id = ec2.create_launch_template(
             LaunchTemplateName="gpufleet-dev-nodes",
-            LaunchTemplateData={"ImageId": image_id, "InstanceType": "p4d.24xlarge"},
+            LaunchTemplateData={"ImageId": node_image_id, "InstanceType": "p4d.24xlarge"},
         )["LaunchTemplate"]["LaunchTemplateId"]
         return ec2.request_spot_fleet(
             SpotFleetRequestConfig={

@@ -24,10 +24,9 @@ NOW = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
 
 
 @pytest.fixture
-def node_image(moto: None) -> str:
+def node_image(node_image_id: str) -> str:
     """The image that the dev environment's SSM parameter names."""
-    ec2 = boto3.client("ec2", region_name="us-east-1")
-    image_id = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+    image_id = node_image_id
     boto3.client("ssm", region_name="us-east-1").put_parameter(
         Name="/gpufleet/ami/p4d-ubuntu1804-cuda11", Value=image_id, Type="String", DataType="aws:ec2:image"
     )
