@@ -29,10 +29,27 @@ ON_DEMAND_ALLOCATION_STRATEGIES = ("lowestPrice", "prioritized")
 REPLACEMENT_STRATEGIES = ("launch", "launch-before-terminate")
 # CloudWatch Logs retention periods, in days, with the name aws_cdk.aws_logs.RetentionDays gives each.
 LOG_RETENTION_DAYS = {
-    1: "ONE_DAY", 3: "THREE_DAYS", 5: "FIVE_DAYS", 7: "ONE_WEEK", 14: "TWO_WEEKS", 30: "ONE_MONTH",
-    60: "TWO_MONTHS", 90: "THREE_MONTHS", 120: "FOUR_MONTHS", 150: "FIVE_MONTHS", 180: "SIX_MONTHS",
-    365: "ONE_YEAR", 400: "THIRTEEN_MONTHS", 545: "EIGHTEEN_MONTHS", 731: "TWO_YEARS", 1096: "THREE_YEARS",
-    1827: "FIVE_YEARS", 2192: "SIX_YEARS", 2557: "SEVEN_YEARS", 2922: "EIGHT_YEARS", 3288: "NINE_YEARS",
+    1: "ONE_DAY",
+    3: "THREE_DAYS",
+    5: "FIVE_DAYS",
+    7: "ONE_WEEK",
+    14: "TWO_WEEKS",
+    30: "ONE_MONTH",
+    60: "TWO_MONTHS",
+    90: "THREE_MONTHS",
+    120: "FOUR_MONTHS",
+    150: "FIVE_MONTHS",
+    180: "SIX_MONTHS",
+    365: "ONE_YEAR",
+    400: "THIRTEEN_MONTHS",
+    545: "EIGHTEEN_MONTHS",
+    731: "TWO_YEARS",
+    1096: "THREE_YEARS",
+    1827: "FIVE_YEARS",
+    2192: "SIX_YEARS",
+    2557: "SEVEN_YEARS",
+    2922: "EIGHT_YEARS",
+    3288: "NINE_YEARS",
     3653: "TEN_YEARS",
 }
 SMALLEST_VPC_PREFIX = 24
@@ -69,11 +86,15 @@ class EnvironmentNameValidator(Validator):
 
     def check(self, env, context):
         if not self.pattern.match(env.name):
-            return self.problem(f"'{env.name}' is not a valid name (lower-case letters, digits and '-', "
-                                "starting with a letter, at most 24 characters)")
+            return self.problem(
+                f"'{env.name}' is not a valid name (lower-case letters, digits and '-', "
+                "starting with a letter, at most 24 characters)"
+            )
         if env.name != context.path.stem:
-            return self.problem(f"'{env.name}' differs from the file name (name it '{context.path.stem}' "
-                                f"or rename the file to {env.name}.yaml)")
+            return self.problem(
+                f"'{env.name}' differs from the file name (name it '{context.path.stem}' "
+                f"or rename the file to {env.name}.yaml)"
+            )
         return []
 
 
@@ -100,8 +121,10 @@ class AvailabilityZoneValidator(Validator):
 
     def check(self, env, context):
         if not re.fullmatch(re.escape(env.region) + r"[a-z]", env.availability_zone):
-            return self.problem(f"'{env.availability_zone}' is not an availability zone of {env.region} "
-                                f"(the region name followed by one letter, e.g. {env.region}a)")
+            return self.problem(
+                f"'{env.availability_zone}' is not an availability zone of {env.region} "
+                f"(the region name followed by one letter, e.g. {env.region}a)"
+            )
         return []
 
 
@@ -114,8 +137,10 @@ class NetworkChoiceValidator(Validator):
         if network.cidr is None and None in existing:
             return self.problem("no network chosen (set cidr for a new VPC, or both vpc_id and subnet_id)")
         if network.cidr is not None and any(existing):
-            return self.problem("cidr and vpc_id/subnet_id both set (cidr creates a VPC; vpc_id and subnet_id "
-                                "import one: keep one of the two)")
+            return self.problem(
+                "cidr and vpc_id/subnet_id both set (cidr creates a VPC; vpc_id and subnet_id "
+                "import one: keep one of the two)"
+            )
         if network.nat_gateway and network.cidr is None:
             return [Problem("network.nat_gateway", "only a new VPC gets a NAT gateway (remove it, or use cidr)")]
         return []
@@ -130,12 +155,15 @@ class CidrValidator(Validator):
         try:
             network = ipaddress.IPv4Network(env.network.cidr, strict=True)
         except ValueError as error:
-            return self.problem(f"'{env.network.cidr}' is not an IPv4 network in CIDR notation ({error}; "
-                                "e.g. 10.40.0.0/16)")
+            return self.problem(
+                f"'{env.network.cidr}' is not an IPv4 network in CIDR notation ({error}; e.g. 10.40.0.0/16)"
+            )
         if not LARGEST_VPC_PREFIX <= network.prefixlen <= SMALLEST_VPC_PREFIX:
-            return self.problem(f"/{network.prefixlen} is outside the sizes allowed "
-                                f"(/{LARGEST_VPC_PREFIX} to /{SMALLEST_VPC_PREFIX}: the VPC holds a node subnet, "
-                                "endpoint addresses and, with NAT, a public subnet)")
+            return self.problem(
+                f"/{network.prefixlen} is outside the sizes allowed "
+                f"(/{LARGEST_VPC_PREFIX} to /{SMALLEST_VPC_PREFIX}: the VPC holds a node subnet, "
+                "endpoint addresses and, with NAT, a public subnet)"
+            )
         return []
 
 
@@ -147,8 +175,11 @@ class ExistingNetworkIdsValidator(Validator):
         for key, prefix in (("vpc_id", "vpc"), ("subnet_id", "subnet")):
             value = getattr(env.network, key)
             if value is not None and not re.fullmatch(prefix + r"-[0-9a-f]{8}([0-9a-f]{9})?", value):
-                problems.append(Problem(f"network.{key}", f"'{value}' is not a {prefix} id "
-                                                          f"({prefix}- followed by 8 or 17 hex digits)"))
+                problems.append(
+                    Problem(
+                        f"network.{key}", f"'{value}' is not a {prefix} id ({prefix}- followed by 8 or 17 hex digits)"
+                    )
+                )
         return problems
 
 
@@ -158,8 +189,9 @@ class FlowLogRetentionValidator(Validator):
     def check(self, env, context):
         if env.network.flow_log_retention_days not in LOG_RETENTION_DAYS:
             allowed = ", ".join(map(str, LOG_RETENTION_DAYS))
-            return self.problem(f"{env.network.flow_log_retention_days} is not a CloudWatch Logs retention "
-                                f"(allowed: {allowed})")
+            return self.problem(
+                f"{env.network.flow_log_retention_days} is not a CloudWatch Logs retention (allowed: {allowed})"
+            )
         return []
 
 
@@ -169,8 +201,10 @@ class InstanceTypeValidator(Validator):
     def check(self, env, context):
         catalog = load_catalog()
         if env.instance_type not in catalog:
-            return self.problem(f"'{env.instance_type}' is not in the instance catalog "
-                                f"(allowed: {', '.join(catalog)}; add it to gpufleet/instance_types.yaml)")
+            return self.problem(
+                f"'{env.instance_type}' is not in the instance catalog "
+                f"(allowed: {', '.join(catalog)}; add it to gpufleet/instance_types.yaml)"
+            )
         return []
 
 
@@ -180,8 +214,9 @@ class EfaSupportValidator(Validator):
     def check(self, env, context):
         instance = load_catalog().get(env.instance_type)
         if env.efa and instance is not None and not instance.efa_supported:
-            return self.problem(f"EFA requested but {env.instance_type} has no EFA "
-                                "(set efa: false or choose an EFA instance type)")
+            return self.problem(
+                f"EFA requested but {env.instance_type} has no EFA (set efa: false or choose an EFA instance type)"
+            )
         return []
 
 
@@ -199,8 +234,10 @@ class OnDemandCapacityValidator(Validator):
 
     def check(self, env, context):
         if not 0 <= env.capacity.on_demand <= env.capacity.target:
-            return self.problem(f"{env.capacity.on_demand} is outside the target capacity "
-                                f"(0 to capacity.target, which is {env.capacity.target})")
+            return self.problem(
+                f"{env.capacity.on_demand} is outside the target capacity "
+                f"(0 to capacity.target, which is {env.capacity.target})"
+            )
         return []
 
 
@@ -252,12 +289,18 @@ class CapacityRebalanceValidator(Validator):
         if rebalance is None:
             return []
         if env.fleet.type != "maintain":
-            return self.problem("capacity rebalance needs a fleet that maintains capacity (set fleet.type: maintain "
-                                "or remove capacity_rebalance)")
+            return self.problem(
+                "capacity rebalance needs a fleet that maintains capacity (set fleet.type: maintain "
+                "or remove capacity_rebalance)"
+            )
         delay = rebalance.termination_delay_seconds
         if delay is not None and rebalance.replacement_strategy != "launch-before-terminate":
-            return [Problem(f"{self.field}.termination_delay_seconds",
-                            "only applies to replacement_strategy: launch-before-terminate (remove it)")]
+            return [
+                Problem(
+                    f"{self.field}.termination_delay_seconds",
+                    "only applies to replacement_strategy: launch-before-terminate (remove it)",
+                )
+            ]
         if delay is not None and not 120 <= delay <= 7200:
             return [Problem(f"{self.field}.termination_delay_seconds", f"{delay} is out of range (120 to 7200)")]
         return []
@@ -283,13 +326,18 @@ class AmiSourceValidator(Validator):
     def check(self, env, context):
         ami = env.ami
         if (ami.ssm_parameter is None) == (ami.id is None):
-            return self.problem("set exactly one of ssm_parameter and id "
-                                "(e.g. ssm_parameter: /gpufleet/ami/p4d-ubuntu2204)")
+            return self.problem(
+                "set exactly one of ssm_parameter and id (e.g. ssm_parameter: /gpufleet/ami/p4d-ubuntu2204)"
+            )
         if ami.id is not None and not re.fullmatch(r"ami-[0-9a-f]{8}([0-9a-f]{9})?", ami.id):
             return [Problem("ami.id", f"'{ami.id}' is not an AMI id (ami- followed by 8 or 17 hex digits)")]
         if ami.ssm_parameter is not None and not re.fullmatch(r"(/[A-Za-z0-9_.\-]+)+", ami.ssm_parameter):
-            return [Problem("ami.ssm_parameter", f"'{ami.ssm_parameter}' is not an SSM parameter name "
-                                                 "(a path such as /gpufleet/ami/p4d-ubuntu2204)")]
+            return [
+                Problem(
+                    "ami.ssm_parameter",
+                    f"'{ami.ssm_parameter}' is not an SSM parameter name (a path such as /gpufleet/ami/p4d-ubuntu2204)",
+                )
+            ]
         return []
 
 
@@ -298,8 +346,10 @@ class RootDeviceValidator(Validator):
 
     def check(self, env, context):
         if not re.fullmatch(r"/dev/(sda1|xvda|nvme0n1)", env.ami.root_device_name):
-            return self.problem(f"'{env.ami.root_device_name}' is not a root device name "
-                                "(/dev/sda1 for Ubuntu, /dev/xvda for Amazon Linux)")
+            return self.problem(
+                f"'{env.ami.root_device_name}' is not a root device name "
+                "(/dev/sda1 for Ubuntu, /dev/xvda for Amazon Linux)"
+            )
         return []
 
 
@@ -308,8 +358,9 @@ class RootVolumeValidator(Validator):
 
     def check(self, env, context):
         if not 50 <= env.root_volume_gib <= 16384:
-            return self.problem(f"{env.root_volume_gib} GiB is out of range (50 to 16384: the CUDA stack "
-                                "alone needs tens of GiB)")
+            return self.problem(
+                f"{env.root_volume_gib} GiB is out of range (50 to 16384: the CUDA stack alone needs tens of GiB)"
+            )
         return []
 
 
@@ -324,8 +375,10 @@ class MigProfileValidator(Validator):
         if not instance.mig_profiles:
             return self.problem(f"{instance.gpu.model} GPUs of {instance.name} do not support MIG (remove mig_profile)")
         if profile not in instance.mig_profiles:
-            return self.problem(f"'{profile}' is not a MIG profile of the {instance.gpu.model} "
-                                f"{instance.gpu.memory_gib} GB (allowed: {', '.join(instance.mig_profiles)})")
+            return self.problem(
+                f"'{profile}' is not a MIG profile of the {instance.gpu.model} "
+                f"{instance.gpu.memory_gib} GB (allowed: {', '.join(instance.mig_profiles)})"
+            )
         return []
 
 
@@ -345,8 +398,13 @@ class TagsValidator(Validator):
         problems = []
         for key, value in env.tags.items():
             if key.lower().startswith("aws:") or not 1 <= len(key) <= 128 or len(value) > 256:
-                problems.append(Problem(f"tags.{key}", "not a usable tag (keys 1-128 characters, not starting "
-                                                        "with aws:, values at most 256 characters)"))
+                problems.append(
+                    Problem(
+                        f"tags.{key}",
+                        "not a usable tag (keys 1-128 characters, not starting "
+                        "with aws:, values at most 256 characters)",
+                    )
+                )
         return problems
 
 

@@ -16,7 +16,6 @@ from stacks.constructs.gpu_spot_fleet import GpuSpotFleet
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
 
 
-
 class ClusterStack(cdk.Stack):
     def __init__(
         self,
@@ -34,7 +33,11 @@ class ClusterStack(cdk.Stack):
         super().__init__(scope, construct_id, **kwargs)
         if vpc is None or node_subnet is None:
             vpc, node_subnet = self._import_network(environment)
-        node_tags = {**environment.tags, ENVIRONMENT_TAG_KEY: environment.name, "Name": f"{environment.stack_prefix}-node"}
+        node_tags = {
+            **environment.tags,
+            ENVIRONMENT_TAG_KEY: environment.name,
+            "Name": f"{environment.stack_prefix}-node",
+        }
 
         efa_security_group = EfaSecurityGroup(self, "EfaSecurityGroup", vpc=vpc)
         placement_group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)

@@ -36,12 +36,16 @@ class NetworkStack(cdk.Stack):
             # Nodes get one address per EFA interface (32 on p5), so the node subnet takes half of the VPC.
             ec2.SubnetConfiguration(
                 name="nodes",
-                subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS if network.nat_gateway else ec2.SubnetType.PRIVATE_ISOLATED,
+                subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS
+                if network.nat_gateway
+                else ec2.SubnetType.PRIVATE_ISOLATED,
                 cidr_mask=prefix + 1,
             )
         ]
         if network.nat_gateway:
-            subnets.append(ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=prefix + 3))
+            subnets.append(
+                ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=prefix + 3)
+            )
         flow_log_group = logs.LogGroup(
             self,
             "FlowLogs",

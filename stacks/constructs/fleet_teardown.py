@@ -77,11 +77,16 @@ class FleetTeardown(Construct):
             description="Cancels the gpufleet Spot Fleet and waits until its nodes are terminated",
         )
         for finding, reason in (
-            ("Resource::*", "DescribeSpotFleetInstances and DescribeInstances support no resource-level "
-             "permissions; both are read-only"),
-            (f"Resource::arn:<AWS::Partition>:ec2:{stack.region}:{stack.account}:instance/*",
-             f"TerminateInstances is limited by the condition aws:ResourceTag/{tag_key}={tag_value} to this "
-             "environment's nodes, whose ids are not known before the fleet launches them"),
+            (
+                "Resource::*",
+                "DescribeSpotFleetInstances and DescribeInstances support no resource-level "
+                "permissions; both are read-only",
+            ),
+            (
+                f"Resource::arn:<AWS::Partition>:ec2:{stack.region}:{stack.account}:instance/*",
+                f"TerminateInstances is limited by the condition aws:ResourceTag/{tag_key}={tag_value} to this "
+                "environment's nodes, whose ids are not known before the fleet launches them",
+            ),
         ):
             cdk.Validations.of(role).acknowledge(cdk.Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason))
         self.resource = cdk.CustomResource(

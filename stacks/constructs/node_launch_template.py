@@ -6,10 +6,10 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
-from gpufleet.user_data import render_user_data
 
 from gpufleet.catalog import InstanceType
 from gpufleet.environment import Environment
+from gpufleet.user_data import render_user_data
 from stacks.constructs.node_network_interfaces import node_network_interfaces
 
 # Containers (nvidia-docker) reach IMDSv2 through one extra network hop.
@@ -43,14 +43,21 @@ class NodeLaunchTemplate(Construct):
             ],
         )
         for policy, reason in (
-            ("AmazonSSMManagedInstanceCore", "AWS's minimal, maintained policy for SSM Session Manager access, "
-             "which replaces SSH keys and public IPs on gpufleet nodes"),
-            ("CloudWatchAgentServerPolicy", "AWS's maintained policy for the CloudWatch agent that ships GPU "
-             "node metrics and logs; it grants only metric/log writes and reads of the agent's SSM config"),
+            (
+                "AmazonSSMManagedInstanceCore",
+                "AWS's minimal, maintained policy for SSM Session Manager access, "
+                "which replaces SSH keys and public IPs on gpufleet nodes",
+            ),
+            (
+                "CloudWatchAgentServerPolicy",
+                "AWS's maintained policy for the CloudWatch agent that ships GPU "
+                "node metrics and logs; it grants only metric/log writes and reads of the agent's SSM config",
+            ),
         ):
             cdk.Validations.of(self.role).acknowledge(
-                cdk.Acknowledgment(id=f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{policy}]",
-                                   reason=reason)
+                cdk.Acknowledgment(
+                    id=f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{policy}]", reason=reason
+                )
             )
         instance_profile = iam.InstanceProfile(self, "NodeInstanceProfile", role=self.role)
 

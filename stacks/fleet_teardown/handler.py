@@ -91,8 +91,11 @@ def teardown_fleet(
     cancel_fleet(ec2, fleet_id)
     if not instance_ids:
         return instance_ids
-    LOGGER.info("terminating %d instance(s) of %s: %s", len(instance_ids), fleet_id, sorted(instance_ids))
-    ec2.terminate_instances(InstanceIds=sorted(instance_ids))
+    # Cancelling with TerminateInstances should end them all; whatever is still alive (a fleet that was already
+    # cancelled without terminating, say) is terminated here.
+    if survivors := alive_instances(ec2, instance_ids):
+        LOGGER.info("terminating %d instance(s) of %s: %s", len(survivors), fleet_id, sorted(survivors))
+        ec2.terminate_instances(InstanceIds=sorted(survivors))
     while alive := alive_instances(ec2, instance_ids):
         if seconds_left() < POLL_SECONDS + RESPONSE_MARGIN_SECONDS:
             raise TeardownIncomplete(f"instances of {fleet_id} still shutting down: {', '.join(sorted(alive))}")

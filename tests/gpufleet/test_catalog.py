@@ -41,7 +41,9 @@ def test_every_type_gives_secondary_cards_room_for_device_index_1():
             assert "efa" in card["InterfaceTypes"]
 
 
-@pytest.mark.parametrize(("name", "nvswitch", "gdr"), [("p4d.24xlarge", True, True), ("p5.48xlarge", True, True),
-                                                       ("g5.48xlarge", False, False)])
+@pytest.mark.parametrize(
+    ("name", "nvswitch", "gdr"),
+    [("p4d.24xlarge", True, True), ("p5.48xlarge", True, True), ("g5.48xlarge", False, False)],
+)
 def test_fabric_facts(name, nvswitch, gdr):
     assert (CATALOG[name].nvswitch, CATALOG[name].gpudirect_rdma) == (nvswitch, gdr)

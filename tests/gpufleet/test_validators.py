@@ -63,61 +63,145 @@ def test_the_valid_example_has_no_problems(tmp_path):
 
 
 RULES = [
-    ("name", "Lab", "name: 'Lab' is not a valid name (lower-case letters, digits and '-', starting with a letter, "
-     "at most 24 characters)"),
+    (
+        "name",
+        "Lab",
+        "name: 'Lab' is not a valid name (lower-case letters, digits and '-', starting with a letter, "
+        "at most 24 characters)",
+    ),
     ("name", "other", "name: 'other' differs from the file name (name it 'lab' or rename the file to other.yaml)"),
     ("account", "12345678901", "account: '12345678901' is not an AWS account id (exactly 12 digits, quoted)"),
     ("account", "12345678901a", "account: '12345678901a' is not an AWS account id (exactly 12 digits, quoted)"),
-    ("availability_zone", "us-west-2a", "availability_zone: 'us-west-2a' is not an availability zone of us-east-1 "
-     "(the region name followed by one letter, e.g. us-east-1a)"),
-    ("network.cidr", "10.40.0.0/33", "network.cidr: '10.40.0.0/33' is not an IPv4 network in CIDR notation "
-     "('33' is not a valid netmask; e.g. 10.40.0.0/16)"),
-    ("network.cidr", "10.40.0.1/16", "network.cidr: '10.40.0.1/16' is not an IPv4 network in CIDR notation "
-     "(10.40.0.1/16 has host bits set; e.g. 10.40.0.0/16)"),
-    ("network.cidr", "10.40.0.0/25", "network.cidr: /25 is outside the sizes allowed (/16 to /24: the VPC holds a "
-     "node subnet, endpoint addresses and, with NAT, a public subnet)"),
-    ("network.cidr", "10.0.0.0/8", "network.cidr: /8 is outside the sizes allowed (/16 to /24: the VPC holds a "
-     "node subnet, endpoint addresses and, with NAT, a public subnet)"),
-    ("network.vpc_id", "vpc-0a1b2c3d", "network: cidr and vpc_id/subnet_id both set (cidr creates a VPC; vpc_id "
-     "and subnet_id import one: keep one of the two)"),
-    ("network.flow_log_retention_days", 10, "network.flow_log_retention_days: 10 is not a CloudWatch Logs retention "
-     "(allowed: 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, "
-     "3653)"),
-    ("instance_type", "p3.16xlarge", "instance_type: 'p3.16xlarge' is not in the instance catalog (allowed: "
-     "p4d.24xlarge, p4de.24xlarge, p5.48xlarge, g5.48xlarge, g5.8xlarge; add it to gpufleet/instance_types.yaml)"),
-    ("capacity.on_demand", 3, "capacity.on_demand: 3 is outside the target capacity (0 to capacity.target, "
-     "which is 2)"),
-    ("capacity.on_demand", -1, "capacity.on_demand: -1 is outside the target capacity (0 to capacity.target, "
-     "which is 2)"),
+    (
+        "availability_zone",
+        "us-west-2a",
+        "availability_zone: 'us-west-2a' is not an availability zone of us-east-1 "
+        "(the region name followed by one letter, e.g. us-east-1a)",
+    ),
+    (
+        "network.cidr",
+        "10.40.0.0/33",
+        "network.cidr: '10.40.0.0/33' is not an IPv4 network in CIDR notation "
+        "('33' is not a valid netmask; e.g. 10.40.0.0/16)",
+    ),
+    (
+        "network.cidr",
+        "10.40.0.1/16",
+        "network.cidr: '10.40.0.1/16' is not an IPv4 network in CIDR notation "
+        "(10.40.0.1/16 has host bits set; e.g. 10.40.0.0/16)",
+    ),
+    (
+        "network.cidr",
+        "10.40.0.0/25",
+        "network.cidr: /25 is outside the sizes allowed (/16 to /24: the VPC holds a "
+        "node subnet, endpoint addresses and, with NAT, a public subnet)",
+    ),
+    (
+        "network.cidr",
+        "10.0.0.0/8",
+        "network.cidr: /8 is outside the sizes allowed (/16 to /24: the VPC holds a "
+        "node subnet, endpoint addresses and, with NAT, a public subnet)",
+    ),
+    (
+        "network.vpc_id",
+        "vpc-0a1b2c3d",
+        "network: cidr and vpc_id/subnet_id both set (cidr creates a VPC; vpc_id "
+        "and subnet_id import one: keep one of the two)",
+    ),
+    (
+        "network.flow_log_retention_days",
+        10,
+        "network.flow_log_retention_days: 10 is not a CloudWatch Logs retention "
+        "(allowed: 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, "
+        "3653)",
+    ),
+    (
+        "instance_type",
+        "p3.16xlarge",
+        "instance_type: 'p3.16xlarge' is not in the instance catalog (allowed: "
+        "p4d.24xlarge, p4de.24xlarge, p5.48xlarge, g5.48xlarge, g5.8xlarge; add it to gpufleet/instance_types.yaml)",
+    ),
+    (
+        "capacity.on_demand",
+        3,
+        "capacity.on_demand: 3 is outside the target capacity (0 to capacity.target, which is 2)",
+    ),
+    (
+        "capacity.on_demand",
+        -1,
+        "capacity.on_demand: -1 is outside the target capacity (0 to capacity.target, which is 2)",
+    ),
     ("fleet.type", "maintan", "fleet.type: 'maintan' is not a fleet type (allowed: maintain, request)"),
-    ("fleet.allocation_strategy", "price-capacity-optimized", "fleet.allocation_strategy: 'price-capacity-optimized' "
-     "is not a spot allocation strategy (allowed: priceCapacityOptimized, capacityOptimized, "
-     "capacityOptimizedPrioritized, diversified, lowestPrice)"),
-    ("fleet.on_demand_allocation_strategy", "cheapest", "fleet.on_demand_allocation_strategy: 'cheapest' is not an "
-     "on-demand allocation strategy (allowed: lowestPrice, prioritized)"),
-    ("fleet.capacity_rebalance", {"replacement_strategy": "relaunch"}, "fleet.capacity_rebalance.replacement_strategy:"
-     " 'relaunch' is not a capacity rebalance replacement strategy (allowed: launch, launch-before-terminate)"),
-    ("fleet.capacity_rebalance", {"termination_delay_seconds": 300}, "fleet.capacity_rebalance."
-     "termination_delay_seconds: only applies to replacement_strategy: launch-before-terminate (remove it)"),
-    ("fleet.capacity_rebalance", {"replacement_strategy": "launch-before-terminate", "termination_delay_seconds": 60},
-     "fleet.capacity_rebalance.termination_delay_seconds: 60 is out of range (120 to 7200)"),
-    ("fleet.valid_until", dt.datetime(2020, 1, 1, tzinfo=dt.timezone.utc), "fleet.valid_until: "
-     "2020-01-01T00:00:00+00:00 is in the past (a future UTC time, or remove it)"),
+    (
+        "fleet.allocation_strategy",
+        "price-capacity-optimized",
+        "fleet.allocation_strategy: 'price-capacity-optimized' "
+        "is not a spot allocation strategy (allowed: priceCapacityOptimized, capacityOptimized, "
+        "capacityOptimizedPrioritized, diversified, lowestPrice)",
+    ),
+    (
+        "fleet.on_demand_allocation_strategy",
+        "cheapest",
+        "fleet.on_demand_allocation_strategy: 'cheapest' is not an "
+        "on-demand allocation strategy (allowed: lowestPrice, prioritized)",
+    ),
+    (
+        "fleet.capacity_rebalance",
+        {"replacement_strategy": "relaunch"},
+        "fleet.capacity_rebalance.replacement_strategy:"
+        " 'relaunch' is not a capacity rebalance replacement strategy (allowed: launch, launch-before-terminate)",
+    ),
+    (
+        "fleet.capacity_rebalance",
+        {"termination_delay_seconds": 300},
+        "fleet.capacity_rebalance."
+        "termination_delay_seconds: only applies to replacement_strategy: launch-before-terminate (remove it)",
+    ),
+    (
+        "fleet.capacity_rebalance",
+        {"replacement_strategy": "launch-before-terminate", "termination_delay_seconds": 60},
+        "fleet.capacity_rebalance.termination_delay_seconds: 60 is out of range (120 to 7200)",
+    ),
+    (
+        "fleet.valid_until",
+        dt.datetime(2020, 1, 1, tzinfo=dt.UTC),
+        "fleet.valid_until: 2020-01-01T00:00:00+00:00 is in the past (a future UTC time, or remove it)",
+    ),
     ("ami", {}, "ami: set exactly one of ssm_parameter and id (e.g. ssm_parameter: /gpufleet/ami/p4d-ubuntu2204)"),
-    ("ami.id", "ami-0123456789abcdef0", "ami: set exactly one of ssm_parameter and id "
-     "(e.g. ssm_parameter: /gpufleet/ami/p4d-ubuntu2204)"),
+    (
+        "ami.id",
+        "ami-0123456789abcdef0",
+        "ami: set exactly one of ssm_parameter and id (e.g. ssm_parameter: /gpufleet/ami/p4d-ubuntu2204)",
+    ),
     ("ami", {"id": "ami-12"}, "ami.id: 'ami-12' is not an AMI id (ami- followed by 8 or 17 hex digits)"),
-    ("ami", {"ssm_parameter": "gpufleet/ami"}, "ami.ssm_parameter: 'gpufleet/ami' is not an SSM parameter name "
-     "(a path such as /gpufleet/ami/p4d-ubuntu2204)"),
-    ("ami.root_device_name", "/dev/sdb", "ami.root_device_name: '/dev/sdb' is not a root device name "
-     "(/dev/sda1 for Ubuntu, /dev/xvda for Amazon Linux)"),
-    ("root_volume_gib", 20, "root_volume_gib: 20 GiB is out of range (50 to 16384: the CUDA stack alone needs tens "
-     "of GiB)"),
-    ("node.mig_profile", "1g.10gb", "node.mig_profile: '1g.10gb' is not a MIG profile of the A100 40 GB "
-     "(allowed: 1g.5gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb)"),
+    (
+        "ami",
+        {"ssm_parameter": "gpufleet/ami"},
+        "ami.ssm_parameter: 'gpufleet/ami' is not an SSM parameter name (a path such as /gpufleet/ami/p4d-ubuntu2204)",
+    ),
+    (
+        "ami.root_device_name",
+        "/dev/sdb",
+        "ami.root_device_name: '/dev/sdb' is not a root device name (/dev/sda1 for Ubuntu, /dev/xvda for Amazon Linux)",
+    ),
+    (
+        "root_volume_gib",
+        20,
+        "root_volume_gib: 20 GiB is out of range (50 to 16384: the CUDA stack alone needs tens of GiB)",
+    ),
+    (
+        "node.mig_profile",
+        "1g.10gb",
+        "node.mig_profile: '1g.10gb' is not a MIG profile of the A100 40 GB "
+        "(allowed: 1g.5gb, 2g.10gb, 3g.20gb, 4g.20gb, 7g.40gb)",
+    ),
     ("node.scratch_mount", "scratch", "node.scratch_mount: 'scratch' is not an absolute path (e.g. /scratch)"),
-    ("tags", {"aws:owner": "me"}, "tags.aws:owner: not a usable tag (keys 1-128 characters, not starting with aws:, "
-     "values at most 256 characters)"),
+    (
+        "tags",
+        {"aws:owner": "me"},
+        "tags.aws:owner: not a usable tag (keys 1-128 characters, not starting with aws:, "
+        "values at most 256 characters)",
+    ),
 ]
 
 
@@ -130,19 +214,33 @@ def test_rule_reports_exact_message(tmp_path, field, value, expected):
     ("changes", "expected"),
     [
         ({"capacity.target": 0, "capacity.on_demand": 0}, "capacity.target: 0 nodes is too few (at least 1)"),
-        ({"region": "useast1", "availability_zone": "useast1a"},
-         "region: 'useast1' is not a region name (for example us-east-1, eu-west-2)"),
+        (
+            {"region": "useast1", "availability_zone": "useast1a"},
+            "region: 'useast1' is not a region name (for example us-east-1, eu-west-2)",
+        ),
         ({"network.cidr": None}, "network: no network chosen (set cidr for a new VPC, or both vpc_id and subnet_id)"),
-        ({"network.cidr": None, "network.vpc_id": "vpc-0a1b2c3d", "network.subnet_id": "subnet-123"},
-         "network.subnet_id: 'subnet-123' is not a subnet id (subnet- followed by 8 or 17 hex digits)"),
-        ({"network.cidr": None, "network.vpc_id": "vpc-0a1b2c3d", "network.subnet_id": "subnet-0a1b2c3d",
-          "network.nat_gateway": True},
-         "network.nat_gateway: only a new VPC gets a NAT gateway (remove it, or use cidr)"),
-        ({"instance_type": "g5.48xlarge", "node.mig_profile": "1g.5gb"},
-         "node.mig_profile: A10G GPUs of g5.48xlarge do not support MIG (remove mig_profile)"),
-        ({"fleet.type": "request", "fleet.capacity_rebalance": {"replacement_strategy": "launch"}},
-         "fleet.capacity_rebalance: capacity rebalance needs a fleet that maintains capacity (set fleet.type: "
-         "maintain or remove capacity_rebalance)"),
+        (
+            {"network.cidr": None, "network.vpc_id": "vpc-0a1b2c3d", "network.subnet_id": "subnet-123"},
+            "network.subnet_id: 'subnet-123' is not a subnet id (subnet- followed by 8 or 17 hex digits)",
+        ),
+        (
+            {
+                "network.cidr": None,
+                "network.vpc_id": "vpc-0a1b2c3d",
+                "network.subnet_id": "subnet-0a1b2c3d",
+                "network.nat_gateway": True,
+            },
+            "network.nat_gateway: only a new VPC gets a NAT gateway (remove it, or use cidr)",
+        ),
+        (
+            {"instance_type": "g5.48xlarge", "node.mig_profile": "1g.5gb"},
+            "node.mig_profile: A10G GPUs of g5.48xlarge do not support MIG (remove mig_profile)",
+        ),
+        (
+            {"fleet.type": "request", "fleet.capacity_rebalance": {"replacement_strategy": "launch"}},
+            "fleet.capacity_rebalance: capacity rebalance needs a fleet that maintains capacity (set fleet.type: "
+            "maintain or remove capacity_rebalance)",
+        ),
     ],
 )
 def test_rules_that_combine_fields(tmp_path, changes, expected):
@@ -163,13 +261,25 @@ def test_efa_requested_on_a_type_without_efa(tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("field", "value", "expected"),
     [
-        ("colour", "blue", "colour: unknown key (allowed here: name, account, region, availability_zone, network, "
-         "instance_type, efa, capacity, fleet, ami, root_volume_gib, key_pair, tags, node)"),
+        (
+            "colour",
+            "blue",
+            "colour: unknown key (allowed here: name, account, region, availability_zone, network, "
+            "instance_type, efa, capacity, fleet, ami, root_volume_gib, key_pair, tags, node)",
+        ),
         ("capacity.spot", 1, "capacity.spot: unknown key (allowed here: target, on_demand)"),
-        ("fleet.capacity_rebalance", {"strategy": "launch"}, "fleet.capacity_rebalance.strategy: unknown key "
-         "(allowed here: replacement_strategy, termination_delay_seconds)"),
-        ("node.raid", True, "node.raid: unknown key (allowed here: raid0_nvme, scratch_mount, max_clocks, mig_profile, "
-         "checkpoint_hook)"),
+        (
+            "fleet.capacity_rebalance",
+            {"strategy": "launch"},
+            "fleet.capacity_rebalance.strategy: unknown key "
+            "(allowed here: replacement_strategy, termination_delay_seconds)",
+        ),
+        (
+            "node.raid",
+            True,
+            "node.raid: unknown key (allowed here: raid0_nvme, scratch_mount, max_clocks, mig_profile, "
+            "checkpoint_hook)",
+        ),
         ("capacity.target", "two", "capacity.target: input should be a valid integer, got 'two'"),
         ("account", 123456789012, "account: input should be a valid string, got 123456789012 (put it in quotes)"),
         ("capacity", None, "capacity: required key is missing"),
@@ -207,7 +317,7 @@ def test_unreadable_files(tmp_path, text, expected):
 def test_valid_until_is_compared_with_the_injected_clock(tmp_path):
     environment = parse_environment(write(tmp_path, with_change("fleet.valid_until", "2027-01-01T00:00:00Z")))
     path = tmp_path / "lab.yaml"
-    assert validate_environment(environment, path, now=dt.datetime(2026, 12, 1, tzinfo=dt.timezone.utc)) == []
+    assert validate_environment(environment, path, now=dt.datetime(2026, 12, 1, tzinfo=dt.UTC)) == []
     assert [p.field for p in validate_environment(environment, path, now=dt.datetime(2027, 2, 1, tzinfo=dt.UTC))] == [
         "fleet.valid_until"
     ]

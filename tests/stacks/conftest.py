@@ -41,7 +41,8 @@ class Assembly:
     @property
     def stack_names(self) -> list[str]:
         return sorted(
-            name for name, artifact in self.manifest["artifacts"].items()
+            name
+            for name, artifact in self.manifest["artifacts"].items()
             if artifact["type"] == "aws:cloudformation:stack"
         )
 

@@ -71,7 +71,10 @@ def test_security_group_lets_efa_talk_both_ways_and_nothing_else_in(assembly, na
     assert "SecurityGroupIngress" not in properties
     (egress,) = properties["SecurityGroupEgress"]
     assert {key: egress[key] for key in ("CidrIp", "IpProtocol", "FromPort", "ToPort")} == {
-        "CidrIp": "0.0.0.0/0", "IpProtocol": "tcp", "FromPort": 443, "ToPort": 443
+        "CidrIp": "0.0.0.0/0",
+        "IpProtocol": "tcp",
+        "FromPort": 443,
+        "ToPort": 443,
     }
 
 
@@ -83,13 +86,22 @@ def test_launch_template_requires_imdsv2_and_encrypts_a_gp3_root(assembly, name)
         {
             "LaunchTemplateData": Match.object_like(
                 {
-                    "MetadataOptions": {"HttpEndpoint": "enabled", "HttpTokens": "required",
-                                        "HttpPutResponseHopLimit": 2},
+                    "MetadataOptions": {
+                        "HttpEndpoint": "enabled",
+                        "HttpTokens": "required",
+                        "HttpPutResponseHopLimit": 2,
+                    },
                     "BlockDeviceMappings": [
                         {
                             "DeviceName": environment.ami.root_device_name,
-                            "Ebs": {"VolumeSize": environment.root_volume_gib, "VolumeType": "gp3", "Iops": 3000,
-                                    "Throughput": 125, "Encrypted": True, "DeleteOnTermination": True},
+                            "Ebs": {
+                                "VolumeSize": environment.root_volume_gib,
+                                "VolumeType": "gp3",
+                                "Iops": 3000,
+                                "Throughput": 125,
+                                "Encrypted": True,
+                                "DeleteOnTermination": True,
+                            },
                         }
                     ],
                     "InstanceType": environment.instance_type,
@@ -134,25 +146,42 @@ def test_node_role_is_ssm_and_cloudwatch_agent_only(assembly, name):
     arns = [arn["Fn::Join"][1][-1] for arn in managed.as_array()]
     assert arns == [":iam::aws:policy/AmazonSSMManagedInstanceCore", ":iam::aws:policy/CloudWatchAgentServerPolicy"]
     node_role = next(
-        logical for logical, role in template.find_resources("AWS::IAM::Role").items()
+        logical
+        for logical, role in template.find_resources("AWS::IAM::Role").items()
         if "ec2.amazonaws.com" in str(role["Properties"]["AssumeRolePolicyDocument"])
     )
     attached = [
-        policy for policy in template.find_resources("AWS::IAM::Policy").values()
+        policy
+        for policy in template.find_resources("AWS::IAM::Policy").values()
         if {"Ref": node_role} in policy["Properties"]["Roles"]
     ]
     assert attached == [], "the node role must not gain inline permissions"
 
 
 EXPECTED_FLEETS = {
-    "dev": {"Type": "maintain", "TargetCapacity": 2, "OnDemandTargetCapacity": 1,
-            "AllocationStrategy": "priceCapacityOptimized", "ReplaceUnhealthyInstances": True},
-    "prod": {"Type": "maintain", "TargetCapacity": 8, "OnDemandTargetCapacity": 2,
-             "AllocationStrategy": "capacityOptimized", "ReplaceUnhealthyInstances": True,
-             "SpotMaintenanceStrategies": {"CapacityRebalance": {"ReplacementStrategy": "launch-before-terminate",
-                                                                 "TerminationDelay": 300}}},
-    "h100": {"Type": "request", "TargetCapacity": 2, "OnDemandTargetCapacity": 2,
-             "AllocationStrategy": "priceCapacityOptimized"},
+    "dev": {
+        "Type": "maintain",
+        "TargetCapacity": 2,
+        "OnDemandTargetCapacity": 1,
+        "AllocationStrategy": "priceCapacityOptimized",
+        "ReplaceUnhealthyInstances": True,
+    },
+    "prod": {
+        "Type": "maintain",
+        "TargetCapacity": 8,
+        "OnDemandTargetCapacity": 2,
+        "AllocationStrategy": "capacityOptimized",
+        "ReplaceUnhealthyInstances": True,
+        "SpotMaintenanceStrategies": {
+            "CapacityRebalance": {"ReplacementStrategy": "launch-before-terminate", "TerminationDelay": 300}
+        },
+    },
+    "h100": {
+        "Type": "request",
+        "TargetCapacity": 2,
+        "OnDemandTargetCapacity": 2,
+        "AllocationStrategy": "priceCapacityOptimized",
+    },
 }
 
 
@@ -186,19 +215,24 @@ def test_fleet_role_is_trusted_by_spot_fleet_only(assembly, name):
     assert role["AssumeRolePolicyDocument"]["Statement"] == [
         {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "spotfleet.amazonaws.com"}}
     ]
-    assert role["ManagedPolicyArns"][0]["Fn::Join"][1][-1] == ":iam::aws:policy/service-role/AmazonEC2SpotFleetTaggingRole"
+    assert (
+        role["ManagedPolicyArns"][0]["Fn::Join"][1][-1] == ":iam::aws:policy/service-role/AmazonEC2SpotFleetTaggingRole"
+    )
 
 
 @pytest.mark.parametrize("name", ENVIRONMENTS)
 def test_teardown_runs_before_fleet_placement_group_and_security_group_are_deleted(assembly, name):
     template = cluster(assembly, name)
     resources = template.to_json()["Resources"]
-    (teardown_id, teardown), = template.find_resources("Custom::GpufleetFleetTeardown").items()
+    ((teardown_id, teardown),) = template.find_resources("Custom::GpufleetFleetTeardown").items()
     fleet = logical_id(template, "AWS::EC2::SpotFleet")
     assert teardown["Properties"]["FleetRequestId"] == {"Ref": fleet}
     depends_on = set(teardown["DependsOn"])
-    guarded = {logical_id(template, "AWS::EC2::PlacementGroup"), logical_id(template, "AWS::EC2::SecurityGroup"),
-               logical_id(template, "AWS::EC2::LaunchTemplate")}
+    guarded = {
+        logical_id(template, "AWS::EC2::PlacementGroup"),
+        logical_id(template, "AWS::EC2::SecurityGroup"),
+        logical_id(template, "AWS::EC2::LaunchTemplate"),
+    }
     assert guarded <= depends_on
     handler = resources[teardown["Properties"]["ServiceToken"]["Fn::GetAtt"][0]]["Properties"]
     assert handler["Timeout"] == 900

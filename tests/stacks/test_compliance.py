@@ -26,7 +26,9 @@ def test_cfn_lint_passes_every_template(assembly):
 
 def test_cfn_lint_would_catch_an_error(tmp_path):
     broken = tmp_path / "broken.template.json"
-    broken.write_text('{"Resources": {"Group": {"Type": "AWS::EC2::PlacementGroup", "Properties": {"Strategy": "tight"}}}}')
+    broken.write_text(
+        '{"Resources": {"Group": {"Type": "AWS::EC2::PlacementGroup", "Properties": {"Strategy": "tight"}}}}'
+    )
     result = subprocess.run([CFN_LINT, "--", str(broken)], capture_output=True, text=True)
     assert result.returncode != 0 and "tight" in result.stdout
 
@@ -35,8 +37,12 @@ def test_cdk_nag_fails_synthesis_on_an_unacknowledged_finding(tmp_path):
     app = cdk.App(outdir=str(tmp_path))
     add_compliance_checks(app)
     stack = cdk.Stack(app, "Probe", env=cdk.Environment(account="123456789012", region="us-east-1"))
-    iam.Role(stack, "Role", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AdministratorAccess")])
+    iam.Role(
+        stack,
+        "Role",
+        assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+        managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AdministratorAccess")],
+    )
     with pytest.raises(RuntimeError, match="ValidationFailed"):
         app.synth()
     assert "AwsSolutions-IAM4" in (tmp_path / "validation-report.json").read_text()

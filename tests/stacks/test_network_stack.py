@@ -33,7 +33,9 @@ def test_endpoints_let_nodes_work_without_a_nat(assembly, name):
     gateway = [e for e in endpoints.values() if e["Properties"].get("VpcEndpointType", "Gateway") == "Gateway"]
     assert len(gateway) == 1 and "s3" in str(gateway[0]["Properties"]["ServiceName"])
     interface_names = sorted(
-        e["Properties"]["ServiceName"] for e in endpoints.values() if e["Properties"].get("VpcEndpointType") == "Interface"
+        e["Properties"]["ServiceName"]
+        for e in endpoints.values()
+        if e["Properties"].get("VpcEndpointType") == "Interface"
     )
     region = NEW_VPC_ENVIRONMENTS[name].region
     assert interface_names == sorted(f"com.amazonaws.{region}.{service}" for service in INTERFACE_SERVICES)
@@ -51,8 +53,13 @@ def test_endpoint_security_group_admits_only_https_from_the_vpc(assembly, name):
         {
             "GroupDescription": "gpufleet VPC interface endpoints: HTTPS from inside the VPC",
             "SecurityGroupIngress": [
-                {"CidrIp": NEW_VPC_ENVIRONMENTS[name].network.cidr, "Description": "HTTPS from the VPC",
-                 "FromPort": 443, "IpProtocol": "tcp", "ToPort": 443}
+                {
+                    "CidrIp": NEW_VPC_ENVIRONMENTS[name].network.cidr,
+                    "Description": "HTTPS from the VPC",
+                    "FromPort": 443,
+                    "IpProtocol": "tcp",
+                    "ToPort": 443,
+                }
             ],
         },
     )
