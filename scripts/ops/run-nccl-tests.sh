@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Multi-node nccl-tests over EFA: mpirun across the hosts of a hostfile (`gpufleet hosts ENV --format mpi`),
+# output teed to a log, then `gpufleet nccl-report LOG --min-busbw X` judges it (this script's exit status).
+#
+# Required: GPUFLEET_HOSTFILE (lines "IP slots=GPUS"; GPUs per node and node count come from it),
+#           GPUFLEET_INSTANCE_TYPE (e.g. p4d.24xlarge: the default bus-bandwidth floor comes from the catalog).
+# Optional: GPUFLEET_MIN_BUSBW (GB/s floor; default: the catalog's nccl_allreduce_busbw_gbs x
+#           GPUFLEET_BUSBW_TOLERANCE, default 0.9, looked up with GPUFLEET_PYTHON, default python3, which must
+#           import gpufleet), GPUFLEET_NCCL_TEST (default all_reduce_perf), GPUFLEET_NCCL_TESTS_DIR (default
+#           /opt/nccl-tests/build), GPUFLEET_NCCL_LOG (default nccl-TEST-TIMESTAMP.log in the current directory),
+#           GPUFLEET_ROOT (prefix of /etc/profile.d/gpufleet-efa.sh, for tests), GPUFLEET_CLI (default gpufleet).
+set -euo pipefail
+
+die() { echo "run-nccl-tests: $*" >&2; exit 2; }
+
+for variable in GPUFLEET_HOSTFILE GPUFLEET_INSTANCE_TYPE; do
+  [[ -n "${!variable:-}" ]] || die "$variable is not set (see the header of $0)"
+done
+hostfile=$GPUFLEET_HOSTFILE
+[[ -r "$hostfile" ]] || die "hostfile $hostfile not found: make it with \`gpufleet hosts ENV --format mpi > $hostfile\`"
+test_name=${GPUFLEET_NCCL_TEST:-all_reduce_perf}
+binary=${GPUFLEET_NCCL_TESTS_DIR:-/opt/nccl-tests/build}/$test_name
+log=${GPUFLEET_NCCL_LOG:-nccl-$test_name-$(date -u +%Y%m%dT%H%M%SZ).log}
+read -r -a gpufleet_cli <<< "${GPUFLEET_CLI:-gpufleet}"
+
+mapfile -t slots < <(awk 'NF {for (i = 2; i <= NF; i++) if ($i ~ /^slots=/) {sub("slots=", "", $i); print $i}}' "$hostfile")
+nodes=$(awk 'NF' "$hostfile" | wc -l)
+[[ "$nodes" -gt 0 ]] || die "hostfile $hostfile lists no hosts"
+[[ "${#slots[@]}" -eq "$nodes" ]] || die "every line of $hostfile needs slots=GPUS (as gpufleet hosts writes it)"
+gpus=${slots[0]}
+for count in "${slots[@]}"; do
+  [[ "$count" == "$gpus" ]] || die "hostfile $hostfile mixes slot counts ($gpus and $count): one instance type per run"
+done
+
+min_busbw=${GPUFLEET_MIN_BUSBW:-}
+if [[ -z "$min_busbw" ]]; then
+  tolerance=${GPUFLEET_BUSBW_TOLERANCE:-0.9}
+  min_busbw=$("${GPUFLEET_PYTHON:-python3}" -c '
+import sys
+from gpufleet.catalog import load_catalog
+spec = load_catalog().get(sys.argv[1])
+busbw = spec.nccl_allreduce_busbw_gbs if spec else None
+print("" if busbw is None else f"{busbw * float(sys.argv[2]):.1f}")
+' "$GPUFLEET_INSTANCE_TYPE" "$tolerance") || die "cannot read the instance catalog with ${GPUFLEET_PYTHON:-python3}: set GPUFLEET_MIN_BUSBW"
+  [[ -n "$min_busbw" ]] || die "no published bus bandwidth for $GPUFLEET_INSTANCE_TYPE in the catalog: set GPUFLEET_MIN_BUSBW"
+fi
+
+efa_environment="${GPUFLEET_ROOT:-}/etc/profile.d/gpufleet-efa.sh"
+if [[ -r "$efa_environment" ]]; then
+  # shellcheck source=/dev/null
+  source "$efa_environment"
+fi
+export LD_LIBRARY_PATH="/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:/opt/aws-ofi-nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PATH="$PATH:/opt/amazon/openmpi/bin"
+
+forwarded=(-x LD_LIBRARY_PATH -x PATH)
+while read -r name; do
+  forwarded+=(-x "$name")
+done < <(compgen -e | grep -E '^(FI|NCCL)_' || true)
+
+echo "run-nccl-tests: $test_name on $nodes node(s) x $gpus GPU(s), floor $min_busbw GB/s, log $log" >&2
+# MPI only starts the ranks: keep its own traffic on TCP (not the EFA devices NCCL uses) and leave pinning to NCCL.
+status=0
+mpirun --hostfile "$hostfile" -n $((gpus * nodes)) -N "$gpus" \
+  --bind-to none --mca pml '^cm,ucx' --mca btl tcp,self --mca btl_tcp_if_exclude lo,docker0 \
+  "${forwarded[@]}" \
+  "$binary" -b 8 -e 16G -f 2 -g 1 2>&1 | tee "$log" || status=$?
+[[ "$status" -eq 0 ]] || { echo "run-nccl-tests: mpirun failed (exit $status); log: $log" >&2; exit 1; }
+
+"${gpufleet_cli[@]}" nccl-report "$log" --min-busbw "$min_busbw"
