@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import signal
 import sys
 
 from gpufleet.errors import GpufleetError
 
 COMMAND_MODULES = (
     "gpufleet.commands.validate",
+    "gpufleet.commands.summary",
     "gpufleet.commands.ami",
     "gpufleet.commands.preflight",
     "gpufleet.commands.status",
@@ -43,3 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader (head, less) went away: stop quietly, as other command-line tools do.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE

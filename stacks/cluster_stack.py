@@ -73,6 +73,7 @@ class ClusterStack(cdk.Stack):
             "SecurityGroupId": efa_security_group.security_group.security_group_id,
             "LaunchTemplateId": launch_template.launch_template.ref,
             "SubnetId": node_subnet.subnet_id,
+            "AvailabilityZone": environment.availability_zone,
         }
         for name, value in outputs.items():
             cdk.CfnOutput(self, name, value=value)
@@ -89,4 +90,9 @@ class ClusterStack(cdk.Stack):
         subnet = ec2.Subnet.from_subnet_attributes(
             self, "ExistingNodeSubnet", subnet_id=network.subnet_id, availability_zone=environment.availability_zone
         )
+        for imported in (vpc, subnet):
+            cdk.Annotations.of(imported).acknowledge_warning(
+                "@aws-cdk/aws-ec2:noSubnetRouteTableId",
+                "gpufleet places nodes in the existing subnet and never reads or changes its route table",
+            )
         return vpc, subnet

@@ -1,0 +1,98 @@
+"""gpufleet summary [CDK_OUT]: one line per synthesized environment, read back from the cloud assembly."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from gpufleet.catalog import load_catalog
+from gpufleet.errors import GpufleetError
+from gpufleet.table import format_table
+
+CLUSTER_STACK_SUFFIX = "-cluster"
+
+
+@dataclass(frozen=True)
+class ClusterSummary:
+    environment: str
+    stack: str
+    instance_type: str
+    on_demand_nodes: int
+    spot_nodes: int
+    gpus: int
+    gpu_model: str
+    efa_interfaces_per_node: int
+    placement_strategy: str
+    availability_zone: str
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("summary", help="summarize the clusters of a synthesized cloud assembly")
+    parser.add_argument("cdk_out", nargs="?", type=Path, default=Path("cdk.out"), metavar="CDK_OUT")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    summaries = summarize(args.cdk_out)
+    if args.json:
+        print(json.dumps([asdict(summary) for summary in summaries], indent=2))
+        return 0
+    headers = ["ENVIRONMENT", "INSTANCE TYPE", "NODES OD/SPOT", "GPUS", "EFA/NODE", "PLACEMENT", "AZ"]
+    rows = [
+        [
+            s.environment,
+            s.instance_type,
+            f"{s.on_demand_nodes}/{s.spot_nodes}",
+            f"{s.gpus} x {s.gpu_model}",
+            s.efa_interfaces_per_node,
+            s.placement_strategy,
+            s.availability_zone,
+        ]
+        for s in summaries
+    ]
+    print(format_table(headers, rows))
+    return 0
+
+
+def summarize(cdk_out: Path) -> list[ClusterSummary]:
+    manifest_file = cdk_out / "manifest.json"
+    if not manifest_file.is_file():
+        raise GpufleetError(f"{cdk_out}: no cloud assembly here (run `cdk synth` first)")
+    artifacts = json.loads(manifest_file.read_text())["artifacts"]
+    stacks = sorted(
+        name
+        for name, artifact in artifacts.items()
+        if artifact["type"] == "aws:cloudformation:stack" and name.endswith(CLUSTER_STACK_SUFFIX)
+    )
+    if not stacks:
+        raise GpufleetError(f"{cdk_out}: the cloud assembly holds no gpufleet cluster stack")
+    return [_summarize_stack(cdk_out, name) for name in stacks]
+
+
+def _summarize_stack(cdk_out: Path, stack: str) -> ClusterSummary:
+    template = json.loads((cdk_out / f"{stack}.template.json").read_text())
+    resources = template["Resources"]
+
+    def only(resource_type: str) -> dict:
+        (properties,) = [r["Properties"] for r in resources.values() if r["Type"] == resource_type]
+        return properties
+
+    template_data = only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
+    fleet = only("AWS::EC2::SpotFleet")["SpotFleetRequestConfigData"]
+    instance = load_catalog()[template_data["InstanceType"]]
+    interfaces = template_data["NetworkInterfaces"]
+    return ClusterSummary(
+        environment=stack.removeprefix("gpufleet-").removesuffix(CLUSTER_STACK_SUFFIX),
+        stack=stack,
+        instance_type=instance.name,
+        on_demand_nodes=fleet["OnDemandTargetCapacity"],
+        spot_nodes=fleet["TargetCapacity"] - fleet["OnDemandTargetCapacity"],
+        gpus=fleet["TargetCapacity"] * instance.gpu.count,
+        gpu_model=instance.gpu.model,
+        efa_interfaces_per_node=sum(1 for i in interfaces if i["InterfaceType"] == "efa"),
+        placement_strategy=only("AWS::EC2::PlacementGroup")["Strategy"],
+        availability_zone=template["Outputs"]["AvailabilityZone"]["Value"],
+    )

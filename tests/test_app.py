@@ -1,0 +1,60 @@
+"""app.py as the CDK CLI runs it: context from CDK_CONTEXT_JSON, output to CDK_OUTDIR."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_app(tmp_path: Path, context: dict, environments_dir: Path | None = None) -> subprocess.CompletedProcess:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")} | {
+        "CDK_CONTEXT_JSON": json.dumps(context),
+        "CDK_OUTDIR": str(tmp_path / "cdk.out"),
+        # No credentials anywhere: synthesis must not need them.
+        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        "AWS_CONFIG_FILE": os.devnull,
+    }
+    if environments_dir:
+        env["GPUFLEET_ENVIRONMENTS_DIR"] = str(environments_dir)
+    return subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True)
+
+
+@pytest.mark.xdist_group("cdk-synth")
+def test_env_context_narrows_synthesis_to_one_environment_without_credentials(tmp_path):
+    result = run_app(tmp_path, {"env": "dev"})
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((tmp_path / "cdk.out/manifest.json").read_text())
+    stacks = sorted(n for n, a in manifest["artifacts"].items() if a["type"] == "aws:cloudformation:stack")
+    assert stacks == ["gpufleet-dev-cluster", "gpufleet-dev-network"]
+
+
+def test_unknown_environment_stops_synthesis_with_one_line(tmp_path):
+    result = run_app(tmp_path, {"env": "staging"})
+    assert result.returncode == 1
+    assert result.stderr.strip().endswith("unknown environment 'staging' (known: dev, h100, prod)")
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "cdk.out/manifest.json").exists()
+
+
+def test_invalid_environment_stops_synthesis_with_the_validate_messages(tmp_path):
+    environments = tmp_path / "environments"
+    environments.mkdir()
+    document = yaml.safe_load((ROOT / "environments/dev.yaml").read_text())
+    document["capacity"]["on_demand"] = 5
+    document["fleet"]["tpye"] = "maintain"
+    (environments / "dev.yaml").write_text(yaml.safe_dump(document))
+    result = run_app(tmp_path, {}, environments)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"{environments / 'dev.yaml'}: fleet.tpye: unknown key (allowed here: type, allocation_strategy, "
+        "on_demand_allocation_strategy, capacity_rebalance, valid_until, replace_unhealthy_instances)",
+    ]
+    assert not (tmp_path / "cdk.out/manifest.json").exists()
