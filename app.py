@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """The gpufleet CDK app: the stacks of every environment in environments/, or of the one named by `-c env=NAME`.
+Without `-c env=NAME` it also holds the AMI pipeline stack (gpufleet-ami-pipeline, from ami/pipeline.yaml).
 
 Environments are validated first; any problem stops synthesis with the same messages as `gpufleet validate`.
 """
@@ -8,8 +9,10 @@ import sys
 
 import aws_cdk as cdk
 
+from gpufleet.ami.pipeline import load_pipeline
 from gpufleet.environment import environment_files, load_environments, load_named_environment
 from gpufleet.errors import GpufleetError
+from stacks.ami_pipeline_stack import add_ami_pipeline_stack
 from stacks.environment_stacks import add_compliance_checks, add_environment_stacks
 
 
@@ -18,12 +21,15 @@ def main() -> int:
     selected = app.node.try_get_context("env")
     try:
         environments = [load_named_environment(selected)] if selected else load_environments(environment_files())
+        ami_pipeline = None if selected else load_pipeline()
     except GpufleetError as error:
         print("\n".join(error.problems), file=sys.stderr)
         return 1
     add_compliance_checks(app)
     for environment in environments:
         add_environment_stacks(app, environment)
+    if ami_pipeline is not None:
+        add_ami_pipeline_stack(app, ami_pipeline)
     app.synth()
     return 0
 

@@ -1,0 +1,56 @@
+"""The AMI pipeline (stack gpufleet-ami-pipeline): the gpufleet sources as an S3 asset, the CodeBuild project
+that builds one profile per run, and one scheduled EventBridge rule per profile of ami/pipeline.yaml."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_s3_assets as s3_assets
+from constructs import Construct
+
+from gpufleet import PROJECT_ROOT
+from gpufleet.ami.pipeline import Pipeline
+from stacks.constructs.ami_build_project import AmiBuildProject
+
+AMI_PIPELINE_STACK_NAME = "gpufleet-ami-pipeline"
+# The build needs gpufleet (package, profiles, templates, scripts) and its lock file; nothing local or generated.
+SOURCE_EXCLUDES = [
+    ".venv", "node_modules", "cdk.out", "tests", ".git", "**/__pycache__", "*.egg-info", ".pytest_cache",
+    ".ruff_cache", "build", "out", "cdk.context.json",
+]
+
+
+class AmiPipelineStack(cdk.Stack):
+    def __init__(self, scope: Construct, construct_id: str, *, pipeline: Pipeline, **kwargs) -> None:
+        super().__init__(scope, construct_id, **kwargs)
+        source = s3_assets.Asset(self, "Source", path=str(PROJECT_ROOT), exclude=SOURCE_EXCLUDES)
+        build = AmiBuildProject(self, "AmiBuild", pipeline=pipeline, source=source)
+        if pipeline.schedule is not None:
+            for profile in pipeline.profiles:
+                rule = events.Rule(
+                    self,
+                    f"Schedule-{profile}",
+                    schedule=events.Schedule.expression(pipeline.schedule),
+                    description=f"gpufleet: scheduled AMI build of profile {profile}",
+                )
+                rule.add_target(targets.CodeBuildProject(
+                    build.project,
+                    event=events.RuleTargetInput.from_object(
+                        {"environmentVariablesOverride": [{"name": "PROFILE", "value": profile, "type": "PLAINTEXT"}]}
+                    ),
+                ))
+        cdk.CfnOutput(self, "ProjectName", value=build.project.project_name)
+        cdk.CfnOutput(self, "LogGroupName", value=build.log_group.log_group_name)
+
+
+def add_ami_pipeline_stack(app: cdk.App, pipeline: Pipeline) -> AmiPipelineStack:
+    stack = AmiPipelineStack(
+        app,
+        AMI_PIPELINE_STACK_NAME,
+        pipeline=pipeline,
+        env=cdk.Environment(account=pipeline.account, region=pipeline.region),
+        description="gpufleet AMI pipeline: CodeBuild runs packer build per profile, publishes /gpufleet/ami/PROFILE",
+    )
+    cdk.Tags.of(stack).add("gpufleet:component", "ami-pipeline")
+    return stack
