@@ -18,6 +18,7 @@ from gpufleet.errors import GpufleetError
 COMMAND_MODULES = (
     "gpufleet.commands.validate",
     "gpufleet.commands.summary",
+    "gpufleet.commands.environment_reference",
     "gpufleet.commands.ami",
     "gpufleet.commands.preflight",
     "gpufleet.commands.status",

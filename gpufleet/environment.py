@@ -65,7 +65,7 @@ class Fleet(_Section):
     )
     on_demand_allocation_strategy: StrictStr = Field("lowestPrice", description="lowestPrice | prioritized.")
     capacity_rebalance: CapacityRebalance | None = Field(
-        None, description="Launch a replacement when EC2 signals an elevated interruption risk."
+        None, description="Launch a replacement when EC2 signals an elevated interruption risk (maintain only)."
     )
     valid_until: dt.datetime | None = Field(
         None, description="Time (UTC) after which the fleet stops; its nodes are terminated."
@@ -100,16 +100,18 @@ class Environment(_Section):
     account: StrictStr = Field(description='AWS account id, 12 digits, quoted ("123456789012").')
     region: StrictStr = Field(description="AWS region, e.g. us-east-1.")
     availability_zone: StrictStr = Field(description="The single AZ of the cluster (placement groups live in one AZ).")
-    network: Network
+    network: Network = Field(
+        description="Where the nodes live: a new VPC (cidr) or an existing one (vpc_id, subnet_id)."
+    )
     instance_type: StrictStr = Field(description="An instance type of the catalog (gpufleet/instance_types.yaml).")
     efa: StrictBool = Field(True, description="One EFA interface per network card.")
-    capacity: Capacity
-    fleet: Fleet = Fleet()
-    ami: Ami
+    capacity: Capacity = Field(description="How many nodes, and how many of them on-demand.")
+    fleet: Fleet = Field(Fleet(), description="How the Spot Fleet keeps the nodes running.")
+    ami: Ami = Field(description="The node image: exactly one of ssm_parameter and id.")
     root_volume_gib: StrictInt = Field(200, description="Size of the encrypted gp3 root volume.")
     key_pair: StrictStr | None = Field(None, description="EC2 key pair name; nodes are reached with SSM without one.")
     tags: dict[StrictStr, StrictStr] = Field(default_factory=dict, description="Tags on every resource and node.")
-    node: Node = Node()
+    node: Node = Field(Node(), description="What the node does at boot (user data).")
 
     @property
     def stack_prefix(self) -> str:
