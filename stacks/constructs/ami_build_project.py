@@ -269,8 +269,9 @@ class AmiBuildProject(Construct):
             "stack's own log group (with the configured retention), so this one stays unused",
             f"Resource::arn:<AWS::Partition>:codebuild:{region}:{account}:report-group/<{project}>-*":
             "aws-cdk-lib grants test report groups named after this gpufleet AMI build project; no other project's",
-            "Resource::*": "Packer's amazon-ebs builder needs EC2 Describe* calls (images, instances, subnets, "
-            "security groups, snapshots), which support no resource-level permissions; all are read-only",
+            "Resource::*": "Packer's amazon-ebs builder (gpufleet AMI builds) needs EC2 Describe* calls (images, "
+            "instances, subnets, security groups, snapshots), which support no resource-level permissions; all are "
+            "read-only",
             f"Resource::{ec2_prefix}:instance/*": "the gpufleet AMI build instance's id is unknown before Packer "
             "launches it; RunInstances requires the gpufleet:profile tag and every later action (stop, terminate, "
             "create image, SSM session) requires that tag on the instance",
@@ -282,8 +283,8 @@ class AmiBuildProject(Construct):
             "build (random id) and deletes it afterwards",
             f"Resource::{ec2_prefix}:subnet/*": "the gpufleet AMI build instance launches into ami/pipeline.yaml's "
             "subnet_id or, when null, the default VPC's subnet that Packer picks",
-            f"Resource::{ec2_prefix}:vpc/*": "CreateSecurityGroup names the VPC of the build subnet, which is the "
-            "default VPC when ami/pipeline.yaml leaves subnet_id null",
+            f"Resource::{ec2_prefix}:vpc/*": "CreateSecurityGroup names the VPC of the gpufleet AMI build "
+            "subnet, which is the default VPC when ami/pipeline.yaml leaves subnet_id null",
             f"Resource::{ec2_prefix}:snapshot/*": "snapshots of gpufleet AMIs are created by the build; their ids "
             "are unknown in advance",
             f"Resource::{ec2_prefix}:key-pair/{PACKER_TEMPORARY_KEY_PAIR}": "Packer's temporary SSH key pair for the "

@@ -1,0 +1,108 @@
+"""ami/pipeline.yaml: the shipped file loads, and every rule answers with its exact one-line message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpufleet.ami.pipeline import PIPELINE_FILE_VARIABLE, load_pipeline, pipeline_file
+from gpufleet.errors import GpufleetError
+
+SHIPPED = Path(__file__).resolve().parents[3] / "ami" / "pipeline.yaml"
+PROFILES = "p4d-al2-cuda11, p4d-ubuntu1804-cuda11, ubuntu2204-cuda12"
+
+
+def write(tmp_path: Path, **changes) -> Path:
+    document = yaml.safe_load(SHIPPED.read_text())
+    for dotted, value in changes.items():
+        section, _, key = dotted.partition("__")
+        if key:
+            document[section][key] = value
+        else:
+            document[section] = value
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def problems(path: Path) -> list[str]:
+    with pytest.raises(GpufleetError) as error:
+        load_pipeline(path)
+    return [line.removeprefix(f"{path}: ") for line in error.value.problems]
+
+
+def test_shipped_pipeline_loads():
+    pipeline = load_pipeline(SHIPPED)
+    assert pipeline.profiles == ("p4d-ubuntu1804-cuda11", "p4d-al2-cuda11", "ubuntu2204-cuda12")
+    assert pipeline.packer.version == "1.11.2"
+    assert pipeline.packer.signing_key_fingerprint == "C874011F0AB405110D02105534365D9472D7468F"
+
+
+def test_pipeline_file_can_be_redirected(monkeypatch, tmp_path):
+    monkeypatch.setenv(PIPELINE_FILE_VARIABLE, str(tmp_path / "other.yaml"))
+    assert pipeline_file() == tmp_path / "other.yaml"
+
+
+@pytest.mark.parametrize(("changes", "expected"), [
+    ({"account": "12345"}, "account: '12345' is not an AWS account id (exactly 12 digits, quoted)"),
+    ({"account": 123456789012}, "account: input should be a valid string, got 123456789012 (put it in quotes)"),
+    ({"region": "mars-1"}, "region: 'mars-1' is not a region name (for example us-east-1, eu-west-2)"),
+    ({"profiles": []}, f"profiles: no profile to build (list at least one of: {PROFILES})"),
+    ({"profiles": ["p4d-al2-cuda11", "p5-cuda13"]},
+     f"profiles.1: 'p5-cuda13' is not an AMI profile (allowed: {PROFILES}; see ami/profiles)"),
+    ({"profiles": ["p4d-al2-cuda11", "p4d-al2-cuda11"]},
+     "profiles.1: 'p4d-al2-cuda11' is listed twice (list each profile once)"),
+    ({"schedule": "rate(7 days)"},
+     "schedule: 'rate(7 days)' is not an EventBridge cron expression (six fields: cron(minutes hours day-of-month "
+     "month day-of-week year), e.g. cron(0 6 ? * SUN *); or null for manual builds only)"),
+    ({"schedule": "cron(0 6 * * SUN *)"},
+     "schedule: 'cron(0 6 * * SUN *)' needs '?' in exactly one of day-of-month and day-of-week "
+     "(e.g. cron(0 6 ? * SUN *) or cron(0 6 1 * ? *))"),
+    ({"log_retention_days": 10},
+     "log_retention_days: 10 is not a CloudWatch Logs retention (allowed: 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, "
+     "180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)"),
+    ({"subnet_id": "subnet-xyz"},
+     "subnet_id: 'subnet-xyz' is not a subnet id (subnet- followed by 8 or 17 hex digits; "
+     "or null for the default VPC)"),
+    ({"packer__version": "latest"},
+     "packer.version: 'latest' is not an exact Packer release (MAJOR.MINOR.PATCH, e.g. 1.11.2)"),
+    ({"packer__version": "1.6.6"},
+     "packer.version: 1.6.6 is too old: the rendered templates need Packer 1.7 or newer "
+     "(packer init, required_plugins)"),
+    ({"packer__sha256": "ABC"},
+     "packer.sha256: 'ABC' is not a SHA-256 digest (64 lower-case hex digits, from packer_1.11.2_SHA256SUMS; "
+     "or null)"),
+    ({"packer__signing_key_fingerprint": "C874 011F"},
+     "packer.signing_key_fingerprint: 'C874 011F' is not an OpenPGP fingerprint (40 upper-case hex digits, no spaces; "
+     "HashiCorp's is listed on https://www.hashicorp.com/security)"),
+    ({"session_manager_plugin__version": "latest"},
+     "session_manager_plugin.version: 'latest' is not an exact session-manager-plugin release (four numbers, "
+     "e.g. 1.2.553.0)"),
+    ({"packer__checksum": "x"},
+     "packer.checksum: unknown key (allowed here: version, sha256, signing_key_fingerprint)"),
+])
+def test_each_rule_reports_its_exact_message(tmp_path, changes, expected):
+    assert problems(write(tmp_path, **changes)) == [expected]
+
+
+def test_valid_alternatives_pass(tmp_path):
+    path = write(tmp_path, schedule=None, subnet_id="subnet-0123456789abcdef0", packer__sha256="a" * 64,
+                 log_retention_days=30)
+    assert load_pipeline(path).schedule is None
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    path = write(tmp_path, account="1", region="x", log_retention_days=2)
+    assert [line.split(":")[0] for line in problems(path)] == ["account", "region", "log_retention_days"]
+
+
+def test_missing_key_and_bad_yaml(tmp_path):
+    document = yaml.safe_load(SHIPPED.read_text())
+    del document["schedule"]
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(yaml.safe_dump(document))
+    assert problems(path) == ["schedule: required key is missing"]
+    path.write_text("profiles: [a\n")
+    assert len(problems(path)) == 1 and "not valid YAML" in problems(path)[0]

@@ -1,0 +1,202 @@
+"""The AMI pipeline stack, synthesized once with cdk-nag attached (synthesis raises on unacknowledged findings)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk.assertions import Template
+
+from gpufleet.ami.pipeline import load_pipeline
+from stacks.ami_pipeline_stack import AMI_PIPELINE_STACK_NAME, AmiPipelineStack, add_ami_pipeline_stack
+from stacks.environment_stacks import add_compliance_checks
+
+ROOT = Path(__file__).resolve().parents[2]
+CFN_LINT = Path(sys.executable).with_name("cfn-lint")
+CDK_CONTEXT = json.loads((ROOT / "cdk.json").read_text())["context"]
+PIPELINE = load_pipeline(ROOT / "ami" / "pipeline.yaml")
+
+
+@pytest.fixture(scope="module")
+def out_dir(tmp_path_factory) -> Path:
+    directory = tmp_path_factory.mktemp("ami-pipeline.out")
+    app = cdk.App(outdir=str(directory), context=CDK_CONTEXT)
+    add_compliance_checks(app)
+    add_ami_pipeline_stack(app, PIPELINE)
+    app.synth()
+    return directory
+
+
+@pytest.fixture(scope="module")
+def template_json(out_dir) -> dict:
+    return json.loads((out_dir / f"{AMI_PIPELINE_STACK_NAME}.template.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def template(template_json) -> Template:
+    return Template.from_json(template_json)
+
+
+def only(template: Template, resource_type: str) -> tuple[str, dict]:
+    ((logical_id, resource),) = template.find_resources(resource_type).items()
+    return logical_id, resource
+
+
+def buildspec(template: Template) -> dict:
+    _, project = only(template, "AWS::CodeBuild::Project")
+    return json.loads(project["Properties"]["Source"]["BuildSpec"])
+
+
+def commands(template: Template) -> list[str]:
+    phases = buildspec(template)["phases"]
+    return [command for phase in ("install", "pre_build", "build") for command in phases[phase]["commands"]]
+
+
+def statements(template: Template) -> list[dict]:
+    return [s for _, policy in template.find_resources("AWS::IAM::Policy").items()
+            for s in policy["Properties"]["PolicyDocument"]["Statement"]]
+
+
+def as_list(value) -> list:
+    return value if isinstance(value, list) else [value]
+
+
+def test_build_runs_check_render_init_build_publish_in_order(template):
+    steps = ['gpufleet ami check "$PROFILE"', 'gpufleet ami render "$PROFILE" --out "build/${PROFILE}"',
+             'packer init "build/${PROFILE}"', "packer build ", "scripts/pipeline/publish-ami-id.sh"]
+    found = [next(i for i, command in enumerate(commands(template)) if step in command) for step in steps]
+    assert found == sorted(found)
+    phases = buildspec(template)["phases"]
+    assert any("packer build" in c for c in phases["build"]["commands"])
+    assert phases["build"]["commands"][-1].startswith('GPUFLEET_PROFILE="$PROFILE" PACKER_MANIFEST=')
+
+
+def test_packer_is_the_pinned_release_verified_before_use(template):
+    variables = buildspec(template)["env"]["variables"]
+    assert variables["PACKER_VERSION"] == PIPELINE.packer.version == "1.11.2"
+    assert variables["HASHICORP_KEY_FINGERPRINT"] == PIPELINE.packer.signing_key_fingerprint
+    assert variables["PACKER_SHA256"] == (PIPELINE.packer.sha256 or "")
+    install = buildspec(template)["phases"]["install"]["commands"]
+    verify = [i for i, c in enumerate(install) if "gpg --batch --status-fd 1 --verify" in c]
+    checks = [i for i, c in enumerate(install) if "sha256sum --check" in c]
+    unzip = next(i for i, c in enumerate(install) if c.startswith("unzip"))
+    assert len(verify) == 1 and len(checks) == 2 and verify[0] < min(checks) and max(checks) < unzip
+    assert "VALIDSIG .* ${HASHICORP_KEY_FINGERPRINT}$" in install[verify[0]]
+
+
+@pytest.mark.parametrize("tampered", [False, True])
+def test_checksum_commands_reject_a_tampered_download(template, tampered):
+    """Runs the buildspec's two sha256 commands in bash against a fake release: the signed SHA256SUMS line, then
+    the digest pinned in ami/pipeline.yaml (skipped when that is null)."""
+    version = "1.11.2"
+    zip_path = Path(f"/tmp/packer_{version}_linux_amd64.zip")
+    sums_path = Path(f"/tmp/packer_{version}_SHA256SUMS")
+    good = b"the real packer zip"
+    digest = hashlib.sha256(good).hexdigest()
+    sums_path.write_text(f"{'0' * 64}  packer_{version}_darwin_amd64.zip\n{digest}  packer_{version}_linux_amd64.zip\n")
+    zip_path.write_bytes(good + (b"!" if tampered else b""))
+    sums_check, pin_check = (c for c in buildspec(template)["phases"]["install"]["commands"] if "sha256sum" in c)
+
+    def run(command: str, pinned: str) -> int:
+        env = {"PATH": "/usr/bin:/bin", "PACKER_VERSION": version, "PACKER_SHA256": pinned}
+        return subprocess.run(["bash", "-euo", "pipefail", "-c", command], env=env, capture_output=True).returncode
+
+    try:
+        assert (run(sums_check, "") != 0) == tampered
+        assert (run(pin_check, digest) != 0) == tampered
+        assert run(pin_check, "") == 0
+    finally:
+        zip_path.unlink()
+        sums_path.unlink()
+
+
+def test_ssm_parameter_writes_are_limited_to_the_ami_prefix(template):
+    writes = [s for s in statements(template) if "ssm:PutParameter" in as_list(s["Action"])]
+    assert len(writes) == 1
+    (resource,) = as_list(writes[0]["Resource"])
+    assert resource == {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ssm:us-east-1:123456789012:"
+                                          "parameter/gpufleet/ami/*"]]}
+    for statement in statements(template):
+        if any(a in ("ssm:*", "*") or a.startswith("ssm:Put") for a in as_list(statement["Action"])):
+            assert "*" not in as_list(statement["Resource"]), statement
+
+
+def test_instance_actions_need_the_profile_tag(template):
+    by_sid = {s.get("Sid"): s for s in statements(template)}
+    launch = by_sid["PackerLaunchTaggedInstance"]
+    assert launch["Condition"] == {"Null": {"aws:RequestTag/gpufleet:profile": "false"}}
+    control = by_sid["PackerControlBuildInstance"]
+    assert "ec2:TerminateInstances" in control["Action"]
+    assert control["Condition"] == {"Null": {"aws:ResourceTag/gpufleet:profile": "false"}}
+    pass_role = by_sid["PackerPassTemporaryRole"]
+    assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
+    assert pass_role["Resource"]["Fn::Join"][1][-1].endswith(":role/packer-*")
+    ec2_star = [s for s in statements(template) if s["Resource"] == "*"]
+    assert all(a.startswith("ec2:Describe") for s in ec2_star for a in as_list(s["Action"]))
+
+
+def test_one_schedule_rule_per_profile_starts_the_project_with_its_profile(template):
+    project_id, _ = only(template, "AWS::CodeBuild::Project")
+    rules = template.find_resources("AWS::Events::Rule").values()
+    profiles = []
+    for rule in rules:
+        assert rule["Properties"]["ScheduleExpression"] == PIPELINE.schedule
+        (target,) = rule["Properties"]["Targets"]
+        assert target["Arn"] == {"Fn::GetAtt": [project_id, "Arn"]}
+        (override,) = json.loads(target["Input"])["environmentVariablesOverride"]
+        assert override["name"] == "PROFILE"
+        profiles.append(override["value"])
+    assert sorted(profiles) == sorted(PIPELINE.profiles)
+
+
+def test_manual_only_pipeline_has_no_rule():
+    app = cdk.App(context=CDK_CONTEXT)
+    stack = AmiPipelineStack(app, "Probe", pipeline=PIPELINE.model_copy(update={"schedule": None}),
+                             env=cdk.Environment(account="123456789012", region="us-east-1"))
+    Template.from_stack(stack).resource_count_is("AWS::Events::Rule", 0)
+
+
+def test_logs_keep_the_configured_days_and_go_with_the_stack(template):
+    log_id, log_group = only(template, "AWS::Logs::LogGroup")
+    assert log_group["Properties"]["RetentionInDays"] == PIPELINE.log_retention_days
+    assert log_group["DeletionPolicy"] == "Delete"
+    _, project = only(template, "AWS::CodeBuild::Project")
+    logs = project["Properties"]["LogsConfig"]["CloudWatchLogs"]
+    assert logs == {"GroupName": {"Ref": log_id}, "Status": "ENABLED"}
+
+
+def test_build_output_is_encrypted_with_a_rotated_key(template):
+    key_id, key = only(template, "AWS::KMS::Key")
+    assert key["Properties"]["EnableKeyRotation"] is True
+    _, project = only(template, "AWS::CodeBuild::Project")
+    assert project["Properties"]["EncryptionKey"] == {"Fn::GetAtt": [key_id, "Arn"]}
+
+
+def test_source_asset_holds_the_sources_but_no_local_state(out_dir):
+    (asset,) = [p for p in out_dir.iterdir() if p.name.startswith("asset.")]
+    names = {p.name for p in asset.iterdir()}
+    assert {"gpufleet", "ami", "scripts", "pyproject.toml", "requirements-lock.txt", "README.md"} <= names
+    assert not names & {".venv", "node_modules", "cdk.out", "tests", ".git", "build"}
+    assert not list(asset.rglob("__pycache__"))
+
+
+def test_cfn_lint_passes(out_dir):
+    template_file = out_dir / f"{AMI_PIPELINE_STACK_NAME}.template.json"
+    result = subprocess.run([CFN_LINT, "--config-file", str(ROOT / ".cfnlintrc.yaml"), "--", str(template_file)],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_acknowledgements_are_granular_and_specific(template_json):
+    rules = [rule for resource in template_json["Resources"].values()
+             for rule in resource.get("Metadata", {}).get("cdk_nag", {}).get("rules_to_suppress", [])
+             if rule["id"].startswith("AwsSolutions-")]
+    assert rules, "the role's IAM5 acknowledgements are written to the template"
+    for rule in rules:
+        assert rule["id"].startswith("AwsSolutions-IAM5[") and rule["id"].endswith("]"), rule
+        assert "gpufleet" in rule["reason"] and len(rule["reason"]) >= 60, rule
