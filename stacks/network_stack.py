@@ -30,6 +30,13 @@ class NetworkStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, environment: Environment, **kwargs) -> None:
         self._availability_zone = environment.availability_zone
         super().__init__(scope, construct_id, **kwargs)
+        # CDK's own AZ lookup acknowledges the literal AZs it writes; the availability_zones override must too.
+        cdk.Validations.of(self).acknowledge(
+            cdk.Acknowledgment(
+                id="CloudFormation-Validate::W3010",
+                reason="A cluster placement group lives in one AZ, so gpufleet pins the environment's AZ on purpose",
+            )
+        )
         network = environment.network
         prefix = ipaddress.IPv4Network(network.cidr).prefixlen
         subnets = [
