@@ -9,12 +9,11 @@ from __future__ import annotations
 import datetime as dt
 import os
 from pathlib import Path
-from typing import Any
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from gpufleet import PROJECT_ROOT
+from gpufleet.config_file import read_model
 from gpufleet.errors import GpufleetError
 
 ENVIRONMENTS_DIR_VARIABLE = "GPUFLEET_ENVIRONMENTS_DIR"
@@ -127,51 +126,9 @@ def environment_files(directory: Path | None = None) -> list[Path]:
     return sorted(directory.glob("*.yaml"))
 
 
-def _field_path(location: tuple[Any, ...]) -> str:
-    return ".".join(str(part) for part in location) or "(file)"
-
-
-def _allowed_keys(model: type[BaseModel], location: tuple[Any, ...]) -> list[str]:
-    for part in location:
-        field = model.model_fields.get(str(part))
-        annotation = field.annotation if field else None
-        nested = [arg for arg in getattr(annotation, "__args__", (annotation,)) if isinstance(arg, type)]
-        models = [arg for arg in nested if issubclass(arg, BaseModel)]
-        if not models:
-            return []
-        model = models[0]
-    return list(model.model_fields)
-
-
-def _describe(error: dict[str, Any]) -> tuple[str, str]:
-    location = tuple(error["loc"])
-    if error["type"] == "extra_forbidden":
-        allowed = ", ".join(_allowed_keys(Environment, location[:-1]))
-        return _field_path(location), f"unknown key (allowed here: {allowed})"
-    if error["type"] == "missing":
-        return _field_path(location), "required key is missing"
-    message = error["msg"][0].lower() + error["msg"][1:]
-    hint = " (put it in quotes)" if error["type"] == "string_type" else ""
-    return _field_path(location), f"{message}, got {error['input']!r}{hint}"
-
-
 def parse_environment(path: Path) -> Environment:
     """Read and parse one environment file; raise GpufleetError listing every problem found."""
-    try:
-        document = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise GpufleetError(f"{path}: cannot read file ({error.strerror})") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "file"
-        raise GpufleetError(f"{path}: {where}: not valid YAML ({getattr(error, 'problem', error)})") from None
-    if not isinstance(document, dict):
-        raise GpufleetError(f"{path}: (file): expected a mapping of keys to values (see environments/README.md)")
-    try:
-        return Environment.model_validate(document)
-    except ValidationError as error:
-        problems = [f"{path}: {field}: {message}" for field, message in map(_describe, error.errors())]
-        raise GpufleetError(*problems) from None
+    return read_model(path, Environment, reference="environments/README.md")
 
 
 def load_environment(path: Path) -> Environment:

@@ -10,14 +10,13 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from gpufleet.ami import AMI_DIR, PROFILES_DIR
 from gpufleet.ami.profile import profile_files
-from gpufleet.environment import _allowed_keys
+from gpufleet.config_file import read_model
 from gpufleet.errors import GpufleetError
 from gpufleet.validators import LOG_RETENTION_DAYS, Problem
 
@@ -219,33 +218,8 @@ VALIDATORS: tuple[PipelineValidator, ...] = (
 )
 
 
-def _describe(error: dict[str, Any]) -> str:
-    location = tuple(error["loc"])
-    field = ".".join(str(part) for part in location) or "(file)"
-    if error["type"] == "extra_forbidden":
-        return f"{field}: unknown key (allowed here: {', '.join(_allowed_keys(Pipeline, location[:-1]))})"
-    if error["type"] == "missing":
-        return f"{field}: required key is missing"
-    message = error["msg"][0].lower() + error["msg"][1:]
-    hint = " (put it in quotes)" if error["type"] == "string_type" else ""
-    return f"{field}: {message}, got {error['input']!r}{hint}"
-
-
 def parse_pipeline(path: Path) -> Pipeline:
-    try:
-        document = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise GpufleetError(f"{path}: cannot read file ({error.strerror})") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "(file)"
-        raise GpufleetError(f"{path}: {where}: not valid YAML ({getattr(error, 'problem', None) or error})") from None
-    if not isinstance(document, dict):
-        raise GpufleetError(f"{path}: (file): expected a mapping of keys to values (see ami/pipeline.yaml's comments)")
-    try:
-        return Pipeline.model_validate(document)
-    except ValidationError as error:
-        raise GpufleetError(*(f"{path}: {_describe(problem)}" for problem in error.errors())) from None
+    return read_model(path, Pipeline, reference="ami/pipeline.yaml's comments")
 
 
 def pipeline_file() -> Path:

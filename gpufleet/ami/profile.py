@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
 from gpufleet.ami import COMPONENT_KEYS, PROFILES_DIR
+from gpufleet.config_file import read_model
 from gpufleet.errors import GpufleetError
 
 VERSION_PATTERN = re.compile(r"[0-9][0-9A-Za-z.+_-]*")
@@ -140,50 +140,9 @@ def profile_files(directory: Path = PROFILES_DIR) -> list[Path]:
     return sorted(directory.glob("*.yaml"))
 
 
-def _allowed_keys(location: tuple[Any, ...]) -> list[str]:
-    model: type[BaseModel] = Profile
-    for part in location:
-        field = model.model_fields.get(str(part))
-        annotation = field.annotation if field else None
-        candidates = [arg for arg in getattr(annotation, "__args__", (annotation,)) if isinstance(arg, type)]
-        models = [arg for arg in candidates if issubclass(arg, BaseModel)]
-        if not models:
-            return []
-        model = models[0]
-    return list(model.model_fields)
-
-
-def _describe(error: dict[str, Any]) -> str:
-    location = tuple(error["loc"])
-    field = ".".join(str(part) for part in location) or "(file)"
-    if error["type"] == "extra_forbidden":
-        return f"{field}: unknown key (allowed here: {', '.join(_allowed_keys(location[:-1]))})"
-    if error["type"] == "missing":
-        return f"{field}: required key is missing"
-    message = error["msg"].removeprefix("Value error, ")
-    message = message[0].lower() + message[1:]
-    if error["type"] == "value_error":
-        return f"{field}: {message}"
-    hint = " (put it in quotes)" if error["type"] == "string_type" else ""
-    return f"{field}: {message}, got {error['input']!r}{hint}"
-
-
 def parse_profile(path: Path) -> Profile:
     """Read one profile file; raise GpufleetError with one line per problem, each naming the file and field."""
-    try:
-        document = yaml.safe_load(path.read_text())
-    except OSError as error:
-        raise GpufleetError(f"{path}: cannot read file ({error.strerror})") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "(file)"
-        raise GpufleetError(f"{path}: {where}: not valid YAML ({getattr(error, 'problem', None) or error})") from None
-    if not isinstance(document, dict):
-        raise GpufleetError(f"{path}: (file): expected a mapping of keys to values (see ami/README.md)")
-    try:
-        profile = Profile.model_validate(document)
-    except ValidationError as error:
-        raise GpufleetError(*(f"{path}: {_describe(problem)}" for problem in error.errors())) from None
+    profile = read_model(path, Profile, reference="ami/README.md")
     if profile.name != path.stem:
         raise GpufleetError(f"{path}: name: '{profile.name}' differs from the file name "
                             f"(name it '{path.stem}' or rename the file to {profile.name}.yaml)")

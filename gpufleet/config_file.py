@@ -1,0 +1,62 @@
+"""YAML configuration files (environments, AMI profiles, the AMI pipeline) read into frozen pydantic models.
+
+Every problem is reported on its own line as `FILE: FIELD: what is wrong`, never as a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from gpufleet.errors import GpufleetError
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def read_model(path: Path, model: type[Model], *, reference: str) -> Model:
+    """Parse `path` into `model`; `reference` names the document that explains the file's keys."""
+    try:
+        document = yaml.safe_load(path.read_text())
+    except OSError as error:
+        raise GpufleetError(f"{path}: cannot read file ({error.strerror})") from None
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark else "(file)"
+        raise GpufleetError(f"{path}: {where}: not valid YAML ({getattr(error, 'problem', None) or error})") from None
+    if not isinstance(document, dict):
+        raise GpufleetError(f"{path}: (file): expected a mapping of keys to values (see {reference})")
+    try:
+        return model.model_validate(document)
+    except ValidationError as error:
+        raise GpufleetError(*(f"{path}: {describe_error(model, problem)}" for problem in error.errors())) from None
+
+
+def describe_error(model: type[BaseModel], error: dict[str, Any]) -> str:
+    location = tuple(error["loc"])
+    field = ".".join(str(part) for part in location) or "(file)"
+    if error["type"] == "extra_forbidden":
+        return f"{field}: unknown key (allowed here: {', '.join(allowed_keys(model, location[:-1]))})"
+    if error["type"] == "missing":
+        return f"{field}: required key is missing"
+    message = error["msg"].removeprefix("Value error, ")
+    message = message[0].lower() + message[1:]
+    if error["type"] == "value_error":
+        return f"{field}: {message}"
+    hint = " (put it in quotes)" if error["type"] == "string_type" else ""
+    return f"{field}: {message}, got {error['input']!r}{hint}"
+
+
+def allowed_keys(model: type[BaseModel], location: tuple[Any, ...]) -> list[str]:
+    """The keys the model accepts at a location (the nested model's fields)."""
+    for part in location:
+        field = model.model_fields.get(str(part))
+        annotation = field.annotation if field else None
+        candidates = [arg for arg in getattr(annotation, "__args__", (annotation,)) if isinstance(arg, type)]
+        models = [arg for arg in candidates if issubclass(arg, BaseModel)]
+        if not models:
+            return []
+        model = models[0]
+    return list(model.model_fields)
