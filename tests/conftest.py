@@ -15,6 +15,7 @@ import pytest
 # jsii warns on every start that Node 20 is past its end of life; the project pins Node 20 (the target machines').
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CDK_CONTEXT = json.loads(Path(__file__).resolve().parent.parent.joinpath("cdk.json").read_text())["context"]
 
 
@@ -69,3 +70,20 @@ def synthesize(directory: Path, environments_dir: Path | None = None) -> Assembl
 @pytest.fixture(scope="session")
 def assembly(tmp_path_factory) -> Assembly:
     return synthesize(tmp_path_factory.mktemp("cdk.out"))
+
+
+@pytest.fixture
+def nccl_fixture():
+    """Text of a captured nccl-tests log in tests/fixtures/nccl."""
+    return lambda name: (FIXTURES / "nccl" / name).read_text()
+
+
+@pytest.fixture
+def topo_fixture():
+    """Text of a captured `nvidia-smi topo -m` in tests/fixtures/topo."""
+    return lambda name: (FIXTURES / "topo" / name).read_text()
+
+
+@pytest.fixture
+def fixture_path():
+    return lambda kind, name: str(FIXTURES / kind / name)
