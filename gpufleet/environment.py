@@ -7,6 +7,7 @@ field or outside knowledge live in gpufleet.validators, one class per rule.
 from __future__ import annotations
 
 import datetime as dt
+import ipaddress
 import os
 from pathlib import Path
 
@@ -37,6 +38,11 @@ class Network(_Section):
     @property
     def creates_vpc(self) -> bool:
         return self.cidr is not None
+
+    @property
+    def node_subnet_prefix(self) -> int:
+        """The node subnet takes half of a new VPC: every EFA interface takes an address (32 per p5 node)."""
+        return ipaddress.IPv4Network(self.cidr).prefixlen + 1
 
 
 class Capacity(_Section):

@@ -3,8 +3,6 @@ so nodes work without a NAT gateway, optional NAT, and flow logs."""
 
 from __future__ import annotations
 
-import ipaddress
-
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
@@ -38,20 +36,20 @@ class NetworkStack(cdk.Stack):
             )
         )
         network = environment.network
-        prefix = ipaddress.IPv4Network(network.cidr).prefixlen
         subnets = [
-            # Nodes get one address per EFA interface (32 on p5), so the node subnet takes half of the VPC.
             ec2.SubnetConfiguration(
                 name="nodes",
                 subnet_type=ec2.SubnetType.PRIVATE_WITH_EGRESS
                 if network.nat_gateway
                 else ec2.SubnetType.PRIVATE_ISOLATED,
-                cidr_mask=prefix + 1,
+                cidr_mask=network.node_subnet_prefix,
             )
         ]
         if network.nat_gateway:
             subnets.append(
-                ec2.SubnetConfiguration(name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=prefix + 3)
+                ec2.SubnetConfiguration(
+                    name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=network.node_subnet_prefix + 2
+                )
             )
         flow_log_group = logs.LogGroup(
             self,

@@ -247,6 +247,35 @@ def test_rules_that_combine_fields(tmp_path, changes, expected):
     assert problems_of(tmp_path, changed(changes)) == [expected]
 
 
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {"instance_type": "p5.48xlarge", "network.cidr": "10.40.0.0/24", "capacity.target": 4},
+            "network.cidr: /24 leaves 123 addresses in the node subnet, but 4 nodes x 32 network interfaces "
+            "(p5.48xlarge) and 9 VPC endpoints need 137 (use /23 or larger)",
+        ),
+        (
+            {
+                "network.cidr": "10.40.0.0/24",
+                "capacity.target": 30,
+                "capacity.on_demand": 0,
+                "fleet.capacity_rebalance": {"replacement_strategy": "launch"},
+            },
+            "network.cidr: /24 leaves 123 addresses in the node subnet, but 60 nodes x 4 network interfaces "
+            "(p4d.24xlarge) and 9 VPC endpoints need 249 (use /23 or larger)",
+        ),
+    ],
+    ids=["p5-interfaces", "rebalance-doubles-spot"],
+)
+def test_node_subnet_must_hold_every_interface(tmp_path, changes, expected):
+    assert problems_of(tmp_path, changed(changes)) == [expected]
+
+
+def test_node_subnet_capacity_fits_at_the_limit(tmp_path):
+    assert load_environment(write(tmp_path, changed({"network.cidr": "10.40.0.0/24", "capacity.target": 28})))
+
+
 def test_efa_requested_on_a_type_without_efa(tmp_path, monkeypatch):
     from gpufleet import catalog
 

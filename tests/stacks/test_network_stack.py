@@ -24,6 +24,9 @@ def test_vpc_and_node_subnet_in_the_cluster_az(assembly, name):
     nodes = [s for s in subnets.values() if {"Key": "aws-cdk:subnet-name", "Value": "nodes"} in s["Properties"]["Tags"]]
     assert len(nodes) == 1
     assert nodes[0]["Properties"]["MapPublicIpOnLaunch"] is False
+    # The address budget NodeSubnetCapacityValidator checks: half of the VPC.
+    assert nodes[0]["Properties"]["CidrBlock"].endswith(f"/{environment.network.node_subnet_prefix}")
+    assert environment.network.node_subnet_prefix == int(environment.network.cidr.split("/")[1]) + 1
 
 
 @pytest.mark.parametrize("name", NEW_VPC_ENVIRONMENTS)
