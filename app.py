@@ -22,14 +22,14 @@ def main() -> int:
     try:
         environments = [load_named_environment(selected)] if selected else load_environments(environment_files())
         ami_pipeline = None if selected else load_pipeline()
+        add_compliance_checks(app)
+        for environment in environments:
+            add_environment_stacks(app, environment)
+        if ami_pipeline is not None:
+            add_ami_pipeline_stack(app, ami_pipeline)
     except GpufleetError as error:
         print("\n".join(error.problems), file=sys.stderr)
         return 1
-    add_compliance_checks(app)
-    for environment in environments:
-        add_environment_stacks(app, environment)
-    if ami_pipeline is not None:
-        add_ami_pipeline_stack(app, ami_pipeline)
     try:
         app.synth()
     except RuntimeError as error:

@@ -58,3 +58,16 @@ def test_invalid_environment_stops_synthesis_with_the_validate_messages(tmp_path
         "on_demand_allocation_strategy, capacity_rebalance, valid_until, replace_unhealthy_instances)",
     ]
     assert not (tmp_path / "cdk.out/manifest.json").exists()
+
+
+def test_problems_found_while_building_stacks_stop_synthesis_with_one_line(tmp_path):
+    environments = tmp_path / "environments"
+    environments.mkdir()
+    document = yaml.safe_load((ROOT / "environments/dev.yaml").read_text())
+    document["node"]["checkpoint_hook"] = "/usr/local/bin/save-checkpoint " + "--verbose " * 2000
+    (environments / "dev.yaml").write_text(yaml.safe_dump(document))
+    result = run_app(tmp_path, {}, environments)
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("environments/dev.yaml: node: the user data is ")
+    assert line.endswith("over EC2's limit of 16384; turn off a node feature or shorten node.checkpoint_hook")
