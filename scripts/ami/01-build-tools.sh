@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Compilers and tools the later steps build with: DKMS modules (driver, EFA, Lustre) need the headers of the
-# running kernel; aws-ofi-nccl needs autotools; oneDNN needs cmake.
+# running kernel; aws-ofi-nccl needs autotools; oneDNN needs cmake. python3 reads /etc/gpufleet/versions.json
+# for the node scripts (efa-env.sh): Ubuntu has it, an Amazon Linux 2 base image may not.
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "${GPUFLEET_LIB_DIR:-$(dirname "${BASH_SOURCE[0]}")/lib}/common.sh"
@@ -10,12 +11,12 @@ kernel="$(uname -r)"
 
 if is_ubuntu; then
   packages=(build-essential gcc make dkms "linux-headers-$kernel" autoconf automake libtool git jq cmake curl
-    ca-certificates gnupg pciutils)
+    ca-certificates gnupg pciutils python3)
 else
   kernel_version="${kernel%.x86_64}"
   kernel_version="${kernel_version%.aarch64}"
   packages=(gcc gcc-c++ make dkms "kernel-devel-$kernel_version" "kernel-headers-$kernel_version" autoconf automake
-    libtool git jq cmake3 curl gnupg2 pciutils tar gzip)
+    libtool git jq cmake3 curl gnupg2 pciutils tar gzip python3)
   [[ "$GPUFLEET_OS_VERSION" == 2 ]] || packages=("${packages[@]/cmake3/cmake}")
 fi
 missing=()
