@@ -48,3 +48,13 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "15-validate.sh",
 )
 REBOOT_SUFFIX = "-reboot.sh"
+
+# What the build instance's SSM agent needs for Packer's Session Manager tunnel: the templates' temporary instance
+# profile grants these, and the AMI pipeline's build instance role grants exactly these.
+SSM_AGENT_ACTIONS: tuple[str, ...] = (
+    "ssm:UpdateInstanceInformation",
+    "ssmmessages:CreateControlChannel",
+    "ssmmessages:CreateDataChannel",
+    "ssmmessages:OpenControlChannel",
+    "ssmmessages:OpenDataChannel",
+)

@@ -44,14 +44,15 @@ def find_packer() -> str:
     return packer
 
 
-def validate_profile(profile: Profile, scripts_dir: Path = SCRIPTS_DIR) -> ValidationResult:
+def validate_profile(profile: Profile, scripts_dir: Path = SCRIPTS_DIR,
+                     instance_profile: str | None = None) -> ValidationResult:
     """Render into a temporary directory and run `packer validate` there, from the repository's point of view."""
     packer = find_packer()
     version = packer_version(packer)
     packer_1_6 = version < REQUIRED_PLUGINS_SINCE
     with tempfile.TemporaryDirectory(prefix="gpufleet-ami-") as work:
         out_dir = Path(work) / profile.name
-        files = render_profile(profile, out_dir, packer_1_6=packer_1_6)
+        files = render_profile(profile, out_dir, packer_1_6=packer_1_6, instance_profile=instance_profile)
         result = subprocess.run(
             [packer, "validate", "-var", f"scripts_dir={scripts_dir.resolve()}", str(out_dir)],
             capture_output=True, text=True, check=False, cwd=work,

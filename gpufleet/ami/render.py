@@ -7,6 +7,7 @@ untouched. Output is deterministic (no timestamps; components in contract order)
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import jinja2
 
-from gpufleet.ami import REBOOT_SUFFIX, SCRIPT_NAMES, TEMPLATES_DIR
+from gpufleet.ami import REBOOT_SUFFIX, SCRIPT_NAMES, SSM_AGENT_ACTIONS, TEMPLATES_DIR
 from gpufleet.ami.compatibility import check_profile, gate_errors
 from gpufleet.ami.profile import Profile
 from gpufleet.errors import GpufleetError
@@ -22,6 +23,8 @@ from gpufleet.errors import GpufleetError
 AMAZON_PLUGIN_VERSION = "1.3.3"
 PLUGINS_FILE = "plugins.pkr.hcl"
 RENDERED_FILES = ("variables.pkr.hcl", "locals.pkr.hcl", "source.pkr.hcl", "build.pkr.hcl", PLUGINS_FILE)
+# IAM's rule for instance profile names.
+INSTANCE_PROFILE_NAME = re.compile(r"[\w+=,.@-]{1,128}", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -66,8 +69,19 @@ def template_environment() -> jinja2.Environment:
     return environment
 
 
-def render_files(profile: Profile, packer_1_6: bool = False) -> dict[str, str]:
-    """File name -> content. packer_1_6 leaves out what Packer 1.6.6 cannot parse (plugins file, IMDS options)."""
+def check_instance_profile_name(name: str) -> None:
+    if not INSTANCE_PROFILE_NAME.fullmatch(name):
+        raise GpufleetError(f"--instance-profile {name!r}: not an IAM instance profile name (1 to 128 characters: "
+                            "letters, digits and + = , . @ _ -)")
+
+
+def render_files(profile: Profile, packer_1_6: bool = False, instance_profile: str | None = None) -> dict[str, str]:
+    """File name -> content. packer_1_6 leaves out what Packer 1.6.6 cannot parse (plugins file, IMDS options).
+
+    instance_profile names an existing instance profile for the build instance; without it Packer creates a
+    temporary one (and the caller needs the IAM rights to create roles)."""
+    if instance_profile is not None:
+        check_instance_profile_name(instance_profile)
     environment = template_environment()
     context = {
         "profile": profile,
@@ -75,6 +89,8 @@ def render_files(profile: Profile, packer_1_6: bool = False) -> dict[str, str]:
         "scripts": script_steps(),
         "amazon_plugin_version": AMAZON_PLUGIN_VERSION,
         "packer_1_6": packer_1_6,
+        "instance_profile": instance_profile,
+        "ssm_agent_actions": SSM_AGENT_ACTIONS,
     }
     names = [name for name in RENDERED_FILES if not (packer_1_6 and name == PLUGINS_FILE)]
     return {name: environment.get_template(f"{name}.j2").render(context) for name in names}
@@ -97,11 +113,12 @@ def _check_out_dir(out_dir: Path) -> None:
                                 "choose an empty or new directory")
 
 
-def render_profile(profile: Profile, out_dir: Path, packer_1_6: bool = False) -> list[Path]:
+def render_profile(profile: Profile, out_dir: Path, packer_1_6: bool = False,
+                   instance_profile: str | None = None) -> list[Path]:
     """Gate, render into a temporary sibling directory, then swap it into out_dir; nothing is written on failure."""
     refuse_failing_gate(profile)
     _check_out_dir(out_dir)
-    files = render_files(profile, packer_1_6=packer_1_6)
+    files = render_files(profile, packer_1_6=packer_1_6, instance_profile=instance_profile)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:

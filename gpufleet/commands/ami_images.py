@@ -11,6 +11,8 @@ from pathlib import Path
 from gpufleet.errors import GpufleetError
 
 PROFILE_HELP = "a shipped profile name (ami/profiles/NAME.yaml) or the path of a profile file"
+INSTANCE_PROFILE_HELP = ("an existing instance profile for the build instance, whose role lets the SSM agent work "
+                         "(default: Packer creates a temporary one, which needs iam:CreateRole)")
 
 
 def _date(value: str) -> dt.date:
@@ -31,12 +33,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     render.add_argument("profile", metavar="PROFILE", help=PROFILE_HELP)
     render.add_argument("--out", type=Path, required=True, metavar="DIR",
                         help="directory to write (new, empty, or an earlier render of gpufleet)")
+    render.add_argument("--instance-profile", metavar="NAME", help=INSTANCE_PROFILE_HELP)
     render.set_defaults(handler=run_render)
 
     validate = subparsers.add_parser("validate", help="render into a temporary directory and run packer validate")
     validate.add_argument("profile", metavar="PROFILE", help=PROFILE_HELP)
     validate.add_argument("--scripts-dir", type=Path, metavar="DIR",
                           help="provisioning scripts the template points at (default: scripts/ami)")
+    validate.add_argument("--instance-profile", metavar="NAME", help=INSTANCE_PROFILE_HELP)
     validate.set_defaults(handler=run_validate)
 
 
@@ -60,7 +64,7 @@ def run_render(args: argparse.Namespace) -> int:
     from gpufleet.ami.render import render_profile
 
     profile = load_profile(args.profile)
-    for path in render_profile(profile, args.out):
+    for path in render_profile(profile, args.out, instance_profile=args.instance_profile):
         print(path)
     return 0
 
@@ -74,7 +78,7 @@ def run_validate(args: argparse.Namespace) -> int:
     scripts_dir = args.scripts_dir or SCRIPTS_DIR
     if not scripts_dir.is_dir():
         raise GpufleetError(f"{scripts_dir}: no provisioning scripts directory (give one with --scripts-dir)")
-    result = validate_profile(profile, scripts_dir)
+    result = validate_profile(profile, scripts_dir, instance_profile=args.instance_profile)
     print(f"packer {result.packer_version}: validating {', '.join(result.files)}")
     if result.packer_version < REQUIRED_PLUGINS_SINCE:
         print(f"note: packer {result.packer_version} predates required_plugins and metadata_options: plugins.pkr.hcl "

@@ -13,7 +13,7 @@ import hcl2
 import pytest
 from hcl2.utils import SerializationOptions
 
-from gpufleet.ami import COMPONENT_KEYS, SCRIPT_NAMES, SCRIPTS_DIR
+from gpufleet.ami import COMPONENT_KEYS, SCRIPT_NAMES, SCRIPTS_DIR, SSM_AGENT_ACTIONS
 from gpufleet.ami.profile import load_profile
 from gpufleet.ami.render import (
     AMAZON_PLUGIN_VERSION,
@@ -178,3 +178,46 @@ def test_render_replaces_an_earlier_render_but_not_foreign_files(tmp_path, capsy
 @pytest.mark.skipif(not SCRIPTS_DIR.is_dir(), reason="scripts/ami/ does not exist yet (written by another engineer)")
 def test_contract_script_names_match_scripts_ami():
     assert tuple(sorted(path.name for path in SCRIPTS_DIR.glob("*.sh"))) == SCRIPT_NAMES
+
+
+BUILD_INSTANCE_PROFILE = "gpufleet-ami-build"
+
+
+def test_instance_profile_replaces_the_temporary_one_and_nothing_else():
+    default = render_files(load_profile(REFERENCE))
+    with_profile = render_files(load_profile(REFERENCE), instance_profile=BUILD_INSTANCE_PROFILE)
+    (source,) = hcl2.loads(with_profile["source.pkr.hcl"], serialization_options=HCL_OPTIONS)["source"]
+    ebs = source["amazon-ebs"]["gpufleet"]
+    assert ebs["iam_instance_profile"] == BUILD_INSTANCE_PROFILE
+    assert "temporary_iam_instance_profile_policy_document" not in ebs
+    assert "temporary_iam_instance_profile" not in with_profile["source.pkr.hcl"]
+    assert {name: text for name, text in with_profile.items() if name != "source.pkr.hcl"} == {
+        name: text for name, text in default.items() if name != "source.pkr.hcl"}
+
+
+def test_temporary_instance_profile_grants_exactly_the_ssm_agent_actions():
+    (source,) = _parsed(REFERENCE)["source.pkr.hcl"]["source"]
+    (document,) = source["amazon-ebs"]["gpufleet"]["temporary_iam_instance_profile_policy_document"]
+    (statement,) = document["Statement"]
+    assert statement == {"Effect": "Allow", "Action": list(SSM_AGENT_ACTIONS), "Resource": ["*"]}
+
+
+def test_cli_renders_the_instance_profile(tmp_path):
+    out_dir = tmp_path / "out"
+    assert main(["ami", "render", REFERENCE, "--out", str(out_dir), "--instance-profile", "a+b=c,d.e@f_g-1"]) == 0
+    assert '  iam_instance_profile = "a+b=c,d.e@f_g-1"\n' in (out_dir / "source.pkr.hcl").read_text()
+
+
+@pytest.mark.parametrize("name", ["", "x" * 129, "has space", 'quote"', "${var.x}", "r\u00f4le", "a/b", "a\nb"])
+def test_bad_instance_profile_name_is_refused_and_nothing_written(tmp_path, capsys, name):
+    out_dir = tmp_path / "out"
+    assert main(["ami", "render", REFERENCE, "--out", str(out_dir), "--instance-profile", name]) == 1
+    err = capsys.readouterr().err
+    assert err == f"--instance-profile {name!r}: not an IAM instance profile name (1 to 128 characters: letters, " \
+                  "digits and + = , . @ _ -)\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_longest_instance_profile_name_is_accepted():
+    files = render_files(load_profile(REFERENCE), instance_profile="x" * 128)
+    assert f'iam_instance_profile = "{"x" * 128}"' in files["source.pkr.hcl"]
