@@ -1,6 +1,7 @@
 """The CodeBuild project that builds one AMI profile per build (env var PROFILE): Packer on a pinned, verified
 release, the image id published to /gpufleet/ami/PROFILE, and a role limited to what Packer's amazon-ebs builder
-does with the rendered templates (ami/templates)."""
+does with the rendered templates (ami/templates). The build instance gets the stack's own instance profile, so the
+build role creates no IAM role or policy: it may only pass that one role to EC2."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
+from gpufleet.ami import SSM_AGENT_ACTIONS
 from gpufleet.ami.pipeline import AMI_PARAMETER_PREFIX, Pipeline
 from gpufleet.validators import LOG_RETENTION_DAYS
 
 PROFILE_TAG_KEY = "gpufleet:profile"
-# Packer names its temporary key pair, IAM role and instance profile packer_<uuid> / packer-<uuid>.
+# Packer names its temporary key pair packer_<uuid>.
 PACKER_TEMPORARY_KEY_PAIR = "packer_*"
-PACKER_TEMPORARY_IAM_NAME = "packer-*"
+BUILD_INSTANCE_PROFILE_VARIABLE = "BUILD_INSTANCE_PROFILE"
 # CUDA, NCCL, nccl-tests and oneDNN are compiled or installed on the build instance: builds take one to two hours.
 BUILD_TIMEOUT = cdk.Duration.hours(4)
 HASHICORP_RELEASES = "https://releases.hashicorp.com/packer"
@@ -79,7 +81,8 @@ def buildspec(pipeline: Pipeline) -> dict:
             "pre_build": {
                 "commands": [
                     '.venv/bin/gpufleet ami check "$PROFILE"',
-                    f'.venv/bin/gpufleet ami render "$PROFILE" --out "{rendered}"',
+                    f'.venv/bin/gpufleet ami render "$PROFILE" --out "{rendered}" '
+                    f'--instance-profile "${BUILD_INSTANCE_PROFILE_VARIABLE}"',
                     f'packer init "{rendered}"',
                 ],
             },
@@ -113,6 +116,22 @@ class AmiBuildProject(Construct):
             retention=logs.RetentionDays[LOG_RETENTION_DAYS[pipeline.log_retention_days]],
             removal_policy=cdk.RemovalPolicy.DESTROY,
         )
+        self.build_instance_role = iam.Role(
+            self,
+            "BuildInstanceRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description="gpufleet AMI build instance: what its SSM agent needs for Packer's Session Manager tunnel",
+            inline_policies={"SsmAgent": iam.PolicyDocument(statements=[
+                iam.PolicyStatement(sid="SsmAgent", actions=list(SSM_AGENT_ACTIONS), resources=["*"]),
+            ])},
+        )
+        cdk.Validations.of(self.build_instance_role).acknowledge(cdk.Acknowledgment(
+            id="AwsSolutions-IAM5[Resource::*]",
+            reason="the gpufleet AMI build instance's SSM agent registers itself and opens Session Manager channels "
+            "(ssm:UpdateInstanceInformation, ssmmessages:*Channel); these actions support no resource-level "
+            "permissions, and the role grants nothing else",
+        ))
+        self.build_instance_profile = iam.InstanceProfile(self, "BuildInstanceProfile", role=self.build_instance_role)
         self.project = codebuild.Project(
             self,
             "Project",
@@ -122,6 +141,8 @@ class AmiBuildProject(Construct):
             environment=codebuild.BuildEnvironment(
                 build_image=codebuild.LinuxBuildImage.STANDARD_7_0, compute_type=codebuild.ComputeType.SMALL
             ),
+            environment_variables={BUILD_INSTANCE_PROFILE_VARIABLE: codebuild.BuildEnvironmentVariable(
+                value=self.build_instance_profile.instance_profile_name)},
             encryption_key=self.key,
             timeout=BUILD_TIMEOUT,
             logging=codebuild.LoggingOptions(
@@ -142,10 +163,6 @@ class AmiBuildProject(Construct):
             return stack.format_arn(service="ec2", resource=resource, resource_name="*", account="")
 
         key_pairs = stack.format_arn(service="ec2", resource="key-pair", resource_name=PACKER_TEMPORARY_KEY_PAIR)
-        iam_roles = stack.format_arn(service="iam", region="", resource="role", resource_name=PACKER_TEMPORARY_IAM_NAME)
-        iam_profiles = stack.format_arn(
-            service="iam", region="", resource="instance-profile", resource_name=PACKER_TEMPORARY_IAM_NAME
-        )
         parameters = stack.format_arn(
             service="ssm", resource="parameter", resource_name=f"{AMI_PARAMETER_PREFIX.strip('/')}/*"
         )
@@ -211,18 +228,16 @@ class AmiBuildProject(Construct):
                          "ec2:CreateTags"],
                 resources=[ec2("security-group"), ec2("vpc")],
             ),
+            # Packer checks that iam_instance_profile exists before it launches (a read of this one profile).
             iam.PolicyStatement(
-                sid="PackerTemporaryInstanceProfile",
-                actions=["iam:CreateRole", "iam:DeleteRole", "iam:GetRole", "iam:TagRole", "iam:PutRolePolicy",
-                         "iam:DeleteRolePolicy", "iam:CreateInstanceProfile", "iam:DeleteInstanceProfile",
-                         "iam:GetInstanceProfile", "iam:TagInstanceProfile", "iam:AddRoleToInstanceProfile",
-                         "iam:RemoveRoleFromInstanceProfile"],
-                resources=[iam_roles, iam_profiles],
+                sid="PackerReadBuildInstanceProfile",
+                actions=["iam:GetInstanceProfile"],
+                resources=[self.build_instance_profile.instance_profile_arn],
             ),
             iam.PolicyStatement(
-                sid="PackerPassTemporaryRole",
+                sid="PackerPassBuildInstanceRole",
                 actions=["iam:PassRole"],
-                resources=[iam_roles],
+                resources=[self.build_instance_role.role_arn],
                 conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
             ),
             iam.PolicyStatement(
@@ -292,11 +307,6 @@ class AmiBuildProject(Construct):
             f"Resource::arn:<AWS::Partition>:ec2:{region}::image/*": "RunInstances reads the profile's base image "
             "(Canonical or Amazon owned, newest match) and the build registers, copies and tags the new gpufleet "
             "AMI, whose id is unknown in advance",
-            f"Resource::arn:<AWS::Partition>:iam::{account}:role/{PACKER_TEMPORARY_IAM_NAME}": "the gpufleet "
-            "templates let Packer create a temporary role packer-<uuid> for the SSM agent of the build instance "
-            "(temporary_iam_instance_profile_policy_document); PassRole is limited to EC2",
-            f"Resource::arn:<AWS::Partition>:iam::{account}:instance-profile/{PACKER_TEMPORARY_IAM_NAME}": "the "
-            "temporary instance profile packer-<uuid> that carries that role onto the gpufleet AMI build instance",
             f"Resource::arn:<AWS::Partition>:ssm:{region}:{account}:parameter/"
             f"{AMI_PARAMETER_PREFIX.strip('/')}/*": "a gpufleet AMI build publishes /gpufleet/ami/PROFILE for the "
             "profile it is started with; only that prefix is writable",

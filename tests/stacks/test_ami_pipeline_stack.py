@@ -12,6 +12,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
+from gpufleet.ami import SSM_AGENT_ACTIONS
 from gpufleet.ami.pipeline import load_pipeline
 from stacks.ami_pipeline_stack import AMI_PIPELINE_STACK_NAME, AmiPipelineStack, add_ami_pipeline_stack
 from stacks.environment_stacks import add_compliance_checks
@@ -133,11 +134,84 @@ def test_instance_actions_need_the_profile_tag(template):
     control = by_sid["PackerControlBuildInstance"]
     assert "ec2:TerminateInstances" in control["Action"]
     assert control["Condition"] == {"Null": {"aws:ResourceTag/gpufleet:profile": "false"}}
-    pass_role = by_sid["PackerPassTemporaryRole"]
-    assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
-    assert pass_role["Resource"]["Fn::Join"][1][-1].endswith(":role/packer-*")
     ec2_star = [s for s in statements(template) if s["Resource"] == "*"]
     assert all(a.startswith("ec2:Describe") for s in ec2_star for a in as_list(s["Action"]))
+
+
+def all_statements(template_json: dict) -> list[dict]:
+    """Every statement of every policy document in the template: policies, inline role policies, trust policies."""
+    found = []
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            if "Statement" in node:
+                found.extend(as_list(node["Statement"]))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(template_json["Resources"])
+    return found
+
+
+def build_instance_role(template: Template) -> tuple[str, dict]:
+    roles = {logical_id: role for logical_id, role in template.find_resources("AWS::IAM::Role").items()
+             if role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]
+             == {"Service": "ec2.amazonaws.com"}}
+    ((logical_id, role),) = roles.items()
+    return logical_id, role
+
+
+@pytest.mark.parametrize("action", ["iam:CreateRole", "iam:PutRolePolicy", "iam:CreateInstanceProfile",
+                                    "iam:AttachRolePolicy", "iam:AddRoleToInstanceProfile", "iam:CreatePolicy"])
+def test_no_role_or_policy_can_be_created(template_json, action):
+    actions = {a for s in all_statements(template_json) for a in as_list(s.get("Action", []))}
+    assert actions, "the walk finds the template's statements"
+    assert action not in actions
+    assert not {a for a in actions if a in ("*", "iam:*") or (a.startswith("iam:") and "*" in a)}
+    assert "packer-" not in json.dumps(template_json)
+
+
+def test_build_role_may_only_pass_the_build_instance_role_to_ec2(template, template_json):
+    role_id, _ = build_instance_role(template)
+    (profile_id, _) = only(template, "AWS::IAM::InstanceProfile")
+    iam_statements = [s for s in all_statements(template_json)
+                      if any(a.startswith("iam:") for a in as_list(s["Action"]))]
+    by_action = {a: s for s in iam_statements for a in as_list(s["Action"])}
+    assert sorted(by_action) == ["iam:GetInstanceProfile", "iam:PassRole"]
+    pass_role = by_action["iam:PassRole"]
+    assert as_list(pass_role["Action"]) == ["iam:PassRole"]
+    assert pass_role["Resource"] == {"Fn::GetAtt": [role_id, "Arn"]}
+    assert pass_role["Condition"] == {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}
+    # Packer reads the named profile before launching; a read of that one profile, nothing else.
+    assert by_action["iam:GetInstanceProfile"]["Resource"] == {"Fn::GetAtt": [profile_id, "Arn"]}
+
+
+def test_build_instance_role_grants_only_the_ssm_agent_actions(template):
+    _, role = build_instance_role(template)
+    (policy,) = role["Properties"]["Policies"]
+    (statement,) = policy["PolicyDocument"]["Statement"]
+    assert statement["Effect"] == "Allow" and statement["Resource"] == "*"
+    assert sorted(as_list(statement["Action"])) == sorted(SSM_AGENT_ACTIONS) == sorted([
+        "ssm:UpdateInstanceInformation", "ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel",
+        "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel"])
+    assert "ManagedPolicyArns" not in role["Properties"]
+    assert not template.find_resources("AWS::IAM::ManagedPolicy")
+
+
+def test_build_instance_profile_is_the_stacks_and_reaches_render(template):
+    role_id, role = build_instance_role(template)
+    profile_id, profile = only(template, "AWS::IAM::InstanceProfile")
+    assert profile["Properties"]["Roles"] == [{"Ref": role_id}]
+    for resource in (role, profile):
+        assert resource.get("DeletionPolicy", "Delete") == "Delete"
+    _, project = only(template, "AWS::CodeBuild::Project")
+    variables = project["Properties"]["Environment"]["EnvironmentVariables"]
+    assert {"Name": "BUILD_INSTANCE_PROFILE", "Type": "PLAINTEXT", "Value": {"Ref": profile_id}} in variables
+    (render,) = [c for c in commands(template) if "gpufleet ami render" in c]
+    assert render.endswith(' --instance-profile "$BUILD_INSTANCE_PROFILE"')
 
 
 def test_one_schedule_rule_per_profile_starts_the_project_with_its_profile(template):
