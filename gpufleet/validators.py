@@ -73,6 +73,9 @@ class Validator:
     def problem(self, message: str) -> list[Problem]:
         return [Problem(self.field, message)]
 
+    def problem_if(self, message: str | None) -> list[Problem]:
+        return self.problem(message) if message else []
+
 
 @dataclass(frozen=True)
 class ValidationContext:
@@ -98,22 +101,36 @@ class EnvironmentNameValidator(Validator):
         return []
 
 
+def account_id_problem(account: str) -> str | None:
+    if not re.fullmatch(r"\d{12}", account):
+        return f"'{account}' is not an AWS account id (exactly 12 digits, quoted)"
+    return None
+
+
+def region_problem(region: str) -> str | None:
+    if not re.fullmatch(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d", region):
+        return f"'{region}' is not a region name (for example us-east-1, eu-west-2)"
+    return None
+
+
+def log_retention_problem(days: int) -> str | None:
+    if days not in LOG_RETENTION_DAYS:
+        return f"{days} is not a CloudWatch Logs retention (allowed: {', '.join(map(str, LOG_RETENTION_DAYS))})"
+    return None
+
+
 class AccountIdValidator(Validator):
     field = "account"
 
     def check(self, env, context):
-        if not re.fullmatch(r"\d{12}", env.account):
-            return self.problem(f"'{env.account}' is not an AWS account id (exactly 12 digits, quoted)")
-        return []
+        return self.problem_if(account_id_problem(env.account))
 
 
 class RegionValidator(Validator):
     field = "region"
 
     def check(self, env, context):
-        if not re.fullmatch(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d", env.region):
-            return self.problem(f"'{env.region}' is not a region name (for example us-east-1, eu-west-2)")
-        return []
+        return self.problem_if(region_problem(env.region))
 
 
 class AvailabilityZoneValidator(Validator):
@@ -218,12 +235,7 @@ class FlowLogRetentionValidator(Validator):
     field = "network.flow_log_retention_days"
 
     def check(self, env, context):
-        if env.network.flow_log_retention_days not in LOG_RETENTION_DAYS:
-            allowed = ", ".join(map(str, LOG_RETENTION_DAYS))
-            return self.problem(
-                f"{env.network.flow_log_retention_days} is not a CloudWatch Logs retention (allowed: {allowed})"
-            )
-        return []
+        return self.problem_if(log_retention_problem(env.network.flow_log_retention_days))
 
 
 class InstanceTypeValidator(Validator):

@@ -10,7 +10,6 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
@@ -18,7 +17,7 @@ from gpufleet.ami import AMI_DIR, PROFILES_DIR
 from gpufleet.ami.profile import profile_files
 from gpufleet.config_file import read_model
 from gpufleet.errors import GpufleetError
-from gpufleet.validators import LOG_RETENTION_DAYS, Problem
+from gpufleet.validators import Problem, Validator, account_id_problem, log_retention_problem, region_problem
 
 PIPELINE_FILE_VARIABLE = "GPUFLEET_AMI_PIPELINE_FILE"
 # Where a build publishes the id of the image of PROFILE; cluster environments read it (ami.ssm_parameter).
@@ -63,16 +62,11 @@ class Pipeline(_Section):
     session_manager_plugin: SessionManagerPlugin
 
 
-class PipelineValidator:
-    """A rule: ``check`` returns the problems it finds, an empty list when the configuration satisfies it."""
+class PipelineValidator(Validator):
+    """A rule of the pipeline configuration (the same shape as an environment rule)."""
 
-    field: ClassVar[str]
-
-    def check(self, pipeline: Pipeline, context: PipelineContext) -> list[Problem]:
+    def check(self, pipeline: Pipeline, context: PipelineContext) -> list[Problem]:  # type: ignore[override]
         raise NotImplementedError
-
-    def problem(self, message: str) -> list[Problem]:
-        return [Problem(self.field, message)]
 
 
 @dataclass(frozen=True)
@@ -84,18 +78,14 @@ class AccountValidator(PipelineValidator):
     field = "account"
 
     def check(self, pipeline, context):
-        if not re.fullmatch(r"\d{12}", pipeline.account):
-            return self.problem(f"'{pipeline.account}' is not an AWS account id (exactly 12 digits, quoted)")
-        return []
+        return self.problem_if(account_id_problem(pipeline.account))
 
 
 class RegionValidator(PipelineValidator):
     field = "region"
 
     def check(self, pipeline, context):
-        if not re.fullmatch(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d", pipeline.region):
-            return self.problem(f"'{pipeline.region}' is not a region name (for example us-east-1, eu-west-2)")
-        return []
+        return self.problem_if(region_problem(pipeline.region))
 
 
 class ProfilesValidator(PipelineValidator):
@@ -139,11 +129,7 @@ class LogRetentionValidator(PipelineValidator):
     field = "log_retention_days"
 
     def check(self, pipeline, context):
-        if pipeline.log_retention_days not in LOG_RETENTION_DAYS:
-            allowed = ", ".join(map(str, LOG_RETENTION_DAYS))
-            return self.problem(f"{pipeline.log_retention_days} is not a CloudWatch Logs retention "
-                                f"(allowed: {allowed})")
-        return []
+        return self.problem_if(log_retention_problem(pipeline.log_retention_days))
 
 
 class SubnetValidator(PipelineValidator):
