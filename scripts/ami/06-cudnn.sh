@@ -11,10 +11,7 @@ already_at cuDNN "$(installed_cudnn_version)" "$(first_fields "$GPUFLEET_CUDNN_V
 
 cuda_mm="$(major_minor "$GPUFLEET_CUDA_VERSION")"
 if [[ -n "${GPUFLEET_CUDNN_URL:-}" ]]; then
-  work="$(build_dir cudnn)"
-  tarball="$work/$(basename "$GPUFLEET_CUDNN_URL")"
-  download "$GPUFLEET_CUDNN_URL" "$tarball" "${GPUFLEET_CUDNN_SHA256:-}"
-  unpacked="$(extract_single_dir "$tarball" "$work/src")"
+  unpacked="$(fetch_source cudnn "$GPUFLEET_CUDNN_URL" "${GPUFLEET_CUDNN_SHA256:-}")"
   cuda="$(root_path "$CUDA_LINK")"
   cp -P "$unpacked"/include/cudnn*.h "$cuda/include/"
   lib_dir="$unpacked/lib64"

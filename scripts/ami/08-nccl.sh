@@ -10,10 +10,7 @@ already_at NCCL "$(installed_nccl_version)" "$(first_fields "$GPUFLEET_NCCL_VERS
 
 cuda_mm="$(major_minor "$GPUFLEET_CUDA_VERSION")"
 if [[ -n "${GPUFLEET_NCCL_URL:-}" ]]; then
-  work="$(build_dir nccl)"
-  tarball="$work/$(basename "$GPUFLEET_NCCL_URL")"
-  download "$GPUFLEET_NCCL_URL" "$tarball" "${GPUFLEET_NCCL_SHA256:-}"
-  source_dir="$(extract_single_dir "$tarball" "$work/src")"
+  source_dir="$(fetch_source nccl "$GPUFLEET_NCCL_URL" "${GPUFLEET_NCCL_SHA256:-}")"
   prefix="$(root_path "$NCCL_SOURCE_PREFIX")"
   make -C "$source_dir" -j "$(nproc)" src.build CUDA_HOME="$(root_path "$CUDA_LINK")"
   make -C "$source_dir" install PREFIX="$prefix"

@@ -12,10 +12,7 @@ already_at aws-ofi-nccl "$(marker_version "$AWS_OFI_NCCL_PREFIX")" "$GPUFLEET_AW
 libfabric="$(root_path /opt/amazon/efa)"
 [[ -f "$libfabric/include/rdma/fabric.h" ]] || die "libfabric not found under $libfabric: run 07-efa-installer.sh first"
 
-work="$(build_dir aws-ofi-nccl)"
-tarball="$work/$(basename "$GPUFLEET_AWS_OFI_NCCL_URL")"
-download "$GPUFLEET_AWS_OFI_NCCL_URL" "$tarball" "${GPUFLEET_AWS_OFI_NCCL_SHA256:-}"
-source_dir="$(extract_single_dir "$tarball" "$work/src")"
+source_dir="$(fetch_source aws-ofi-nccl "$GPUFLEET_AWS_OFI_NCCL_URL" "${GPUFLEET_AWS_OFI_NCCL_SHA256:-}")"
 prefix="$(root_path "$AWS_OFI_NCCL_PREFIX")"
 (
   cd "$source_dir"

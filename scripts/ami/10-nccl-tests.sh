@@ -11,10 +11,7 @@ already_at nccl-tests "$(marker_version "$NCCL_TESTS_PREFIX")" "$GPUFLEET_NCCL_T
 mpi="$(root_path /opt/amazon/openmpi)"
 [[ -x "$mpi/bin/mpicc" ]] || die "Open MPI not found under $mpi: run 07-efa-installer.sh first"
 
-work="$(build_dir nccl-tests)"
-tarball="$work/$(basename "$GPUFLEET_NCCL_TESTS_URL")"
-download "$GPUFLEET_NCCL_TESTS_URL" "$tarball" "${GPUFLEET_NCCL_TESTS_SHA256:-}"
-source_dir="$(extract_single_dir "$tarball" "$work/src")"
+source_dir="$(fetch_source nccl-tests "$GPUFLEET_NCCL_TESTS_URL" "${GPUFLEET_NCCL_TESTS_SHA256:-}")"
 prefix="$(root_path "$NCCL_TESTS_PREFIX")"
 mkdir -p "$prefix"
 make -C "$source_dir" -j "$(nproc)" MPI=1 MPI_HOME="$mpi" CUDA_HOME="$(root_path "$CUDA_LINK")" \

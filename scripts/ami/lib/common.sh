@@ -183,6 +183,17 @@ download() {
   log "sha256 verified for $(basename "$dest")"
 }
 
+# fetch_source COMPONENT URL SHA256: download a release tarball into COMPONENT's fresh build directory, verify
+# it, unpack it and print the directory it unpacked to (download's log goes to stderr, the build log too).
+# Called inside $(...), where bash drops errexit: every step returns on failure explicitly.
+fetch_source() {
+  local work tarball
+  work="$(build_dir "$1")" || return
+  tarball="$work/$(basename "$2")"
+  download "$2" "$tarball" "$3" >&2 || return
+  extract_single_dir "$tarball" "$work/src"
+}
+
 # extract_single_dir TARBALL DEST: unpack a release tarball and print the one top-level directory it made.
 extract_single_dir() {
   local tarball="$1" dest="$2" entries

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import subprocess
 
 import pytest
 
@@ -89,3 +90,34 @@ def test_apt_candidate_resolves_the_pinned_version_from_the_repository(sandbox):
     assert missing.stderr.strip() == (
         "[gpufleet] ERROR: no version 450.80.01 of package nvidia-fabricmanager-450 in the configured apt repositories"
     )
+
+
+@pytest.fixture
+def release_tarball(sandbox, tmp_path) -> str:
+    """A release tarball with one top-level directory, served by the stub curl; returns its sha256."""
+    source = tmp_path / "release" / "nccl-2.7.8-1"
+    source.mkdir(parents=True)
+    (source / "README").write_text("release\n")
+    archive = tmp_path / "v2.7.8-1.tar.gz"
+    subprocess.run(["tar", "-czf", str(archive), "-C", str(source.parent), source.name], check=True)
+    (sandbox.state / "download").write_bytes(archive.read_bytes())
+    return hashlib.sha256(archive.read_bytes()).hexdigest()
+
+
+def test_fetch_source_prints_only_the_unpacked_directory(sandbox, release_tarball):
+    result = sandbox.bash(
+        f'dir="$(fetch_source nccl https://downloads.example/v2.7.8-1.tar.gz {release_tarball})"; cat "$dir/README"; '
+        'echo "$dir"'
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0] == "release"
+    assert result.stdout.splitlines()[1].endswith("/nccl/src/nccl-2.7.8-1")
+    assert "[gpufleet] sha256 verified for v2.7.8-1.tar.gz" in result.stderr
+
+
+def test_fetch_source_with_a_bad_checksum_stops_the_script(sandbox, release_tarball):
+    wrong = "0" * 64
+    result = sandbox.bash(f'dir="$(fetch_source nccl https://downloads.example/v2.7.8-1.tar.gz {wrong})"; echo reached')
+    assert result.returncode == 1
+    assert "reached" not in result.stdout
+    assert result.stderr.splitlines()[-1].startswith("[gpufleet] ERROR: sha256 mismatch for ")
