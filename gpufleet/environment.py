@@ -122,6 +122,11 @@ class Environment(_Section):
     def stack_prefix(self) -> str:
         return f"gpufleet-{self.name}"
 
+    @property
+    def resource_tags(self) -> dict[str, str]:
+        """The tags every resource of the environment carries: the file's tags and the environment tag."""
+        return {**self.tags, ENVIRONMENT_TAG_KEY: self.name}
+
 
 def environments_dir() -> Path:
     return Path(os.environ.get(ENVIRONMENTS_DIR_VARIABLE, PROJECT_ROOT / "environments"))

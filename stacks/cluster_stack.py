@@ -33,11 +33,7 @@ class ClusterStack(cdk.Stack):
         super().__init__(scope, construct_id, **kwargs)
         if vpc is None or node_subnet is None:
             vpc, node_subnet = self._import_network(environment)
-        node_tags = {
-            **environment.tags,
-            ENVIRONMENT_TAG_KEY: environment.name,
-            "Name": f"{environment.stack_prefix}-node",
-        }
+        node_tags = {**environment.resource_tags, "Name": f"{environment.stack_prefix}-node"}
 
         efa_security_group = EfaSecurityGroup(self, "EfaSecurityGroup", vpc=vpc)
         placement_group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
@@ -56,7 +52,7 @@ class ClusterStack(cdk.Stack):
             "Fleet",
             environment=environment,
             launch_template=launch_template.launch_template,
-            fleet_tags={**environment.tags, ENVIRONMENT_TAG_KEY: environment.name},
+            fleet_tags=environment.resource_tags,
         )
         FleetTeardown(
             self,

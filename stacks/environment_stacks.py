@@ -6,7 +6,7 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from gpufleet.catalog import load_catalog
-from gpufleet.environment import ENVIRONMENT_TAG_KEY, Environment
+from gpufleet.environment import Environment
 from stacks.cluster_stack import ClusterStack
 from stacks.network_stack import NetworkStack
 
@@ -44,6 +44,6 @@ def add_environment_stacks(app: cdk.App, environment: Environment) -> list[cdk.S
     )
     stacks.append(cluster)
     for stack in stacks:
-        for key, value in {**environment.tags, ENVIRONMENT_TAG_KEY: environment.name}.items():
+        for key, value in environment.resource_tags.items():
             cdk.Tags.of(stack).add(key, value)
     return stacks

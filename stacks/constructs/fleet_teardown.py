@@ -89,7 +89,7 @@ class FleetTeardown(Construct):
             ),
         ):
             cdk.Validations.of(role).acknowledge(cdk.Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason))
-        self.resource = cdk.CustomResource(
+        teardown = cdk.CustomResource(
             self,
             "Resource",
             service_token=handler.function_arn,
@@ -97,6 +97,4 @@ class FleetTeardown(Construct):
             properties={"FleetRequestId": fleet.ref},
         )
         for construct in guarded:
-            self.resource.node.add_dependency(construct)
-        self.handler = handler
-        self.role = role
+            teardown.node.add_dependency(construct)
