@@ -1,5 +1,6 @@
-"""The build directory: ami/packer copied as it is, the profile's values in gpufleet.auto.pkrvars.json, and what the
-static HCL2 files say (parsed with python-hcl2; tests/ami/test_packer_validate.py runs the real packer)."""
+"""The build directory: ami/packer copied as it is, the profile's values in gpufleet.auto.pkrvars.json, and what its
+HCL2 files say, all of them including what only Packer >= 1.7 knows (parsed with python-hcl2;
+tests/ami/test_packer_validate.py runs the real packer)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ SHIPPED = [path.stem for path in profile_files()]
 
 
 def _parsed(name: str) -> dict:
-    return hcl2.loads((PACKER_DIR / name).read_text(), serialization_options=HCL_OPTIONS)
+    """A file of the reference profile's build directory, parsed."""
+    return hcl2.loads(build_files(load_profile(REFERENCE))[name], serialization_options=HCL_OPTIONS)
 
 
 def _variables() -> dict[str, dict]:
