@@ -44,6 +44,7 @@ test: setup
 lint: setup
 	ruff check .
 	shellcheck scripts/*/*.sh
+	packer fmt -check -diff ami/packer
 
 bench: setup
 	python bench/synth_bench.py

@@ -10,7 +10,7 @@ from gpufleet import PROJECT_ROOT
 
 AMI_DIR = PROJECT_ROOT / "ami"
 PROFILES_DIR = AMI_DIR / "profiles"
-TEMPLATES_DIR = AMI_DIR / "templates"
+PACKER_DIR = AMI_DIR / "packer"
 COMPATIBILITY_FILE = AMI_DIR / "compatibility.yaml"
 SCRIPTS_DIR = PROJECT_ROOT / "scripts" / "ami"
 

@@ -1,7 +1,10 @@
-"""Render a profile into a directory of Packer HCL2 files (ami/templates/*.pkr.hcl.j2), all or nothing.
+"""Write a profile's Packer build directory, all or nothing: the static HCL2 files of ami/packer plus
+gpufleet.auto.pkrvars.json, the profile's values as data.
 
-Jinja uses [[ ]], [% %] and [# #] as delimiters so Packer's own ``{{ .Path }}`` and HCL's ``${...}`` pass through
-untouched. Output is deterministic (no timestamps; components in contract order) so golden files stay stable.
+Nothing here writes HCL: the files in ami/packer are code that `packer fmt -check` and `packer validate` check as
+they are (no structure depends on the profile, so there is no template engine), and the profile travels in a JSON
+variable file, which Packer loads by itself (*.auto.pkrvars.json) and reads as literal values, so ``${``, ``%{``,
+quotes and backslashes in a profile stay what they are.
 """
 
 from __future__ import annotations
@@ -10,63 +13,22 @@ import json
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
-import jinja2
-
-from gpufleet.ami import REBOOT_SUFFIX, SCRIPT_NAMES, SSM_AGENT_ACTIONS, TEMPLATES_DIR
+from gpufleet.ami import PACKER_DIR
 from gpufleet.ami.compatibility import check_profile, gate_errors
 from gpufleet.ami.profile import Profile
 from gpufleet.errors import GpufleetError
 
-AMAZON_PLUGIN_VERSION = "1.3.3"
-PLUGINS_FILE = "plugins.pkr.hcl"
-RENDERED_FILES = ("variables.pkr.hcl", "locals.pkr.hcl", "source.pkr.hcl", "build.pkr.hcl", PLUGINS_FILE)
+VARIABLES_FILE = "gpufleet.auto.pkrvars.json"
+PACKER_FILES = ("variables.pkr.hcl", "locals.pkr.hcl", "source.pkr.hcl", "build.pkr.hcl", "plugins.pkr.hcl")
+BUILD_FILES = (*PACKER_FILES, VARIABLES_FILE)
 # IAM's rule for instance profile names.
 INSTANCE_PROFILE_NAME = re.compile(r"[\w+=,.@-]{1,128}", re.ASCII)
-
-
-@dataclass(frozen=True)
-class ScriptStep:
-    name: str
-    reboot: bool
-    after_reboot: bool
-
-
-def script_steps(names: tuple[str, ...] = SCRIPT_NAMES) -> list[ScriptStep]:
-    return [ScriptStep(name=name, reboot=name.endswith(REBOOT_SUFFIX),
-                       after_reboot=index > 0 and names[index - 1].endswith(REBOOT_SUFFIX))
-            for index, name in enumerate(names)]
-
-
-def hcl_literal(value: object) -> str:
-    """An HCL literal: strings are JSON-quoted with HCL's template sequences (``${``, ``%{``) escaped."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return json.dumps(value).replace("${", "$${").replace("%{", "%%{")
-    raise TypeError(f"no HCL literal for {type(value).__name__}")
-
-
-def hcl_index(map_expression: str, key: str) -> str:
-    return f"{map_expression}[{hcl_literal(key)}]"
-
-
-def template_environment() -> jinja2.Environment:
-    environment = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
-        block_start_string="[%", block_end_string="%]",
-        variable_start_string="[[", variable_end_string="]]",
-        comment_start_string="[#", comment_end_string="#]",
-        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True,
-        undefined=jinja2.StrictUndefined, autoescape=False,
-    )
-    environment.filters["hcl"] = hcl_literal
-    environment.filters["index"] = hcl_index
-    return environment
+# Packer still runs its Go template engine over the amazon builder's strings (ami_description at build time:
+# packer-plugin-amazon v1.3.3 builder/common/step_modify_ami_attributes.go, interpolate.Render), so "{{" in a value
+# would be read as a template action rather than text.
+GO_TEMPLATE_START = "{{"
 
 
 def check_instance_profile_name(name: str) -> None:
@@ -75,25 +37,55 @@ def check_instance_profile_name(name: str) -> None:
                             "letters, digits and + = , . @ _ -)")
 
 
-def render_files(profile: Profile, packer_1_6: bool = False, instance_profile: str | None = None) -> dict[str, str]:
-    """File name -> content. packer_1_6 leaves out what Packer 1.6.6 cannot parse (plugins file, IMDS options).
+def packer_variables(profile: Profile, instance_profile: str | None = None) -> dict[str, object]:
+    """Variable name -> value for gpufleet.auto.pkrvars.json: every variable of ami/packer/variables.pkr.hcl that
+    has no default, and instance_profile ("" lets Packer create a temporary instance profile)."""
+    components = profile.components.items()
+    return {
+        "profile": profile.name,
+        "profile_description": profile.description,
+        "os_family": profile.os.family,
+        "os_version": profile.os.version,
+        "nvswitch": profile.target.nvswitch,
+        "build_instance_type": profile.build.instance_type,
+        "source_ami_name": profile.os.base_image.name,
+        "source_ami_owner": profile.os.base_image.owner,
+        "ssh_username": profile.os.ssh_username,
+        "root_device_name": profile.os.root_device_name,
+        "root_volume_gib": profile.build.root_volume_gib,
+        "root_volume_iops": profile.build.root_volume_iops,
+        "root_volume_throughput": profile.build.root_volume_throughput,
+        "component_versions": {key: component.version for key, component in components},
+        "component_urls": {key: component.url or "" for key, component in components},
+        "component_sha256": {key: component.sha256 or "" for key, component in components},
+        "component_gpg_key_urls": {key: component.signing_key_url or "" for key, component in components},
+        "instance_profile": instance_profile or "",
+    }
 
-    instance_profile names an existing instance profile for the build instance; without it Packer creates a
-    temporary one (and the caller needs the IAM rights to create roles)."""
+
+def _go_template_problems(profile: Profile, variables: dict[str, object]) -> list[str]:
+    problems = []
+    for name, value in variables.items():
+        values = value.items() if isinstance(value, dict) else [(None, value)]
+        for key, text in values:
+            if isinstance(text, str) and GO_TEMPLATE_START in text:
+                where = name if key is None else f"{name}[{key}]"
+                problems.append(f"{profile.name}: {where}: '{text}' holds '{GO_TEMPLATE_START}', which Packer reads "
+                                "as a template action: remove it")
+    return problems
+
+
+def build_files(profile: Profile, instance_profile: str | None = None) -> dict[str, str]:
+    """File name -> content of the build directory."""
     if instance_profile is not None:
         check_instance_profile_name(instance_profile)
-    environment = template_environment()
-    context = {
-        "profile": profile,
-        "components": profile.components.items(),
-        "scripts": script_steps(),
-        "amazon_plugin_version": AMAZON_PLUGIN_VERSION,
-        "packer_1_6": packer_1_6,
-        "instance_profile": instance_profile,
-        "ssm_agent_actions": SSM_AGENT_ACTIONS,
-    }
-    names = [name for name in RENDERED_FILES if not (packer_1_6 and name == PLUGINS_FILE)]
-    return {name: environment.get_template(f"{name}.j2").render(context) for name in names}
+    variables = packer_variables(profile, instance_profile)
+    problems = _go_template_problems(profile, variables)
+    if problems:
+        raise GpufleetError(*problems)
+    files = {name: (PACKER_DIR / name).read_text() for name in PACKER_FILES}
+    files[VARIABLES_FILE] = json.dumps(variables, indent=2) + "\n"
+    return files
 
 
 def refuse_failing_gate(profile: Profile) -> None:
@@ -107,18 +99,17 @@ def _check_out_dir(out_dir: Path) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise GpufleetError(f"{out_dir}: exists and is not a directory")
     if out_dir.is_dir():
-        foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in RENDERED_FILES)
+        foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in BUILD_FILES)
         if foreign:
             raise GpufleetError(f"{out_dir}: holds files a render did not write ({', '.join(foreign)}): "
                                 "choose an empty or new directory")
 
 
-def render_profile(profile: Profile, out_dir: Path, packer_1_6: bool = False,
-                   instance_profile: str | None = None) -> list[Path]:
-    """Gate, render into a temporary sibling directory, then swap it into out_dir; nothing is written on failure."""
+def render_profile(profile: Profile, out_dir: Path, instance_profile: str | None = None) -> list[Path]:
+    """Gate, write into a temporary sibling directory, then swap it into out_dir; nothing is written on failure."""
     refuse_failing_gate(profile)
     _check_out_dir(out_dir)
-    files = render_files(profile, packer_1_6=packer_1_6, instance_profile=instance_profile)
+    files = build_files(profile, instance_profile=instance_profile)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     try:

@@ -1,4 +1,4 @@
-"""gpufleet ami check|render|validate PROFILE: the compatibility gate, Packer HCL2 rendering, `packer validate`."""
+"""gpufleet ami check|render|validate PROFILE: the compatibility gate, the Packer build directory, `packer validate`."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     check.set_defaults(handler=run_check)
 
-    render = subparsers.add_parser("render", help="render a profile into Packer HCL2 files (refused on gate errors)")
+    render = subparsers.add_parser("render", help="write a profile's Packer build directory: ami/packer plus its "
+                                   "values in gpufleet.auto.pkrvars.json (refused on gate errors)")
     render.add_argument("profile", metavar="PROFILE", help=PROFILE_HELP)
     render.add_argument("--out", type=Path, required=True, metavar="DIR",
                         help="directory to write (new, empty, or an earlier render of gpufleet)")
@@ -71,7 +72,7 @@ def run_render(args: argparse.Namespace) -> int:
 
 def run_validate(args: argparse.Namespace) -> int:
     from gpufleet.ami import SCRIPTS_DIR
-    from gpufleet.ami.packer import REQUIRED_PLUGINS_SINCE, validate_profile
+    from gpufleet.ami.packer import validate_profile
     from gpufleet.ami.profile import load_profile
 
     profile = load_profile(args.profile)
@@ -80,9 +81,10 @@ def run_validate(args: argparse.Namespace) -> int:
         raise GpufleetError(f"{scripts_dir}: no provisioning scripts directory (give one with --scripts-dir)")
     result = validate_profile(profile, scripts_dir, instance_profile=args.instance_profile)
     print(f"packer {result.packer_version}: validating {', '.join(result.files)}")
-    if result.packer_version < REQUIRED_PLUGINS_SINCE:
-        print(f"note: packer {result.packer_version} predates required_plugins and metadata_options: plugins.pkr.hcl "
-              "and the IMDSv2 options are left out here; Packer >= 1.7 validates every line")
+    if result.left_out:
+        left_out = ", ".join(f"{construct.name} ({construct.file})" for construct in result.left_out)
+        print(f"note: packer {result.packer_version} (amazon builder built in) does not know these, left out here: "
+              f"{left_out}; Packer >= 1.7 with the pinned amazon plugin validates every line")
     if result.output:
         print(result.output, file=sys.stdout if result.returncode == 0 else sys.stderr)
     print(f"{profile.name}: {'valid' if result.returncode == 0 else 'INVALID'}")

@@ -1,6 +1,6 @@
 """The CodeBuild project that builds one AMI profile per build (env var PROFILE): Packer on a pinned, verified
 release, the image id published to /gpufleet/ami/PROFILE, and a role limited to what Packer's amazon-ebs builder
-does with the rendered templates (ami/templates). The build instance gets the stack's own instance profile, so the
+does with the build directory (ami/packer). The build instance gets the stack's own instance profile, so the
 build role creates no IAM role or policy: it may only pass that one role to EC2."""
 
 from __future__ import annotations

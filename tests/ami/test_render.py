@@ -1,177 +1,230 @@
-"""Rendering: golden files of the reference profile, Packer expressions surviving Jinja, the contract's scripts.
-
-Golden files live in tests/ami/golden/<profile>/. After an intended template or profile change, regenerate them
-with `GPUFLEET_UPDATE_GOLDEN=1 .venv/bin/pytest tests/ami/test_render.py` and review the diff before committing.
-"""
+"""The build directory: ami/packer copied as it is, the profile's values in gpufleet.auto.pkrvars.json, and what its
+HCL2 files say, all of them including what only Packer >= 1.7 knows (parsed with python-hcl2;
+tests/ami/test_packer_validate.py runs the real packer)."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+import json
 
 import hcl2
 import pytest
 from hcl2.utils import SerializationOptions
 
-from gpufleet.ami import COMPONENT_KEYS, SCRIPT_NAMES, SCRIPTS_DIR, SSM_AGENT_ACTIONS
-from gpufleet.ami.profile import load_profile
-from gpufleet.ami.render import (
-    AMAZON_PLUGIN_VERSION,
-    PLUGINS_FILE,
-    RENDERED_FILES,
-    hcl_literal,
-    render_files,
-    render_profile,
-)
+from gpufleet.ami import COMPONENT_KEYS, PACKER_DIR, REBOOT_SUFFIX, SCRIPT_NAMES, SCRIPTS_DIR, SSM_AGENT_ACTIONS
+from gpufleet.ami.profile import load_profile, profile_files
+from gpufleet.ami.render import BUILD_FILES, PACKER_FILES, VARIABLES_FILE, build_files, packer_variables, render_profile
 from gpufleet.cli import main
 
-GOLDEN_DIR = Path(__file__).parent / "golden"
 # Plain values: no comments or block markers, strings without their quotes.
 HCL_OPTIONS = SerializationOptions(with_comments=False, explicit_blocks=False, strip_string_quotes=True)
 REFERENCE = "p4d-ubuntu1804-cuda11"
-SHIPPED = ["p4d-al2-cuda11", "p4d-ubuntu1804-cuda11", "ubuntu2204-cuda12"]
+SHIPPED = [path.stem for path in profile_files()]
 
 
-def test_golden_files(tmp_path):
+def _parsed(name: str) -> dict:
+    """A file of the reference profile's build directory, parsed."""
+    return hcl2.loads(build_files(load_profile(REFERENCE))[name], serialization_options=HCL_OPTIONS)
+
+
+def _variables() -> dict[str, dict]:
+    variables: dict[str, dict] = {}
+    for block in _parsed("variables.pkr.hcl")["variable"]:
+        variables.update(block)
+    return variables
+
+
+def _ebs_source() -> dict:
+    (source,) = _parsed("source.pkr.hcl")["source"]
+    return source["amazon-ebs"]["gpufleet"]
+
+
+def _build() -> dict:
+    (build,) = _parsed("build.pkr.hcl")["build"]
+    return build
+
+
+def test_shipped_profiles_are_the_three_of_the_readme():
+    assert SHIPPED == ["p4d-al2-cuda11", "p4d-ubuntu1804-cuda11", "ubuntu2204-cuda12"]
+
+
+def test_render_writes_ami_packer_as_it_is_plus_the_variables_file(tmp_path):
     out_dir = tmp_path / REFERENCE
     assert main(["ami", "render", REFERENCE, "--out", str(out_dir)]) == 0
-    golden = GOLDEN_DIR / REFERENCE
-    if os.environ.get("GPUFLEET_UPDATE_GOLDEN") == "1":
-        golden.mkdir(parents=True, exist_ok=True)
-        for path in out_dir.iterdir():
-            (golden / path.name).write_text(path.read_text())
-    assert sorted(p.name for p in out_dir.iterdir()) == sorted(p.name for p in golden.iterdir())
-    for path in sorted(out_dir.iterdir()):
-        assert path.read_text() == (golden / path.name).read_text(), f"{path.name} differs from the golden file"
+    assert sorted(path.name for path in out_dir.iterdir()) == sorted(BUILD_FILES)
+    assert sorted(path.name for path in PACKER_DIR.iterdir()) == sorted(PACKER_FILES)
+    for name in PACKER_FILES:
+        assert (out_dir / name).read_bytes() == (PACKER_DIR / name).read_bytes(), name
+
+
+def test_variables_file_of_the_reference_profile(tmp_path):
+    out_dir = tmp_path / REFERENCE
+    render_profile(load_profile(REFERENCE), out_dir)
+    assert json.loads((out_dir / VARIABLES_FILE).read_text()) == {
+        "profile": "p4d-ubuntu1804-cuda11",
+        "profile_description":
+            "Reference P4d stack on Ubuntu 18.04 (driver 450.80.02, CUDA 11.0.3, cuDNN 8, NCCL 2.7.8)",
+        "os_family": "ubuntu",
+        "os_version": "18.04",
+        "nvswitch": True,
+        "build_instance_type": "g4dn.2xlarge",
+        "source_ami_name": "ubuntu/images/hvm-ssd/ubuntu-bionic-18.04-amd64-server-*",
+        "source_ami_owner": "099720109477",
+        "ssh_username": "ubuntu",
+        "root_device_name": "/dev/sda1",
+        "root_volume_gib": 100,
+        "root_volume_iops": 3000,
+        "root_volume_throughput": 250,
+        "component_versions": {
+            "driver": "450.80.02", "fabric_manager": "450.80.02", "cuda": "11.0.3", "cudnn": "8.0.5.39",
+            "nccl": "2.7.8", "efa_installer": "1.14.1", "aws_ofi_nccl": "1.1.1", "nccl_tests": "2.13.10",
+            "fsx_lustre": "2.10.8", "onednn": "1.6.4", "container_toolkit": "1.3.0",
+        },
+        "component_urls": {
+            "driver": "https://us.download.nvidia.com/tesla/450.80.02/NVIDIA-Linux-x86_64-450.80.02.run",
+            "fabric_manager": "",
+            "cuda": "https://developer.download.nvidia.com/compute/cuda/11.0.3/local_installers/"
+                    "cuda_11.0.3_450.51.06_linux.run",
+            "cudnn": "",
+            "nccl": "https://github.com/NVIDIA/nccl/archive/refs/tags/v2.7.8-1.tar.gz",
+            "efa_installer": "https://efa-installer.amazonaws.com/aws-efa-installer-1.14.1.tar.gz",
+            "aws_ofi_nccl": "https://github.com/aws/aws-ofi-nccl/archive/refs/tags/v1.1.1.tar.gz",
+            "nccl_tests": "https://github.com/NVIDIA/nccl-tests/archive/refs/tags/v2.13.10.tar.gz",
+            "fsx_lustre": "https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu",
+            "onednn": "https://github.com/oneapi-src/oneDNN/archive/refs/tags/v1.6.4.tar.gz",
+            "container_toolkit": "https://nvidia.github.io/libnvidia-container",
+        },
+        "component_sha256": {key: "" for key in COMPONENT_KEYS},
+        "component_gpg_key_urls": {
+            "driver": "", "fabric_manager": "", "cuda": "", "cudnn": "", "nccl": "",
+            "efa_installer": "https://efa-installer.amazonaws.com/aws-efa-installer.key",
+            "aws_ofi_nccl": "", "nccl_tests": "",
+            "fsx_lustre": "https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/fsx-ubuntu-public-key.asc",
+            "onednn": "",
+            "container_toolkit": "https://nvidia.github.io/libnvidia-container/gpgkey",
+        },
+        "instance_profile": "",
+    }
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_rendering_is_deterministic(name):
+def test_every_component_map_is_keyed_by_every_component(name):
+    variables = packer_variables(load_profile(name))
+    maps = {key: value for key, value in variables.items() if key.startswith("component_")}
+    assert sorted(maps) == ["component_gpg_key_urls", "component_sha256", "component_urls", "component_versions"]
+    for value in maps.values():
+        assert list(value) == list(COMPONENT_KEYS)
+
+
+def test_variables_file_sets_exactly_the_declared_variables_without_default():
+    declared = _variables()
+    without_default = {name for name, body in declared.items() if "default" not in body}
+    assert set(packer_variables(load_profile(REFERENCE))) == without_default | {"instance_profile"}
+    assert declared["instance_profile"]["default"] == ""
+
+
+def test_every_variable_is_typed_and_described_and_the_values_fit_the_types():
+    declared = _variables()
+    for name, body in declared.items():
+        assert {"type", "description"} <= set(body), name
+    hcl_types = {bool: "bool", int: "number", str: "string", dict: "${map(string)}"}
+    for name, value in packer_variables(load_profile(REFERENCE)).items():
+        assert declared[name]["type"] == hcl_types[type(value)], name
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_build_files_are_deterministic(name):
     profile = load_profile(name)
-    assert render_files(profile) == render_files(profile)
+    assert build_files(profile) == build_files(profile)
 
 
-def _parsed(name: str, packer_1_6: bool = False) -> dict[str, dict]:
-    files = render_files(load_profile(name), packer_1_6)
-    return {file: hcl2.loads(text, serialization_options=HCL_OPTIONS) for file, text in files.items()}
+@pytest.mark.parametrize("name", PACKER_FILES)
+def test_every_packer_file_is_hcl2(name):
+    assert _parsed(name)
 
 
-@pytest.mark.parametrize("name", SHIPPED)
-def test_every_rendered_file_is_hcl2(name):
-    assert sorted(_parsed(name)) == sorted(RENDERED_FILES)
-
-
-def test_plugins_file_holds_only_the_pinned_amazon_plugin():
-    plugins = _parsed(REFERENCE)[PLUGINS_FILE]
-    assert list(plugins) == ["packer"]
-    (packer,) = plugins["packer"]
-    assert list(packer) == ["required_plugins"]
+def test_plugins_file_pins_the_amazon_plugin_that_knows_include_deprecated():
+    # 1.3.3 has include_deprecated (packer-plugin-amazon PR #404, released in v1.2.8) and the IMDS options.
+    (packer,) = _parsed("plugins.pkr.hcl")["packer"]
     (required,) = packer["required_plugins"]
-    assert required == {"amazon": {"version": f"= {AMAZON_PLUGIN_VERSION}", "source": "github.com/hashicorp/amazon"}}
+    assert required == {"amazon": {"version": "= 1.3.3", "source": "github.com/hashicorp/amazon"}}
 
 
-def test_packer_1_6_rendering_leaves_out_only_what_it_cannot_parse():
-    full = render_files(load_profile(REFERENCE))
-    legacy = render_files(load_profile(REFERENCE), packer_1_6=True)
-    assert PLUGINS_FILE not in legacy and PLUGINS_FILE in full
-    assert "metadata_options" in full["source.pkr.hcl"] and "metadata_options" not in legacy["source.pkr.hcl"]
-    assert {name: text for name, text in full.items() if name not in (PLUGINS_FILE, "source.pkr.hcl")} == {
-        name: text for name, text in legacy.items() if name != "source.pkr.hcl"}
+def test_source_ami_filter_includes_deprecated_images():
+    (ami_filter,) = _ebs_source()["source_ami_filter"]
+    assert ami_filter["include_deprecated"] is True
+    assert ami_filter["most_recent"] is True
+    assert ami_filter["owners"] == ["${var.source_ami_owner}"]
+    assert ami_filter["filters"]["name"] == "${var.source_ami_name}"
 
 
 def test_source_block_security_settings():
-    (source,) = _parsed(REFERENCE)["source.pkr.hcl"]["source"]
-    ebs = source["amazon-ebs"]["gpufleet"]
+    ebs = _ebs_source()
     assert ebs["metadata_options"] == [{"http_endpoint": "enabled", "http_tokens": "required",
                                         "http_put_response_hop_limit": 1}]
+    assert ebs["imds_support"] == "v2.0"
     assert ebs["encrypt_boot"] is True
     (volume,) = ebs["launch_block_device_mappings"]
     assert volume["encrypted"] is True and volume["volume_type"] == "gp3"
     assert volume["iops"] == "${var.root_volume_iops}" and volume["throughput"] == "${var.root_volume_throughput}"
     assert ebs["ssh_interface"] == "session_manager"
+    assert ebs["ami_description"] == "${var.profile_description}"
     for key in ("tags", "snapshot_tags", "run_tags"):
         assert "local.image_tags" in ebs[key]
 
 
-def test_tags_carry_profile_and_every_component_version():
-    (locals_block,) = _parsed(REFERENCE)["locals.pkr.hcl"]["locals"]
-    tags = locals_block["image_tags"]
-    assert tags["gpufleet:profile"] == "${var.profile}"
-    assert tags["gpufleet:build-id"] == "${var.build_id}"
-    for key in COMPONENT_KEYS:
-        assert tags[f"gpufleet:version:{key}"] == f'${{var.component_versions["{key}"]}}'
+def test_instance_profile_is_a_variable_and_the_temporary_profile_grants_exactly_the_ssm_agent_actions():
+    ebs = _ebs_source()
+    assert ebs["iam_instance_profile"] == "${var.instance_profile}"
+    (document,) = ebs["temporary_iam_instance_profile_policy_document"]
+    (statement,) = document["Statement"]
+    assert statement == {"Effect": "Allow", "Action": list(SSM_AGENT_ACTIONS), "Resource": ["*"]}
 
 
-def test_variables_are_typed_described_and_default_to_the_profile():
-    variables = {}
-    for block in _parsed(REFERENCE)["variables.pkr.hcl"]["variable"]:
-        variables.update(block)
-    for name, body in variables.items():
-        assert {"type", "description", "default"} <= set(body), name
-    profile = load_profile(REFERENCE)
-    assert variables["component_versions"]["default"] == profile.versions()
-    assert variables["component_urls"]["default"]["fabric_manager"] == ""
-    assert variables["component_sha256"]["default"]["driver"] == ""
-    assert variables["nvswitch"]["default"] is True
-    assert variables["source_ami_owner"]["default"] == "099720109477"
+def _script_steps() -> list[dict]:
+    return [step["shell"] for step in _build()["provisioner"] if "shell" in step and "script" in step["shell"]]
 
 
-def test_script_environment_is_the_contract():
-    (locals_block,) = _parsed(REFERENCE)["locals.pkr.hcl"]["locals"]
-    names = [entry.split("=", 1)[0] for entry in locals_block["script_environment"]]
-    expected = ["GPUFLEET_PROFILE", "GPUFLEET_OS_FAMILY", "GPUFLEET_OS_VERSION", "GPUFLEET_NVSWITCH",
-                "GPUFLEET_LIB_DIR"]
-    for key in COMPONENT_KEYS:
-        expected += [f"GPUFLEET_{key.upper()}_{suffix}" for suffix in ("VERSION", "URL", "SHA256", "GPG_KEY_URL")]
-    assert names == expected
-
-
-def test_build_runs_the_contract_scripts_in_order_with_the_reboot_barrier():
-    (build,) = _parsed(REFERENCE)["build.pkr.hcl"]["build"]
-    steps = [step["shell"] for step in build["provisioner"] if "shell" in step and "script" in step["shell"]]
-    assert [step["script"] for step in steps] == [f"${{var.scripts_dir}}/{name}" for name in SCRIPT_NAMES]
-    for index, (name, step) in enumerate(zip(SCRIPT_NAMES, steps, strict=True)):
+def test_build_runs_exactly_the_contract_scripts_in_order():
+    assert [step["script"] for step in _script_steps()] == [f"${{var.scripts_dir}}/{name}" for name in SCRIPT_NAMES]
+    for step in _script_steps():
         assert step["execute_command"] == "{{ .Vars }} sudo -E bash '{{ .Path }}'"
         assert step["environment_vars"] == "${local.script_environment}"
-        assert step.get("expect_disconnect", False) is name.endswith("-reboot.sh")
-        after_reboot = index > 0 and SCRIPT_NAMES[index - 1].endswith("-reboot.sh")
-        assert ("pause_before" in step) is after_reboot
-    (manifest,) = [p["manifest"] for p in build["post-processor"]]
-    assert manifest["custom_data"]["profile"] == "${var.profile}"
-    assert set(manifest["custom_data"]) == {"profile", "build_id"} | {f"version:{key}" for key in COMPONENT_KEYS}
 
 
-def test_packer_expressions_survive_jinja():
-    files = render_files(load_profile(REFERENCE))
-    assert "execute_command   = \"{{ .Vars }} sudo -E bash '{{ .Path }}'\"" in files["build.pkr.hcl"]
-    assert '"gpufleet:source-ami" = "{{ .SourceAMI }}"' in files["source.pkr.hcl"]
-    assert 'ami_name        = "gpufleet-${var.profile}-${local.build_stamp}"' in files["source.pkr.hcl"]
-    assert '"GPUFLEET_NVSWITCH=${var.nvswitch ? "1" : "0"}"' in files["locals.pkr.hcl"]
-    for text in files.values():
-        assert "[[" not in text and "[%" not in text
+def test_reboot_barrier_and_the_wait_and_retry_after_it():
+    steps = dict(zip(SCRIPT_NAMES, _script_steps(), strict=True))
+    assert [name for name in SCRIPT_NAMES if name.endswith(REBOOT_SUFFIX)] == ["03-reboot.sh"]
+    assert steps["03-reboot.sh"]["expect_disconnect"] is True and steps["03-reboot.sh"]["skip_clean"] is True
+    after = steps["04-fabric-manager.sh"]
+    assert after["pause_before"] == "${var.reboot_pause}"
+    assert after["start_retry_timeout"] == "${var.reboot_reconnect_timeout}"
+    waiting = {name for name, step in steps.items() if {"pause_before", "start_retry_timeout"} & set(step)}
+    assert waiting == {"04-fabric-manager.sh"}
+    assert {name for name, step in steps.items() if "expect_disconnect" in step} == {"03-reboot.sh"}
+    # A failed install script is not run again.
+    assert not any("max_retries" in step for step in _script_steps())
+    variables = _variables()
+    assert variables["reboot_pause"]["default"] == "60s"
+    assert variables["reboot_reconnect_timeout"]["default"] == "15m"
 
 
-@pytest.mark.parametrize(("value", "literal"), [
-    ("plain", '"plain"'),
-    ("has ${var.x} and %{ if }", '"has $${var.x} and %%{ if }"'),
-    ('quote " and \\', '"quote \\" and \\\\"'),
-    (True, "true"),
-    (250, "250"),
-])
-def test_profile_values_cannot_inject_hcl_templates(value, literal):
-    assert hcl_literal(value) == literal
+def test_manifest_records_profile_build_id_and_versions():
+    (manifest,) = [p["manifest"] for p in _build()["post-processor"]]
+    assert manifest["output"] == "${var.manifest_path}"
+    assert '"profile" = var.profile' in manifest["custom_data"]
+    assert '"version:${key}" => version' in manifest["custom_data"]
 
 
 def test_render_replaces_an_earlier_render_but_not_foreign_files(tmp_path, capsys):
     out_dir = tmp_path / "out"
     render_profile(load_profile(REFERENCE), out_dir)
     render_profile(load_profile("ubuntu2204-cuda12"), out_dir)
-    assert '"ubuntu2204-cuda12"' in (out_dir / "variables.pkr.hcl").read_text()
+    assert json.loads((out_dir / VARIABLES_FILE).read_text())["profile"] == "ubuntu2204-cuda12"
     (out_dir / "notes.txt").write_text("mine")
     assert main(["ami", "render", REFERENCE, "--out", str(out_dir)]) == 1
     assert capsys.readouterr().err.strip() == (f"{out_dir}: holds files a render did not write (notes.txt): "
                                                "choose an empty or new directory")
-    assert '"ubuntu2204-cuda12"' in (out_dir / "variables.pkr.hcl").read_text()
+    assert json.loads((out_dir / VARIABLES_FILE).read_text())["profile"] == "ubuntu2204-cuda12"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
@@ -180,32 +233,19 @@ def test_contract_script_names_match_scripts_ami():
     assert tuple(sorted(path.name for path in SCRIPTS_DIR.glob("*.sh"))) == SCRIPT_NAMES
 
 
-BUILD_INSTANCE_PROFILE = "gpufleet-ami-build"
-
-
-def test_instance_profile_replaces_the_temporary_one_and_nothing_else():
-    default = render_files(load_profile(REFERENCE))
-    with_profile = render_files(load_profile(REFERENCE), instance_profile=BUILD_INSTANCE_PROFILE)
-    (source,) = hcl2.loads(with_profile["source.pkr.hcl"], serialization_options=HCL_OPTIONS)["source"]
-    ebs = source["amazon-ebs"]["gpufleet"]
-    assert ebs["iam_instance_profile"] == BUILD_INSTANCE_PROFILE
-    assert "temporary_iam_instance_profile_policy_document" not in ebs
-    assert "temporary_iam_instance_profile" not in with_profile["source.pkr.hcl"]
-    assert {name: text for name, text in with_profile.items() if name != "source.pkr.hcl"} == {
-        name: text for name, text in default.items() if name != "source.pkr.hcl"}
-
-
-def test_temporary_instance_profile_grants_exactly_the_ssm_agent_actions():
-    (source,) = _parsed(REFERENCE)["source.pkr.hcl"]["source"]
-    (document,) = source["amazon-ebs"]["gpufleet"]["temporary_iam_instance_profile_policy_document"]
-    (statement,) = document["Statement"]
-    assert statement == {"Effect": "Allow", "Action": list(SSM_AGENT_ACTIONS), "Resource": ["*"]}
+def test_instance_profile_goes_into_the_variables_file_and_nothing_else_changes(tmp_path):
+    default = build_files(load_profile(REFERENCE))
+    with_profile = build_files(load_profile(REFERENCE), instance_profile="gpufleet-ami-build")
+    assert json.loads(with_profile[VARIABLES_FILE]) == {**json.loads(default[VARIABLES_FILE]),
+                                                        "instance_profile": "gpufleet-ami-build"}
+    assert {name: text for name, text in with_profile.items() if name != VARIABLES_FILE} == {
+        name: text for name, text in default.items() if name != VARIABLES_FILE}
 
 
 def test_cli_renders_the_instance_profile(tmp_path):
     out_dir = tmp_path / "out"
     assert main(["ami", "render", REFERENCE, "--out", str(out_dir), "--instance-profile", "a+b=c,d.e@f_g-1"]) == 0
-    assert '  iam_instance_profile = "a+b=c,d.e@f_g-1"\n' in (out_dir / "source.pkr.hcl").read_text()
+    assert json.loads((out_dir / VARIABLES_FILE).read_text())["instance_profile"] == "a+b=c,d.e@f_g-1"
 
 
 @pytest.mark.parametrize("name", ["", "x" * 129, "has space", 'quote"', "${var.x}", "r\u00f4le", "a/b", "a\nb"])
@@ -219,5 +259,19 @@ def test_bad_instance_profile_name_is_refused_and_nothing_written(tmp_path, caps
 
 
 def test_longest_instance_profile_name_is_accepted():
-    files = render_files(load_profile(REFERENCE), instance_profile="x" * 128)
-    assert f'iam_instance_profile = "{"x" * 128}"' in files["source.pkr.hcl"]
+    files = build_files(load_profile(REFERENCE), instance_profile="x" * 128)
+    assert json.loads(files[VARIABLES_FILE])["instance_profile"] == "x" * 128
+
+
+def test_go_template_action_in_a_value_is_refused_and_nothing_written(tmp_path, capsys, write_profile):
+    path = write_profile("braces", {"description": "built {{ timestamp }}",
+                                    "components.nccl.url": "https://example.com/{{ .Name }}.tar.gz"})
+    out_dir = tmp_path / "out"
+    assert main(["ami", "render", str(path), "--out", str(out_dir)]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "braces: profile_description: 'built {{ timestamp }}' holds '{{', which Packer reads as a template action: "
+        "remove it",
+        "braces: component_urls[nccl]: 'https://example.com/{{ .Name }}.tar.gz' holds '{{', which Packer reads as a "
+        "template action: remove it",
+    ]
+    assert not out_dir.exists()

@@ -1,0 +1,39 @@
+locals {
+  build_stamp = regex_replace(timestamp(), "[- TZ:]", "")
+  # Where lib/common.sh of the scripts lands: /var/tmp survives the reboot barrier, /tmp does not.
+  script_lib_dir = "/var/tmp/gpufleet-lib"
+
+  # Setting name in GPUFLEET_<KEY>_<SETTING> -> its map, keyed by component (variables.pkr.hcl).
+  component_settings = {
+    VERSION     = var.component_versions
+    URL         = var.component_urls
+    SHA256      = var.component_sha256
+    GPG_KEY_URL = var.component_gpg_key_urls
+  }
+
+  # Every provisioning script gets all of these (contracts.md).
+  script_environment = concat(
+    [
+      "GPUFLEET_PROFILE=${var.profile}",
+      "GPUFLEET_OS_FAMILY=${var.os_family}",
+      "GPUFLEET_OS_VERSION=${var.os_version}",
+      "GPUFLEET_NVSWITCH=${var.nvswitch ? "1" : "0"}",
+      "GPUFLEET_LIB_DIR=${local.script_lib_dir}",
+    ],
+    flatten([
+      for key in keys(var.component_versions) : [
+        for setting, values in local.component_settings : "GPUFLEET_${upper(key)}_${setting}=${values[key]}"
+      ]
+    ]),
+  )
+
+  # On the image, its snapshots and the build instance: images are found by the key gpufleet:profile.
+  image_tags = merge(
+    {
+      "Name"              = "gpufleet-${var.profile}"
+      "gpufleet:profile"  = var.profile
+      "gpufleet:build-id" = var.build_id
+    },
+    { for key, version in var.component_versions : "gpufleet:version:${key}" => version },
+  )
+}
