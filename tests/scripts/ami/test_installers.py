@@ -218,24 +218,150 @@ def test_efa_installer_full_install_with_gpudirect_then_does_nothing(sandbox, ve
     assert sandbox.calls() == []
 
 
-def test_aws_ofi_nccl_builds_against_installed_libfabric_and_writes_its_marker(sandbox):
+def ofi_nccl_configure(known: tuple[str, ...], builds_tests_always: bool) -> str:
+    """An autoconf configure of aws-ofi-nccl: KNOWN --with/--enable/--disable options (autoconf only warns about
+    the others, at the end, and succeeds); it records the prefix and whether tests/ will be built for `make`."""
+    return LOG_ARGS.replace("#!/bin/sh", "#!/usr/bin/env bash") + (
+        'prefix=/usr/local; tests=yes; unknown=()\n'
+        'for a in "$@"; do\n'
+        '  case "$a" in\n'
+        '    --prefix=*) prefix="${a#*=}" ;;\n'
+        f'    {"|".join(known)}) [[ "$a" == --disable-tests ]] && tests=no ;;\n'
+        '    *) unknown+=("${a%%=*}") ;;\n'
+        '  esac\n'
+        'done\n'
+        + ('tests=yes\n' if builds_tests_always else '')
+        + 'printf "prefix=%s\\ntests=%s\\n" "$prefix" "$tests" >config.stub\n'
+        '[[ ${#unknown[@]} -eq 0 ]] || echo "configure: WARNING: unrecognized options: ${unknown[*]}" >&2\n'
+    )
+
+
+# v1.1.1 configure.ac: --with-libfabric/cuda/nccl/mpi and --enable-trace, no --disable-tests (tests/ always built).
+CONFIGURE_1_1_1 = ofi_nccl_configure(
+    ("--with-libfabric=*", "--with-cuda=*", "--with-nccl=*", "--with-mpi=*", "--enable-trace"), True
+)
+# v1.16.3 configure.ac and m4/: --with-nccl is gone, --disable-tests and --with-hwloc are there.
+CONFIGURE_1_16_3 = ofi_nccl_configure(
+    ("--with-libfabric=*", "--with-cuda=*", "--with-mpi=*", "--with-hwloc=*", "--disable-tests", "--enable-trace"),
+    False,
+)
+# automake's make: tests/ compiles with CC=mpicc (v1.1.1 tests/Makefile.am), found on PATH or not at all;
+# `make install` puts the plugin under the configured prefix.
+OFI_NCCL_MAKE = (
+    'source ./config.stub\n'
+    'if [[ "${1:-}" == install ]]; then mkdir -p "$prefix/lib"; echo plugin >"$prefix/lib/libnccl-net.so"; exit 0; fi\n'
+    'if [[ "$tests" == yes ]] && ! command -v mpicc >/dev/null; then\n'
+    '  echo "make[2]: mpicc: No such file or directory" >&2; exit 2; fi'
+)
+
+
+@pytest.fixture
+def ofi_nccl_build(sandbox):
     sandbox.write("/opt/amazon/efa/include/rdma/fabric.h", "")
+    sandbox.write("/opt/amazon/openmpi/bin/mpicc", "#!/bin/sh\n", executable=True)
     (sandbox.root / "etc/ld.so.conf.d").mkdir(parents=True)
-    sandbox.stub("make", "exit 0")
-    configure = LOG_ARGS + 'for a in "$@"; do case "$a" in --prefix=*) mkdir -p "${a#*=}";; esac; done\n'
-    make_tarball(sandbox, "aws-ofi-nccl-1.1.4", {"configure": configure})
-    first = sandbox.run("09-aws-ofi-nccl.sh")
+    sandbox.stub("make", OFI_NCCL_MAKE)
+    return sandbox
+
+
+def test_aws_ofi_nccl_1_1_1_builds_its_mpi_tests_with_open_mpi_on_path(ofi_nccl_build):
+    box, root = ofi_nccl_build, ofi_nccl_build.root
+    box.env["GPUFLEET_AWS_OFI_NCCL_VERSION"] = "1.1.1"
+    make_tarball(box, "aws-ofi-nccl-1.1.1", {"configure": CONFIGURE_1_1_1})
+    first = box.run("09-aws-ofi-nccl.sh")
     assert first.returncode == 0, first.stderr
-    root = sandbox.root
+    assert "unrecognized options" not in first.stderr
     assert (
         f"configure --prefix={root}/opt/aws-ofi-nccl --with-libfabric={root}/opt/amazon/efa "
-        f"--with-cuda={root}/usr/local/cuda --with-nccl={root}/usr --with-mpi={root}/opt/amazon/openmpi --disable-tests"
-    ) in sandbox.calls()
-    assert (root / "opt/aws-ofi-nccl/gpufleet-version").read_text() == "1.1.4\n"
+        f"--with-cuda={root}/usr/local/cuda --with-mpi={root}/opt/amazon/openmpi --with-nccl={root}/usr"
+    ) in box.calls()
+    assert (root / "opt/aws-ofi-nccl/gpufleet-version").read_text() == "1.1.1\n"
+    assert (root / "etc/ld.so.conf.d/gpufleet-aws-ofi-nccl.conf").read_text() == "/opt/aws-ofi-nccl/lib\n"
+    assert "\tlibnccl-net.so (libc6,x86-64) => /opt/aws-ofi-nccl/lib/libnccl-net.so" in box.bash("ldconfig -p").stdout
 
-    sandbox.clear_calls()
-    second = sandbox.run("09-aws-ofi-nccl.sh")
-    assert second.stdout.strip() == "[gpufleet] aws-ofi-nccl already at 1.1.4: nothing to do"
+    box.clear_calls()
+    second = box.run("09-aws-ofi-nccl.sh")
+    assert second.stdout.strip() == "[gpufleet] aws-ofi-nccl already at 1.1.1: nothing to do"
+    assert box.calls() == []
+
+
+def test_aws_ofi_nccl_1_1_1_needs_open_mpi_for_its_tests(ofi_nccl_build):
+    ofi_nccl_build.env["GPUFLEET_AWS_OFI_NCCL_VERSION"] = "1.1.1"
+    (ofi_nccl_build.root / "opt/amazon/openmpi/bin/mpicc").unlink()
+    make_tarball(ofi_nccl_build, "aws-ofi-nccl-1.1.1", {"configure": CONFIGURE_1_1_1})
+    result = ofi_nccl_build.run("09-aws-ofi-nccl.sh")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"[gpufleet] ERROR: no {ofi_nccl_build.root}/opt/amazon/openmpi/bin/mpicc: aws-ofi-nccl 1.1.1 builds its MPI "
+        "tests; run 07-efa-installer.sh first"
+    )
+
+
+def test_aws_ofi_nccl_1_16_3_from_source_skips_its_tests_and_drops_with_nccl(ofi_nccl_build):
+    box, root = ofi_nccl_build, ofi_nccl_build.root
+    box.env["GPUFLEET_AWS_OFI_NCCL_VERSION"] = "1.16.3"
+    (root / "opt/amazon/openmpi/bin/mpicc").unlink()  # not needed: no tests are built
+    make_tarball(box, "aws-ofi-nccl-1.16.3", {"configure": CONFIGURE_1_16_3})
+    result = box.run("09-aws-ofi-nccl.sh")
+    assert result.returncode == 0, result.stderr
+    assert "unrecognized options" not in result.stderr
+    assert (
+        f"configure --prefix={root}/opt/aws-ofi-nccl --with-libfabric={root}/opt/amazon/efa "
+        f"--with-cuda={root}/usr/local/cuda --with-mpi={root}/opt/amazon/openmpi --disable-tests"
+    ) in box.calls()
+
+
+@pytest.fixture
+def efa_installer_plugin(sandbox):
+    """The layout EFA installer 1.43.2 leaves: libnccl-net-ofi.so naming its release, and the libnccl-net.so link."""
+    sandbox.env["GPUFLEET_AWS_OFI_NCCL_VERSION"] = "1.16.3"
+    sandbox.env["GPUFLEET_AWS_OFI_NCCL_URL"] = ""
+    library = sandbox.write(
+        "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net-ofi.so",
+        "\x7fELF\x00\x01NET/OFI Initializing aws-ofi-nccl 1.16.3\x00Using Libfabric version %u.%u\x00",
+    )
+    (library.parent / "libnccl-net.so").symlink_to("libnccl-net-ofi.so")
+    (sandbox.root / "etc/ld.so.conf.d").mkdir(parents=True)
+    return sandbox
+
+
+def test_aws_ofi_nccl_from_the_efa_installer_is_registered_not_built(efa_installer_plugin):
+    box = efa_installer_plugin
+    first = box.run("09-aws-ofi-nccl.sh")
+    assert first.returncode == 0, first.stderr
+    directory = "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"
+    assert (box.root / "etc/ld.so.conf.d/gpufleet-aws-ofi-nccl.conf").read_text() == directory + "\n"
+    assert box.calls() == ["ldconfig "]
+    assert not (box.root / "opt/aws-ofi-nccl").exists()
+    assert f"\tlibnccl-net.so (libc6,x86-64) => {directory}/libnccl-net.so" in box.bash("ldconfig -p").stdout
+
+    box.clear_calls()
+    second = box.run("09-aws-ofi-nccl.sh")
+    assert second.stdout.strip() == (
+        f"[gpufleet] aws-ofi-nccl 1.16.3 from the EFA installer already registered ({directory}): nothing to do"
+    )
+    assert box.calls() == []
+
+
+def test_aws_ofi_nccl_from_the_efa_installer_must_be_the_pinned_release(efa_installer_plugin):
+    efa_installer_plugin.env["GPUFLEET_AWS_OFI_NCCL_VERSION"] = "1.16.2"
+    result = efa_installer_plugin.run("09-aws-ofi-nccl.sh")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "[gpufleet] ERROR: the EFA installer's /opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net.so is "
+        "aws-ofi-nccl 1.16.3, the profile pins 1.16.2"
+    )
+
+
+def test_aws_ofi_nccl_without_url_needs_the_efa_installer_plugin(sandbox):
+    sandbox.env["GPUFLEET_AWS_OFI_NCCL_URL"] = ""
+    result = sandbox.run("09-aws-ofi-nccl.sh")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        "[gpufleet] ERROR: expected one libnccl-net.so under /opt/amazon/ofi-nccl, found 0 (none): the profile takes "
+        "aws-ofi-nccl from the EFA installer (no url), so pin an installer that ships it (>= 1.39) or give "
+        "components.aws_ofi_nccl.url"
+    )
     assert sandbox.calls() == []
 
 
