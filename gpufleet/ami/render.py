@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
+from packaging.version import Version
 
 from gpufleet.ami import REBOOT_SUFFIX, SCRIPT_NAMES, SSM_AGENT_ACTIONS, TEMPLATES_DIR
 from gpufleet.ami.compatibility import check_profile, gate_errors
 from gpufleet.ami.profile import Profile
+from gpufleet.catalog import load_catalog
 from gpufleet.errors import GpufleetError
 
 AMAZON_PLUGIN_VERSION = "1.3.3"
@@ -75,6 +77,14 @@ def check_instance_profile_name(name: str) -> None:
                             "letters, digits and + = , . @ _ -)")
 
 
+def cuda_architectures(profile: Profile) -> str:
+    """The target GPUs' compute capabilities as NVCC writes them ("8.0" -> "80"), lowest first: 08-nccl.sh builds
+    NCCL's kernels for these only. Types missing from the catalog are left to the gate (TARGET-CATALOG)."""
+    catalog = load_catalog()
+    capabilities = {catalog[name].gpu.compute_capability for name in profile.target.instance_types if name in catalog}
+    return " ".join(capability.replace(".", "") for capability in sorted(capabilities, key=Version))
+
+
 def render_files(profile: Profile, packer_1_6: bool = False, instance_profile: str | None = None) -> dict[str, str]:
     """File name -> content. packer_1_6 leaves out what Packer 1.6.6 cannot parse (plugins file, IMDS options).
 
@@ -86,6 +96,7 @@ def render_files(profile: Profile, packer_1_6: bool = False, instance_profile: s
     context = {
         "profile": profile,
         "components": profile.components.items(),
+        "cuda_architectures": cuda_architectures(profile),
         "scripts": script_steps(),
         "amazon_plugin_version": AMAZON_PLUGIN_VERSION,
         "packer_1_6": packer_1_6,

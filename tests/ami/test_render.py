@@ -120,10 +120,17 @@ def test_script_environment_is_the_contract():
     (locals_block,) = _parsed(REFERENCE)["locals.pkr.hcl"]["locals"]
     names = [entry.split("=", 1)[0] for entry in locals_block["script_environment"]]
     expected = ["GPUFLEET_PROFILE", "GPUFLEET_OS_FAMILY", "GPUFLEET_OS_VERSION", "GPUFLEET_NVSWITCH",
-                "GPUFLEET_LIB_DIR"]
+                "GPUFLEET_CUDA_ARCHITECTURES", "GPUFLEET_LIB_DIR"]
     for key in COMPONENT_KEYS:
         expected += [f"GPUFLEET_{key.upper()}_{suffix}" for suffix in ("VERSION", "URL", "SHA256", "GPG_KEY_URL")]
     assert names == expected
+
+
+@pytest.mark.parametrize(("name", "architectures"), [("p4d-ubuntu1804-cuda11", "80"), ("ubuntu2204-cuda12", "80 90")])
+def test_nccl_is_built_for_the_target_gpus_only(name, architectures):
+    """p4d/p4de carry A100 (compute capability 8.0), p5 H100 (9.0): instance catalog."""
+    (locals_block,) = _parsed(name)["locals.pkr.hcl"]["locals"]
+    assert f"GPUFLEET_CUDA_ARCHITECTURES={architectures}" in locals_block["script_environment"]
 
 
 def test_build_runs_the_contract_scripts_in_order_with_the_reboot_barrier():

@@ -371,3 +371,89 @@ def test_aws_ofi_nccl_refuses_to_build_without_libfabric(sandbox):
     assert result.stderr.strip() == (
         f"[gpufleet] ERROR: libfabric not found under {sandbox.root}/opt/amazon/efa: run 07-efa-installer.sh first"
     )
+
+
+@pytest.mark.parametrize(
+    ("os_family", "os_version", "install_call", "hwloc"),
+    [("ubuntu", "18.04", "apt-get install", "libhwloc-dev"), ("amzn", "2", "yum install", "hwloc-devel")],
+)
+def test_build_tools_include_hwloc_for_aws_ofi_nccl(sandbox, os_family, os_version, install_call, hwloc):
+    """aws-ofi-nccl >= 1.7.0 configure fails without hwloc; its README names these two development packages."""
+    sandbox.env.update(GPUFLEET_OS_FAMILY=os_family, GPUFLEET_OS_VERSION=os_version)
+    sandbox.stub("amazon-linux-extras", "exit 0")
+    result = sandbox.run("01-build-tools.sh")
+    assert result.returncode == 0, result.stderr
+    install = next(call for call in sandbox.calls() if call.startswith(install_call))
+    assert hwloc in install.split()
+
+
+def nccl_source_build(box):
+    box.env["GPUFLEET_NCCL_URL"] = "https://github.com/NVIDIA/nccl/archive/refs/tags/v2.7.8-1.tar.gz"
+    make_tarball(box, "nccl-2.7.8-1", {"Makefile": ""})
+    (box.root / "etc/ld.so.conf.d").mkdir(parents=True)
+    box.stub("make", "exit 0")
+    box.stub("nproc", "echo 4")
+
+
+def test_nccl_source_build_compiles_for_the_target_architectures_only(sandbox):
+    nccl_source_build(sandbox)
+    sandbox.env["GPUFLEET_CUDA_ARCHITECTURES"] = "80 90"
+    result = sandbox.run("08-nccl.sh")
+    assert result.returncode == 0, result.stderr
+    source = sandbox.root / "var/tmp/gpufleet-build/nccl/src/nccl-2.7.8-1"
+    # makefiles/common.mk: NVCC_GENCODE ?= every architecture of the CUDA release, unless given.
+    assert (
+        f"make -C {source} -j 4 src.build CUDA_HOME={sandbox.root}/usr/local/cuda "
+        "NVCC_GENCODE=-gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90"
+    ) in sandbox.calls()
+
+
+def test_nccl_source_build_refuses_a_dotted_architecture(sandbox):
+    nccl_source_build(sandbox)
+    sandbox.env["GPUFLEET_CUDA_ARCHITECTURES"] = "8.0"
+    result = sandbox.run("08-nccl.sh")
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        "[gpufleet] ERROR: GPUFLEET_CUDA_ARCHITECTURES: '8.0' is not a compute capability such as 80"
+    )
+    assert not any(call.startswith("make") for call in sandbox.calls())
+
+
+# Ubuntu 18.04's CMake 3.10.2: `-S` (3.13), `--parallel` (3.12) and `--install` (3.15) do not exist yet. It
+# configures the source directory given as its argument into the current directory.
+CMAKE_3_10 = (
+    'for a in "$@"; do case "$a" in -S|--install|--parallel) echo "CMake Error: Unknown argument $a" >&2; exit 1;; '
+    "esac; done\n"
+    'for a in "$@"; do [[ "$a" == -DCMAKE_INSTALL_PREFIX=* ]] && echo "${a#*=}" >cmake.prefix; done\n'
+    '[[ -d "$1" && -f cmake.prefix ]] || { echo "CMake Error: no source directory" >&2; exit 1; }'
+)
+# make in the configured directory: `make install` installs the version header.
+CMAKE_MAKE = (
+    '[[ -f cmake.prefix ]] || { echo "make: *** No targets specified and no makefile found.  Stop." >&2; exit 2; }\n'
+    'if [[ "${1:-}" == install ]]; then p="$(<cmake.prefix)"; mkdir -p "$p/include/oneapi/dnnl"\n'
+    '  printf "#define DNNL_VERSION_MAJOR 1\\n#define DNNL_VERSION_MINOR 6\\n#define DNNL_VERSION_PATCH 4\\n" '
+    '>"$p/include/oneapi/dnnl/dnnl_version.h"; fi'
+)
+
+
+def test_onednn_builds_with_ubuntu_1804s_cmake_then_does_nothing(sandbox):
+    sandbox.env["GPUFLEET_ONEDNN_VERSION"] = "1.6.4"
+    make_tarball(sandbox, "oneDNN-1.6.4", {"CMakeLists.txt": ""})
+    (sandbox.root / "etc/ld.so.conf.d").mkdir(parents=True)
+    sandbox.stub("cmake", CMAKE_3_10)
+    sandbox.stub("make", CMAKE_MAKE)
+    sandbox.stub("nproc", "echo 4")
+    first = sandbox.run("12-onednn.sh")
+    assert first.returncode == 0, first.stderr
+    source, prefix = sandbox.root / "var/tmp/gpufleet-build/onednn/src/oneDNN-1.6.4", sandbox.root / "opt/onednn"
+    assert [call for call in sandbox.calls() if call.split()[0] in ("cmake", "make")] == [
+        f"cmake {source} -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX={prefix} -DDNNL_BUILD_TESTS=OFF "
+        "-DDNNL_BUILD_EXAMPLES=OFF",
+        "make -j 4",
+        "make install",
+    ]
+    assert (sandbox.root / "etc/ld.so.conf.d/gpufleet-onednn.conf").read_text() == "/opt/onednn/lib\n/opt/onednn/lib64\n"
+
+    sandbox.clear_calls()
+    second = sandbox.run("12-onednn.sh")
+    assert second.stdout.strip() == "[gpufleet] oneDNN already at 1.6.4: nothing to do"

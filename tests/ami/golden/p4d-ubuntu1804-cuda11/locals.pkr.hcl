@@ -11,6 +11,7 @@ locals {
     "GPUFLEET_OS_FAMILY=${var.os_family}",
     "GPUFLEET_OS_VERSION=${var.os_version}",
     "GPUFLEET_NVSWITCH=${var.nvswitch ? "1" : "0"}",
+    "GPUFLEET_CUDA_ARCHITECTURES=80",
     "GPUFLEET_LIB_DIR=${local.script_lib_dir}",
     "GPUFLEET_DRIVER_VERSION=${var.component_versions["driver"]}",
     "GPUFLEET_DRIVER_URL=${var.component_urls["driver"]}",
