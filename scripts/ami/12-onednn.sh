@@ -13,7 +13,8 @@ cmake_bin=cmake
 command -v cmake >/dev/null || cmake_bin=cmake3 # Amazon Linux 2 ships CMake 3 as cmake3
 prefix="$(root_path "$ONEDNN_PREFIX")"
 # Configured from inside the build directory and built with make, which every CMake 3 supports: -S/-B (CMake
-# 3.13), --build --parallel (3.12) and --install (3.15) are newer than Ubuntu 18.04's CMake 3.10.2.
+# 3.13), --build --parallel (3.12) and --install (3.15; CMake release notes) are newer than Ubuntu 18.04's CMake
+# 3.10.2 (packages.ubuntu.com/bionic/cmake).
 mkdir -p "$source_dir/build"
 (
   cd "$source_dir/build"
