@@ -452,7 +452,8 @@ def test_onednn_builds_with_ubuntu_1804s_cmake_then_does_nothing(sandbox):
         "make -j 4",
         "make install",
     ]
-    assert (sandbox.root / "etc/ld.so.conf.d/gpufleet-onednn.conf").read_text() == "/opt/onednn/lib\n/opt/onednn/lib64\n"
+    loader_conf = sandbox.root / "etc/ld.so.conf.d/gpufleet-onednn.conf"
+    assert loader_conf.read_text() == "/opt/onednn/lib\n/opt/onednn/lib64\n"
 
     sandbox.clear_calls()
     second = sandbox.run("12-onednn.sh")
