@@ -18,6 +18,7 @@ locals {
       "GPUFLEET_OS_FAMILY=${var.os_family}",
       "GPUFLEET_OS_VERSION=${var.os_version}",
       "GPUFLEET_NVSWITCH=${var.nvswitch ? "1" : "0"}",
+      "GPUFLEET_CUDA_ARCHITECTURES=${var.cuda_architectures}",
       "GPUFLEET_LIB_DIR=${local.script_lib_dir}",
     ],
     flatten([

@@ -27,6 +27,11 @@ variable "nvswitch" {
   description = "The target instance types have NVSwitch: Fabric Manager is installed and enabled."
 }
 
+variable "cuda_architectures" {
+  type        = string
+  description = "Compute capabilities of the target GPUs as NVCC writes them, space-separated (80 for A100, 90 for H100): NCCL is built for these only."
+}
+
 variable "build_instance_type" {
   type        = string
   description = "Instance type Packer builds on."

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import functools
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, TypeVar
@@ -22,6 +23,9 @@ from gpufleet.ami import COMPATIBILITY_FILE
 from gpufleet.ami.profile import Profile
 from gpufleet.catalog import load_catalog
 from gpufleet.errors import GpufleetError
+
+# Where EFA installers that ship aws-ofi-nccl put it (efa_installer_aws_ofi_nccl in compatibility.yaml).
+BUNDLED_OFI_NCCL_PREFIX = "/opt/amazon/ofi-nccl"
 
 
 class _Data(BaseModel):
@@ -60,9 +64,23 @@ class OfiNcclEntry(_Data):
     _specifiers = field_validator("releases", "nccl", "libfabric")(_checked_specifier)
 
 
+class OfiNcclTagEntry(_Data):
+    releases: StrictStr
+    tag: StrictStr
+    _specifiers = field_validator("releases")(_checked_specifier)
+
+
+class InstallerOfiNcclEntry(_Data):
+    efa_installer: StrictStr
+    aws_ofi_nccl: StrictStr
+    note: StrictStr | None = None
+    _versions = field_validator("efa_installer", "aws_ofi_nccl")(_checked_version)
+
+
 class InstallerLibfabricEntry(_Data):
     efa_installer: StrictStr
     libfabric: StrictStr
+    note: StrictStr | None = None
     _versions = field_validator("efa_installer", "libfabric")(_checked_version)
 
 
@@ -106,6 +124,14 @@ class OfiNcclTable(_Table):
     table: tuple[OfiNcclEntry, ...]
 
 
+class OfiNcclTagTable(_Table):
+    table: tuple[OfiNcclTagEntry, ...]
+
+
+class InstallerOfiNcclTable(_Table):
+    table: tuple[InstallerOfiNcclEntry, ...]
+
+
 class InstallerLibfabricTable(_Table):
     table: tuple[InstallerLibfabricEntry, ...]
 
@@ -126,6 +152,8 @@ class CompatibilityData(_Data):
     cuda_minimum_driver: CudaDriverTable
     gpu_architectures: ArchitectureTable
     aws_ofi_nccl: OfiNcclTable
+    aws_ofi_nccl_tags: OfiNcclTagTable
+    efa_installer_aws_ofi_nccl: InstallerOfiNcclTable
     efa_installer_libfabric: InstallerLibfabricTable
     efa_installer_os: InstallerOsTable
     instance_minimums: InstanceMinimumsTable
@@ -302,6 +330,70 @@ class OfiLibfabricRule(Rule):
                            f"aws-ofi-nccl {plugin} needs {entry.libfabric}")
 
 
+# The tag a GitHub download names: a source archive (.../archive/refs/tags/TAG.tar.gz) or a release asset
+# (.../releases/download/TAG/FILE).
+_GITHUB_TAG = re.compile(r"^https://github\.com/[^/]+/[^/]+/(?:archive/refs/tags/(?P<archive>[^/]+?)\.(?:tar\.gz|zip)"
+                         r"|releases/download/(?P<release>[^/]+)/)")
+
+
+class OfiNcclTagRule(Rule):
+    rule_id = "OFI-NCCL-TAG"
+
+    def evaluate(self, profile, context):
+        plugin = profile.components.aws_ofi_nccl
+        if plugin.url is None:
+            return self.passed(f"aws-ofi-nccl {plugin.version} is not downloaded (no url)")
+        release = Version(plugin.version)
+        entry = next((entry for entry in context.data.aws_ofi_nccl_tags.table
+                      if release in SpecifierSet(entry.releases)), None)
+        if entry is None:
+            return self.error(f"aws-ofi-nccl {plugin.version} has no entry in aws_ofi_nccl_tags in compatibility.yaml")
+        expected = entry.tag.format(version=plugin.version)
+        match = _GITHUB_TAG.match(plugin.url)
+        if match is None:
+            return self.warn(f"components.aws_ofi_nccl.url {plugin.url} names no GitHub tag: cannot check that it is "
+                             f"the {expected} release")
+        tag = match["archive"] or match["release"]
+        if tag != expected:
+            return self.error(f"components.aws_ofi_nccl.url names tag {tag}, but aws-ofi-nccl {plugin.version} is "
+                              f"tagged {expected} (use https://github.com/aws/aws-ofi-nccl/archive/refs/tags/"
+                              f"{expected}.tar.gz)")
+        return self.passed(f"components.aws_ofi_nccl.url names tag {expected}")
+
+
+class OfiNcclOneCopyRule(Rule):
+    """Exactly one NCCL net plugin on the image: the EFA installer's, or one built from source when it has none."""
+
+    rule_id = "OFI-NCCL-ONE-COPY"
+
+    def evaluate(self, profile, context):
+        installer, plugin = profile.components.efa_installer.version, profile.components.aws_ofi_nccl
+        table = context.data.efa_installer_aws_ofi_nccl.table
+        first = min((entry.efa_installer for entry in table), key=Version)
+        if Version(installer) < Version(first):
+            if plugin.url is None:
+                return self.error(f"EFA installer {installer} installs no aws-ofi-nccl (installers ship it from "
+                                  f"{first} on): set components.aws_ofi_nccl.url to the release to build")
+            return self.passed(f"aws-ofi-nccl {plugin.version} is built from source; EFA installer {installer} "
+                               "installs none")
+        entry = next((entry for entry in table if Version(entry.efa_installer) == Version(installer)), None)
+        if entry is None:
+            return self.error(f"EFA installer {installer} installs aws-ofi-nccl, but efa_installer_aws_ofi_nccl in "
+                              "compatibility.yaml does not say which version: add it from the EFA changelog")
+        problems = []
+        if plugin.url is not None:
+            problems.append(f"EFA installer {installer} already installs aws-ofi-nccl {entry.aws_ofi_nccl} under "
+                            f"{BUNDLED_OFI_NCCL_PREFIX}: set components.aws_ofi_nccl.url to null (a second build "
+                            "leaves two libnccl-net.so and the loader's search order picks one)")
+        if Version(plugin.version) != Version(entry.aws_ofi_nccl):
+            problems.append(f"components.aws_ofi_nccl.version {plugin.version} is not {entry.aws_ofi_nccl}, the "
+                            f"version EFA installer {installer} installs")
+        if problems:
+            return self.error("; ".join(problems))
+        return self.passed(f"aws-ofi-nccl {plugin.version} comes with EFA installer {installer} (one copy, under "
+                           f"{BUNDLED_OFI_NCCL_PREFIX})")
+
+
 class EfaInstallerOsRule(Rule):
     rule_id = "EFA-OS"
 
@@ -374,6 +466,8 @@ RULES: tuple[Rule, ...] = (
     GpuArchitectureRule(),
     OfiNcclRangeRule(),
     OfiLibfabricRule(),
+    OfiNcclTagRule(),
+    OfiNcclOneCopyRule(),
     EfaInstallerOsRule(),
     InstanceMinimumsRule(),
     DriverEndOfLifeRule(),

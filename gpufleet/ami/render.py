@@ -15,9 +15,12 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from packaging.version import Version
+
 from gpufleet.ami import PACKER_DIR
 from gpufleet.ami.compatibility import check_profile, gate_errors
 from gpufleet.ami.profile import Profile
+from gpufleet.catalog import load_catalog
 from gpufleet.errors import GpufleetError
 
 VARIABLES_FILE = "gpufleet.auto.pkrvars.json"
@@ -37,6 +40,14 @@ def check_instance_profile_name(name: str) -> None:
                             "letters, digits and + = , . @ _ -)")
 
 
+def cuda_architectures(profile: Profile) -> str:
+    """The target GPUs' compute capabilities as NVCC writes them ("8.0" -> "80"), lowest first: 08-nccl.sh builds
+    NCCL's kernels for these only. Types missing from the catalog are left to the gate (TARGET-CATALOG)."""
+    catalog = load_catalog()
+    capabilities = {catalog[name].gpu.compute_capability for name in profile.target.instance_types if name in catalog}
+    return " ".join(capability.replace(".", "") for capability in sorted(capabilities, key=Version))
+
+
 def packer_variables(profile: Profile, instance_profile: str | None = None) -> dict[str, object]:
     """Variable name -> value for gpufleet.auto.pkrvars.json: every variable of ami/packer/variables.pkr.hcl that
     has no default, and instance_profile ("" lets Packer create a temporary instance profile)."""
@@ -47,6 +58,7 @@ def packer_variables(profile: Profile, instance_profile: str | None = None) -> d
         "os_family": profile.os.family,
         "os_version": profile.os.version,
         "nvswitch": profile.target.nvswitch,
+        "cuda_architectures": cuda_architectures(profile),
         "build_instance_type": profile.build.instance_type,
         "source_ami_name": profile.os.base_image.name,
         "source_ami_owner": profile.os.base_image.owner,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compilers and tools the later steps build with: DKMS modules (driver, EFA, Lustre) need the headers of the
-# running kernel; aws-ofi-nccl needs autotools; oneDNN needs cmake. python3 reads /etc/gpufleet/versions.json
-# for the node scripts (efa-env.sh): Ubuntu has it, an Amazon Linux 2 base image may not.
+# running kernel; aws-ofi-nccl needs autotools, and hwloc from v1.7.0 (configure.ac CHECK_PKG_HWLOC fails without
+# it; its README names hwloc-devel for RPM and libhwloc-dev for DPKG distributions); oneDNN needs cmake. python3
+# reads /etc/gpufleet/versions.json for the node scripts (efa-env.sh): Ubuntu has it, an Amazon Linux 2 base may not.
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "${GPUFLEET_LIB_DIR:-$(dirname "${BASH_SOURCE[0]}")/lib}/common.sh"
@@ -10,13 +11,13 @@ require_env GPUFLEET_OS_FAMILY GPUFLEET_OS_VERSION
 kernel="$(uname -r)"
 
 if is_ubuntu; then
-  packages=(build-essential gcc make dkms "linux-headers-$kernel" autoconf automake libtool git jq cmake curl
-    ca-certificates gnupg pciutils python3)
+  packages=(build-essential gcc make dkms "linux-headers-$kernel" autoconf automake libtool libhwloc-dev git jq cmake
+    curl ca-certificates gnupg pciutils python3)
 else
   kernel_version="${kernel%.x86_64}"
   kernel_version="${kernel_version%.aarch64}"
   packages=(gcc gcc-c++ make dkms "kernel-devel-$kernel_version" "kernel-headers-$kernel_version" autoconf automake
-    libtool git jq cmake3 curl gnupg2 pciutils tar gzip python3)
+    libtool hwloc-devel git jq cmake3 curl gnupg2 pciutils tar gzip python3)
   [[ "$GPUFLEET_OS_VERSION" == 2 ]] || packages=("${packages[@]/cmake3/cmake}")
 fi
 missing=()

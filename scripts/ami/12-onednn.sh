@@ -12,10 +12,17 @@ source_dir="$(fetch_source onednn "$GPUFLEET_ONEDNN_URL" "${GPUFLEET_ONEDNN_SHA2
 cmake_bin=cmake
 command -v cmake >/dev/null || cmake_bin=cmake3 # Amazon Linux 2 ships CMake 3 as cmake3
 prefix="$(root_path "$ONEDNN_PREFIX")"
-"$cmake_bin" -S "$source_dir" -B "$source_dir/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$prefix" \
-  -DDNNL_BUILD_TESTS=OFF -DDNNL_BUILD_EXAMPLES=OFF
-"$cmake_bin" --build "$source_dir/build" --parallel "$(nproc)"
-"$cmake_bin" --install "$source_dir/build"
+# Configured from inside the build directory and built with make, which every CMake 3 supports: -S/-B (CMake
+# 3.13), --build --parallel (3.12) and --install (3.15; CMake release notes) are newer than Ubuntu 18.04's CMake
+# 3.10.2 (packages.ubuntu.com/bionic/cmake).
+mkdir -p "$source_dir/build"
+(
+  cd "$source_dir/build"
+  "$cmake_bin" "$source_dir" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$prefix" -DDNNL_BUILD_TESTS=OFF \
+    -DDNNL_BUILD_EXAMPLES=OFF
+  make -j "$(nproc)"
+  make install
+)
 printf '%s/lib\n%s/lib64\n' "$ONEDNN_PREFIX" "$ONEDNN_PREFIX" >"$(root_path /etc/ld.so.conf.d/gpufleet-onednn.conf)"
 ldconfig
 log "oneDNN $GPUFLEET_ONEDNN_VERSION installed under $ONEDNN_PREFIX"

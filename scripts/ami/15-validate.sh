@@ -54,8 +54,30 @@ fi
 check_version cudnn "$(installed_cudnn_version)" "$(first_fields "$(pinned cudnn)" 3)" "cudnn headers"
 check_version nccl "$(installed_nccl_version)" "$(first_fields "$(pinned nccl)" 3)" "$(nccl_home)/include/nccl.h"
 check_version efa_installer "$(installed_efa_installer_version)" "$(pinned efa_installer)" "$EFA_INSTALLED_PACKAGES"
-check_version aws_ofi_nccl "$(marker_version "$AWS_OFI_NCCL_PREFIX")" "$(pinned aws_ofi_nccl)" \
-  "$AWS_OFI_NCCL_PREFIX/$VERSION_MARKER_NAME"
+
+# The net plugin NCCL will load. NCCL dlopen()s it by name, and neither NCCL 2.7.8 nor 2.27.7 logs the path it got
+# (plugin 1.1.1 logs no version either), so the proof is the loader's: exactly one libnccl-net.so on the image, at
+# the pinned version, and the loader cache resolving the name to it. No GPU run or EFA device needed.
+mapfile -t plugins < <(nccl_net_plugins /opt /usr)
+plugin_dir=""
+if [[ ${#plugins[@]} -ne 1 ]]; then
+  fail "aws_ofi_nccl: ${#plugins[@]} copies of $NCCL_NET_PLUGIN under /opt and /usr (${plugins[*]:-none}), expected" \
+    "exactly one"
+else
+  plugin_dir="$(dirname "${plugins[0]}")"
+  if [[ "${plugins[0]}" == "$AWS_OFI_NCCL_PREFIX"/* ]]; then
+    check_version aws_ofi_nccl "$(marker_version "$AWS_OFI_NCCL_PREFIX")" "$(pinned aws_ofi_nccl)" \
+      "$AWS_OFI_NCCL_PREFIX/$VERSION_MARKER_NAME"
+  else
+    check_version aws_ofi_nccl "$(ofi_nccl_library_version "$(root_path "${plugins[0]}")")" \
+      "$(pinned aws_ofi_nccl)" "${plugins[0]}"
+  fi
+  resolved="$(loader_resolves "$NCCL_NET_PLUGIN" | paste -sd, -)"
+  [[ "$resolved" == "${plugins[0]}" ]] ||
+    fail "aws_ofi_nccl: the loader cache (ldconfig -p) resolves $NCCL_NET_PLUGIN to ${resolved:-nothing}," \
+      "not ${plugins[0]}"
+fi
+
 check_version nccl_tests "$(marker_version "$NCCL_TESTS_PREFIX")" "$(pinned nccl_tests)" \
   "$NCCL_TESTS_PREFIX/$VERSION_MARKER_NAME"
 for binary in "${NCCL_TESTS_BINARIES[@]}"; do
@@ -90,7 +112,9 @@ mkdir -p "$manifest_dir"
   printf '{"profile": %s,\n' "$(json_string "$GPUFLEET_PROFILE")"
   printf ' "os": {"family": %s, "version": %s},\n' "$(json_string "$GPUFLEET_OS_FAMILY")" \
     "$(json_string "$GPUFLEET_OS_VERSION")"
-  printf ' "components": {%s}}\n' "$(IFS=,; printf '%s' "${components[*]}" | sed 's/,"/, "/g')"
+  printf ' "components": {%s},\n' "$(IFS=,; printf '%s' "${components[*]}" | sed 's/,"/, "/g')"
+  # Where the plugin lives, for the node's library path (scripts/node/efa-env.sh).
+  printf ' "paths": {"aws_ofi_nccl_lib": %s}}\n' "$(json_string "$plugin_dir")"
 } >"$manifest_dir/versions.json.tmp"
 mv "$manifest_dir/versions.json.tmp" "$manifest_dir/versions.json"
 log "all components at their pinned versions; wrote /etc/gpufleet/versions.json"

@@ -151,12 +151,12 @@ def test_packer_1_6_auto_loads_the_variables_file_and_reads_the_locals(tmp_path,
     assert values["var.nvswitch"] == "true"
     assert values["var.instance_profile"] == ""
     environment = _hcl_value(values["local.script_environment"])
-    assert environment[:5] == ["GPUFLEET_PROFILE=p4d-ubuntu1804-cuda11", "GPUFLEET_OS_FAMILY=ubuntu",
-                               "GPUFLEET_OS_VERSION=18.04", "GPUFLEET_NVSWITCH=1",
+    assert environment[:6] == ["GPUFLEET_PROFILE=p4d-ubuntu1804-cuda11", "GPUFLEET_OS_FAMILY=ubuntu",
+                               "GPUFLEET_OS_VERSION=18.04", "GPUFLEET_NVSWITCH=1", "GPUFLEET_CUDA_ARCHITECTURES=80",
                                "GPUFLEET_LIB_DIR=/var/tmp/gpufleet-lib"]
     expected = {f"GPUFLEET_{key.upper()}_{setting}" for key in COMPONENT_KEYS
                 for setting in ("VERSION", "URL", "SHA256", "GPG_KEY_URL")}
-    names = [entry.split("=", 1)[0] for entry in environment[5:]]
+    names = [entry.split("=", 1)[0] for entry in environment[6:]]
     assert sorted(names) == sorted(expected) and len(names) == len(expected)
     assert "GPUFLEET_DRIVER_VERSION=450.80.02" in environment
     assert "GPUFLEET_FABRIC_MANAGER_URL=" in environment

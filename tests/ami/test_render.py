@@ -66,6 +66,7 @@ def test_variables_file_of_the_reference_profile(tmp_path):
         "os_family": "ubuntu",
         "os_version": "18.04",
         "nvswitch": True,
+        "cuda_architectures": "80",
         "build_instance_type": "g4dn.2xlarge",
         "source_ami_name": "ubuntu/images/hvm-ssd/ubuntu-bionic-18.04-amd64-server-*",
         "source_ami_owner": "099720109477",
@@ -104,6 +105,12 @@ def test_variables_file_of_the_reference_profile(tmp_path):
         },
         "instance_profile": "",
     }
+
+
+@pytest.mark.parametrize(("name", "architectures"), [("p4d-ubuntu1804-cuda11", "80"), ("ubuntu2204-cuda12", "80 90")])
+def test_nccl_is_built_for_the_target_gpus_only(name, architectures):
+    """p4d/p4de carry A100 (compute capability 8.0), p5 H100 (9.0): instance catalog."""
+    assert packer_variables(load_profile(name))["cuda_architectures"] == architectures
 
 
 @pytest.mark.parametrize("name", SHIPPED)

@@ -52,6 +52,9 @@ amzn_package_manager() { if [[ "$GPUFLEET_OS_VERSION" == 2 ]]; then echo yum; el
 # major.minor of a dotted version: 11.0.3 -> 11.0
 major_minor() { local IFS=.; read -r -a parts <<<"$1"; printf '%s.%s' "${parts[0]}" "${parts[1]:-0}"; }
 
+# version_before A B: true when dotted version A sorts before B (1.1.1 before 1.4.0 before 1.16.3).
+version_before() { [[ "$1" != "$2" && "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n 1)" == "$1" ]]; }
+
 # version_matches FOUND PINNED: FOUND is PINNED, or PINNED plus a packaging suffix (epoch N: dropped;
 # -release, +build, ~tag appended), so "1:450.80.02-1" matches "450.80.02" but "450.80.021" does not.
 version_matches() {
@@ -221,6 +224,10 @@ header_version() {
 readonly CUDA_LINK=/usr/local/cuda
 readonly NCCL_SOURCE_PREFIX=/opt/nccl
 readonly AWS_OFI_NCCL_PREFIX=/opt/aws-ofi-nccl
+# Where EFA installers >= 1.39 install their own aws-ofi-nccl (the profile then builds none).
+readonly EFA_OFI_NCCL_PREFIX=/opt/amazon/ofi-nccl
+# The name NCCL dlopen()s its net plugin by: src/init.cc at v2.7.8-1, src/plugin/plugin_open.cc at v2.27.7-1.
+readonly NCCL_NET_PLUGIN=libnccl-net.so
 readonly NCCL_TESTS_PREFIX=/opt/nccl-tests
 readonly ONEDNN_PREFIX=/opt/onednn
 readonly EFA_INSTALLED_PACKAGES=/opt/amazon/efa_installed_packages
@@ -285,6 +292,28 @@ marker_version() {
   [[ -f "$marker" ]] && tr -d '[:space:]' <"$marker"
   return 0
 }
+
+# nccl_net_plugins DIR...: every file or link named libnccl-net.so under the DIRs, one image path per line.
+nccl_net_plugins() {
+  local root="${GPUFLEET_ROOT:-}" dir path
+  for dir in "$@"; do
+    [[ -d "$root$dir" ]] || continue
+    while IFS= read -r path; do
+      printf '%s\n' "${path#"$root"}"
+    done < <(find "$root$dir" -name "$NCCL_NET_PLUGIN" \( -type f -o -type l \) | sort)
+  done
+}
+
+# ofi_nccl_library_version LIBRARY: the release an aws-ofi-nccl library names in its "Initializing " PACKAGE_STRING
+# message (src/nccl_ofi_net.c from v1.10.0, e.g. "Initializing aws-ofi-nccl 1.16.3"); empty when it names none.
+ofi_nccl_library_version() {
+  local message
+  message="$(grep -a -o -m 1 -E 'Initializing aws-ofi-nccl [0-9][^[:space:][:cntrl:]]*' "$1" 2>/dev/null)" || return 0
+  printf '%s' "${message##* }"
+}
+
+# loader_resolves NAME: the path(s) the dynamic loader's cache (ldconfig -p) gives for NAME, one per line.
+loader_resolves() { { ldconfig -p 2>/dev/null || true; } | awk -v name="$1" '$1 == name {print $NF}'; }
 
 write_marker() { printf '%s\n' "$2" >"$(root_path "$1/$VERSION_MARKER_NAME")"; }
 

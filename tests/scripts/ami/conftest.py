@@ -29,11 +29,29 @@ PINNED = {
 
 KERNEL = "5.4.0-1045-aws"
 
+# The loader cache as ldconfig keeps it: `ldconfig` rebuilds it from the directories listed in
+# etc/ld.so.conf.d/*.conf, `ldconfig -p` prints what the last rebuild saw, in ldconfig's format.
+LDCONFIG_STUB = r"""if [[ "${1:-}" == -p ]]; then
+  echo "$(cat "$S/ld.so.cache" 2>/dev/null | wc -l) libs found in cache \`/etc/ld.so.cache'"
+  cat "$S/ld.so.cache" 2>/dev/null
+  exit 0
+fi
+: >"$S/ld.so.cache"
+for conf in "$GPUFLEET_ROOT"/etc/ld.so.conf.d/*.conf; do
+  [[ -f "$conf" ]] || continue
+  while read -r dir; do
+    for lib in "$GPUFLEET_ROOT$dir"/lib*.so*; do
+      [[ -e "$lib" || -L "$lib" ]] || continue
+      printf '\t%s (libc6,x86-64) => %s\n' "${lib##*/}" "$dir/${lib##*/}" >>"$S/ld.so.cache"
+    done
+  done <"$conf"
+done"""
+
 # Every stub appends "NAME ARGS" to $STUB_LOG, then answers from files under $STUB_STATE.
 STUB_PREAMBLE = '#!/usr/bin/env bash\nprintf "%s\\n" "$(basename "$0") $*" >>"$STUB_LOG"\nS="$STUB_STATE"\n'
 STUBS = {
     "uname": f'echo "{KERNEL}"',
-    "ldconfig": "exit 0",
+    "ldconfig": LDCONFIG_STUB,
     "apt-mark": 'if [[ "$1" == showhold ]]; then cat "$S/held" 2>/dev/null; fi; exit 0',
     "dpkg-query": 'name="${!#}"; [[ -f "$S/packages/$name" ]] || exit 1\n'
     'echo "install ok installed $(<"$S/packages/$name")"',

@@ -71,7 +71,7 @@ REQUIRED = [
     ("06-cudnn.sh", "GPUFLEET_CUDNN_VERSION"),
     ("07-efa-installer.sh", "GPUFLEET_EFA_INSTALLER_URL"),
     ("08-nccl.sh", "GPUFLEET_NCCL_VERSION"),
-    ("09-aws-ofi-nccl.sh", "GPUFLEET_AWS_OFI_NCCL_URL"),
+    ("09-aws-ofi-nccl.sh", "GPUFLEET_AWS_OFI_NCCL_VERSION"),  # no URL: the EFA installer's plugin
     ("10-nccl-tests.sh", "GPUFLEET_NCCL_TESTS_URL"),
     ("11-fsx-lustre.sh", "GPUFLEET_FSX_LUSTRE_VERSION"),
     ("12-onednn.sh", "GPUFLEET_ONEDNN_URL"),

@@ -4,6 +4,7 @@ failure is one exact line, and the build fails."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -32,6 +33,8 @@ def good_image(sandbox, pinned):
         "/opt/amazon/efa_installed_packages", "# EFA installer version: 1.14.1\n# Debug packages installed: no\n"
     )
     sandbox.write("/opt/aws-ofi-nccl/gpufleet-version", "1.1.4\n")
+    sandbox.write("/opt/aws-ofi-nccl/lib/libnccl-net.so", "plugin")
+    sandbox.write("/etc/ld.so.conf.d/gpufleet-aws-ofi-nccl.conf", "/opt/aws-ofi-nccl/lib\n")
     sandbox.write("/opt/nccl-tests/gpufleet-version", "2.10.0\n")
     for binary in NCCL_TESTS_BINARIES:
         sandbox.write(f"/opt/nccl-tests/build/{binary}", "", executable=True)
@@ -40,7 +43,13 @@ def good_image(sandbox, pinned):
     sandbox.write("/opt/onednn/include/oneapi/dnnl/dnnl_version.h", header_text)
     sandbox.set_package("nvidia-container-toolkit", "1.4.0-1")
     sandbox.write("/sys/class/infiniband/rdmap16s27/device/vendor", "0x1d0f\n")
+    refresh_loader_cache(sandbox)
     return sandbox
+
+
+def refresh_loader_cache(box) -> None:
+    assert box.bash("ldconfig").returncode == 0
+    box.clear_calls()
 
 
 def failures(result) -> list[str]:
@@ -56,6 +65,7 @@ def test_pass_writes_the_versions_manifest_in_the_contract_shape(good_image, pin
         "profile": "p4d-ubuntu1804-cuda11",
         "os": {"family": "ubuntu", "version": "18.04"},
         "components": pinned,
+        "paths": {"aws_ofi_nccl_lib": "/opt/aws-ofi-nccl/lib"},
     }
     assert list(manifest["components"]) == list(pinned)
     assert "fi_info -p efa" in good_image.calls()
@@ -151,6 +161,68 @@ def test_each_failure_is_one_exact_line_and_no_manifest(good_image, case):
         "[gpufleet] ERROR: 1 check(s) failed: /etc/gpufleet/versions.json not written"
     )
     assert not (good_image.root / MANIFEST).exists()
+
+
+def efa_installer_plugin(box, release: str = "1.16.3") -> None:
+    """EFA installer >= 1.39's own aws-ofi-nccl (libnccl-net-ofi.so names its release; libnccl-net.so links to it)."""
+    library = box.write("/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net-ofi.so",
+                        f"\x7fELF\x00NET/OFI Initializing aws-ofi-nccl {release}\x00")
+    (library.parent / "libnccl-net.so").symlink_to("libnccl-net-ofi.so")
+
+
+def second_plugin_copy(box):
+    efa_installer_plugin(box)
+    box.write("/etc/ld.so.conf.d/efa-ofi-nccl.conf", "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu\n")
+    refresh_loader_cache(box)
+
+
+def plugin_only_from_the_efa_installer(box, release: str):
+    box.env["GPUFLEET_AWS_OFI_NCCL_VERSION"] = "1.16.3"
+    shutil.rmtree(box.root / "opt/aws-ofi-nccl")
+    efa_installer_plugin(box, release)
+    box.write("/etc/ld.so.conf.d/gpufleet-aws-ofi-nccl.conf", "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu\n")
+    refresh_loader_cache(box)
+
+
+PLUGIN_CASES = {
+    "two plugins": (
+        second_plugin_copy,
+        "aws_ofi_nccl: 2 copies of libnccl-net.so under /opt and /usr (/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/"
+        "libnccl-net.so /opt/aws-ofi-nccl/lib/libnccl-net.so), expected exactly one",
+    ),
+    "no plugin": (
+        lambda box: (box.root / "opt/aws-ofi-nccl/lib/libnccl-net.so").unlink(),
+        "aws_ofi_nccl: 0 copies of libnccl-net.so under /opt and /usr (none), expected exactly one",
+    ),
+    "plugin directory not in the loader cache": (
+        lambda box: ((box.root / "etc/ld.so.conf.d/gpufleet-aws-ofi-nccl.conf").unlink(), refresh_loader_cache(box)),
+        "aws_ofi_nccl: the loader cache (ldconfig -p) resolves libnccl-net.so to nothing, not "
+        "/opt/aws-ofi-nccl/lib/libnccl-net.so",
+    ),
+    "efa installer's plugin at another release": (
+        lambda box: plugin_only_from_the_efa_installer(box, "1.16.2"),
+        "aws_ofi_nccl: found 1.16.2 in /opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net.so, expected 1.16.3",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(PLUGIN_CASES))
+def test_the_image_holds_one_net_plugin_the_loader_resolves(good_image, case):
+    break_image, expected = PLUGIN_CASES[case]
+    break_image(good_image)
+    result = good_image.run("15-validate.sh")
+    assert result.returncode == 1
+    assert failures(result) == [f"[gpufleet] FAIL {expected}"]
+    assert not (good_image.root / MANIFEST).exists()
+
+
+def test_the_efa_installers_plugin_is_recorded_for_the_node(good_image, pinned):
+    plugin_only_from_the_efa_installer(good_image, "1.16.3")
+    result = good_image.run("15-validate.sh")
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((good_image.root / MANIFEST).read_text())
+    assert manifest["components"]["aws_ofi_nccl"] == "1.16.3"
+    assert manifest["paths"] == {"aws_ofi_nccl_lib": "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"}
 
 
 def test_all_failures_are_reported_together(good_image):

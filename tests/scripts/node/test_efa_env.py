@@ -123,3 +123,17 @@ def test_disabled_writes_nothing(node):
 
     assert "disabled" in result.stdout
     assert not (node.root / "etc").exists()
+
+
+def test_library_path_follows_the_plugin_directory_the_image_recorded(node):
+    """Images whose EFA installer ships the plugin record where it is (15-validate.sh: paths.aws_ofi_nccl_lib)."""
+    manifest = node.root / "etc/gpufleet/versions.json"
+    manifest.parent.mkdir(parents=True, exist_ok=True)
+    manifest.write_text(json.dumps({"components": {"aws_ofi_nccl": "1.16.3"},
+                                    "paths": {"aws_ofi_nccl_lib": "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"}}))
+
+    node.run("efa-env.sh", **SETTINGS)
+
+    assert env_file(node) == {
+        "LD_LIBRARY_PATH": "/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"
+    }
