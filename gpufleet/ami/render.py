@@ -15,7 +15,7 @@ from pathlib import Path
 
 import jinja2
 
-from gpufleet.ami import REBOOT_SUFFIX, SCRIPT_NAMES, SSM_AGENT_ACTIONS, TEMPLATES_DIR
+from gpufleet.ami import REBOOT_SUFFIX, SCRIPT_NAMES, SCRIPTS_DIR, SSM_AGENT_ACTIONS, TEMPLATES_DIR
 from gpufleet.ami.compatibility import check_profile, gate_errors
 from gpufleet.ami.profile import Profile
 from gpufleet.errors import GpufleetError
@@ -91,6 +91,8 @@ def render_files(profile: Profile, packer_1_6: bool = False, instance_profile: s
         "packer_1_6": packer_1_6,
         "instance_profile": instance_profile,
         "ssm_agent_actions": SSM_AGENT_ACTIONS,
+        # The default of the scripts_dir variable: the scripts shipped with this gpufleet, wherever it is installed.
+        "scripts_dir": str(SCRIPTS_DIR),
     }
     names = [name for name in RENDERED_FILES if not (packer_1_6 and name == PLUGINS_FILE)]
     return {name: environment.get_template(f"{name}.j2").render(context) for name in names}

@@ -30,6 +30,13 @@ GOLDEN_DIR = Path(__file__).parent / "golden"
 HCL_OPTIONS = SerializationOptions(with_comments=False, explicit_blocks=False, strip_string_quotes=True)
 REFERENCE = "p4d-ubuntu1804-cuda11"
 SHIPPED = ["p4d-al2-cuda11", "p4d-ubuntu1804-cuda11", "ubuntu2204-cuda12"]
+# The scripts_dir default is the path of the scripts this gpufleet ships, which differs between checkouts and
+# installations: the golden files hold this stand-in instead.
+SCRIPTS_DIR_STAND_IN = "<SCRIPTS_DIR>"
+
+
+def _portable(text: str) -> str:
+    return text.replace(hcl_literal(str(SCRIPTS_DIR)), hcl_literal(SCRIPTS_DIR_STAND_IN))
 
 
 def test_golden_files(tmp_path):
@@ -39,10 +46,10 @@ def test_golden_files(tmp_path):
     if os.environ.get("GPUFLEET_UPDATE_GOLDEN") == "1":
         golden.mkdir(parents=True, exist_ok=True)
         for path in out_dir.iterdir():
-            (golden / path.name).write_text(path.read_text())
+            (golden / path.name).write_text(_portable(path.read_text()))
     assert sorted(p.name for p in out_dir.iterdir()) == sorted(p.name for p in golden.iterdir())
     for path in sorted(out_dir.iterdir()):
-        assert path.read_text() == (golden / path.name).read_text(), f"{path.name} differs from the golden file"
+        assert _portable(path.read_text()) == (golden / path.name).read_text(), f"{path.name} differs from golden"
 
 
 @pytest.mark.parametrize("name", SHIPPED)
@@ -114,6 +121,14 @@ def test_variables_are_typed_described_and_default_to_the_profile():
     assert variables["component_sha256"]["default"]["driver"] == ""
     assert variables["nvswitch"]["default"] is True
     assert variables["source_ami_owner"]["default"] == "099720109477"
+
+
+def test_scripts_dir_defaults_to_the_scripts_shipped_with_gpufleet():
+    variables = {}
+    for block in _parsed(REFERENCE)["variables.pkr.hcl"]["variable"]:
+        variables.update(block)
+    # In a checkout the shipped scripts are the repository's scripts/ami (gpufleet/data/scripts links to it).
+    assert variables["scripts_dir"]["default"] == str(Path(__file__).resolve().parents[2] / "scripts" / "ami")
 
 
 def test_script_environment_is_the_contract():

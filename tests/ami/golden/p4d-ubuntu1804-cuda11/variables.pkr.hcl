@@ -98,8 +98,8 @@ variable "build_id" {
 
 variable "scripts_dir" {
   type        = string
-  description = "Directory of the provisioning scripts (scripts/ami), relative to where packer runs."
-  default     = "scripts/ami"
+  description = "Directory of the provisioning scripts (scripts/ami); default: those installed with gpufleet."
+  default     = "<SCRIPTS_DIR>"
 }
 
 variable "reboot_pause" {
