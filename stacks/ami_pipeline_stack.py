@@ -28,7 +28,8 @@ class AmiPipelineStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, pipeline: Pipeline, **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
         # BLOCK_EXTERNAL copies what gpufleet/data's symlinks point to (ami/, scripts/) into the asset as plain
-        # files, so `pip install .` on the build host ships them whatever its unzip does with symlinks.
+        # files, so `pip install .` on the build host ships them whatever its unzip does with symlinks. (The default,
+        # EXTERNAL, keeps links inside the directory as links: source aws-cdk-lib 2.275.0 core/lib/fs/copy.js.)
         source = s3_assets.Asset(self, "Source", path=str(REPOSITORY_ROOT), exclude=SOURCE_EXCLUDES,
                                  follow_symlinks=cdk.SymlinkFollowMode.BLOCK_EXTERNAL)
         build = AmiBuildProject(self, "AmiBuild", pipeline=pipeline, source=source)
