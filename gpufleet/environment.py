@@ -13,11 +13,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from gpufleet import PROJECT_ROOT
 from gpufleet.config_file import read_model
 from gpufleet.errors import GpufleetError
 
 ENVIRONMENTS_DIR_VARIABLE = "GPUFLEET_ENVIRONMENTS_DIR"
+WHERE_ENVIRONMENTS_ARE = f"run gpufleet where environments/ is, or set {ENVIRONMENTS_DIR_VARIABLE}"
 # Tag on every resource and node of an environment; operator tools and IAM conditions select by it.
 ENVIRONMENT_TAG_KEY = "gpufleet:environment"
 
@@ -129,7 +129,9 @@ class Environment(_Section):
 
 
 def environments_dir() -> Path:
-    return Path(os.environ.get(ENVIRONMENTS_DIR_VARIABLE, PROJECT_ROOT / "environments"))
+    """GPUFLEET_ENVIRONMENTS_DIR, else environments/ in the current directory. Environments are the user's
+    configuration, not data shipped with gpufleet: an installed gpufleet has none of its own."""
+    return Path(os.environ.get(ENVIRONMENTS_DIR_VARIABLE, Path.cwd() / "environments"))
 
 
 def environment_files(directory: Path | None = None) -> list[Path]:
@@ -169,6 +171,6 @@ def load_environments(paths: list[Path]) -> list[Environment]:
 def load_named_environment(name: str) -> Environment:
     path = environments_dir() / f"{name}.yaml"
     if not path.exists():
-        known = ", ".join(p.stem for p in environment_files()) or "none"
+        known = ", ".join(p.stem for p in environment_files()) or f"none; {WHERE_ENVIRONMENTS_ARE}"
         raise GpufleetError(f"{path}: unknown environment '{name}' (known: {known})")
     return load_environment(path)

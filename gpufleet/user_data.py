@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import shlex
 
-from gpufleet import PROJECT_ROOT
+from gpufleet import shipped_path
 from gpufleet.catalog import InstanceType
 from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
 
-SCRIPTS_DIR = PROJECT_ROOT / "scripts" / "node"
+SCRIPTS_DIR = shipped_path("scripts", "node")
 INSTALL_DIR = "/opt/gpufleet/node"
 SETTINGS_FILE = "/etc/gpufleet/node.env"
 UNIT_DIR = "/etc/systemd/system"

@@ -3,17 +3,20 @@ that builds one profile per run, and one scheduled EventBridge rule per profile 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import aws_cdk as cdk
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
-from gpufleet import PROJECT_ROOT
 from gpufleet.ami.pipeline import Pipeline
 from stacks.constructs.ami_build_project import AmiBuildProject
 
 AMI_PIPELINE_STACK_NAME = "gpufleet-ami-pipeline"
+# The CDK app runs from a checkout: the repository is the directory above stacks/.
+REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 # The build needs gpufleet (package, profiles, templates, scripts) and its lock file; nothing local or generated.
 SOURCE_EXCLUDES = [
     ".venv", "node_modules", "cdk.out", "tests", ".git", "**/__pycache__", "*.egg-info", ".pytest_cache",
@@ -24,7 +27,11 @@ SOURCE_EXCLUDES = [
 class AmiPipelineStack(cdk.Stack):
     def __init__(self, scope: Construct, construct_id: str, *, pipeline: Pipeline, **kwargs) -> None:
         super().__init__(scope, construct_id, **kwargs)
-        source = s3_assets.Asset(self, "Source", path=str(PROJECT_ROOT), exclude=SOURCE_EXCLUDES)
+        # BLOCK_EXTERNAL copies what gpufleet/data's symlinks point to (ami/, scripts/) into the asset as plain
+        # files, so `pip install .` on the build host ships them whatever its unzip does with symlinks. (The default,
+        # EXTERNAL, keeps links inside the directory as links: source aws-cdk-lib 2.275.0 core/lib/fs/copy.js.)
+        source = s3_assets.Asset(self, "Source", path=str(REPOSITORY_ROOT), exclude=SOURCE_EXCLUDES,
+                                 follow_symlinks=cdk.SymlinkFollowMode.BLOCK_EXTERNAL)
         build = AmiBuildProject(self, "AmiBuild", pipeline=pipeline, source=source)
         if pipeline.schedule is not None:
             for profile in pipeline.profiles:

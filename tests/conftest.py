@@ -2,12 +2,18 @@
 
 `assembly` is one synthesis of every shipped environment (cdk-nag attached, cdk.json's context, as `cdk synth`
 does it) per test worker; every test that uses it runs in the xdist group "cdk-synth", so it is built once.
+`installed_wheel` is gpufleet built into a wheel and installed into a virtualenv of its own (InstalledWheel);
+every test that uses it runs in the xdist group "wheel", so it too is built once.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -15,14 +21,20 @@ import pytest
 # jsii warns on every start that Node 20 is past its end of life; the project pins Node 20 (the target machines').
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures"
-CDK_CONTEXT = json.loads(Path(__file__).resolve().parent.parent.joinpath("cdk.json").read_text())["context"]
+REPOSITORY = Path(__file__).resolve().parent.parent
+FIXTURES = REPOSITORY / "tests" / "fixtures"
+CDK_CONTEXT = json.loads((REPOSITORY / "cdk.json").read_text())["context"]
+# What a wheel is built from: the package (gpufleet/data links to ami/ and scripts/) and its metadata files.
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "gpufleet", "ami", "scripts")
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        if "assembly" in getattr(item, "fixturenames", ()) or "tests/stacks" in str(item.fspath):
+        fixtures = getattr(item, "fixturenames", ())
+        if "assembly" in fixtures or "tests/stacks" in str(item.fspath):
             item.add_marker(pytest.mark.xdist_group("cdk-synth"))
+        elif "installed_wheel" in fixtures:
+            item.add_marker(pytest.mark.xdist_group("wheel"))
 
 
 class Assembly:
@@ -87,3 +99,72 @@ def topo_fixture():
 @pytest.fixture
 def fixture_path():
     return lambda kind, name: str(FIXTURES / kind / name)
+
+
+SITE_PACKAGES = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+
+
+class InstalledWheel:
+    """gpufleet built into a wheel and installed into a virtualenv of its own. The virtualenv reads the test
+    environment's site-packages for the dependencies (a .pth line, so nothing is downloaded or installed twice);
+    that directory's .pth files are not run, so the editable gpufleet of the checkout stays invisible and
+    `import gpufleet` finds only the wheel's (tests check gpufleet.__file__)."""
+
+    def __init__(self, wheel: Path, venv: Path) -> None:
+        self.wheel = wheel
+        self.venv = venv
+        self.python = venv / "bin" / "python"
+        self.gpufleet = venv / "bin" / "gpufleet"
+        self.site_packages = Path(self._stdout([str(self.python), "-c", SITE_PACKAGES]))
+
+    def run(self, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+        """Run the installed console script `gpufleet ARGS` in cwd."""
+        return subprocess.run([str(self.gpufleet), *args], cwd=cwd, env=_without_pythonpath(), capture_output=True,
+                              text=True)
+
+    def attribute(self, module: str, name: str) -> str:
+        """str() of module.name as the virtualenv's interpreter imports it."""
+        return self._stdout([str(self.python), "-c", f"import {module}; print({module}.{name})"])
+
+    def _stdout(self, command: list[str]) -> str:
+        # Run outside the repository: `python -c` puts the current directory first on sys.path.
+        result = subprocess.run(command, cwd=self.venv, env=_without_pythonpath(), capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        return result.stdout.strip()
+
+
+def _without_pythonpath() -> dict[str, str]:
+    return {name: value for name, value in os.environ.items() if name != "PYTHONPATH"}
+
+
+def _pip(*args: str) -> None:
+    result = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def build_installed_wheel(directory: Path) -> InstalledWheel:
+    """Build gpufleet's wheel from a copy of the sources (a build writes build/ and *.egg-info next to them) and
+    install it into directory/venv, offline: setuptools comes from the test environment (--no-build-isolation)."""
+    source = directory / "source"
+    source.mkdir()
+    for name in WHEEL_SOURCES:
+        path = REPOSITORY / name
+        if path.is_dir():
+            shutil.copytree(path, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(path, source / name)
+    _pip("wheel", "--no-deps", "--no-build-isolation", "--no-index", "--quiet", "--wheel-dir", str(directory),
+         str(source))
+    (wheel,) = directory.glob("gpufleet-*.whl")
+    venv = directory / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    installed = InstalledWheel(wheel, venv)
+    (installed.site_packages / "test-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    _pip("--python", str(installed.python), "install", "--no-deps", "--no-index", "--quiet", str(wheel))
+    return installed
+
+
+@pytest.fixture(scope="session")
+def installed_wheel(tmp_path_factory) -> InstalledWheel:
+    return build_installed_wheel(tmp_path_factory.mktemp("wheel"))

@@ -127,8 +127,7 @@ variable "build_id" {
 
 variable "scripts_dir" {
   type        = string
-  description = "Directory of the provisioning scripts (scripts/ami), relative to where packer runs."
-  default     = "scripts/ami"
+  description = "Directory of the provisioning scripts (scripts/ami): gpufleet ami render sets those installed with gpufleet."
 }
 
 variable "reboot_pause" {

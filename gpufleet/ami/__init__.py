@@ -6,13 +6,13 @@ fixed by the project's contracts and live here, once.
 
 from __future__ import annotations
 
-from gpufleet import PROJECT_ROOT
+from gpufleet import shipped_path
 
-AMI_DIR = PROJECT_ROOT / "ami"
+AMI_DIR = shipped_path("ami")
 PROFILES_DIR = AMI_DIR / "profiles"
 PACKER_DIR = AMI_DIR / "packer"
 COMPATIBILITY_FILE = AMI_DIR / "compatibility.yaml"
-SCRIPTS_DIR = PROJECT_ROOT / "scripts" / "ami"
+SCRIPTS_DIR = shipped_path("scripts", "ami")
 
 COMPONENT_KEYS: tuple[str, ...] = (
     "driver",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from gpufleet.ami import PACKER_DIR
+from gpufleet.ami import PACKER_DIR, SCRIPTS_DIR
 from gpufleet.ami.compatibility import check_profile, gate_errors
 from gpufleet.ami.profile import Profile
 from gpufleet.catalog import load_catalog
@@ -72,6 +72,8 @@ def packer_variables(profile: Profile, instance_profile: str | None = None) -> d
         "component_sha256": {key: component.sha256 or "" for key, component in components},
         "component_gpg_key_urls": {key: component.signing_key_url or "" for key, component in components},
         "instance_profile": instance_profile or "",
+        # The scripts shipped with this gpufleet, wherever it is installed (-var scripts_dir=... for others).
+        "scripts_dir": str(SCRIPTS_DIR),
     }
 
 

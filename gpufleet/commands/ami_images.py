@@ -40,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     validate = subparsers.add_parser("validate", help="render into a temporary directory and run packer validate")
     validate.add_argument("profile", metavar="PROFILE", help=PROFILE_HELP)
     validate.add_argument("--scripts-dir", type=Path, metavar="DIR",
-                          help="provisioning scripts the template points at (default: scripts/ami)")
+                          help="provisioning scripts the template points at (default: those installed with gpufleet)")
     validate.add_argument("--instance-profile", metavar="NAME", help=INSTANCE_PROFILE_HELP)
     validate.set_defaults(handler=run_validate)
 

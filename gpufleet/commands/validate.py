@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from gpufleet.environment import environment_files, environments_dir, load_environments
+from gpufleet.environment import WHERE_ENVIRONMENTS_ARE, environment_files, environments_dir, load_environments
 from gpufleet.errors import GpufleetError
 
 
@@ -18,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     files = args.files or environment_files()
     if not files:
-        raise GpufleetError(f"{environments_dir()}: no environment files (*.yaml) found")
+        raise GpufleetError(f"{environments_dir()}: no environment files (*.yaml) found ({WHERE_ENVIRONMENTS_ARE})")
     environments = load_environments(files)
     for path, env in zip(files, environments, strict=True):
         print(f"{path}: ok ({env.name}: {env.capacity.target} x {env.instance_type} in {env.availability_zone})")

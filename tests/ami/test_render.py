@@ -5,6 +5,7 @@ tests/ami/test_packer_validate.py runs the real packer)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import hcl2
 import pytest
@@ -104,6 +105,8 @@ def test_variables_file_of_the_reference_profile(tmp_path):
             "container_toolkit": "https://nvidia.github.io/libnvidia-container/gpgkey",
         },
         "instance_profile": "",
+        # In a checkout the shipped scripts are the repository's scripts/ami (gpufleet/data/scripts links to it).
+        "scripts_dir": str(Path(__file__).resolve().parents[2] / "scripts" / "ami"),
     }
 
 

@@ -259,6 +259,16 @@ def test_source_asset_holds_the_sources_but_no_local_state(out_dir):
     assert not list(asset.rglob("__pycache__"))
 
 
+def test_source_asset_carries_the_package_data_as_plain_files(out_dir):
+    """gpufleet/data/ami and gpufleet/data/scripts are symlinks in the repository; the asset holds copies, so
+    `pip install .` on the build host ships the profiles and scripts whatever its unzip does with symlinks."""
+    (asset,) = [p for p in out_dir.iterdir() if p.name.startswith("asset.")]
+    assert not [path for path in asset.rglob("*") if path.is_symlink()]
+    profiles = sorted(path.name for path in (asset / "gpufleet" / "data" / "ami" / "profiles").iterdir())
+    assert profiles == ["p4d-al2-cuda11.yaml", "p4d-ubuntu1804-cuda11.yaml", "ubuntu2204-cuda12.yaml"]
+    assert (asset / "gpufleet" / "data" / "scripts" / "ami" / "lib" / "common.sh").is_file()
+
+
 def test_cfn_lint_passes(out_dir):
     template_file = out_dir / f"{AMI_PIPELINE_STACK_NAME}.template.json"
     result = subprocess.run([CFN_LINT, "--config-file", str(ROOT / ".cfnlintrc.yaml"), "--", str(template_file)],

@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet import PROJECT_ROOT
-
-SCRIPTS_DIR = PROJECT_ROOT / "scripts" / "node"
+SCRIPTS_DIR = Path(__file__).resolve().parents[3] / "scripts" / "node"
 FAKE_COMMANDS = Path(__file__).with_name("fake_commands.py")
 FAKED = ("lsblk", "mdadm", "blkid", "mkfs.xfs", "mountpoint", "mount", "nvidia-smi", "curl", "systemctl")
 

@@ -1,12 +1,11 @@
 """Every node script is shellcheck clean and in strict mode."""
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from gpufleet import PROJECT_ROOT
-
-SCRIPTS = sorted((PROJECT_ROOT / "scripts" / "node").glob("*.sh"))
+SCRIPTS = sorted((Path(__file__).resolve().parents[3] / "scripts" / "node").glob("*.sh"))
 
 
 def test_the_node_scripts_are_found():
