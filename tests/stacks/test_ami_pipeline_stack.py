@@ -18,7 +18,7 @@ from gpufleet.ami import SSM_AGENT_ACTIONS
 from gpufleet.ami.pipeline import load_pipeline
 from gpufleet.cli import main
 from stacks.ami_pipeline_stack import AMI_PIPELINE_STACK_NAME, AmiPipelineStack, add_ami_pipeline_stack
-from stacks.constructs.ami_build_project import PROFILE_TAG_KEY, SOURCE_AMI_TAG_KEY
+from stacks.constructs.ami_build_project import PROFILE_TAG_KEY, SOURCE_AMI_TAG_KEY, pipeline_image_statements
 from stacks.environment_stacks import add_compliance_checks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -202,6 +202,19 @@ def test_every_image_or_snapshot_change_is_conditional_but_the_copy(template):
             assert "Condition" in statement or as_list(statement["Action"]) == ["ec2:CopyImage"], statement
     (launch,) = [s for s in statements(template) if s.get("Sid") == "PackerLaunchResources"]
     assert launch["Action"] == "ec2:RunInstances"
+
+
+def test_image_statements_for_another_region_follow_the_same_pattern():
+    """The shape a cross-region copy's statements take: the same tag conditions, the other region's ARNs."""
+    app = cdk.App(context=CDK_CONTEXT)
+    stack = cdk.Stack(app, "Probe", env=cdk.Environment(account="123456789012", region="us-east-1"))
+    home = [stack.resolve(s.to_statement_json()) for s in pipeline_image_statements(stack, "us-east-1")]
+    other = [stack.resolve(s.to_statement_json()) for s in pipeline_image_statements(stack, "us-west-2")]
+    assert [s["Sid"] for s in other] == [f"{s['Sid']}UsWest2" for s in home]
+    assert [s.get("Condition") for s in other] == [s.get("Condition") for s in home]
+    assert [s["Resource"] for s in other] == json.loads(json.dumps([s["Resource"] for s in home]).replace(
+        ":ec2:us-east-1::", ":ec2:us-west-2::"))
+    assert "us-east-1" not in json.dumps(other)
 
 
 def test_templates_tag_as_the_build_role_expects(tmp_path):
