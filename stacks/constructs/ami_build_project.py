@@ -18,6 +18,9 @@ from gpufleet.ami.pipeline import AMI_PARAMETER_PREFIX, Pipeline
 from gpufleet.validators import LOG_RETENTION_DAYS
 
 PROFILE_TAG_KEY = "gpufleet:profile"
+# The templates (ami/templates/source.pkr.hcl.j2) put this tag in `tags` and `snapshot_tags`, not in `run_tags`: an
+# image or snapshot carries it once Packer has finished it (see pipeline_image_statements).
+SOURCE_AMI_TAG_KEY = "gpufleet:source-ami"
 # Packer names its temporary key pair packer_<uuid>.
 PACKER_TEMPORARY_KEY_PAIR = "packer_*"
 BUILD_INSTANCE_PROFILE_VARIABLE = "BUILD_INSTANCE_PROFILE"
@@ -99,6 +102,138 @@ def buildspec(pipeline: Pipeline) -> dict:
     }
 
 
+# How the build role may touch images and snapshots, per region. What Packer's amazon-ebs builder (plugin 1.3.3,
+# github.com/hashicorp/packer-plugin-amazon builder/ebs/builder.go) does with the rendered templates (encrypt_boot,
+# kms_key_id, tags, snapshot_tags, run_tags; no ami_regions, ami_users, ami_groups, snapshot_users/groups,
+# force_deregister):
+#  1. CreateImage of the stopped build instance with TagSpecifications = run_tags on image and snapshot (an
+#     intermediate image with a random name, because encrypt_boot is set: builder/ebs/step_create_ami.go);
+#  2. CopyImage of it into the same region, encrypted with kms_key_id, CopyImageTags=true and no TagSpecifications
+#     (builder/common/step_ami_region_copy.go); afterwards DeregisterImage of the intermediate image and
+#     DeleteSnapshot of its snapshots (helper_funcs.go DestroyAMIs; step_create_ami.go Cleanup does the same after a
+#     failure);
+#  3. ModifyImageAttribute of the copy for ami_description and imds_support (step_modify_ami_attributes.go; no
+#     launch permission or snapshot attribute, since no users or groups are configured);
+#  4. CreateTags of the copy and its snapshots with `tags`, then of the snapshots with `snapshot_tags`
+#     (step_create_tags.go).
+# Every image and snapshot the build creates is tagged gpufleet:profile from birth (run_tags on CreateImage, copied by
+# CopyImageTags), and Packer only ever deletes or modifies such an image before step 4, which adds
+# gpufleet:source-ami. So deregistering, deleting and modifying need gpufleet:profile and *no* gpufleet:source-ami
+# (an unfinished gpufleet build), and tagging an existing image or snapshot must add gpufleet:source-ami: a finished
+# image (one that clusters launch from), another build's finished image or another team's image can never be
+# deregistered, deleted or modified by this role, and no image can be retagged into a deletable one.
+# A statement for another region (cross-region copies) follows the same pattern: pipeline_image_statements(stack, R).
+
+
+def images_in(stack: cdk.Stack, region: str) -> str:
+    """Every image of REGION. Image and snapshot ARNs carry no account (Service Authorization Reference for EC2:
+    arn:${Partition}:ec2:${Region}::image/${ImageId}, ...::snapshot/${SnapshotId}; parliament's iam_definition.json)."""
+    return stack.format_arn(service="ec2", region=region, account="", resource="image", resource_name="*")
+
+
+def snapshots_in(stack: cdk.Stack, region: str) -> str:
+    return stack.format_arn(service="ec2", region=region, account="", resource="snapshot", resource_name="*")
+
+
+def unfinished_pipeline_resource() -> dict:
+    """Tagged by a gpufleet build (run_tags) and not yet finished by Packer (no gpufleet:source-ami)."""
+    return {"Null": {f"aws:ResourceTag/{PROFILE_TAG_KEY}": "false", f"aws:ResourceTag/{SOURCE_AMI_TAG_KEY}": "true"}}
+
+
+def pipeline_image_statements(stack: cdk.Stack, region: str) -> list[iam.PolicyStatement]:
+    """What Packer does to images and snapshots in REGION (steps 1-4 above), each limited to gpufleet builds."""
+    suffix = "" if region == stack.region else region.title().replace("-", "")
+    images, snapshots = images_in(stack, region), snapshots_in(stack, region)
+    return [
+        # The instance side of CreateImage is PackerControlBuildInstance (a tagged build instance only).
+        iam.PolicyStatement(
+            sid=f"PackerCreateTaggedImage{suffix}",
+            actions=["ec2:CreateImage"],
+            resources=[images, snapshots],
+            conditions={"Null": {f"aws:RequestTag/{PROFILE_TAG_KEY}": "false"}},
+        ),
+        # A copy only creates: Packer sends no TagSpecifications with it (its tags come from CopyImageTags), so there is
+        # no request tag to require.
+        iam.PolicyStatement(
+            sid=f"PackerEncryptedCopy{suffix}",
+            actions=["ec2:CopyImage"],
+            resources=[images, snapshots],
+        ),
+        # Tags written as part of CreateImage / CopyImage land on the new image and snapshots only.
+        iam.PolicyStatement(
+            sid=f"PackerTagOnCreate{suffix}",
+            actions=["ec2:CreateTags"],
+            resources=[images, snapshots],
+            conditions={"StringEquals": {"ec2:CreateAction": ["CreateImage", "CopyImage"]}},
+        ),
+        # Step 4 on the copy (already tagged through CopyImageTags) ...
+        iam.PolicyStatement(
+            sid=f"PackerTagFinishedImage{suffix}",
+            actions=["ec2:CreateTags"],
+            resources=[images],
+            conditions={"Null": {f"aws:ResourceTag/{PROFILE_TAG_KEY}": "false",
+                                 f"aws:RequestTag/{SOURCE_AMI_TAG_KEY}": "false"}},
+        ),
+        # ... and on its snapshots, which CopyImage leaves untagged: whatever this tags becomes finished, which this
+        # role can no longer delete.
+        iam.PolicyStatement(
+            sid=f"PackerTagFinishedSnapshots{suffix}",
+            actions=["ec2:CreateTags"],
+            resources=[snapshots],
+            conditions={"Null": {f"aws:RequestTag/{PROFILE_TAG_KEY}": "false",
+                                 f"aws:RequestTag/{SOURCE_AMI_TAG_KEY}": "false"}},
+        ),
+        iam.PolicyStatement(
+            sid=f"PackerDiscardIntermediateImage{suffix}",
+            actions=["ec2:DeregisterImage"],
+            resources=[images],
+            conditions=unfinished_pipeline_resource(),
+        ),
+        iam.PolicyStatement(
+            sid=f"PackerDiscardIntermediateSnapshots{suffix}",
+            actions=["ec2:DeleteSnapshot"],
+            resources=[snapshots],
+            conditions=unfinished_pipeline_resource(),
+        ),
+        iam.PolicyStatement(
+            sid=f"PackerSetCopiedImageAttributes{suffix}",
+            actions=["ec2:ModifyImageAttribute"],
+            resources=[images],
+            conditions=unfinished_pipeline_resource(),
+        ),
+    ]
+
+
+def no_public_sharing_statements(stack: cdk.Stack) -> list[iam.PolicyStatement]:
+    """Explicit denies, in every region: no image launch permission change, no snapshot shared with everyone.
+    Snapshots: ec2:Add/group is "the group being added to a snapshot" (Service Authorization Reference for EC2).
+    Images have no such key; their launch permission is the attribute "launchPermission" of ModifyImageAttribute,
+    matched through ec2:Attribute (unconfirmed: that EC2 sets ec2:Attribute when the request names LaunchPermission
+    without Attribute). Beyond this deny, the role may modify unfinished gpufleet images only, whose volumes are
+    encrypted (encrypt_boot), and EC2 refuses to make an AMI with encrypted volumes public
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/sharingamis-intro.html). The account-wide guard is EC2's
+    block public access for AMIs (EnableImageBlockPublicAccess), an account setting outside this stack."""
+    every_region = "*"
+    return [
+        # The pipeline shares images with no one (no ami_users, ami_groups, ami_org_arns): every launch permission
+        # change is denied, making an image public included.
+        iam.PolicyStatement(
+            sid="DenyImageSharing",
+            effect=iam.Effect.DENY,
+            actions=["ec2:ModifyImageAttribute"],
+            resources=[images_in(stack, every_region)],
+            conditions={"StringEqualsIgnoreCase": {"ec2:Attribute": "launchPermission"}},
+        ),
+        iam.PolicyStatement(
+            sid="DenyPublicSnapshots",
+            effect=iam.Effect.DENY,
+            actions=["ec2:ModifySnapshotAttribute"],
+            resources=[snapshots_in(stack, every_region)],
+            conditions={"StringEquals": {"ec2:Add/group": "all"}},
+        ),
+    ]
+
+
 class AmiBuildProject(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, pipeline: Pipeline, source: s3_assets.Asset) -> None:
         super().__init__(scope, construct_id)
@@ -159,9 +294,6 @@ class AmiBuildProject(Construct):
         def ec2(resource: str) -> str:
             return stack.format_arn(service="ec2", resource=resource, resource_name="*")
 
-        def ec2_public(resource: str) -> str:
-            return stack.format_arn(service="ec2", resource=resource, resource_name="*", account="")
-
         key_pairs = stack.format_arn(service="ec2", resource="key-pair", resource_name=PACKER_TEMPORARY_KEY_PAIR)
         parameters = stack.format_arn(
             service="ssm", resource="parameter", resource_name=f"{AMI_PARAMETER_PREFIX.strip('/')}/*"
@@ -194,7 +326,7 @@ class AmiBuildProject(Construct):
                 sid="PackerLaunchResources",
                 actions=["ec2:RunInstances"],
                 resources=[ec2("volume"), ec2("network-interface"), ec2("security-group"), ec2("subnet"),
-                           key_pairs, ec2_public("image")],
+                           key_pairs, images_in(stack, stack.region)],
             ),
             # ... so everything done to instances afterwards is limited to tagged (gpufleet build) instances.
             iam.PolicyStatement(
@@ -210,23 +342,22 @@ class AmiBuildProject(Construct):
                 resources=[ec2("instance"), ec2("volume"), ec2("network-interface")],
                 conditions={"StringEquals": {"ec2:CreateAction": "RunInstances"}},
             ),
-            iam.PolicyStatement(
-                sid="PackerImages",
-                actions=["ec2:CreateImage", "ec2:RegisterImage", "ec2:CopyImage", "ec2:DeregisterImage",
-                         "ec2:ModifyImageAttribute", "ec2:CreateSnapshot", "ec2:DeleteSnapshot",
-                         "ec2:ModifySnapshotAttribute", "ec2:CreateTags"],
-                resources=[ec2_public("image"), ec2("snapshot"), ec2("volume")],
-            ),
+            *pipeline_image_statements(stack, stack.region),
             iam.PolicyStatement(
                 sid="PackerTemporaryKeyPair",
                 actions=["ec2:CreateKeyPair", "ec2:DeleteKeyPair", "ec2:CreateTags"],
                 resources=[key_pairs],
             ),
+            # CreateSecurityGroup names the VPC; Packer tags the group through its TagSpecifications.
+            iam.PolicyStatement(
+                sid="PackerCreateTemporarySecurityGroup",
+                actions=["ec2:CreateSecurityGroup"],
+                resources=[ec2("security-group"), ec2("vpc")],
+            ),
             iam.PolicyStatement(
                 sid="PackerTemporarySecurityGroup",
-                actions=["ec2:CreateSecurityGroup", "ec2:AuthorizeSecurityGroupIngress", "ec2:DeleteSecurityGroup",
-                         "ec2:CreateTags"],
-                resources=[ec2("security-group"), ec2("vpc")],
+                actions=["ec2:AuthorizeSecurityGroupIngress", "ec2:DeleteSecurityGroup", "ec2:CreateTags"],
+                resources=[ec2("security-group")],
             ),
             # Packer checks that iam_instance_profile exists before it launches (a read of this one profile).
             iam.PolicyStatement(
@@ -257,6 +388,7 @@ class AmiBuildProject(Construct):
                 actions=["ssm:TerminateSession", "ssm:ResumeSession"],
                 resources=[stack.format_arn(service="ssm", resource="session", resource_name="*")],
             ),
+            *no_public_sharing_statements(stack),
         ]
         for statement in statements:
             role.add_to_principal_policy(statement)
@@ -300,13 +432,15 @@ class AmiBuildProject(Construct):
             "subnet_id or, when null, the default VPC's subnet that Packer picks",
             f"Resource::{ec2_prefix}:vpc/*": "CreateSecurityGroup names the VPC of the gpufleet AMI build "
             "subnet, which is the default VPC when ami/pipeline.yaml leaves subnet_id null",
-            f"Resource::{ec2_prefix}:snapshot/*": "snapshots of gpufleet AMIs are created by the build; their ids "
-            "are unknown in advance",
+            f"Resource::arn:<AWS::Partition>:ec2:{region}::snapshot/*": "snapshots of gpufleet AMIs are created by "
+            "the build (ids unknown in advance); creating needs the gpufleet:profile request tag, deleting needs an "
+            "unfinished gpufleet build's tags, and tagging an existing snapshot marks it finished (undeletable)",
             f"Resource::{ec2_prefix}:key-pair/{PACKER_TEMPORARY_KEY_PAIR}": "Packer's temporary SSH key pair for the "
             "gpufleet AMI build is named packer_<random uuid>",
             f"Resource::arn:<AWS::Partition>:ec2:{region}::image/*": "RunInstances reads the profile's base image "
-            "(Canonical or Amazon owned, newest match) and the build registers, copies and tags the new gpufleet "
-            "AMI, whose id is unknown in advance",
+            "(Canonical or Amazon owned, newest match); the gpufleet build creates, copies and tags its new AMI (id "
+            "unknown in advance) and may deregister or modify only an unfinished gpufleet build's image (tag "
+            "conditions)",
             f"Resource::arn:<AWS::Partition>:ssm:{region}:{account}:parameter/"
             f"{AMI_PARAMETER_PREFIX.strip('/')}/*": "a gpufleet AMI build publishes /gpufleet/ami/PROFILE for the "
             "profile it is started with; only that prefix is writable",

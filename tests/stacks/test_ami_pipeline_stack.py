@@ -9,12 +9,16 @@ import sys
 from pathlib import Path
 
 import aws_cdk as cdk
+import hcl2
 import pytest
-from aws_cdk.assertions import Template
+from aws_cdk.assertions import Capture, Match, Template
+from hcl2.utils import SerializationOptions
 
 from gpufleet.ami import SSM_AGENT_ACTIONS
 from gpufleet.ami.pipeline import load_pipeline
+from gpufleet.cli import main
 from stacks.ami_pipeline_stack import AMI_PIPELINE_STACK_NAME, AmiPipelineStack, add_ami_pipeline_stack
+from stacks.constructs.ami_build_project import PROFILE_TAG_KEY, SOURCE_AMI_TAG_KEY, pipeline_image_statements
 from stacks.environment_stacks import add_compliance_checks
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -91,29 +95,28 @@ def test_packer_is_the_pinned_release_verified_before_use(template):
 
 
 @pytest.mark.parametrize("tampered", [False, True])
-def test_checksum_commands_reject_a_tampered_download(template, tampered):
+def test_checksum_commands_reject_a_tampered_download(template, tampered, tmp_path):
     """Runs the buildspec's two sha256 commands in bash against a fake release: the signed SHA256SUMS line, then
-    the digest pinned in ami/pipeline.yaml (skipped when that is null)."""
+    the digest pinned in ami/pipeline.yaml (skipped when that is null). The buildspec's /tmp paths are moved into
+    this test's own directory, so parallel runs do not share files."""
     version = "1.11.2"
-    zip_path = Path(f"/tmp/packer_{version}_linux_amd64.zip")
-    sums_path = Path(f"/tmp/packer_{version}_SHA256SUMS")
+    zip_path = tmp_path / f"packer_{version}_linux_amd64.zip"
+    sums_path = tmp_path / f"packer_{version}_SHA256SUMS"
     good = b"the real packer zip"
     digest = hashlib.sha256(good).hexdigest()
     sums_path.write_text(f"{'0' * 64}  packer_{version}_darwin_amd64.zip\n{digest}  packer_{version}_linux_amd64.zip\n")
     zip_path.write_bytes(good + (b"!" if tampered else b""))
-    sums_check, pin_check = (c for c in buildspec(template)["phases"]["install"]["commands"] if "sha256sum" in c)
+    sums_check, pin_check = (c.replace("/tmp/", f"{tmp_path}/")
+                             for c in buildspec(template)["phases"]["install"]["commands"] if "sha256sum" in c)
+    assert str(tmp_path) in sums_check and str(tmp_path) in pin_check
 
     def run(command: str, pinned: str) -> int:
         env = {"PATH": "/usr/bin:/bin", "PACKER_VERSION": version, "PACKER_SHA256": pinned}
         return subprocess.run(["bash", "-euo", "pipefail", "-c", command], env=env, capture_output=True).returncode
 
-    try:
-        assert (run(sums_check, "") != 0) == tampered
-        assert (run(pin_check, digest) != 0) == tampered
-        assert run(pin_check, "") == 0
-    finally:
-        zip_path.unlink()
-        sums_path.unlink()
+    assert (run(sums_check, "") != 0) == tampered
+    assert (run(pin_check, digest) != 0) == tampered
+    assert run(pin_check, "") == 0
 
 
 def test_ssm_parameter_writes_are_limited_to_the_ami_prefix(template):
@@ -136,6 +139,102 @@ def test_instance_actions_need_the_profile_tag(template):
     assert control["Condition"] == {"Null": {"aws:ResourceTag/gpufleet:profile": "false"}}
     ec2_star = [s for s in statements(template) if s["Resource"] == "*"]
     assert all(a.startswith("ec2:Describe") for s in ec2_star for a in as_list(s["Action"]))
+
+
+def region_arn(region: str, resource: str) -> dict:
+    """An image or snapshot ARN as the template writes it: partition by Ref, no account."""
+    return {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, f":ec2:{region}::{resource}/*"]]}
+
+
+IMAGES, SNAPSHOTS = region_arn("us-east-1", "image"), region_arn("us-east-1", "snapshot")
+UNFINISHED_BUILD = {"Null": {"aws:ResourceTag/gpufleet:profile": "false",
+                             "aws:ResourceTag/gpufleet:source-ami": "true"}}
+FINISHING = {"aws:RequestTag/gpufleet:source-ami": "false"}
+
+
+def has_statement(template: Template, statement: dict) -> None:
+    template.has_resource_properties("AWS::IAM::Policy", {"PolicyDocument": {
+        "Statement": Match.array_with([Match.object_like(statement)])}})
+
+
+@pytest.mark.parametrize("statement", [
+    # Packer's CreateImage carries run_tags (gpufleet:profile) as TagSpecifications for the image and its snapshots.
+    {"Sid": "PackerCreateTaggedImage", "Effect": "Allow", "Action": "ec2:CreateImage", "Resource": [IMAGES, SNAPSHOTS],
+     "Condition": {"Null": {"aws:RequestTag/gpufleet:profile": "false"}}},
+    {"Sid": "PackerTagOnCreate", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": [IMAGES, SNAPSHOTS],
+     "Condition": {"StringEquals": {"ec2:CreateAction": ["CreateImage", "CopyImage"]}}},
+    {"Sid": "PackerTagFinishedImage", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": IMAGES,
+     "Condition": {"Null": {"aws:ResourceTag/gpufleet:profile": "false", **FINISHING}}},
+    {"Sid": "PackerTagFinishedSnapshots", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": SNAPSHOTS,
+     "Condition": {"Null": {"aws:RequestTag/gpufleet:profile": "false", **FINISHING}}},
+    {"Sid": "PackerDiscardIntermediateImage", "Effect": "Allow", "Action": "ec2:DeregisterImage", "Resource": IMAGES,
+     "Condition": UNFINISHED_BUILD},
+    {"Sid": "PackerDiscardIntermediateSnapshots", "Effect": "Allow", "Action": "ec2:DeleteSnapshot",
+     "Resource": SNAPSHOTS, "Condition": UNFINISHED_BUILD},
+    {"Sid": "PackerSetCopiedImageAttributes", "Effect": "Allow", "Action": "ec2:ModifyImageAttribute",
+     "Resource": IMAGES, "Condition": UNFINISHED_BUILD},
+])
+def test_image_and_snapshot_changes_need_the_pipelines_tags(template, statement):
+    has_statement(template, statement)
+
+
+def test_no_image_or_snapshot_can_be_shared_with_everyone(template):
+    has_statement(template, {"Sid": "DenyImageSharing", "Effect": "Deny", "Action": "ec2:ModifyImageAttribute",
+                             "Resource": region_arn("*", "image"),
+                             "Condition": {"StringEqualsIgnoreCase": {"ec2:Attribute": "launchPermission"}}})
+    has_statement(template, {"Sid": "DenyPublicSnapshots", "Effect": "Deny", "Action": "ec2:ModifySnapshotAttribute",
+                             "Resource": region_arn("*", "snapshot"),
+                             "Condition": {"StringEquals": {"ec2:Add/group": "all"}}})
+    allowed = {a for s in statements(template) if s["Effect"] == "Allow" for a in as_list(s["Action"])}
+    assert not allowed & {"ec2:ModifySnapshotAttribute", "ec2:RegisterImage", "ec2:CreateSnapshot"}
+
+
+def test_every_image_or_snapshot_change_is_conditional_but_the_copy(template):
+    """Only CopyImage, which creates, is granted on images and snapshots without a tag condition."""
+    unconditional = Capture()
+    has_statement(template, {"Sid": "PackerEncryptedCopy", "Effect": "Allow", "Action": unconditional,
+                             "Resource": [IMAGES, SNAPSHOTS]})
+    assert unconditional.as_string() == "ec2:CopyImage"
+    for statement in statements(template):
+        resources = json.dumps(statement["Resource"])
+        touches_images = "::image/" in resources or "::snapshot/" in resources
+        if statement["Effect"] == "Allow" and touches_images and statement["Sid"] != "PackerLaunchResources":
+            assert "Condition" in statement or as_list(statement["Action"]) == ["ec2:CopyImage"], statement
+    (launch,) = [s for s in statements(template) if s.get("Sid") == "PackerLaunchResources"]
+    assert launch["Action"] == "ec2:RunInstances"
+
+
+def test_image_statements_for_another_region_follow_the_same_pattern():
+    """The shape a cross-region copy's statements take: the same tag conditions, the other region's ARNs."""
+    app = cdk.App(context=CDK_CONTEXT)
+    stack = cdk.Stack(app, "Probe", env=cdk.Environment(account="123456789012", region="us-east-1"))
+    home = [stack.resolve(s.to_statement_json()) for s in pipeline_image_statements(stack, "us-east-1")]
+    other = [stack.resolve(s.to_statement_json()) for s in pipeline_image_statements(stack, "us-west-2")]
+    assert [s["Sid"] for s in other] == [f"{s['Sid']}UsWest2" for s in home]
+    assert [s.get("Condition") for s in other] == [s.get("Condition") for s in home]
+    assert [s["Resource"] for s in other] == json.loads(json.dumps([s["Resource"] for s in home]).replace(
+        ":ec2:us-east-1::", ":ec2:us-west-2::"))
+    assert "us-east-1" not in json.dumps(other)
+
+
+def test_templates_tag_as_the_build_role_expects(tmp_path):
+    """The policy tells an unfinished build's image (run_tags: gpufleet:profile) from a finished one (tags and
+    snapshot_tags add gpufleet:source-ami), and relies on encrypted volumes and no sharing settings."""
+    out_dir = tmp_path / "rendered"
+    assert main(["ami", "render", PIPELINE.profiles[0], "--out", str(out_dir), "--instance-profile", "probe"]) == 0
+    options = SerializationOptions(with_comments=False, explicit_blocks=False, strip_string_quotes=True)
+    (source,) = hcl2.loads((out_dir / "source.pkr.hcl").read_text(), serialization_options=options)["source"]
+    settings = source["amazon-ebs"]["gpufleet"]
+    (local_values,) = hcl2.loads((out_dir / "locals.pkr.hcl").read_text(), serialization_options=options)["locals"]
+    assert PROFILE_TAG_KEY in local_values["image_tags"] and SOURCE_AMI_TAG_KEY not in local_values["image_tags"]
+    assert settings["run_tags"] == "${local.image_tags}"
+    for key in ("tags", "snapshot_tags"):
+        assert settings[key].startswith("${merge(local.image_tags, ") and f'"{SOURCE_AMI_TAG_KEY}"' in settings[key]
+    assert settings["encrypt_boot"] is True
+    assert all(mapping["encrypted"] is True for mapping in settings["launch_block_device_mappings"])
+    sharing = {"ami_users", "ami_groups", "ami_org_arns", "ami_ou_arns", "snapshot_users", "snapshot_groups",
+               "ami_regions", "force_deregister", "force_delete_snapshot"}
+    assert not sharing & set(settings)
 
 
 def all_statements(template_json: dict) -> list[dict]:
