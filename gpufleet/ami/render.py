@@ -17,6 +17,7 @@ import jinja2
 
 from gpufleet.ami import REBOOT_SUFFIX, SCRIPT_NAMES, SSM_AGENT_ACTIONS, TEMPLATES_DIR
 from gpufleet.ami.compatibility import check_profile, gate_errors
+from gpufleet.ami.packages import package_environment
 from gpufleet.ami.profile import Profile
 from gpufleet.errors import GpufleetError
 
@@ -91,6 +92,7 @@ def render_files(profile: Profile, packer_1_6: bool = False, instance_profile: s
         "packer_1_6": packer_1_6,
         "instance_profile": instance_profile,
         "ssm_agent_actions": SSM_AGENT_ACTIONS,
+        "package_environment": package_environment(profile),
     }
     names = [name for name in RENDERED_FILES if not (packer_1_6 and name == PLUGINS_FILE)]
     return {name: environment.get_template(f"{name}.j2").render(context) for name in names}

@@ -123,7 +123,24 @@ def test_script_environment_is_the_contract():
                 "GPUFLEET_LIB_DIR"]
     for key in COMPONENT_KEYS:
         expected += [f"GPUFLEET_{key.upper()}_{suffix}" for suffix in ("VERSION", "URL", "SHA256", "GPG_KEY_URL")]
+    # Then every package key of ami/packages.yaml, in the data file's order.
+    for key in ("fabric_manager", "cudnn", "cudnn_dev", "fsx_lustre", "container_toolkit", "container_runtime"):
+        expected += [f"GPUFLEET_{key.upper()}_{suffix}"
+                     for suffix in ("PACKAGE", "PACKAGE_VERSION", "REPOSITORIES", "EXTRAS_TOPIC")]
     assert names == expected
+
+
+def test_package_environment_reaches_the_scripts_through_a_variable():
+    (locals_block,) = _parsed(REFERENCE)["locals.pkr.hcl"]["locals"]
+    assert "GPUFLEET_FABRIC_MANAGER_PACKAGE=${var.package_environment[\"GPUFLEET_FABRIC_MANAGER_PACKAGE\"]}" in (
+        locals_block["script_environment"])
+    variables = {}
+    for block in _parsed("p4d-al2-cuda11")["variables.pkr.hcl"]["variable"]:
+        variables.update(block)
+    default = variables["package_environment"]["default"]
+    assert default["GPUFLEET_FABRIC_MANAGER_PACKAGE"] == "nvidia-fabricmanager-450"
+    assert default["GPUFLEET_CUDNN_PACKAGE_VERSION"] == "8.0.5.39-1.cuda11.0"
+    assert default["GPUFLEET_FSX_LUSTRE_EXTRAS_TOPIC"] == "lustre2.10"
 
 
 def test_build_runs_the_contract_scripts_in_order_with_the_reboot_barrier():

@@ -185,3 +185,34 @@ variable "component_gpg_key_urls" {
     "container_toolkit" = "https://nvidia.github.io/libnvidia-container/gpgkey"
   }
 }
+
+variable "package_environment" {
+  type        = map(string)
+  description = "OS package names, version strings, repositories and extras topics per package key (ami/packages.yaml)."
+  default = {
+    "GPUFLEET_FABRIC_MANAGER_PACKAGE" = "nvidia-fabricmanager-450"
+    "GPUFLEET_FABRIC_MANAGER_PACKAGE_VERSION" = ""
+    "GPUFLEET_FABRIC_MANAGER_REPOSITORIES" = ""
+    "GPUFLEET_FABRIC_MANAGER_EXTRAS_TOPIC" = ""
+    "GPUFLEET_CUDNN_PACKAGE" = "libcudnn8"
+    "GPUFLEET_CUDNN_PACKAGE_VERSION" = "8.0.5.39-1+cuda11.0"
+    "GPUFLEET_CUDNN_REPOSITORIES" = "https://developer.download.nvidia.com/compute/machine-learning/repos/ubuntu1804/x86_64/7fa2af80.pub|https://developer.download.nvidia.com/compute/machine-learning/repos/ubuntu1804/x86_64 /"
+    "GPUFLEET_CUDNN_EXTRAS_TOPIC" = ""
+    "GPUFLEET_CUDNN_DEV_PACKAGE" = "libcudnn8-dev"
+    "GPUFLEET_CUDNN_DEV_PACKAGE_VERSION" = "8.0.5.39-1+cuda11.0"
+    "GPUFLEET_CUDNN_DEV_REPOSITORIES" = ""
+    "GPUFLEET_CUDNN_DEV_EXTRAS_TOPIC" = ""
+    "GPUFLEET_FSX_LUSTRE_PACKAGE" = "lustre-client-utils"
+    "GPUFLEET_FSX_LUSTRE_PACKAGE_VERSION" = ""
+    "GPUFLEET_FSX_LUSTRE_REPOSITORIES" = "https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/fsx-ubuntu-public-key.asc|https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu bionic main"
+    "GPUFLEET_FSX_LUSTRE_EXTRAS_TOPIC" = ""
+    "GPUFLEET_CONTAINER_TOOLKIT_PACKAGE" = "nvidia-container-toolkit"
+    "GPUFLEET_CONTAINER_TOOLKIT_PACKAGE_VERSION" = ""
+    "GPUFLEET_CONTAINER_TOOLKIT_REPOSITORIES" = "https://nvidia.github.io/libnvidia-container/gpgkey|https://nvidia.github.io/libnvidia-container/stable/ubuntu18.04/$(ARCH) /;https://nvidia.github.io/nvidia-container-runtime/gpgkey|https://nvidia.github.io/nvidia-container-runtime/stable/ubuntu18.04/$(ARCH) /"
+    "GPUFLEET_CONTAINER_TOOLKIT_EXTRAS_TOPIC" = ""
+    "GPUFLEET_CONTAINER_RUNTIME_PACKAGE" = "nvidia-container-runtime"
+    "GPUFLEET_CONTAINER_RUNTIME_PACKAGE_VERSION" = "3.4.0"
+    "GPUFLEET_CONTAINER_RUNTIME_REPOSITORIES" = ""
+    "GPUFLEET_CONTAINER_RUNTIME_EXTRAS_TOPIC" = ""
+  }
+}
