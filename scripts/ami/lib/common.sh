@@ -80,8 +80,9 @@ installed_package_version() {
 
 # apt_get ARGS...: apt-get, non-interactive, waiting up to APT_LOCK_TIMEOUT seconds for the dpkg lock instead of
 # failing at once with "Could not get lock /var/lib/dpkg/lock-frontend". DPkg::Lock::Timeout exists from apt
-# 1.9.11 (Debian apt changelog: "apt(8): Wait for lock"), so Ubuntu 22.04 honours it; apt 1.6 of Ubuntu 18.04
-# does not know it, which is why 00-os-update.sh first waits for cloud-init and stops the apt-daily timers.
+# 1.9.11 (Debian apt changelog: "apt(8): Wait for lock"), so Ubuntu 22.04 honours it; Ubuntu 18.04's apt 1.6
+# predates it and takes it as an unused setting (unconfirmed), which is why 00-os-update.sh first waits for
+# cloud-init and stops the apt-daily timers.
 readonly APT_LOCK_TIMEOUT=600
 apt_get() { DEBIAN_FRONTEND=noninteractive apt-get -o "DPkg::Lock::Timeout=$APT_LOCK_TIMEOUT" "$@"; }
 
