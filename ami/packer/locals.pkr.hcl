@@ -26,6 +26,7 @@ locals {
         for setting, values in local.component_settings : "GPUFLEET_${upper(key)}_${setting}=${values[key]}"
       ]
     ]),
+    [for name, value in var.package_environment : "${name}=${value}"],
   )
 
   # On the image, its snapshots and the build instance: images are found by the key gpufleet:profile.

@@ -147,3 +147,8 @@ variable "manifest_path" {
   description = "Where the manifest post-processor writes the build's manifest."
   default     = "manifest.json"
 }
+
+variable "package_environment" {
+  type        = map(string)
+  description = "GPUFLEET_<KEY>_PACKAGE, _PACKAGE_VERSION, _REPOSITORIES and _EXTRAS_TOPIC of every package key of ami/packages.yaml, resolved for the profile."
+}

@@ -19,6 +19,7 @@ from packaging.version import Version
 
 from gpufleet.ami import PACKER_DIR, SCRIPTS_DIR
 from gpufleet.ami.compatibility import check_profile, gate_errors
+from gpufleet.ami.packages import package_environment
 from gpufleet.ami.profile import Profile
 from gpufleet.catalog import load_catalog
 from gpufleet.errors import GpufleetError
@@ -71,6 +72,7 @@ def packer_variables(profile: Profile, instance_profile: str | None = None) -> d
         "component_urls": {key: component.url or "" for key, component in components},
         "component_sha256": {key: component.sha256 or "" for key, component in components},
         "component_gpg_key_urls": {key: component.signing_key_url or "" for key, component in components},
+        "package_environment": package_environment(profile),
         "instance_profile": instance_profile or "",
         # The scripts shipped with this gpufleet, wherever it is installed (-var scripts_dir=... for others).
         "scripts_dir": str(SCRIPTS_DIR),

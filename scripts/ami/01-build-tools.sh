@@ -29,7 +29,7 @@ if [[ ${#missing[@]} -eq 0 ]]; then
   exit 0
 fi
 if is_ubuntu; then
-  apt-get update -q
+  apt_get update -q
 elif [[ "$GPUFLEET_OS_VERSION" == 2 ]]; then
   amazon-linux-extras install -y epel # dkms comes from EPEL on Amazon Linux 2
 fi

@@ -10,11 +10,13 @@ if [[ "$GPUFLEET_NVSWITCH" != 1 ]]; then
   log "target has no NVSwitch (GPUFLEET_NVSWITCH=$GPUFLEET_NVSWITCH): Fabric Manager not needed"
   exit 0
 fi
-require_env GPUFLEET_DRIVER_VERSION GPUFLEET_FABRIC_MANAGER_VERSION
+require_env GPUFLEET_DRIVER_VERSION GPUFLEET_FABRIC_MANAGER_VERSION GPUFLEET_FABRIC_MANAGER_PACKAGE
 [[ "$GPUFLEET_FABRIC_MANAGER_VERSION" == "$GPUFLEET_DRIVER_VERSION" ]] ||
   die "GPUFLEET_FABRIC_MANAGER_VERSION ($GPUFLEET_FABRIC_MANAGER_VERSION) must equal GPUFLEET_DRIVER_VERSION ($GPUFLEET_DRIVER_VERSION)"
 
-package="$(fabric_manager_package)"
+# Named per OS family and driver branch in ami/packages.yaml (nvidia-fabricmanager-450 up to R575 on both
+# families, nvidia-fabricmanager from NVIDIA's repository for R580 on Ubuntu).
+package="$GPUFLEET_FABRIC_MANAGER_PACKAGE"
 if ! already_at "$package" "$(installed_package_version "$package")" "$GPUFLEET_FABRIC_MANAGER_VERSION"; then
   if [[ -n "${GPUFLEET_FABRIC_MANAGER_URL:-}" ]]; then
     work="$(build_dir fabric-manager)"

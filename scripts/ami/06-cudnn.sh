@@ -20,13 +20,13 @@ if [[ -n "${GPUFLEET_CUDNN_URL:-}" ]]; then
   chmod a+r "$cuda"/include/cudnn*.h "$cuda"/lib64/libcudnn*
   ldconfig
 else
+  # Names and repository version strings from ami/packages.yaml: "8.0.5.39-1+cuda11.0" in the debs,
+  # "8.0.5.39-1.cuda11.0" in the RPMs; on Ubuntu 18.04 also NVIDIA's machine-learning repository.
+  require_env GPUFLEET_CUDNN_PACKAGE GPUFLEET_CUDNN_PACKAGE_VERSION GPUFLEET_CUDNN_DEV_PACKAGE \
+    GPUFLEET_CUDNN_DEV_PACKAGE_VERSION
   ensure_cuda_repository
-  major="${GPUFLEET_CUDNN_VERSION%%.*}"
-  version="$(package_version_string "$GPUFLEET_CUDNN_VERSION")+cuda$cuda_mm"
-  if is_ubuntu; then
-    install_pinned "libcudnn$major" "$version" "libcudnn$major-dev" "$version"
-  else
-    install_pinned "libcudnn$major" "$version" "libcudnn$major-devel" "$version"
-  fi
+  add_repositories cudnn
+  install_pinned "$GPUFLEET_CUDNN_PACKAGE" "$GPUFLEET_CUDNN_PACKAGE_VERSION" \
+    "$GPUFLEET_CUDNN_DEV_PACKAGE" "$GPUFLEET_CUDNN_DEV_PACKAGE_VERSION"
 fi
 log "cuDNN $GPUFLEET_CUDNN_VERSION installed for CUDA $cuda_mm"

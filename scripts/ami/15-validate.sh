@@ -9,6 +9,9 @@ readonly COMPONENT_KEYS=(driver fabric_manager cuda cudnn nccl efa_installer aws
   container_toolkit)
 required=(GPUFLEET_PROFILE GPUFLEET_OS_FAMILY GPUFLEET_OS_VERSION GPUFLEET_NVSWITCH)
 for key in "${COMPONENT_KEYS[@]}"; do required+=("GPUFLEET_${key^^}_VERSION"); done
+# OS package names as ami/packages.yaml resolves them for the profile.
+required+=(GPUFLEET_FSX_LUSTRE_PACKAGE GPUFLEET_CONTAINER_TOOLKIT_PACKAGE)
+[[ "${GPUFLEET_NVSWITCH:-}" != 1 ]] || required+=(GPUFLEET_FABRIC_MANAGER_PACKAGE)
 require_env "${required[@]}"
 # Installed tools that are not on sudo's PATH; appended so an earlier entry (a test stub) wins.
 PATH="$PATH:/opt/amazon/efa/bin:$CUDA_LINK/bin"
@@ -38,8 +41,8 @@ else
 fi
 
 if [[ "$GPUFLEET_NVSWITCH" == 1 ]]; then
-  check_version fabric_manager "$(installed_package_version "$(fabric_manager_package)")" "$(pinned driver)" \
-    "package $(fabric_manager_package)"
+  check_version fabric_manager "$(installed_package_version "$GPUFLEET_FABRIC_MANAGER_PACKAGE")" "$(pinned driver)" \
+    "package $GPUFLEET_FABRIC_MANAGER_PACKAGE"
   enabled="$(systemctl is-enabled "$FABRIC_MANAGER_SERVICE" 2>/dev/null || true)"
   [[ "$enabled" == enabled ]] ||
     fail "fabric_manager: $FABRIC_MANAGER_SERVICE is not enabled (systemctl is-enabled: ${enabled:-no answer})"
@@ -83,11 +86,11 @@ check_version nccl_tests "$(marker_version "$NCCL_TESTS_PREFIX")" "$(pinned nccl
 for binary in "${NCCL_TESTS_BINARIES[@]}"; do
   [[ -x "$(root_path "$NCCL_TESTS_PREFIX/build/$binary")" ]] || fail "nccl_tests: missing $NCCL_TESTS_PREFIX/build/$binary"
 done
-check_version fsx_lustre "$(installed_package_version "$(fsx_lustre_package)")" "$(pinned fsx_lustre)" \
-  "package $(fsx_lustre_package)"
+check_version fsx_lustre "$(installed_package_version "$GPUFLEET_FSX_LUSTRE_PACKAGE")" "$(pinned fsx_lustre)" \
+  "package $GPUFLEET_FSX_LUSTRE_PACKAGE"
 check_version onednn "$(installed_onednn_version)" "$(first_fields "$(pinned onednn)" 3)" "$ONEDNN_PREFIX/include"
-check_version container_toolkit "$(installed_package_version nvidia-container-toolkit)" "$(pinned container_toolkit)" \
-  "package nvidia-container-toolkit"
+check_version container_toolkit "$(installed_package_version "$GPUFLEET_CONTAINER_TOOLKIT_PACKAGE")" \
+  "$(pinned container_toolkit)" "package $GPUFLEET_CONTAINER_TOOLKIT_PACKAGE"
 
 if efa_device_present; then
   fi_info -p efa >/dev/null 2>&1 || fail "efa: an EFA device is present but 'fi_info -p efa' failed"

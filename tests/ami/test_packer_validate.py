@@ -156,8 +156,13 @@ def test_packer_1_6_auto_loads_the_variables_file_and_reads_the_locals(tmp_path,
                                "GPUFLEET_LIB_DIR=/var/tmp/gpufleet-lib"]
     expected = {f"GPUFLEET_{key.upper()}_{setting}" for key in COMPONENT_KEYS
                 for setting in ("VERSION", "URL", "SHA256", "GPG_KEY_URL")}
+    expected |= {f"GPUFLEET_{key}_{setting}"
+                 for key in ("FABRIC_MANAGER", "CUDNN", "CUDNN_DEV", "FSX_LUSTRE", "CONTAINER_TOOLKIT",
+                             "CONTAINER_RUNTIME")
+                 for setting in ("PACKAGE", "PACKAGE_VERSION", "REPOSITORIES", "EXTRAS_TOPIC")}
     names = [entry.split("=", 1)[0] for entry in environment[6:]]
     assert sorted(names) == sorted(expected) and len(names) == len(expected)
+    assert "GPUFLEET_FABRIC_MANAGER_PACKAGE=nvidia-fabricmanager-450" in environment
     assert "GPUFLEET_DRIVER_VERSION=450.80.02" in environment
     assert "GPUFLEET_FABRIC_MANAGER_URL=" in environment
     assert ("GPUFLEET_EFA_INSTALLER_GPG_KEY_URL=https://efa-installer.amazonaws.com/aws-efa-installer.key"

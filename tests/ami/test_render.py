@@ -104,6 +104,40 @@ def test_variables_file_of_the_reference_profile(tmp_path):
             "onednn": "",
             "container_toolkit": "https://nvidia.github.io/libnvidia-container/gpgkey",
         },
+        "package_environment": {
+            "GPUFLEET_FABRIC_MANAGER_PACKAGE": "nvidia-fabricmanager-450",
+            "GPUFLEET_FABRIC_MANAGER_PACKAGE_VERSION": "",
+            "GPUFLEET_FABRIC_MANAGER_REPOSITORIES": "",
+            "GPUFLEET_FABRIC_MANAGER_EXTRAS_TOPIC": "",
+            "GPUFLEET_CUDNN_PACKAGE": "libcudnn8",
+            "GPUFLEET_CUDNN_PACKAGE_VERSION": "8.0.5.39-1+cuda11.0",
+            "GPUFLEET_CUDNN_REPOSITORIES":
+                "https://developer.download.nvidia.com/compute/machine-learning/repos/ubuntu1804/x86_64/7fa2af80.pub"
+                "|https://developer.download.nvidia.com/compute/machine-learning/repos/ubuntu1804/x86_64 /",
+            "GPUFLEET_CUDNN_EXTRAS_TOPIC": "",
+            "GPUFLEET_CUDNN_DEV_PACKAGE": "libcudnn8-dev",
+            "GPUFLEET_CUDNN_DEV_PACKAGE_VERSION": "8.0.5.39-1+cuda11.0",
+            "GPUFLEET_CUDNN_DEV_REPOSITORIES": "",
+            "GPUFLEET_CUDNN_DEV_EXTRAS_TOPIC": "",
+            "GPUFLEET_FSX_LUSTRE_PACKAGE": "lustre-client-utils",
+            "GPUFLEET_FSX_LUSTRE_PACKAGE_VERSION": "",
+            "GPUFLEET_FSX_LUSTRE_REPOSITORIES":
+                "https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/fsx-ubuntu-public-key.asc"
+                "|https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu bionic main",
+            "GPUFLEET_FSX_LUSTRE_EXTRAS_TOPIC": "",
+            "GPUFLEET_CONTAINER_TOOLKIT_PACKAGE": "nvidia-container-toolkit",
+            "GPUFLEET_CONTAINER_TOOLKIT_PACKAGE_VERSION": "",
+            "GPUFLEET_CONTAINER_TOOLKIT_REPOSITORIES":
+                "https://nvidia.github.io/libnvidia-container/gpgkey"
+                "|https://nvidia.github.io/libnvidia-container/stable/ubuntu18.04/$(ARCH) /"
+                ";https://nvidia.github.io/nvidia-container-runtime/gpgkey"
+                "|https://nvidia.github.io/nvidia-container-runtime/stable/ubuntu18.04/$(ARCH) /",
+            "GPUFLEET_CONTAINER_TOOLKIT_EXTRAS_TOPIC": "",
+            "GPUFLEET_CONTAINER_RUNTIME_PACKAGE": "nvidia-container-runtime",
+            "GPUFLEET_CONTAINER_RUNTIME_PACKAGE_VERSION": "3.4.0",
+            "GPUFLEET_CONTAINER_RUNTIME_REPOSITORIES": "",
+            "GPUFLEET_CONTAINER_RUNTIME_EXTRAS_TOPIC": "",
+        },
         "instance_profile": "",
         # In a checkout the shipped scripts are the repository's scripts/ami (gpufleet/data/scripts links to it).
         "scripts_dir": str(Path(__file__).resolve().parents[2] / "scripts" / "ami"),
@@ -114,6 +148,15 @@ def test_variables_file_of_the_reference_profile(tmp_path):
 def test_nccl_is_built_for_the_target_gpus_only(name, architectures):
     """p4d/p4de carry A100 (compute capability 8.0), p5 H100 (9.0): instance catalog."""
     assert packer_variables(load_profile(name))["cuda_architectures"] == architectures
+
+
+def test_amazon_linux_2_package_names_reach_the_variables_file():
+    """R450 Fabric Manager keeps its branch suffix on RHEL 7 / AL2; cuDNN RPM versions use ".cuda"
+    (ami/packages.yaml)."""
+    environment = packer_variables(load_profile("p4d-al2-cuda11"))["package_environment"]
+    assert environment["GPUFLEET_FABRIC_MANAGER_PACKAGE"] == "nvidia-fabricmanager-450"
+    assert environment["GPUFLEET_CUDNN_PACKAGE_VERSION"] == "8.0.5.39-1.cuda11.0"
+    assert environment["GPUFLEET_FSX_LUSTRE_EXTRAS_TOPIC"] == "lustre2.10"
 
 
 @pytest.mark.parametrize("name", SHIPPED)

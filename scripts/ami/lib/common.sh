@@ -81,10 +81,18 @@ installed_package_version() {
   fi
 }
 
+# apt_get ARGS...: apt-get, non-interactive, waiting up to APT_LOCK_TIMEOUT seconds for the dpkg lock instead of
+# failing at once with "Could not get lock /var/lib/dpkg/lock-frontend". DPkg::Lock::Timeout exists from apt
+# 1.9.11 (Debian apt changelog: "apt(8): Wait for lock"), so Ubuntu 22.04 honours it; Ubuntu 18.04's apt 1.6
+# predates it and takes it as an unused setting (unconfirmed), which is why 00-os-update.sh first waits for
+# cloud-init and stops the apt-daily timers.
+readonly APT_LOCK_TIMEOUT=600
+apt_get() { DEBIAN_FRONTEND=noninteractive apt-get -o "DPkg::Lock::Timeout=$APT_LOCK_TIMEOUT" "$@"; }
+
 # install_packages NAME...: OS packages the profile does not version (build tools, from the image's repos).
 install_packages() {
   if is_ubuntu; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"
+    apt_get install -y -q --no-install-recommends "$@"
   else
     "$(amzn_package_manager)" install -y -q "$@"
   fi
@@ -101,7 +109,7 @@ install_pinned() {
   done
   log "installing ${specs[*]}"
   if is_ubuntu; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends --allow-downgrades "${specs[@]}"
+    apt_get install -y -q --no-install-recommends --allow-downgrades "${specs[@]}"
   else
     "$(amzn_package_manager)" install -y -q "${specs[@]}"
   fi
@@ -131,7 +139,7 @@ add_apt_repository() {
   [[ -f "$list" ]] && return 0
   curl "${CURL_RETRY_FLAGS[@]}" "$key_url" | gpg --batch --yes --dearmor --output "$keyring"
   printf 'deb [signed-by=%s] %s\n' "/usr/share/keyrings/$name.gpg" "$source" >"$list"
-  apt-get update -q
+  apt_get update -q
 }
 
 # add_yum_repository FILE_URL: a vendor .repo file (it names its gpgkey; yum/dnf check packages against it).
@@ -140,6 +148,21 @@ add_yum_repository() {
   repo_file="$(root_path "/etc/yum.repos.d/$(basename "$1")")"
   [[ -f "$repo_file" ]] && return 0
   curl "${CURL_RETRY_FLAGS[@]}" --output "$repo_file" "$1"
+}
+
+# add_repositories KEY: the repositories ami/packages.yaml lists for package key KEY, from
+# GPUFLEET_<KEY>_REPOSITORIES (";"-separated "KEY_URL|APT_SOURCE" entries or yum .repo file URLs; may be empty).
+add_repositories() {
+  local variable="GPUFLEET_${1^^}_REPOSITORIES" entries entry index=0
+  IFS=';' read -r -a entries <<<"${!variable:-}"
+  for entry in "${entries[@]}"; do
+    index=$((index + 1))
+    if [[ "$entry" == *"|"* ]]; then
+      add_apt_repository "gpufleet-${1//_/-}-$index" "${entry%%|*}" "${entry#*|}"
+    else
+      add_yum_repository "$entry"
+    fi
+  done
 }
 
 # ensure_cuda_repository: NVIDIA's CUDA repository, the source of the pinned Fabric Manager, cuDNN and NCCL packages.
@@ -328,12 +351,7 @@ installed_onednn_version() {
   done
 }
 
-fabric_manager_package() {
-  if is_ubuntu; then printf 'nvidia-fabricmanager-%s' "${GPUFLEET_DRIVER_VERSION%%.*}"; else printf 'nvidia-fabric-manager'; fi
-}
 readonly FABRIC_MANAGER_SERVICE=nvidia-fabricmanager
-
-fsx_lustre_package() { if is_ubuntu; then echo lustre-client-utils; else echo lustre-client; fi; }
 
 # efa_device_present: an Amazon EFA device (PCI vendor 0x1d0f) is visible through the RDMA subsystem.
 efa_device_present() {

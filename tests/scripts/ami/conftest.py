@@ -28,6 +28,69 @@ PINNED = {
 }
 
 KERNEL = "5.4.0-1045-aws"
+# /proc/version of that kernel: Ubuntu 18.04's default gcc built it, so it names no "gcc-N".
+PROC_VERSION = (
+    f"Linux version {KERNEL} (buildd@lcy01-amd64-024) (gcc version 7.5.0 (Ubuntu 7.5.0-3ubuntu1~18.04)) "
+    "#47~18.04.1-Ubuntu SMP Tue May 11 17:39:35 UTC 2021\n"
+)
+
+# What ami/packages.yaml resolves for the reference profile p4d-ubuntu1804-cuda11 (tests/ami/test_packages.py
+# checks the same values against the data), as the Packer template passes it.
+PACKAGE_ENV = {
+    "GPUFLEET_FABRIC_MANAGER_PACKAGE": "nvidia-fabricmanager-450",
+    "GPUFLEET_CUDNN_PACKAGE": "libcudnn8",
+    "GPUFLEET_CUDNN_PACKAGE_VERSION": "8.0.5.39-1+cuda11.0",
+    "GPUFLEET_CUDNN_REPOSITORIES": "https://developer.download.nvidia.com/compute/machine-learning/repos/ubuntu1804/"
+    "x86_64/7fa2af80.pub|https://developer.download.nvidia.com/compute/machine-learning/repos/ubuntu1804/x86_64 /",
+    "GPUFLEET_CUDNN_DEV_PACKAGE": "libcudnn8-dev",
+    "GPUFLEET_CUDNN_DEV_PACKAGE_VERSION": "8.0.5.39-1+cuda11.0",
+    "GPUFLEET_FSX_LUSTRE_PACKAGE": "lustre-client-utils",
+    "GPUFLEET_FSX_LUSTRE_REPOSITORIES": "https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/"
+    "fsx-ubuntu-public-key.asc|https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu bionic main",
+    "GPUFLEET_CONTAINER_TOOLKIT_PACKAGE": "nvidia-container-toolkit",
+    "GPUFLEET_CONTAINER_TOOLKIT_REPOSITORIES": "https://nvidia.github.io/libnvidia-container/gpgkey|"
+    "https://nvidia.github.io/libnvidia-container/stable/ubuntu18.04/$(ARCH) /;"
+    "https://nvidia.github.io/nvidia-container-runtime/gpgkey|"
+    "https://nvidia.github.io/nvidia-container-runtime/stable/ubuntu18.04/$(ARCH) /",
+    "GPUFLEET_CONTAINER_RUNTIME_PACKAGE": "nvidia-container-runtime",
+    "GPUFLEET_CONTAINER_RUNTIME_PACKAGE_VERSION": "3.4.0",
+}
+# The same for p4d-al2-cuda11 (Amazon Linux 2), over PACKAGE_ENV.
+AMZN2_PACKAGE_ENV = {
+    "GPUFLEET_FABRIC_MANAGER_PACKAGE": "nvidia-fabricmanager-450",
+    "GPUFLEET_CUDNN_PACKAGE": "libcudnn8",
+    "GPUFLEET_CUDNN_PACKAGE_VERSION": "8.0.5.39-1.cuda11.0",
+    "GPUFLEET_CUDNN_REPOSITORIES": "",
+    "GPUFLEET_CUDNN_DEV_PACKAGE": "libcudnn8-devel",
+    "GPUFLEET_CUDNN_DEV_PACKAGE_VERSION": "8.0.5.39-1.cuda11.0",
+    "GPUFLEET_FSX_LUSTRE_PACKAGE": "lustre-client",
+    "GPUFLEET_FSX_LUSTRE_REPOSITORIES": "",
+    "GPUFLEET_FSX_LUSTRE_EXTRAS_TOPIC": "lustre2.10",
+    "GPUFLEET_CONTAINER_TOOLKIT_PACKAGE": "nvidia-container-toolkit",
+    "GPUFLEET_CONTAINER_TOOLKIT_REPOSITORIES": "https://nvidia.github.io/nvidia-container-runtime/stable/amzn2/"
+    "nvidia-container-runtime.repo",
+    "GPUFLEET_CONTAINER_RUNTIME_PACKAGE": "nvidia-container-runtime",
+    "GPUFLEET_CONTAINER_RUNTIME_PACKAGE_VERSION": "3.4.0",
+}
+
+YUM_STUB = r"""[[ "$1" == install ]] || exit 0
+[[ -f "$S/available" ]] || exit 0
+specs=()
+for a in "${@:2}"; do [[ "$a" == -* || "$a" == */* ]] || specs+=("$a"); done
+for spec in "${specs[@]}"; do
+  found=""
+  while read -r name evr; do
+    if [[ "$spec" == "$name" || "$spec" == "$name-$evr" || "$spec" == "$name-${evr%%-*}" ]]; then found="$evr"; fi
+  done <"$S/available"
+  [[ -n "$found" ]] || { echo "No package $spec available." >&2; echo "Error: Nothing to do" >&2; exit 1; }
+done
+for spec in "${specs[@]}"; do
+  while read -r name evr; do
+    if [[ "$spec" == "$name" || "$spec" == "$name-$evr" || "$spec" == "$name-${evr%%-*}" ]]; then
+      echo "$evr" >"$S/packages/$name"
+    fi
+  done <"$S/available"
+done"""
 
 # The loader cache as ldconfig keeps it: `ldconfig` rebuilds it from the directories listed in
 # etc/ld.so.conf.d/*.conf, `ldconfig -p` prints what the last rebuild saw, in ldconfig's format.
@@ -59,10 +122,19 @@ STUBS = {
     'else echo "package $name is not installed"; exit 1; fi',
     "apt-cache": 'if [[ "$1" == madison && -f "$S/madison/$2" ]]; then\n'
     '  while read -r v; do echo " $2 | $v | https://repo/ Packages"; done <"$S/madison/$2"; fi',
-    "apt-get": 'for a in "$@"; do [[ "$a" == *=* && "$a" != -* ]] && echo "${a#*=}" >"$S/packages/${a%%=*}"; done\n'
-    "exit 0",
-    "yum": "exit 0",
-    "dnf": "exit 0",
+    # Records NAME=VERSION arguments as installed (the value after -o is a configuration item, not a package);
+    # a package with state provides/NAME also puts the command named there on PATH.
+    "apt-get": 'while [[ $# -gt 0 ]]; do a="$1"; shift; [[ "$a" == -o ]] && { shift; continue; }\n'
+    '  [[ "$a" == *=* && "$a" != -* ]] || continue\n'
+    '  echo "${a#*=}" >"$S/packages/${a%%=*}"\n'
+    '  if [[ -f "$S/provides/${a%%=*}" ]]; then\n'
+    '    b="$(dirname "$0")/$(<"$S/provides/${a%%=*}")"; printf "#!/bin/sh\\n" >"$b"; chmod +x "$b"; fi\n'
+    'done\nexit 0',
+    # Like yum/dnf: "install NAME-VERSION" resolves against $S/available (lines "NAME VERSION-RELEASE"); a spec
+    # that names no available package fails the whole transaction ("No package ... available"). Without
+    # $S/available every install succeeds.
+    "yum": YUM_STUB,
+    "dnf": YUM_STUB,
     "systemctl": 'case "$1" in\n'
     '  is-enabled) if [[ -f "$S/enabled/$2" ]]; then echo enabled; else echo disabled; exit 1; fi ;;\n'
     '  enable) touch "$S/enabled/$2" ;;\n'
@@ -74,8 +146,9 @@ STUBS = {
     "fi_info": 'exit "$(cat "$S/fi_info.rc" 2>/dev/null || echo 0)"',
     "nvcc": 'cat "$S/nvcc"',
     "curl": '[[ -f "$S/curl.fail" ]] && { echo "curl: (22) The requested URL returned error: 404" >&2; exit 22; }\n'
-    'while [[ $# -gt 0 ]]; do [[ "$1" == --output ]] && out="$2"; shift; done\n'
-    'cp "$S/download" "$out"',
+    'out=""; while [[ $# -gt 0 ]]; do [[ "$1" == --output ]] && out="$2"; shift; done\n'
+    'if [[ -n "$out" ]]; then cp "$S/download" "$out"; else cat "$S/download"; fi',
+    "gpg": 'while [[ $# -gt 0 ]]; do [[ "$1" == --output ]] && out="$2"; shift; done\ncat >"$out"',
 }
 
 
@@ -91,6 +164,7 @@ def contract_env(os_family: str = "ubuntu", os_version: str = "18.04", nvswitch:
         env[f"GPUFLEET_{upper}_VERSION"] = version
         env[f"GPUFLEET_{upper}_URL"] = f"https://downloads.example/{key}-{version}.bin"
         env[f"GPUFLEET_{upper}_SHA256"] = ""
+    env.update(PACKAGE_ENV)
     return env
 
 
@@ -123,6 +197,10 @@ class Sandbox:
 
     def set_package(self, name: str, version: str) -> None:
         self.set_state(f"packages/{name}", version + "\n")
+
+    def write_proc_version(self, text: str = PROC_VERSION) -> None:
+        """/proc/version of the running kernel (02-nvidia-driver.sh reads the kernel's compiler from it)."""
+        self.write("/proc/version", text)
 
     def calls(self) -> list[str]:
         return self.log.read_text().splitlines() if self.log.exists() else []
@@ -169,6 +247,13 @@ def sandbox(tmp_path: Path) -> Sandbox:
     for name, body in STUBS.items():
         box.stub(name, body)
     return box
+
+
+@pytest.fixture
+def amazon_linux_2(sandbox: Sandbox) -> Sandbox:
+    """The sandbox with the contract environment of p4d-al2-cuda11's OS and packages."""
+    sandbox.env.update(GPUFLEET_OS_FAMILY="amzn", GPUFLEET_OS_VERSION="2", **AMZN2_PACKAGE_ENV)
+    return sandbox
 
 
 @pytest.fixture

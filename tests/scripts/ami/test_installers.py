@@ -16,6 +16,7 @@ def driver_runfile(sandbox) -> str:
         f'echo "{sandbox.env["GPUFLEET_DRIVER_VERSION"]}" >"$STUB_STATE/modinfo"\n'
     ).encode()
     (sandbox.state / "download").write_bytes(runfile)
+    sandbox.write_proc_version()
     return hashlib.sha256(runfile).hexdigest()
 
 
@@ -67,7 +68,8 @@ def test_fabric_manager_installs_pinned_holds_enables_then_does_nothing(sandbox)
     assert first.returncode == 0, first.stderr
     calls = sandbox.calls()
     assert (
-        "apt-get install -y -q --no-install-recommends --allow-downgrades nvidia-fabricmanager-450=450.80.02-1" in calls
+        "apt-get -o DPkg::Lock::Timeout=600 install -y -q --no-install-recommends --allow-downgrades "
+        "nvidia-fabricmanager-450=450.80.02-1" in calls
     )
     assert "apt-mark hold nvidia-fabricmanager-450" in calls
     assert "systemctl enable nvidia-fabricmanager" in calls
@@ -82,14 +84,31 @@ def test_fabric_manager_installs_pinned_holds_enables_then_does_nothing(sandbox)
     assert [call.split()[0] for call in sandbox.calls()] == ["dpkg-query", "systemctl"]
 
 
-def test_fabric_manager_on_amazon_linux_uses_yum_name_version_pins(sandbox):
-    sandbox.env.update(GPUFLEET_OS_FAMILY="amzn", GPUFLEET_OS_VERSION="2", GPUFLEET_FABRIC_MANAGER_URL="")
+def test_fabric_manager_r450_on_amazon_linux_2_is_the_branch_package(amazon_linux_2):
+    """NVIDIA's rhel7 repository names R450 nvidia-fabricmanager-450; nvidia-fabric-manager starts at 460.91."""
+    sandbox = amazon_linux_2
+    sandbox.env["GPUFLEET_FABRIC_MANAGER_URL"] = ""
+    sandbox.set_state("available", "nvidia-fabricmanager-450 450.80.02-1\nnvidia-fabric-manager 470.57.02-1\n")
     (sandbox.root / "etc/yum.repos.d").mkdir(parents=True)
     (sandbox.root / "etc/yum.repos.d/cuda-rhel7.repo").write_text("configured\n")
     result = sandbox.run("04-fabric-manager.sh")
     assert result.returncode == 0, result.stderr
-    assert "yum install -y -q nvidia-fabric-manager-450.80.02" in sandbox.calls()
-    assert "yum versionlock add nvidia-fabric-manager" in sandbox.calls()
+    assert "yum install -y -q nvidia-fabricmanager-450-450.80.02" in sandbox.calls()
+    assert "yum versionlock add nvidia-fabricmanager-450" in sandbox.calls()
+    assert (sandbox.state / "packages/nvidia-fabricmanager-450").read_text() == "450.80.02-1\n"
+
+
+def test_fabric_manager_r580_on_ubuntu_is_nvidias_unsuffixed_package(sandbox):
+    sandbox.env.update(GPUFLEET_OS_VERSION="22.04", GPUFLEET_DRIVER_VERSION="580.95.05",
+                       GPUFLEET_FABRIC_MANAGER_VERSION="580.95.05", GPUFLEET_FABRIC_MANAGER_URL="",
+                       GPUFLEET_FABRIC_MANAGER_PACKAGE="nvidia-fabricmanager")
+    # NVIDIA's ubuntu2204 CUDA repository: the R580 package has no branch suffix.
+    sandbox.set_state("madison/nvidia-fabricmanager", "580.95.05-1\n580.82.07-1\n")
+    sandbox.write("/etc/apt/sources.list.d/gpufleet-cuda.list", "configured\n")
+    result = sandbox.run("04-fabric-manager.sh")
+    assert result.returncode == 0, result.stderr
+    assert "apt-mark hold nvidia-fabricmanager" in sandbox.calls()
+    assert (sandbox.state / "packages/nvidia-fabricmanager").read_text() == "580.95.05-1\n"
 
 
 def test_fabric_manager_is_skipped_without_nvswitch(sandbox):
@@ -383,8 +402,9 @@ def test_build_tools_include_hwloc_for_aws_ofi_nccl(sandbox, os_family, os_versi
     sandbox.stub("amazon-linux-extras", "exit 0")
     result = sandbox.run("01-build-tools.sh")
     assert result.returncode == 0, result.stderr
-    install = next(call for call in sandbox.calls() if call.startswith(install_call))
-    assert hwloc in install.split()
+    program, verb = install_call.split()
+    install = next(call.split() for call in sandbox.calls() if call.split()[0] == program and verb in call.split())
+    assert hwloc in install
 
 
 def nccl_source_build(box):

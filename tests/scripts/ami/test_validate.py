@@ -261,13 +261,28 @@ def test_without_nvswitch_fabric_manager_is_not_checked_and_recorded_as_null(goo
     assert components == {**pinned, "fabric_manager": None}
 
 
-def test_amazon_linux_reads_rpm_package_versions(good_image):
-    good_image.env.update(GPUFLEET_OS_FAMILY="amzn", GPUFLEET_OS_VERSION="2", GPUFLEET_PROFILE="p4d-al2-cuda11")
-    good_image.set_package("nvidia-fabric-manager", "450.80.02-1")
-    good_image.set_package("lustre-client", "2.10.8-5.amzn2")
+def test_amazon_linux_reads_rpm_versions_of_the_packages_the_data_names(good_image, amazon_linux_2):
+    good_image.env["GPUFLEET_PROFILE"] = "p4d-al2-cuda11"
+    (good_image.state / "packages/lustre-client-utils").unlink()
+    good_image.set_package("lustre-client", "2.10.8-1.amzn2")
     result = good_image.run("15-validate.sh")
     assert result.returncode == 0, result.stderr
     manifest = json.loads((good_image.root / MANIFEST).read_text())
     assert manifest["os"] == {"family": "amzn", "version": "2"}
     assert manifest["profile"] == "p4d-al2-cuda11"
-    assert "rpm -q --qf %{VERSION}-%{RELEASE}\\n nvidia-container-toolkit" in good_image.calls()
+    for package in ("nvidia-fabricmanager-450", "lustre-client", "nvidia-container-toolkit"):
+        assert f"rpm -q --qf %{{VERSION}}-%{{RELEASE}}\\n {package}" in good_image.calls()
+
+
+def test_fabric_manager_is_checked_under_the_name_the_data_gives(good_image):
+    """R580 on Ubuntu: NVIDIA's package is nvidia-fabricmanager, without the branch suffix."""
+    good_image.env.update(GPUFLEET_DRIVER_VERSION="580.95.05", GPUFLEET_FABRIC_MANAGER_VERSION="580.95.05",
+                          GPUFLEET_FABRIC_MANAGER_PACKAGE="nvidia-fabricmanager")
+    good_image.set_state("nvidia-smi", "580.95.05\n" * 8)
+    good_image.set_package("nvidia-fabricmanager", "580.95.05-1")
+    assert good_image.run("15-validate.sh").returncode == 0
+    (good_image.state / "packages/nvidia-fabricmanager").unlink()
+    assert failures(good_image.run("15-validate.sh")) == [
+        "[gpufleet] FAIL fabric_manager: not installed (nothing found in package nvidia-fabricmanager), "
+        "expected 580.95.05"
+    ]
