@@ -28,7 +28,7 @@ BUILD_INSTANCE_PROFILE_VARIABLE = "BUILD_INSTANCE_PROFILE"
 BUILD_TIMEOUT = cdk.Duration.hours(5)
 PIPELINE_SCRIPTS = "scripts/pipeline"
 # One build, one profile: the manifest of its packer build, relative to the source tree.
-PACKER_MANIFEST = "build/packer-manifest.json"
+PACKER_MANIFEST = "build/image-manifest.json"
 
 
 def publish_regions_variable(publish_regions: Mapping[str, tuple[str, ...]]) -> str:

@@ -19,6 +19,11 @@ BUILT_IMAGE = "ami-0123456789abcdef0"
 BUILT_IMAGE_NAME = "gpufleet-ubuntu2204-cuda12-20261123060000"
 
 
+def copy_id(region: str) -> str:
+    """The id CopyImage gives the copy in REGION (fixed per region, so tests can name it)."""
+    return "ami-0" + hashlib.sha256(region.encode()).hexdigest()[:16]
+
+
 def option(args: list[str], name: str) -> str | None:
     return args[args.index(name) + 1] if name in args else None
 
@@ -108,7 +113,7 @@ def aws(args: list[str]) -> int:
         else:
             print(STATE.get("image_state", {}).get(image, "available"))
     elif command == "copy-image":
-        copy = "ami-0" + hashlib.sha256(region.encode()).hexdigest()[:16]
+        copy = copy_id(region)
         print(copy if option(args, "--output") == "text" else json.dumps({"ImageId": copy}))
     elif command == "wait":
         (image,) = option(args, "--image-ids").split()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from pathlib import Path
@@ -11,14 +10,11 @@ import pytest
 
 from tests.scripts.pipeline.conftest import SCRIPTS_DIR
 from tests.scripts.pipeline.fake_tools import BUILT_IMAGE, BUILT_IMAGE_NAME
+from tests.scripts.pipeline.fake_tools import copy_id as copy_of
 
 BUILD_ID = "gpufleet-ami:0b1c2d3e"
 PROFILE = "ubuntu2204-cuda12"
 TAGS = f"{{Key=gpufleet:profile,Value={PROFILE}}},{{Key=gpufleet:build-id,Value={BUILD_ID}}}"
-
-
-def copy_of(region: str) -> str:
-    return "ami-0" + hashlib.sha256(region.encode()).hexdigest()[:16]
 
 
 @pytest.fixture
@@ -38,8 +34,8 @@ def manifest_of(*runs: tuple[str, str], last: str) -> dict:
 
 def publish(tools, source: Path, manifest: dict | None, **overrides: str):
     if manifest is not None:
-        (source / "build" / "packer-manifest.json").write_text(json.dumps(manifest))
-    settings = {"PROFILE": PROFILE, "PACKER_MANIFEST": "build/packer-manifest.json", "CODEBUILD_BUILD_ID": BUILD_ID,
+        (source / "build" / "image-manifest.json").write_text(json.dumps(manifest))
+    settings = {"PROFILE": PROFILE, "PACKER_MANIFEST": "build/image-manifest.json", "CODEBUILD_BUILD_ID": BUILD_ID,
                 "AWS_REGION": "us-east-1",
                 "PUBLISH_REGIONS": f"p4d-al2-cuda11=us-east-1 {PROFILE}=us-east-1,eu-west-1,us-west-2", **overrides}
     return tools.run(source / "scripts" / "pipeline" / "publish-image.sh", **settings)
@@ -130,11 +126,11 @@ def test_a_copy_still_pending_gets_another_wait_and_a_failed_copy_is_not_publish
 @pytest.mark.parametrize(("manifest", "overrides", "message"), [
     (BUILT, {"PROFILE": ""}, "publish-image: PROFILE is not set"),
     (BUILT, {"CODEBUILD_BUILD_ID": ""}, "publish-image: CODEBUILD_BUILD_ID is not set"),
-    (None, {}, "publish-image: build/packer-manifest.json not found (did packer build finish?)"),
+    (None, {}, "publish-image: build/image-manifest.json not found (did packer build finish?)"),
     (manifest_of(("a", f"us-east-1:{BUILT_IMAGE}"), last="b"), {},
-     "publish-image: no AMI id in the last run of build/packer-manifest.json (found '')"),
+     "publish-image: no AMI id in the last run of build/image-manifest.json (found '')"),
     (manifest_of(("a", "us-east-1:snap-0123"), last="a"), {},
-     "publish-image: no AMI id in the last run of build/packer-manifest.json (found 'snap-0123')"),
+     "publish-image: no AMI id in the last run of build/image-manifest.json (found 'snap-0123')"),
 ])
 def test_refuses_without_publishing(tools, source, manifest, overrides, message):
     result = publish(tools, source, manifest, **overrides)
