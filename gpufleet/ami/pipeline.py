@@ -45,7 +45,7 @@ class Packer(_Section):
 class SessionManagerPlugin(_Section):
     """The templates reach the build instance through SSM Session Manager, which needs this plugin next to Packer."""
 
-    version: StrictStr = Field(description="Exact release of the AWS session-manager-plugin, e.g. 1.2.553.0.")
+    version: StrictStr = Field(description="Exact release of the AWS session-manager-plugin, 1.2.764.0 or newer.")
 
 
 class Pipeline(_Section):
@@ -209,7 +209,25 @@ class SessionManagerPluginValidator(PipelineValidator):
         version = pipeline.session_manager_plugin.version
         if not re.fullmatch(r"\d+\.\d+\.\d+\.\d+", version):
             return self.problem(f"'{version}' is not an exact session-manager-plugin release (four numbers, "
-                                "e.g. 1.2.553.0)")
+                                "e.g. 1.2.764.0)")
+        return []
+
+
+class SessionManagerPluginSupportedValidator(PipelineValidator):
+    """Session Manager stops serving plugins older than the minimum AWS documents."""
+
+    field = "session_manager_plugin.version"
+    # source: https://docs.aws.amazon.com/systems-manager/latest/userguide/session-manager-working-with-install-plugin.html
+    # ("Update your Session Manager plugin to version 1.2.764.0 or later")
+    minimum = (1, 2, 764, 0)
+
+    def check(self, pipeline, context):
+        version = pipeline.session_manager_plugin.version
+        if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", version) and tuple(map(int, version.split("."))) < self.minimum:
+            minimum = ".".join(map(str, self.minimum))
+            return self.problem(f"{version} is older than {minimum}, the oldest release Session Manager supports "
+                                f"(use {minimum} or newer; releases: https://docs.aws.amazon.com/systems-manager/"
+                                "latest/userguide/plugin-version-history.html)")
         return []
 
 
@@ -224,6 +242,7 @@ VALIDATORS: tuple[PipelineValidator, ...] = (
     PackerChecksumValidator(),
     SigningKeyValidator(),
     SessionManagerPluginValidator(),
+    SessionManagerPluginSupportedValidator(),
 )
 
 

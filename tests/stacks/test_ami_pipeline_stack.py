@@ -69,7 +69,7 @@ def test_buildspec_runs_the_pipeline_scripts_with_the_pinned_tools_and_the_publi
         "PACKER_VERSION": "1.11.2",
         "PACKER_SHA256": "",
         "HASHICORP_KEY_FINGERPRINT": "C874011F0AB405110D02105534365D9472D7468F",
-        "SESSION_MANAGER_PLUGIN_VERSION": "1.2.553.0",
+        "SESSION_MANAGER_PLUGIN_VERSION": "1.2.764.0",
         "BUILD_SUBNET_ID": "",
         "PACKER_MANIFEST": "build/image-manifest.json",
         # environments/h100.yaml deploys in us-west-2 and reads /gpufleet/ami/ubuntu2204-cuda12.

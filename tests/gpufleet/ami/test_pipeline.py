@@ -86,7 +86,11 @@ def test_pipeline_file_can_be_redirected(monkeypatch, tmp_path):
      "HashiCorp's is listed on https://www.hashicorp.com/security)"),
     ({"session_manager_plugin__version": "latest"},
      "session_manager_plugin.version: 'latest' is not an exact session-manager-plugin release (four numbers, "
-     "e.g. 1.2.553.0)"),
+     "e.g. 1.2.764.0)"),
+    ({"session_manager_plugin__version": "1.2.553.0"},
+     "session_manager_plugin.version: 1.2.553.0 is older than 1.2.764.0, the oldest release Session Manager supports "
+     "(use 1.2.764.0 or newer; releases: https://docs.aws.amazon.com/systems-manager/latest/userguide/"
+     "plugin-version-history.html)"),
     ({"packer__checksum": "x"},
      "packer.checksum: unknown key (allowed here: version, sha256, signing_key_fingerprint)"),
 ])

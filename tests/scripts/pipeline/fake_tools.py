@@ -72,7 +72,7 @@ def dpkg(args: list[str]) -> int:
 
 
 def session_manager_plugin(args: list[str]) -> int:
-    print("1.2.553.0")
+    print("1.2.764.0")
     return 0
 
 

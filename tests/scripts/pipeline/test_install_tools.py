@@ -12,7 +12,7 @@ from tests.scripts.pipeline.fake_tools import FINGERPRINT, PACKER_ZIP
 SCRIPT = SCRIPTS_DIR / "install-tools.sh"
 RELEASES = "https://releases.hashicorp.com/packer/1.11.2"
 SETTINGS = {"PACKER_VERSION": "1.11.2", "PACKER_SHA256": "", "HASHICORP_KEY_FINGERPRINT": FINGERPRINT,
-            "SESSION_MANAGER_PLUGIN_VERSION": "1.2.553.0"}
+            "SESSION_MANAGER_PLUGIN_VERSION": "1.2.764.0"}
 
 
 def install(tools, tmp_path, **overrides):
@@ -29,7 +29,7 @@ def test_downloads_verifies_then_installs_packer_and_the_plugin(tools, tmp_path)
         f"{RELEASES}/packer_1.11.2_SHA256SUMS",
         f"{RELEASES}/packer_1.11.2_SHA256SUMS.sig",
         "https://www.hashicorp.com/.well-known/pgp-key.txt",
-        "https://s3.amazonaws.com/session-manager-downloads/plugin/1.2.553.0/ubuntu_64bit/session-manager-plugin.deb",
+        "https://s3.amazonaws.com/session-manager-downloads/plugin/1.2.764.0/ubuntu_64bit/session-manager-plugin.deb",
     ]
     order = [call[0] if call[0] != "gpg" else next(f"gpg {a}" for a in call if a in ("--import", "--verify"))
              for call in calls if call[0] != "curl"]
