@@ -6,8 +6,10 @@
 # relative to the source tree), BUILD_SUBNET_ID (empty: the default VPC), GPUFLEET_VENV (default .venv).
 set -euo pipefail
 
-for name in PROFILE BUILD_INSTANCE_PROFILE AWS_REGION CODEBUILD_BUILD_ID PACKER_MANIFEST; do
-  [[ -n "${!name:-}" ]] || { echo "build-image: $name is not set (start a build with --environment-variables-override name=PROFILE,value=NAME)" >&2; exit 1; }
+[[ -n "${PROFILE:-}" ]] ||
+  { echo "build-image: PROFILE is not set (start the build with --environment-variables-override name=PROFILE,value=NAME)" >&2; exit 1; }
+for name in BUILD_INSTANCE_PROFILE AWS_REGION CODEBUILD_BUILD_ID PACKER_MANIFEST; do
+  [[ -n "${!name:-}" ]] || { echo "build-image: $name is not set" >&2; exit 1; }
 done
 cd "$(dirname "$0")/../.."
 gpufleet="${GPUFLEET_VENV:-.venv}/bin/gpufleet"
