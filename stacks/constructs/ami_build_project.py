@@ -1,7 +1,8 @@
 """The CodeBuild project that builds one AMI profile per build (env var PROFILE): Packer on a pinned, verified
-release, the image id published to /gpufleet/ami/PROFILE, and a role limited to what Packer's amazon-ebs builder
-does with the rendered templates (ami/templates). The build instance gets the stack's own instance profile, so the
-build role creates no IAM role or policy: it may only pass that one role to EC2."""
+release, the image copied to and its id published as /gpufleet/ami/PROFILE in every region of the profile, and a
+role limited to what Packer's amazon-ebs builder does with the rendered templates (ami/templates) and to those
+copies. The build instance gets the stack's own instance profile, so the build role creates no IAM role or policy:
+it may only pass that one role to EC2."""
 
 from __future__ import annotations
 
@@ -39,9 +40,9 @@ def publish_regions_variable(publish_regions: Mapping[str, tuple[str, ...]]) -> 
 def buildspec(pipeline: Pipeline, publish_regions: Mapping[str, tuple[str, ...]]) -> dict:
     """The build, in phase order. Every command is a script of scripts/pipeline (each tested on its own, and the
     phases together by running this buildspec); the pinned tool versions and checksums are its variables. Without
-    on-failure, a failing command fails its phase and a failed install or build phase ends the build, so a failed
-    gate or packer build publishes nothing (source: https://docs.aws.amazon.com/codebuild/latest/userguide/
-    view-build-details-phases.html)."""
+    on-failure, a failing command ends its phase and a failed install phase skips the build phase, so a failed
+    install, gate or packer build publishes nothing (sources: https://docs.aws.amazon.com/codebuild/latest/userguide/
+    build-spec-ref.html, .../view-build-details-phases.html)."""
     return {
         "version": "0.2",
         "env": {
@@ -247,13 +248,15 @@ class AmiBuildProject(Construct):
     def _grant_publish(self, publish_regions: Mapping[str, tuple[str, ...]]) -> None:
         """What scripts/pipeline/publish-image.sh does beyond the build region (whose parameter _grant_packer covers):
         copy the new image to the other regions of its profile, encrypted and tagged, wait for the copies, and write
-        /gpufleet/ami/PROFILE there. CopyImage is called in the destination region and authorizes on the source
-        image (since 2024-10-28) and on the new image and its snapshots; tagging the copies needs ec2:CreateTags
-        (source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/copy-ami-permissions.html). Only images tagged
-        gpufleet:profile can be copied, only with that tag in the request, and nothing here shares or changes an image.
-        The copies are encrypted with each region's AWS managed key aws/ebs, whose key policy lets EC2 use it for the
-        account's principals: no KMS grant is needed (a customer managed key would need kms:CreateGrant, Decrypt,
-        GenerateDataKeyWithoutPlaintext and ReEncrypt* on it, and its id passed as --kms-key-id)."""
+        /gpufleet/ami/PROFILE there. CopyImage is called in the destination region; since 2024-10-28 it authorizes on
+        the source image as well as on the new image, and snapshots may be named as resources; tagging the copies
+        needs ec2:CreateTags (source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/copy-ami-permissions.html).
+        Which snapshots (source or new) CopyImage authorizes on, and aws:RequestTag on its TagSpecifications, are
+        unconfirmed offline: both are granted under the gpufleet:profile tag. Only images tagged gpufleet:profile can
+        be copied, only with that tag in the request; nothing here shares, changes or deletes an image.
+        The copies are encrypted with each region's AWS managed key aws/ebs, which EC2 uses for the account's
+        principals without a grant (a customer managed key would need kms:CreateGrant, Decrypt,
+        GenerateDataKeyWithoutPlaintext and ReEncrypt* on it and --kms-key-id in publish-image.sh)."""
         stack = cdk.Stack.of(self)
         role = self.project.role
         assert role is not None
