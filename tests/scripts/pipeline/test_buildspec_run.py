@@ -12,7 +12,7 @@ every command to a self-contained `bash scripts/pipeline/NAME.sh`.
 gpufleet: install-gpufleet.sh runs its real pip commands into a fresh virtualenv that sees the project's installed
 dependencies (a .pth file), so only gpufleet itself is built and installed, from the uploaded sources. Until the
 installed package finds ami/ through importlib.resources (issue 7, WP1), an installed gpufleet cannot find its
-profiles; PYTHONPATH puts the same uploaded sources first meanwhile (SOURCES_STAND_IN: remove it, or use WP1's
+profiles; PYTHONPATH puts the same uploaded sources first meanwhile (remove that line of `build`, or use WP1's
 wheel-and-venv fixture, once that merges)."""
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ SPEC = buildspec(PIPELINE, publish_regions(PIPELINE, load_environments(environme
 PHASES = ("install", "pre_build", "build", "post_build")
 BUILD_ID = "gpufleet-ami-build:5f0c1d2e-3a4b-4c5d-8e9f-0a1b2c3d4e5f"
 INSTANCE_PROFILE = "gpufleet-ami-pipeline-AmiBuildBuildInstanceProfile-1A2B3C4D"
-SOURCES_STAND_IN = True
 
 
 def run_build(spec: dict, source: Path, env: dict[str, str]) -> dict[str, str]:
@@ -101,8 +100,7 @@ def build(tools, uploaded, venv, tmp_path):
             **{key: value for key, value in os.environ.items() if key.startswith("PIP_")},
         )
         env["PATH"] = f"{tmp_path / 'tools'}:{env['PATH']}"
-        if SOURCES_STAND_IN:
-            env["PYTHONPATH"] = str(source)
+        env["PYTHONPATH"] = str(source)  # stand-in until the installed package finds its data (see above)
         return run_build(spec, source, env)
 
     start.source = source
