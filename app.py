@@ -20,13 +20,18 @@ def main() -> int:
     app = cdk.App()
     selected = app.node.try_get_context("env")
     try:
-        environments = [load_named_environment(selected)] if selected else load_environments(environment_files())
-        ami_pipeline = None if selected else load_pipeline()
+        # Environments are checked against the pipeline that publishes their images; the pipeline publishes in the
+        # regions of the environments (gpufleet.ami.pipeline.publish_regions).
+        ami_pipeline = load_pipeline()
+        if selected:
+            environments = [load_named_environment(selected, ami_pipeline)]
+        else:
+            environments = load_environments(environment_files(), ami_pipeline)
         add_compliance_checks(app)
         for environment in environments:
             add_environment_stacks(app, environment)
-        if ami_pipeline is not None:
-            add_ami_pipeline_stack(app, ami_pipeline)
+        if not selected:
+            add_ami_pipeline_stack(app, ami_pipeline, environments)
     except GpufleetError as error:
         print("\n".join(error.problems), file=sys.stderr)
         return 1

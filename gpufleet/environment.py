@@ -10,11 +10,15 @@ import datetime as dt
 import ipaddress
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from gpufleet.config_file import read_model
 from gpufleet.errors import GpufleetError
+
+if TYPE_CHECKING:
+    from gpufleet.ami.pipeline import Pipeline
 
 ENVIRONMENTS_DIR_VARIABLE = "GPUFLEET_ENVIRONMENTS_DIR"
 WHERE_ENVIRONMENTS_ARE = f"run gpufleet where environments/ is, or set {ENVIRONMENTS_DIR_VARIABLE}"
@@ -144,23 +148,25 @@ def parse_environment(path: Path) -> Environment:
     return read_model(path, Environment, reference="environments/README.md")
 
 
-def load_environment(path: Path) -> Environment:
-    """Parse and validate one environment file; raise GpufleetError with every problem, one per line."""
+def load_environment(path: Path, ami_pipeline: Pipeline | None = None) -> Environment:
+    """Parse and validate one environment file (against the AMI pipeline that publishes its image, when given);
+    raise GpufleetError with every problem, one per line."""
     from gpufleet.validators import validate_environment
 
     environment = parse_environment(path)
-    problems = [f"{path}: {problem.field}: {problem.message}" for problem in validate_environment(environment, path)]
+    found = validate_environment(environment, path, ami_pipeline=ami_pipeline)
+    problems = [f"{path}: {problem.field}: {problem.message}" for problem in found]
     if problems:
         raise GpufleetError(*problems)
     return environment
 
 
-def load_environments(paths: list[Path]) -> list[Environment]:
+def load_environments(paths: list[Path], ami_pipeline: Pipeline | None = None) -> list[Environment]:
     """Load every file, collecting the problems of all of them before failing."""
     environments, problems = [], []
     for path in paths:
         try:
-            environments.append(load_environment(path))
+            environments.append(load_environment(path, ami_pipeline))
         except GpufleetError as error:
             problems.extend(error.problems)
     if problems:
@@ -168,9 +174,9 @@ def load_environments(paths: list[Path]) -> list[Environment]:
     return environments
 
 
-def load_named_environment(name: str) -> Environment:
+def load_named_environment(name: str, ami_pipeline: Pipeline | None = None) -> Environment:
     path = environments_dir() / f"{name}.yaml"
     if not path.exists():
         known = ", ".join(p.stem for p in environment_files()) or f"none; {WHERE_ENVIRONMENTS_ARE}"
         raise GpufleetError(f"{path}: unknown environment '{name}' (known: {known})")
-    return load_environment(path)
+    return load_environment(path, ami_pipeline)

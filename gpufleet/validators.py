@@ -12,10 +12,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from gpufleet.catalog import load_catalog
 from gpufleet.environment import Environment
+
+if TYPE_CHECKING:
+    from gpufleet.ami.pipeline import Pipeline
 
 FLEET_TYPES = ("maintain", "request")
 ALLOCATION_STRATEGIES = (
@@ -81,6 +84,8 @@ class Validator:
 class ValidationContext:
     path: Path
     now: dt.datetime
+    # The AMI pipeline (ami/pipeline.yaml) that publishes /gpufleet/ami/PROFILE; None: not checked against it.
+    ami_pipeline: Pipeline | None = None
 
 
 class EnvironmentNameValidator(Validator):
@@ -384,6 +389,36 @@ class AmiSourceValidator(Validator):
         return []
 
 
+class PublishedImageValidator(Validator):
+    """An environment that reads /gpufleet/ami/PROFILE needs that parameter, and the image it names, in its own
+    account and region: SSM parameters and AMIs are regional. The AMI pipeline builds its profiles in its region and
+    copies each new image to the region of every environment in environments/ that reads the profile
+    (gpufleet.ami.pipeline.publish_regions), so the region follows from the environment itself; what the environment
+    can get wrong is a profile the pipeline does not build, or another account (an account also fixes the partition,
+    and CopyImage does not cross partitions)."""
+
+    field = "ami.ssm_parameter"
+
+    def check(self, env, context):
+        from gpufleet.ami.pipeline import published_profile
+
+        pipeline = context.ami_pipeline
+        profile = published_profile(env.ami.ssm_parameter)
+        if pipeline is None or profile is None:
+            return []
+        if profile not in pipeline.profiles:
+            return self.problem(
+                f"{env.ami.ssm_parameter} is not published in {env.region}: the AMI pipeline builds "
+                f"{', '.join(pipeline.profiles)} (add {profile} to profiles in ami/pipeline.yaml)"
+            )
+        if env.account != pipeline.account:
+            return self.problem(
+                f"{env.ami.ssm_parameter} is published in account {pipeline.account}, not in {env.account} "
+                f"(deploy in {pipeline.account}, or set ami.id to an image shared with {env.account})"
+            )
+        return []
+
+
 class RootDeviceValidator(Validator):
     field = "ami.root_device_name"
 
@@ -472,6 +507,7 @@ VALIDATORS: tuple[Validator, ...] = (
     CapacityRebalanceValidator(),
     ValidUntilValidator(),
     AmiSourceValidator(),
+    PublishedImageValidator(),
     RootDeviceValidator(),
     RootVolumeValidator(),
     MigProfileValidator(),
@@ -480,6 +516,8 @@ VALIDATORS: tuple[Validator, ...] = (
 )
 
 
-def validate_environment(env: Environment, path: Path, now: dt.datetime | None = None) -> list[Problem]:
-    context = ValidationContext(path=path, now=now or dt.datetime.now(dt.UTC))
+def validate_environment(
+    env: Environment, path: Path, now: dt.datetime | None = None, ami_pipeline: Pipeline | None = None
+) -> list[Problem]:
+    context = ValidationContext(path=path, now=now or dt.datetime.now(dt.UTC), ami_pipeline=ami_pipeline)
     return [problem for validator in VALIDATORS for problem in validator.check(env, context)]

@@ -1,5 +1,6 @@
 """The AMI pipeline (stack gpufleet-ami-pipeline): the gpufleet sources as an S3 asset, the CodeBuild project
-that builds one profile per run, and one scheduled EventBridge rule per profile of ami/pipeline.yaml."""
+that builds one profile per run and publishes it in the regions of the environments that read it, and one scheduled
+EventBridge rule per profile of ami/pipeline.yaml."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
-from gpufleet.ami.pipeline import Pipeline
+from gpufleet.ami.pipeline import Pipeline, publish_regions
+from gpufleet.environment import Environment
 from stacks.constructs.ami_build_project import AmiBuildProject
 
 AMI_PIPELINE_STACK_NAME = "gpufleet-ami-pipeline"
@@ -25,14 +27,17 @@ SOURCE_EXCLUDES = [
 
 
 class AmiPipelineStack(cdk.Stack):
-    def __init__(self, scope: Construct, construct_id: str, *, pipeline: Pipeline, **kwargs) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, *, pipeline: Pipeline, environments: list[Environment], **kwargs
+    ) -> None:
         super().__init__(scope, construct_id, **kwargs)
         # BLOCK_EXTERNAL copies what gpufleet/data's symlinks point to (ami/, scripts/) into the asset as plain
         # files, so `pip install .` on the build host ships them whatever its unzip does with symlinks. (The default,
         # EXTERNAL, keeps links inside the directory as links: source aws-cdk-lib 2.275.0 core/lib/fs/copy.js.)
         source = s3_assets.Asset(self, "Source", path=str(REPOSITORY_ROOT), exclude=SOURCE_EXCLUDES,
                                  follow_symlinks=cdk.SymlinkFollowMode.BLOCK_EXTERNAL)
-        build = AmiBuildProject(self, "AmiBuild", pipeline=pipeline, source=source)
+        build = AmiBuildProject(self, "AmiBuild", pipeline=pipeline, source=source,
+                                publish_regions=publish_regions(pipeline, environments))
         if pipeline.schedule is not None:
             for profile in pipeline.profiles:
                 rule = events.Rule(
@@ -51,13 +56,17 @@ class AmiPipelineStack(cdk.Stack):
         cdk.CfnOutput(self, "LogGroupName", value=build.log_group.log_group_name)
 
 
-def add_ami_pipeline_stack(app: cdk.App, pipeline: Pipeline) -> AmiPipelineStack:
+def add_ami_pipeline_stack(app: cdk.App, pipeline: Pipeline, environments: list[Environment]) -> AmiPipelineStack:
+    """The pipeline stack; each profile is published in the build region and in the regions of the environments
+    that read it."""
     stack = AmiPipelineStack(
         app,
         AMI_PIPELINE_STACK_NAME,
         pipeline=pipeline,
+        environments=environments,
         env=cdk.Environment(account=pipeline.account, region=pipeline.region),
-        description="gpufleet AMI pipeline: CodeBuild runs packer build per profile, publishes /gpufleet/ami/PROFILE",
+        description="gpufleet AMI pipeline: CodeBuild runs packer build per profile, publishes /gpufleet/ami/PROFILE "
+        "in every region that reads it",
     )
     cdk.Tags.of(stack).add("gpufleet:component", "ami-pipeline")
     return stack

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 from gpufleet.ami import AMI_DIR, PROFILES_DIR
 from gpufleet.ami.profile import profile_files
 from gpufleet.config_file import read_model
+from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
 from gpufleet.validators import Problem, Validator, account_id_problem, log_retention_problem, region_problem
 
@@ -44,7 +45,7 @@ class Packer(_Section):
 class SessionManagerPlugin(_Section):
     """The templates reach the build instance through SSM Session Manager, which needs this plugin next to Packer."""
 
-    version: StrictStr = Field(description="Exact release of the AWS session-manager-plugin, e.g. 1.2.553.0.")
+    version: StrictStr = Field(description="Exact release of the AWS session-manager-plugin, 1.2.764.0 or newer.")
 
 
 class Pipeline(_Section):
@@ -60,6 +61,28 @@ class Pipeline(_Section):
     )
     packer: Packer
     session_manager_plugin: SessionManagerPlugin
+
+
+def published_profile(parameter: str | None) -> str | None:
+    """The profile whose image the SSM parameter holds, when it is one the pipeline writes (/gpufleet/ami/PROFILE)."""
+    if parameter is None or not parameter.startswith(AMI_PARAMETER_PREFIX):
+        return None
+    return parameter.removeprefix(AMI_PARAMETER_PREFIX)
+
+
+def publish_regions(pipeline: Pipeline, environments: list[Environment]) -> dict[str, tuple[str, ...]]:
+    """Where each profile of the pipeline is published: its build region first, then (sorted) the region of every
+    environment that reads /gpufleet/ami/PROFILE in the pipeline's account. AMIs and SSM parameters are regional,
+    so a build copies its image to those regions and writes the parameter in each. An environment of another account
+    or reading an unlisted profile gets nothing here; gpufleet.validators.PublishedImageValidator reports it."""
+    regions = {profile: [pipeline.region] for profile in pipeline.profiles}
+    for environment in environments:
+        profile = published_profile(environment.ami.ssm_parameter)
+        if profile not in regions or environment.account != pipeline.account:
+            continue
+        if environment.region not in regions[profile]:
+            regions[profile].append(environment.region)
+    return {profile: (home, *sorted(others)) for profile, (home, *others) in regions.items()}
 
 
 class PipelineValidator(Validator):
@@ -186,7 +209,25 @@ class SessionManagerPluginValidator(PipelineValidator):
         version = pipeline.session_manager_plugin.version
         if not re.fullmatch(r"\d+\.\d+\.\d+\.\d+", version):
             return self.problem(f"'{version}' is not an exact session-manager-plugin release (four numbers, "
-                                "e.g. 1.2.553.0)")
+                                "e.g. 1.2.764.0)")
+        return []
+
+
+class SessionManagerPluginSupportedValidator(PipelineValidator):
+    """Session Manager stops serving plugins older than the minimum AWS documents."""
+
+    field = "session_manager_plugin.version"
+    # source: https://docs.aws.amazon.com/systems-manager/latest/userguide/session-manager-working-with-install-plugin.html
+    # ("Update your Session Manager plugin to version 1.2.764.0 or later")
+    minimum = (1, 2, 764, 0)
+
+    def check(self, pipeline, context):
+        version = pipeline.session_manager_plugin.version
+        if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", version) and tuple(map(int, version.split("."))) < self.minimum:
+            minimum = ".".join(map(str, self.minimum))
+            return self.problem(f"{version} is older than {minimum}, the oldest release Session Manager supports "
+                                f"(use {minimum} or newer; releases: https://docs.aws.amazon.com/systems-manager/"
+                                "latest/userguide/plugin-version-history.html)")
         return []
 
 
@@ -201,6 +242,7 @@ VALIDATORS: tuple[PipelineValidator, ...] = (
     PackerChecksumValidator(),
     SigningKeyValidator(),
     SessionManagerPluginValidator(),
+    SessionManagerPluginSupportedValidator(),
 )
 
 

@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from gpufleet.ami.pipeline import load_pipeline
 from gpufleet.environment import WHERE_ENVIRONMENTS_ARE, environment_files, environments_dir, load_environments
 from gpufleet.errors import GpufleetError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("validate", help="check environment files (default: every file in environments/)")
+    parser = subparsers.add_parser(
+        "validate",
+        help="check environment files (default: every file in environments/), and that the AMI pipeline "
+        "(ami/pipeline.yaml) publishes the image each one reads",
+    )
     parser.add_argument("files", nargs="*", type=Path, metavar="FILE")
     parser.set_defaults(handler=run)
 
@@ -19,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     files = args.files or environment_files()
     if not files:
         raise GpufleetError(f"{environments_dir()}: no environment files (*.yaml) found ({WHERE_ENVIRONMENTS_ARE})")
-    environments = load_environments(files)
+    environments = load_environments(files, ami_pipeline=load_pipeline())
     for path, env in zip(files, environments, strict=True):
         print(f"{path}: ok ({env.name}: {env.capacity.target} x {env.instance_type} in {env.availability_zone})")
     return 0

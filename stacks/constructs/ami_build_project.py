@@ -1,9 +1,12 @@
 """The CodeBuild project that builds one AMI profile per build (env var PROFILE): Packer on a pinned, verified
-release, the image id published to /gpufleet/ami/PROFILE, and a role limited to what Packer's amazon-ebs builder
-does with the build directory (ami/packer). The build instance gets the stack's own instance profile, so the
-build role creates no IAM role or policy: it may only pass that one role to EC2."""
+release, the image copied to and its id published as /gpufleet/ami/PROFILE in every region of the profile, and a
+role limited to what Packer's amazon-ebs builder does with the rendered templates (ami/packer) and to those
+copies. The build instance gets the stack's own instance profile, so the build role creates no IAM role or policy:
+it may only pass that one role to EC2."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 import aws_cdk as cdk
 from aws_cdk import aws_codebuild as codebuild
@@ -24,22 +27,25 @@ SOURCE_AMI_TAG_KEY = "gpufleet:source-ami"
 # Packer names its temporary key pair packer_<uuid>.
 PACKER_TEMPORARY_KEY_PAIR = "packer_*"
 BUILD_INSTANCE_PROFILE_VARIABLE = "BUILD_INSTANCE_PROFILE"
-# CUDA, NCCL, nccl-tests and oneDNN are compiled or installed on the build instance: builds take one to two hours.
-BUILD_TIMEOUT = cdk.Duration.hours(4)
-HASHICORP_RELEASES = "https://releases.hashicorp.com/packer"
-HASHICORP_KEY_URL = "https://www.hashicorp.com/.well-known/pgp-key.txt"
-SESSION_MANAGER_PLUGIN_URL = (
-    "https://s3.amazonaws.com/session-manager-downloads/plugin/${SESSION_MANAGER_PLUGIN_VERSION}"
-    "/ubuntu_64bit/session-manager-plugin.deb"
-)
+# CUDA, NCCL, nccl-tests and oneDNN are compiled or installed on the build instance: builds take one to two hours,
+# and copies to other regions up to two more (scripts/pipeline/publish-image.sh).
+BUILD_TIMEOUT = cdk.Duration.hours(5)
+PIPELINE_SCRIPTS = "scripts/pipeline"
+# One build, one profile: the manifest of its packer build, relative to the source tree.
+PACKER_MANIFEST = "build/image-manifest.json"
 
 
-def buildspec(pipeline: Pipeline) -> dict:
-    """The build, in phase order. Pinned tool versions and checksums are the buildspec's own variables."""
-    packer_zip = "/tmp/packer_${PACKER_VERSION}_linux_amd64.zip"
-    packer_sums = "/tmp/packer_${PACKER_VERSION}_SHA256SUMS"
-    rendered = "build/${PROFILE}"
-    manifest = "build/${PROFILE}.manifest.json"
+def publish_regions_variable(publish_regions: Mapping[str, tuple[str, ...]]) -> str:
+    """PUBLISH_REGIONS as publish-image.sh reads it: PROFILE=REGION,REGION entries, space-separated."""
+    return " ".join(f"{profile}={','.join(regions)}" for profile, regions in publish_regions.items())
+
+
+def buildspec(pipeline: Pipeline, publish_regions: Mapping[str, tuple[str, ...]]) -> dict:
+    """The build, in phase order. Every command is a script of scripts/pipeline (each tested on its own, and the
+    phases together by running this buildspec); the pinned tool versions and checksums are its variables. Without
+    on-failure, a failing command ends its phase and a failed install phase skips the build phase, so a failed
+    install, gate or packer build publishes nothing (sources: https://docs.aws.amazon.com/codebuild/latest/userguide/
+    build-spec-ref.html, .../view-build-details-phases.html)."""
     return {
         "version": "0.2",
         "env": {
@@ -50,53 +56,21 @@ def buildspec(pipeline: Pipeline) -> dict:
                 "HASHICORP_KEY_FINGERPRINT": pipeline.packer.signing_key_fingerprint,
                 "SESSION_MANAGER_PLUGIN_VERSION": pipeline.session_manager_plugin.version,
                 "BUILD_SUBNET_ID": pipeline.subnet_id or "",
+                "PACKER_MANIFEST": PACKER_MANIFEST,
+                "PUBLISH_REGIONS": publish_regions_variable(publish_regions),
             },
         },
         "phases": {
+            # bash runs the scripts: the S3 source asset need not keep their executable bits.
             "install": {
                 "runtime-versions": {"python": "3.11"},
                 "commands": [
-                    '[[ -n "${PROFILE:-}" ]] || { echo "PROFILE is not set: start the build with '
-                    '--environment-variables-override name=PROFILE,value=NAME" >&2; exit 1; }',
-                    f'curl -fsSL -o "{packer_zip}" "{HASHICORP_RELEASES}/${{PACKER_VERSION}}/'
-                    'packer_${PACKER_VERSION}_linux_amd64.zip"',
-                    f'curl -fsSL -o "{packer_sums}" "{HASHICORP_RELEASES}/${{PACKER_VERSION}}/'
-                    'packer_${PACKER_VERSION}_SHA256SUMS"',
-                    f'curl -fsSL -o "{packer_sums}.sig" "{HASHICORP_RELEASES}/${{PACKER_VERSION}}/'
-                    'packer_${PACKER_VERSION}_SHA256SUMS.sig"',
-                    f'curl -fsSL -o /tmp/hashicorp.asc "{HASHICORP_KEY_URL}"',
-                    'export GNUPGHOME="$(mktemp -d)" && gpg --batch --quiet --import /tmp/hashicorp.asc',
-                    # VALIDSIG ends with the primary key's fingerprint: the signature must come from the pinned key.
-                    f'gpg --batch --status-fd 1 --verify "{packer_sums}.sig" "{packer_sums}" '
-                    '| grep -Eq "^\\[GNUPG:\\] VALIDSIG .* ${HASHICORP_KEY_FINGERPRINT}$"',
-                    f'grep " packer_${{PACKER_VERSION}}_linux_amd64.zip$" "{packer_sums}" '
-                    f'| sed "s| .*| {packer_zip}|" | sha256sum --check --strict -',
-                    f'if [[ -n "$PACKER_SHA256" ]]; then echo "$PACKER_SHA256  {packer_zip}" '
-                    "| sha256sum --check --strict -; fi",
-                    f'unzip -o -d /usr/local/bin "{packer_zip}" && packer version',
-                    f'curl -fsSL -o /tmp/session-manager-plugin.deb "{SESSION_MANAGER_PLUGIN_URL}"',
-                    "dpkg -i /tmp/session-manager-plugin.deb && session-manager-plugin --version",
-                    "python -m venv .venv",
-                    ".venv/bin/pip install --quiet --disable-pip-version-check -r requirements-lock.txt",
-                    ".venv/bin/pip install --quiet --disable-pip-version-check --no-deps .",
-                ],
-            },
-            "pre_build": {
-                "commands": [
-                    '.venv/bin/gpufleet ami check "$PROFILE"',
-                    f'.venv/bin/gpufleet ami render "$PROFILE" --out "{rendered}" '
-                    f'--instance-profile "${BUILD_INSTANCE_PROFILE_VARIABLE}"',
-                    f'packer init "{rendered}"',
+                    f"bash {PIPELINE_SCRIPTS}/install-tools.sh",
+                    f"bash {PIPELINE_SCRIPTS}/install-gpufleet.sh",
                 ],
             },
             "build": {
-                "commands": [
-                    'packer build -color=false -var "region=$AWS_REGION" -var "subnet_id=$BUILD_SUBNET_ID" '
-                    '-var "build_id=$CODEBUILD_BUILD_ID" -var "scripts_dir=$CODEBUILD_SRC_DIR/scripts/ami" '
-                    f'-var "manifest_path=$CODEBUILD_SRC_DIR/{manifest}" "{rendered}"',
-                    f'GPUFLEET_PROFILE="$PROFILE" PACKER_MANIFEST="{manifest}" GPUFLEET_BUILD_ID="$CODEBUILD_BUILD_ID" '
-                    "scripts/pipeline/publish-ami-id.sh",
-                ],
+                "commands": [f"bash {PIPELINE_SCRIPTS}/build-image.sh", f"bash {PIPELINE_SCRIPTS}/publish-image.sh"],
             },
         },
     }
@@ -235,7 +209,15 @@ def no_public_sharing_statements(stack: cdk.Stack) -> list[iam.PolicyStatement]:
 
 
 class AmiBuildProject(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, pipeline: Pipeline, source: s3_assets.Asset) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        pipeline: Pipeline,
+        source: s3_assets.Asset,
+        publish_regions: Mapping[str, tuple[str, ...]],
+    ) -> None:
         super().__init__(scope, construct_id)
         self.key = kms.Key(
             self,
@@ -272,7 +254,7 @@ class AmiBuildProject(Construct):
             "Project",
             description="gpufleet AMI build: packer build of the profile named by the PROFILE environment variable",
             source=codebuild.Source.s3(bucket=source.bucket, path=source.s3_object_key),
-            build_spec=codebuild.BuildSpec.from_object(buildspec(pipeline)),
+            build_spec=codebuild.BuildSpec.from_object(buildspec(pipeline, publish_regions)),
             environment=codebuild.BuildEnvironment(
                 build_image=codebuild.LinuxBuildImage.STANDARD_7_0, compute_type=codebuild.ComputeType.SMALL
             ),
@@ -285,6 +267,7 @@ class AmiBuildProject(Construct):
             ),
         )
         self._grant_packer(pipeline)
+        self._grant_publish(publish_regions)
 
     def _grant_packer(self, pipeline: Pipeline) -> None:
         stack = cdk.Stack.of(self)
@@ -295,16 +278,8 @@ class AmiBuildProject(Construct):
             return stack.format_arn(service="ec2", resource=resource, resource_name="*")
 
         key_pairs = stack.format_arn(service="ec2", resource="key-pair", resource_name=PACKER_TEMPORARY_KEY_PAIR)
-        parameters = stack.format_arn(
-            service="ssm", resource="parameter", resource_name=f"{AMI_PARAMETER_PREFIX.strip('/')}/*"
-        )
         profile_tagged = {"Null": {f"aws:ResourceTag/{PROFILE_TAG_KEY}": "false"}}
         statements = [
-            iam.PolicyStatement(
-                sid="PublishAmiId",
-                actions=["ssm:PutParameter", "ssm:AddTagsToResource"],
-                resources=[parameters],
-            ),
             iam.PolicyStatement(
                 sid="PackerDescribe",
                 actions=[
@@ -393,6 +368,84 @@ class AmiBuildProject(Construct):
         for statement in statements:
             role.add_to_principal_policy(statement)
         self._acknowledge(role, stack, pipeline)
+
+    def _grant_publish(self, publish_regions: Mapping[str, tuple[str, ...]]) -> None:
+        """What scripts/pipeline/publish-image.sh does: write /gpufleet/ami/PROFILE in every region of the profile,
+        and beyond the build region copy the new image there first, encrypted and tagged, and wait for the copies. CopyImage is called in the destination region; since 2024-10-28 it authorizes on
+        the source image as well as on the new image, and snapshots may be named as resources; tagging the copies
+        needs ec2:CreateTags (source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/copy-ami-permissions.html).
+        Which snapshots (source or new) CopyImage authorizes on, and aws:RequestTag on its TagSpecifications, are
+        unconfirmed offline: both are granted under the gpufleet:profile tag. Only images tagged gpufleet:profile can
+        be copied, only with that tag in the request; nothing here shares, changes or deletes an image.
+        The copies are encrypted with each region's AWS managed key aws/ebs, which EC2 uses for the account's
+        principals without a grant (a customer managed key would need kms:CreateGrant, Decrypt,
+        GenerateDataKeyWithoutPlaintext and ReEncrypt* on it and --kms-key-id in publish-image.sh)."""
+        stack = cdk.Stack.of(self)
+        role = self.project.role
+        assert role is not None
+        home = stack.region
+        regions = sorted({region for regions in publish_regions.values() for region in regions} | {home})
+        destinations = [region for region in regions if region != home]
+        parameter_name = f"{AMI_PARAMETER_PREFIX.strip('/')}/*"
+        role.add_to_principal_policy(iam.PolicyStatement(
+            sid="PublishAmiId",
+            actions=["ssm:PutParameter", "ssm:AddTagsToResource"],
+            resources=[stack.format_arn(service="ssm", region=region, resource="parameter",
+                                        resource_name=parameter_name) for region in regions],
+        ))
+        if not destinations:
+            return
+
+        # Image and snapshot ARNs carry no account: arn:${Partition}:ec2:${Region}::image/${ImageId}.
+        def ec2_public(region: str, resource: str) -> str:
+            return stack.format_arn(service="ec2", region=region, account="", resource=resource, resource_name="*")
+
+        statements = [
+            iam.PolicyStatement(
+                sid="PublishCopyBuiltImage",
+                actions=["ec2:CopyImage"],
+                resources=[ec2_public(home, "image"), ec2_public(home, "snapshot")],
+                conditions={"Null": {f"aws:ResourceTag/{PROFILE_TAG_KEY}": "false"}},
+            ),
+            iam.PolicyStatement(
+                sid="PublishCreateTaggedCopy",
+                actions=["ec2:CopyImage"],
+                resources=[ec2_public(region, kind) for region in destinations for kind in ("image", "snapshot")],
+                conditions={"Null": {f"aws:RequestTag/{PROFILE_TAG_KEY}": "false"}},
+            ),
+            iam.PolicyStatement(
+                sid="PublishTagCopyAtCreation",
+                actions=["ec2:CreateTags"],
+                resources=[ec2_public(region, kind) for region in destinations for kind in ("image", "snapshot")],
+                conditions={"StringEquals": {"ec2:CreateAction": "CopyImage"}},
+            ),
+            # DescribeImages supports no resource-level permissions: limited to the regions the build publishes in.
+            iam.PolicyStatement(
+                sid="PublishWaitForCopies",
+                actions=["ec2:DescribeImages"],
+                resources=["*"],
+                conditions={"StringEquals": {"aws:RequestedRegion": [home, *destinations]}},
+            ),
+        ]
+        for statement in statements:
+            role.add_to_principal_policy(statement)
+        reasons = {
+            f"Resource::arn:<AWS::Partition>:ec2:{home}::snapshot/*": "a gpufleet AMI copy reads the snapshots of the "
+            "image the build made (tagged gpufleet:profile, ids unknown in advance); CopyImage requires the tag",
+        }
+        for region in destinations:
+            reasons |= {
+                f"Resource::arn:<AWS::Partition>:ec2:{region}::image/*": f"the copy of a gpufleet AMI in {region} "
+                "gets a new id; CopyImage there requires the gpufleet:profile tag in the request, CreateTags only at "
+                "creation",
+                f"Resource::arn:<AWS::Partition>:ec2:{region}::snapshot/*": f"the snapshots of a gpufleet AMI copy in "
+                f"{region} get new ids; created and tagged only by CopyImage with the gpufleet:profile tag",
+                f"Resource::arn:<AWS::Partition>:ssm:{region}:{stack.account}:parameter/{parameter_name}":
+                f"a gpufleet AMI build publishes /gpufleet/ami/PROFILE in {region}, where environments read it; "
+                "only that prefix is writable",
+            }
+        for finding, reason in reasons.items():
+            cdk.Validations.of(role).acknowledge(cdk.Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason))
 
     def _acknowledge(self, role: iam.IRole, stack: cdk.Stack, pipeline: Pipeline) -> None:
         region, account = stack.region, stack.account

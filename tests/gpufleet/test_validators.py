@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpufleet.ami.pipeline import load_pipeline
 from gpufleet.cli import main
 from gpufleet.environment import load_environment, parse_environment
 from gpufleet.errors import GpufleetError
@@ -374,3 +375,40 @@ def test_cli_validate_defaults_to_every_shipped_environment(capsys):
 def test_cli_validate_missing_file(tmp_path, capsys):
     assert main(["validate", str(tmp_path / "nope.yaml")]) == 1
     assert capsys.readouterr().err.strip() == f"{tmp_path / 'nope.yaml'}: cannot read file (No such file or directory)"
+
+
+PIPELINE = load_pipeline(Path(__file__).resolve().parents[2] / "ami" / "pipeline.yaml")
+
+
+@pytest.mark.parametrize(("changes", "expected"), [
+    ({"ami.ssm_parameter": "/gpufleet/ami/p5-cuda13"},
+     "ami.ssm_parameter: /gpufleet/ami/p5-cuda13 is not published in us-east-1: the AMI pipeline builds "
+     "p4d-ubuntu1804-cuda11, p4d-al2-cuda11, ubuntu2204-cuda12 (add p5-cuda13 to profiles in ami/pipeline.yaml)"),
+    ({"account": "210987654321"},
+     "ami.ssm_parameter: /gpufleet/ami/p4d-ubuntu1804-cuda11 is published in account 123456789012, not in "
+     "210987654321 (deploy in 123456789012, or set ami.id to an image shared with 210987654321)"),
+])
+def test_an_environment_needs_its_image_published_where_it_deploys(tmp_path, changes, expected):
+    path = write(tmp_path, changed(changes))
+    with pytest.raises(GpufleetError) as raised:
+        load_environment(path, ami_pipeline=PIPELINE)
+    assert raised.value.problems == (f"{path}: {expected}",)
+    # Without the pipeline (parsing alone, unit tests of other rules) the rule has nothing to compare with.
+    assert load_environment(path).ami.ssm_parameter == changed(changes)["ami"]["ssm_parameter"]
+
+
+@pytest.mark.parametrize("changes", [
+    {"region": "eu-central-1", "availability_zone": "eu-central-1a"},
+    {"ami.ssm_parameter": "/team/images/ubuntu", "account": "210987654321"},
+    {"ami.ssm_parameter": None, "ami.id": "ami-0123456789abcdef0", "account": "210987654321"},
+])
+def test_any_region_of_the_pipelines_account_and_images_of_other_origins_pass(tmp_path, changes):
+    """A region is published because the environment reads the profile there (publish_regions)."""
+    assert load_environment(write(tmp_path, changed(changes)), ami_pipeline=PIPELINE).name == "lab"
+
+
+def test_cli_validate_checks_environments_against_the_ami_pipeline(tmp_path, capsys):
+    unbuilt = write(tmp_path, with_change("ami.ssm_parameter", "/gpufleet/ami/p5-cuda13"))
+    assert main(["validate", str(unbuilt)]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"{unbuilt}: ami.ssm_parameter: /gpufleet/ami/p5-cuda13 is not published in us-east-1")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from hcl2.utils import SerializationOptions
 from gpufleet.ami import SSM_AGENT_ACTIONS
 from gpufleet.ami.pipeline import load_pipeline
 from gpufleet.cli import main
+from gpufleet.environment import environment_files, load_environments
 from stacks.ami_pipeline_stack import AMI_PIPELINE_STACK_NAME, AmiPipelineStack, add_ami_pipeline_stack
 from stacks.constructs.ami_build_project import PROFILE_TAG_KEY, SOURCE_AMI_TAG_KEY, pipeline_image_statements
 from stacks.environment_stacks import add_compliance_checks
@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CFN_LINT = Path(sys.executable).with_name("cfn-lint")
 CDK_CONTEXT = json.loads((ROOT / "cdk.json").read_text())["context"]
 PIPELINE = load_pipeline(ROOT / "ami" / "pipeline.yaml")
+ENVIRONMENTS = load_environments(environment_files(ROOT / "environments"), PIPELINE)
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,7 @@ def out_dir(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("ami-pipeline.out")
     app = cdk.App(outdir=str(directory), context=CDK_CONTEXT)
     add_compliance_checks(app)
-    add_ami_pipeline_stack(app, PIPELINE)
+    add_ami_pipeline_stack(app, PIPELINE, ENVIRONMENTS)
     app.synth()
     return directory
 
@@ -57,13 +58,11 @@ def buildspec(template: Template) -> dict:
     return json.loads(project["Properties"]["Source"]["BuildSpec"])
 
 
-def commands(template: Template) -> list[str]:
-    phases = buildspec(template)["phases"]
-    return [command for phase in ("install", "pre_build", "build") for command in phases[phase]["commands"]]
-
-
 def statements(template: Template) -> list[dict]:
-    return [s for _, policy in template.find_resources("AWS::IAM::Policy").items()
+    """Every identity-policy statement; aws-cdk-lib moves what exceeds a role's inline policy size into an
+    overflow AWS::IAM::ManagedPolicy of the same role."""
+    return [s for kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")
+            for _, policy in template.find_resources(kind).items()
             for s in policy["Properties"]["PolicyDocument"]["Statement"]]
 
 
@@ -71,60 +70,39 @@ def as_list(value) -> list:
     return value if isinstance(value, list) else [value]
 
 
-def test_build_runs_check_render_init_build_publish_in_order(template):
-    steps = ['gpufleet ami check "$PROFILE"', 'gpufleet ami render "$PROFILE" --out "build/${PROFILE}"',
-             'packer init "build/${PROFILE}"', "packer build ", "scripts/pipeline/publish-ami-id.sh"]
-    found = [next(i for i, command in enumerate(commands(template)) if step in command) for step in steps]
-    assert found == sorted(found)
-    phases = buildspec(template)["phases"]
-    assert any("packer build" in c for c in phases["build"]["commands"])
-    assert phases["build"]["commands"][-1].startswith('GPUFLEET_PROFILE="$PROFILE" PACKER_MANIFEST=')
+def test_buildspec_runs_the_pipeline_scripts_with_the_pinned_tools_and_the_publish_regions(template):
+    spec = buildspec(template)
+    assert spec["env"]["variables"] == {
+        "PACKER_VERSION": "1.11.2",
+        "PACKER_SHA256": "",
+        "HASHICORP_KEY_FINGERPRINT": "C874011F0AB405110D02105534365D9472D7468F",
+        "SESSION_MANAGER_PLUGIN_VERSION": "1.2.764.0",
+        "BUILD_SUBNET_ID": "",
+        "PACKER_MANIFEST": "build/image-manifest.json",
+        # environments/h100.yaml deploys in us-west-2 and reads /gpufleet/ami/ubuntu2204-cuda12.
+        "PUBLISH_REGIONS": "p4d-ubuntu1804-cuda11=us-east-1 p4d-al2-cuda11=us-east-1 "
+                           "ubuntu2204-cuda12=us-east-1,us-west-2",
+    }
+    assert spec["phases"] == {
+        "install": {
+            "runtime-versions": {"python": "3.11"},
+            "commands": ["bash scripts/pipeline/install-tools.sh", "bash scripts/pipeline/install-gpufleet.sh"],
+        },
+        "build": {"commands": ["bash scripts/pipeline/build-image.sh", "bash scripts/pipeline/publish-image.sh"]},
+    }
 
 
-def test_packer_is_the_pinned_release_verified_before_use(template):
-    variables = buildspec(template)["env"]["variables"]
-    assert variables["PACKER_VERSION"] == PIPELINE.packer.version == "1.11.2"
-    assert variables["HASHICORP_KEY_FINGERPRINT"] == PIPELINE.packer.signing_key_fingerprint
-    assert variables["PACKER_SHA256"] == (PIPELINE.packer.sha256 or "")
-    install = buildspec(template)["phases"]["install"]["commands"]
-    verify = [i for i, c in enumerate(install) if "gpg --batch --status-fd 1 --verify" in c]
-    checks = [i for i, c in enumerate(install) if "sha256sum --check" in c]
-    unzip = next(i for i, c in enumerate(install) if c.startswith("unzip"))
-    assert len(verify) == 1 and len(checks) == 2 and verify[0] < min(checks) and max(checks) < unzip
-    assert "VALIDSIG .* ${HASHICORP_KEY_FINGERPRINT}$" in install[verify[0]]
+def arn(text: str) -> dict:
+    """A partition-qualified ARN as the template writes it (text from ':service:...')."""
+    return {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, text]]}
 
 
-@pytest.mark.parametrize("tampered", [False, True])
-def test_checksum_commands_reject_a_tampered_download(template, tampered, tmp_path):
-    """Runs the buildspec's two sha256 commands in bash against a fake release: the signed SHA256SUMS line, then
-    the digest pinned in ami/pipeline.yaml (skipped when that is null). The buildspec's /tmp paths are moved into
-    this test's own directory, so parallel runs do not share files."""
-    version = "1.11.2"
-    zip_path = tmp_path / f"packer_{version}_linux_amd64.zip"
-    sums_path = tmp_path / f"packer_{version}_SHA256SUMS"
-    good = b"the real packer zip"
-    digest = hashlib.sha256(good).hexdigest()
-    sums_path.write_text(f"{'0' * 64}  packer_{version}_darwin_amd64.zip\n{digest}  packer_{version}_linux_amd64.zip\n")
-    zip_path.write_bytes(good + (b"!" if tampered else b""))
-    sums_check, pin_check = (c.replace("/tmp/", f"{tmp_path}/")
-                             for c in buildspec(template)["phases"]["install"]["commands"] if "sha256sum" in c)
-    assert str(tmp_path) in sums_check and str(tmp_path) in pin_check
-
-    def run(command: str, pinned: str) -> int:
-        env = {"PATH": "/usr/bin:/bin", "PACKER_VERSION": version, "PACKER_SHA256": pinned}
-        return subprocess.run(["bash", "-euo", "pipefail", "-c", command], env=env, capture_output=True).returncode
-
-    assert (run(sums_check, "") != 0) == tampered
-    assert (run(pin_check, digest) != 0) == tampered
-    assert run(pin_check, "") == 0
-
-
-def test_ssm_parameter_writes_are_limited_to_the_ami_prefix(template):
+def test_ssm_parameter_writes_are_limited_to_the_ami_prefix_in_each_publish_region(template):
     writes = [s for s in statements(template) if "ssm:PutParameter" in as_list(s["Action"])]
-    assert len(writes) == 1
-    (resource,) = as_list(writes[0]["Resource"])
-    assert resource == {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ssm:us-east-1:123456789012:"
-                                          "parameter/gpufleet/ami/*"]]}
+    assert [(s["Sid"], as_list(s["Resource"])) for s in writes] == [
+        ("PublishAmiId", [arn(":ssm:us-east-1:123456789012:parameter/gpufleet/ami/*"),
+                          arn(":ssm:us-west-2:123456789012:parameter/gpufleet/ami/*")]),
+    ]
     for statement in statements(template):
         if any(a in ("ssm:*", "*") or a.startswith("ssm:Put") for a in as_list(statement["Action"])):
             assert "*" not in as_list(statement["Resource"]), statement
@@ -297,7 +275,9 @@ def test_build_instance_role_grants_only_the_ssm_agent_actions(template):
         "ssm:UpdateInstanceInformation", "ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel",
         "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel"])
     assert "ManagedPolicyArns" not in role["Properties"]
-    assert not template.find_resources("AWS::IAM::ManagedPolicy")
+    role_id, _ = build_instance_role(template)
+    for policy in template.find_resources("AWS::IAM::ManagedPolicy").values():
+        assert {"Ref": role_id} not in policy["Properties"].get("Roles", [])
 
 
 def test_build_instance_profile_is_the_stacks_and_reaches_render(template):
@@ -308,9 +288,8 @@ def test_build_instance_profile_is_the_stacks_and_reaches_render(template):
         assert resource.get("DeletionPolicy", "Delete") == "Delete"
     _, project = only(template, "AWS::CodeBuild::Project")
     variables = project["Properties"]["Environment"]["EnvironmentVariables"]
+    # build-image.sh renders with it (tests/scripts/pipeline/test_buildspec_run.py).
     assert {"Name": "BUILD_INSTANCE_PROFILE", "Type": "PLAINTEXT", "Value": {"Ref": profile_id}} in variables
-    (render,) = [c for c in commands(template) if "gpufleet ami render" in c]
-    assert render.endswith(' --instance-profile "$BUILD_INSTANCE_PROFILE"')
 
 
 def test_one_schedule_rule_per_profile_starts_the_project_with_its_profile(template):
@@ -330,8 +309,57 @@ def test_one_schedule_rule_per_profile_starts_the_project_with_its_profile(templ
 def test_manual_only_pipeline_has_no_rule():
     app = cdk.App(context=CDK_CONTEXT)
     stack = AmiPipelineStack(app, "Probe", pipeline=PIPELINE.model_copy(update={"schedule": None}),
+                             environments=ENVIRONMENTS,
                              env=cdk.Environment(account="123456789012", region="us-east-1"))
     Template.from_stack(stack).resource_count_is("AWS::Events::Rule", 0)
+
+
+def test_copies_to_other_regions_need_the_profile_tag_and_change_no_image():
+    """Copies start from an image tagged gpufleet:profile, carry the tag in the request, are tagged only as they are
+    created, and are waited for with a read limited to the publish regions."""
+    app = cdk.App(context=CDK_CONTEXT)
+    stack = AmiPipelineStack(app, "Probe", pipeline=PIPELINE, environments=ENVIRONMENTS,
+                             env=cdk.Environment(account="123456789012", region="us-east-1"))
+    published = {s["Sid"]: s for s in statements(Template.from_stack(stack)) if s.get("Sid", "").startswith("Publish")}
+    assert published == {
+        "PublishAmiId": {
+            "Action": ["ssm:PutParameter", "ssm:AddTagsToResource"], "Effect": "Allow", "Sid": "PublishAmiId",
+            "Resource": [arn(":ssm:us-east-1:123456789012:parameter/gpufleet/ami/*"),
+                         arn(":ssm:us-west-2:123456789012:parameter/gpufleet/ami/*")],
+        },
+        "PublishCopyBuiltImage": {
+            "Action": "ec2:CopyImage", "Effect": "Allow", "Sid": "PublishCopyBuiltImage",
+            "Resource": [arn(":ec2:us-east-1::image/*"), arn(":ec2:us-east-1::snapshot/*")],
+            "Condition": {"Null": {"aws:ResourceTag/gpufleet:profile": "false"}},
+        },
+        "PublishCreateTaggedCopy": {
+            "Action": "ec2:CopyImage", "Effect": "Allow", "Sid": "PublishCreateTaggedCopy",
+            "Resource": [arn(":ec2:us-west-2::image/*"), arn(":ec2:us-west-2::snapshot/*")],
+            "Condition": {"Null": {"aws:RequestTag/gpufleet:profile": "false"}},
+        },
+        "PublishTagCopyAtCreation": {
+            "Action": "ec2:CreateTags", "Effect": "Allow", "Sid": "PublishTagCopyAtCreation",
+            "Resource": [arn(":ec2:us-west-2::image/*"), arn(":ec2:us-west-2::snapshot/*")],
+            "Condition": {"StringEquals": {"ec2:CreateAction": "CopyImage"}},
+        },
+        "PublishWaitForCopies": {
+            "Action": "ec2:DescribeImages", "Effect": "Allow", "Sid": "PublishWaitForCopies", "Resource": "*",
+            "Condition": {"StringEquals": {"aws:RequestedRegion": ["us-east-1", "us-west-2"]}},
+        },
+    }
+    assert not {a for s in published.values() for a in as_list(s["Action"])} & {
+        "ec2:ModifyImageAttribute", "ec2:ModifySnapshotAttribute", "ec2:DeregisterImage", "ec2:DeleteSnapshot"}
+
+
+def test_a_pipeline_whose_environments_share_its_region_grants_no_copy():
+    app = cdk.App(context=CDK_CONTEXT)
+    same_region = [env for env in ENVIRONMENTS if env.region == PIPELINE.region]
+    stack = AmiPipelineStack(app, "Probe", pipeline=PIPELINE, environments=same_region,
+                             env=cdk.Environment(account="123456789012", region="us-east-1"))
+    actions = {a for s in statements(Template.from_stack(stack)) for a in as_list(s["Action"])}
+    assert "ssm:PutParameter" in actions
+    assert not {sid for s in statements(Template.from_stack(stack)) if (sid := s.get("Sid", "")).startswith(
+        ("PublishCopy", "PublishCreate", "PublishTag", "PublishWait"))}
 
 
 def test_logs_keep_the_configured_days_and_go_with_the_stack(template):

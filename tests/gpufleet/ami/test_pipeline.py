@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpufleet.ami.pipeline import PIPELINE_FILE_VARIABLE, load_pipeline, pipeline_file
+from gpufleet.ami.pipeline import (
+    PIPELINE_FILE_VARIABLE,
+    load_pipeline,
+    pipeline_file,
+    publish_regions,
+    published_profile,
+)
+from gpufleet.environment import Environment, environment_files, load_environments
 from gpufleet.errors import GpufleetError
 
 SHIPPED = Path(__file__).resolve().parents[3] / "ami" / "pipeline.yaml"
@@ -79,7 +86,11 @@ def test_pipeline_file_can_be_redirected(monkeypatch, tmp_path):
      "HashiCorp's is listed on https://www.hashicorp.com/security)"),
     ({"session_manager_plugin__version": "latest"},
      "session_manager_plugin.version: 'latest' is not an exact session-manager-plugin release (four numbers, "
-     "e.g. 1.2.553.0)"),
+     "e.g. 1.2.764.0)"),
+    ({"session_manager_plugin__version": "1.2.553.0"},
+     "session_manager_plugin.version: 1.2.553.0 is older than 1.2.764.0, the oldest release Session Manager supports "
+     "(use 1.2.764.0 or newer; releases: https://docs.aws.amazon.com/systems-manager/latest/userguide/"
+     "plugin-version-history.html)"),
     ({"packer__checksum": "x"},
      "packer.checksum: unknown key (allowed here: version, sha256, signing_key_fingerprint)"),
 ])
@@ -106,3 +117,50 @@ def test_missing_key_and_bad_yaml(tmp_path):
     assert problems(path) == ["schedule: required key is missing"]
     path.write_text("profiles: [a\n")
     assert len(problems(path)) == 1 and "not valid YAML" in problems(path)[0]
+
+
+def environment(name: str, region: str, ami: dict, account: str = "123456789012") -> Environment:
+    return Environment.model_validate({
+        "name": name, "account": account, "region": region, "availability_zone": f"{region}a",
+        "network": {"cidr": "10.40.0.0/16"}, "instance_type": "p5.48xlarge", "capacity": {"target": 1, "on_demand": 1},
+        "ami": ami,
+    })
+
+
+def test_shipped_profiles_are_published_where_the_shipped_environments_read_them():
+    pipeline = load_pipeline(SHIPPED)
+    environments = load_environments(environment_files(SHIPPED.parents[1] / "environments"), pipeline)
+    assert publish_regions(pipeline, environments) == {
+        "p4d-ubuntu1804-cuda11": ("us-east-1",),
+        "p4d-al2-cuda11": ("us-east-1",),
+        "ubuntu2204-cuda12": ("us-east-1", "us-west-2"),
+    }
+
+
+def test_publish_regions_follow_the_environments_of_the_pipelines_account_that_read_a_built_profile():
+    pipeline = load_pipeline(SHIPPED)
+    parameter = {"ssm_parameter": "/gpufleet/ami/ubuntu2204-cuda12"}
+    environments = [
+        environment("tokyo", "ap-northeast-1", parameter),
+        environment("frankfurt", "eu-central-1", parameter),
+        environment("frankfurt2", "eu-central-1", parameter),
+        environment("home", "us-east-1", parameter),
+        environment("other-account", "sa-east-1", parameter, account="210987654321"),
+        environment("fixed-image", "eu-west-3", {"id": "ami-0123456789abcdef0"}),
+        environment("own-parameter", "eu-west-2", {"ssm_parameter": "/team/ami/ubuntu2204-cuda12"}),
+        environment("unbuilt", "ca-central-1", {"ssm_parameter": "/gpufleet/ami/p5-cuda13"}),
+    ]
+    assert publish_regions(pipeline, environments)["ubuntu2204-cuda12"] == (
+        "us-east-1", "ap-northeast-1", "eu-central-1")
+    assert publish_regions(pipeline, environments)["p4d-al2-cuda11"] == ("us-east-1",)
+    assert "p5-cuda13" not in publish_regions(pipeline, environments)
+
+
+@pytest.mark.parametrize(("parameter", "profile"), [
+    ("/gpufleet/ami/ubuntu2204-cuda12", "ubuntu2204-cuda12"),
+    ("/gpufleet/amis/ubuntu2204-cuda12", None),
+    ("/team/gpufleet/ami/x", None),
+    (None, None),
+])
+def test_published_profile_reads_the_pipelines_parameter_names(parameter, profile):
+    assert published_profile(parameter) == profile

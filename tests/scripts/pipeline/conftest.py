@@ -1,0 +1,58 @@
+"""A sandbox for the AMI pipeline's scripts: the fake tools of fake_tools.py on PATH, recording their calls."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+SCRIPTS_DIR = REPO / "scripts" / "pipeline"
+FAKE_TOOLS = Path(__file__).with_name("fake_tools.py")
+TOOLS = ("aws", "packer", "curl", "gpg", "unzip", "dpkg", "session-manager-plugin")
+
+
+@dataclass
+class Tools:
+    bin_dir: Path
+    state_file: Path
+    log_file: Path
+    tmp_dir: Path
+
+    def set_state(self, **state: object) -> None:
+        self.state_file.write_text(json.dumps(state))
+
+    def calls(self, tool: str | None = None) -> list[list[str]]:
+        if not self.log_file.exists():
+            return []
+        calls = [json.loads(line) for line in self.log_file.read_text().splitlines()]
+        return [call for call in calls if tool is None or call[0] == tool]
+
+    def env(self, **settings: str) -> dict[str, str]:
+        """A clean environment: the fake tools first on PATH, then the system's (bash, python3, sha256sum, grep)."""
+        return {"PATH": f"{self.bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(self.tmp_dir),
+                "TMPDIR": str(self.tmp_dir), "FAKE_STATE": str(self.state_file), "FAKE_LOG": str(self.log_file),
+                "FAKE_BIN": str(self.bin_dir), **settings}
+
+    def run(self, script: Path | str, **settings: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["bash", str(script)], env=self.env(**settings), capture_output=True, text=True)
+
+
+@pytest.fixture
+def tools(tmp_path: Path) -> Tools:
+    bin_dir = tmp_path / "fake-bin"
+    bin_dir.mkdir()
+    for tool in TOOLS:
+        wrapper = bin_dir / tool
+        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "{FAKE_TOOLS}" {tool} "$@"\n')
+        wrapper.chmod(0o755)
+    tmp_dir = tmp_path / "tmp"
+    tmp_dir.mkdir()
+    fake = Tools(bin_dir, tmp_path / "state.json", tmp_path / "calls.log", tmp_dir)
+    fake.set_state()
+    return fake
+
