@@ -371,7 +371,8 @@ class AmiBuildProject(Construct):
 
     def _grant_publish(self, publish_regions: Mapping[str, tuple[str, ...]]) -> None:
         """What scripts/pipeline/publish-image.sh does: write /gpufleet/ami/PROFILE in every region of the profile,
-        and beyond the build region copy the new image there first, encrypted and tagged, and wait for the copies. CopyImage is called in the destination region; since 2024-10-28 it authorizes on
+        and beyond the build region copy the new image there first, encrypted and tagged, and wait for the copies.
+        CopyImage is called in the destination region; since 2024-10-28 it authorizes on
         the source image as well as on the new image, and snapshots may be named as resources; tagging the copies
         needs ec2:CreateTags (source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/copy-ami-permissions.html).
         Which snapshots (source or new) CopyImage authorizes on, and aws:RequestTag on its TagSpecifications, are

@@ -32,7 +32,7 @@ def test_the_wheel_holds_every_file_of_ami_and_scripts(installed_wheel):
     names = set(zipfile.ZipFile(installed_wheel.wheel).namelist())
     assert {"gpufleet/data/ami/profiles/p4d-ubuntu1804-cuda11.yaml", "gpufleet/data/ami/compatibility.yaml",
             "gpufleet/data/ami/pipeline.yaml", "gpufleet/data/scripts/ami/lib/common.sh",
-            "gpufleet/data/scripts/node/run-setup.sh", "gpufleet/data/scripts/pipeline/publish-ami-id.sh"} <= names
+            "gpufleet/data/scripts/node/run-setup.sh", "gpufleet/data/scripts/pipeline/publish-image.sh"} <= names
     shipped = {name for name in names if name.startswith("gpufleet/data/")}
     assert shipped == _repository_files("ami") | _repository_files("scripts")
 
