@@ -21,7 +21,7 @@ from gpufleet.ami.pipeline import AMI_PARAMETER_PREFIX, Pipeline
 from gpufleet.validators import LOG_RETENTION_DAYS
 
 PROFILE_TAG_KEY = "gpufleet:profile"
-# The templates (ami/templates/source.pkr.hcl.j2) put this tag in `tags` and `snapshot_tags`, not in `run_tags`: an
+# The build (ami/packer/source.pkr.hcl) puts this tag in `tags` and `snapshot_tags`, not in `run_tags`: an
 # image or snapshot carries it once Packer has finished it (see pipeline_image_statements).
 SOURCE_AMI_TAG_KEY = "gpufleet:source-ami"
 # Packer names its temporary key pair packer_<uuid>.
