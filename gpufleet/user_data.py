@@ -4,10 +4,17 @@ The user data writes the settings to /etc/gpufleet/node.env (shell-quoted ``expo
 systemd units), installs the enabled scripts under /opt/gpufleet/node and their units, then starts the spot
 watcher and the node setup. A feature the environment turns off leaves its script out entirely. Running the
 user data again rewrites the same files and re-runs the idempotent setup; the setup unit repeats it at boot.
+
+The launch template carries the script gzip-compressed: cloud-init uncompresses gzip user data and then treats it
+"as if it were not compressed" (source: cloud-init doc/rtd/topics/format.rst, "Gzip Compressed Content", which gives
+EC2's ~16384-byte limit as the reason). The scripts go to the nodes as they are in scripts/node/, comments included,
+and every option on takes about 6.6 KB of EC2's 16 KiB (tests/gpufleet/test_user_data.py measures every catalog type).
 """
 
 from __future__ import annotations
 
+import base64
+import gzip
 import shlex
 
 from gpufleet import shipped_path
@@ -21,7 +28,9 @@ SETTINGS_FILE = "/etc/gpufleet/node.env"
 UNIT_DIR = "/etc/systemd/system"
 SETUP_UNIT = "gpufleet-node-setup.service"
 WATCHER_UNIT = "gpufleet-spot-watcher.service"
-# EC2 rejects user data over 16 KiB (before base64 encoding).
+# EC2 rejects user data over 16 KB "in raw form, before it is base64-encoded" (source: EC2 user guide, "Work with
+# instance user data", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html); the raw
+# form here is the gzip-compressed script.
 USER_DATA_LIMIT_BYTES = 16384
 END_OF_FILE = "GPUFLEET_END_OF_FILE"
 # Fabric Manager must be up before the GPUs of an NVSwitch system can be used (CUDA error 802 otherwise).
@@ -70,14 +79,6 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
     }
 
 
-def _without_comments(text: str) -> str:
-    """The text without its comment-only lines (the shebang and shellcheck directives stay): it keeps the user
-    data of every option under EC2's limit. The commented originals are scripts/node/ in the gpufleet repo."""
-    lines = text.splitlines(keepends=True)
-    kept = [line for line in lines[1:] if not line.lstrip().startswith("#") or line.lstrip().startswith("# shellcheck")]
-    return "".join(lines[:1] + kept)
-
-
 def _write_file(path: str, mode: str, content: str) -> str:
     """A quoted heredoc (nothing in it is expanded) written through a temporary file: replacing a script that
     is running (the spot watcher) must not change the file under the running shell."""
@@ -89,7 +90,7 @@ def _write_file(path: str, mode: str, content: str) -> str:
 
 
 def _install(path: str, mode: str, source: str) -> str:
-    return _write_file(path, mode, _without_comments((SCRIPTS_DIR / source).read_text()))
+    return _write_file(path, mode, (SCRIPTS_DIR / source).read_text())
 
 
 def render_user_data(env: Environment, instance: InstanceType) -> str:
@@ -103,8 +104,8 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
         "#!/bin/bash\n"
         f"# gpufleet node user data for environment {env.name} ({instance.name}), from gpufleet/user_data.py.\n"
         f"# Installs under {INSTALL_DIR}: {', '.join(installed) or 'nothing'}; with their systemd units.\n"
-        "# Runs them; safe to run again. GPUFLEET_ROOT (tests) prefixes every path it writes. The scripts'\n"
-        "# commented sources are scripts/node/ in gpufleet (comments stripped here to fit EC2's 16 KiB).\n"
+        "# Runs them; safe to run again. GPUFLEET_ROOT (tests) prefixes every path it writes. The scripts are\n"
+        "# scripts/node/ of gpufleet as they are; the launch template carries this file gzip-compressed.\n"
         "set -euo pipefail\n"
         "root=${GPUFLEET_ROOT:-}\n"
         'write_file() { mkdir -p "$(dirname "$1")" && cat >"$1.tmp" && chmod "$2" "$1.tmp" && mv -f "$1.tmp" "$1"; }\n',
@@ -122,11 +123,25 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
             f"systemctl enable {' '.join(units)}\n"
             + "".join(f"systemctl restart {unit}\n" for unit in units)
         )
-    user_data = "".join(parts)
-    size = len(user_data.encode())
+    return "".join(parts)
+
+
+def compressed_user_data(env: Environment, instance: InstanceType) -> bytes:
+    """The script gzip-compressed, byte for byte the same on every synthesis (no timestamp in the gzip header)."""
+    return gzip.compress(render_user_data(env, instance).encode(), compresslevel=9, mtime=0)
+
+
+def user_data_size_problem(env: Environment, instance: InstanceType) -> str | None:
+    size = len(compressed_user_data(env, instance))
     if size > USER_DATA_LIMIT_BYTES:
-        raise GpufleetError(
-            f"environments/{env.name}.yaml: node: the user data is {size} bytes, over EC2's limit of "
-            f"{USER_DATA_LIMIT_BYTES}; turn off a node feature or shorten node.checkpoint_hook"
-        )
-    return user_data
+        return (f"the user data is {size} bytes compressed, over EC2's limit of {USER_DATA_LIMIT_BYTES}; "
+                "turn off a node feature or shorten node.checkpoint_hook")
+    return None
+
+
+def launch_template_user_data(env: Environment, instance: InstanceType) -> str:
+    """What the launch template's UserData holds: the compressed script, base64-encoded as EC2 expects."""
+    problem = user_data_size_problem(env, instance)
+    if problem is not None:
+        raise GpufleetError(f"environments/{env.name}.yaml: node: {problem}")
+    return base64.b64encode(compressed_user_data(env, instance)).decode()

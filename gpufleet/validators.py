@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, ClassVar
 
 from gpufleet.catalog import load_catalog
 from gpufleet.environment import Environment
+from gpufleet.errors import GpufleetError
+from gpufleet.user_data import user_data_size_problem
 
 if TYPE_CHECKING:
     from gpufleet.ami.pipeline import Pipeline
@@ -469,6 +471,22 @@ class ScratchMountValidator(Validator):
         return []
 
 
+class UserDataSizeValidator(Validator):
+    """EC2's user-data limit, checked on the compressed user data this environment's nodes get, so that
+    `gpufleet validate` refuses what a deploy would."""
+
+    field = "node"
+
+    def check(self, env, context):
+        instance = load_catalog().get(env.instance_type)
+        if instance is None:
+            return []
+        try:
+            return self.problem_if(user_data_size_problem(env, instance))
+        except GpufleetError as error:
+            return [Problem(self.field, line) for line in error.problems]
+
+
 class TagsValidator(Validator):
     field = "tags"
 
@@ -512,6 +530,7 @@ VALIDATORS: tuple[Validator, ...] = (
     RootVolumeValidator(),
     MigProfileValidator(),
     ScratchMountValidator(),
+    UserDataSizeValidator(),
     TagsValidator(),
 )
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -60,14 +62,16 @@ def test_invalid_environment_stops_synthesis_with_the_validate_messages(tmp_path
     assert not (tmp_path / "cdk.out/manifest.json").exists()
 
 
-def test_problems_found_while_building_stacks_stop_synthesis_with_one_line(tmp_path):
+def test_user_data_over_ec2s_limit_stops_synthesis_at_validation_with_one_line(tmp_path):
     environments = tmp_path / "environments"
     environments.mkdir()
     document = yaml.safe_load((ROOT / "environments/dev.yaml").read_text())
-    document["node"]["checkpoint_hook"] = "/usr/local/bin/save-checkpoint " + "--verbose " * 2000
+    # Random text: gzip cannot shrink it, so the compressed user data goes over EC2's 16 KiB.
+    document["node"]["checkpoint_hook"] = "/usr/local/bin/save-checkpoint " + "".join(
+        random.Random(7).choices("abcdefghijklmnop0123456789", k=20000))
     (environments / "dev.yaml").write_text(yaml.safe_dump(document))
     result = run_app(tmp_path, {}, environments)
     assert result.returncode == 1
     (line,) = result.stderr.splitlines()
-    assert line.startswith("environments/dev.yaml: node: the user data is ")
-    assert line.endswith("over EC2's limit of 16384; turn off a node feature or shorten node.checkpoint_hook")
+    assert re.fullmatch(rf"{re.escape(str(environments))}/dev.yaml: node: the user data is \d+ bytes compressed, "
+                        r"over EC2's limit of 16384; turn off a node feature or shorten node.checkpoint_hook", line)

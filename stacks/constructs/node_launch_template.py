@@ -9,7 +9,7 @@ from constructs import Construct
 
 from gpufleet.catalog import InstanceType
 from gpufleet.environment import Environment
-from gpufleet.user_data import render_user_data
+from gpufleet.user_data import launch_template_user_data
 from stacks.constructs.node_network_interfaces import node_network_interfaces
 
 # Containers (nvidia-docker) reach IMDSv2 through one extra network hop.
@@ -102,7 +102,7 @@ class NodeLaunchTemplate(Construct):
                     ec2.CfnLaunchTemplate.TagSpecificationProperty(resource_type=resource_type, tags=tags)
                     for resource_type in ("instance", "volume", "network-interface")
                 ],
-                user_data=cdk.Fn.base64(render_user_data(environment, instance)),
+                user_data=launch_template_user_data(environment, instance),
             ),
         )
 

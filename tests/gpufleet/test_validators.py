@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import random
 from pathlib import Path
 
 import pytest
@@ -412,3 +413,28 @@ def test_cli_validate_checks_environments_against_the_ami_pipeline(tmp_path, cap
     assert main(["validate", str(unbuilt)]) == 1
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"{unbuilt}: ami.ssm_parameter: /gpufleet/ami/p5-cuda13 is not published in us-east-1")
+
+
+def _random_text(length: int) -> str:
+    """Text gzip cannot shrink much: the checkpoint hook is the one node setting of free length."""
+    return "".join(random.Random(7).choices("abcdefghijklmnop0123456789", k=length))
+
+
+def test_user_data_over_ec2s_limit_is_a_validation_problem(tmp_path):
+    document = with_change("node", {"checkpoint_hook": "/usr/local/bin/save " + _random_text(20000)})
+    (line,) = problems_of(tmp_path, document)
+    assert line.startswith("node: the user data is ")
+    assert line.endswith(" bytes compressed, over EC2's limit of 16384; turn off a node feature or shorten "
+                         "node.checkpoint_hook")
+
+
+def test_user_data_under_ec2s_limit_passes(tmp_path):
+    document = with_change("node", {"checkpoint_hook": "/usr/local/bin/save " + _random_text(2000)})
+    assert load_environment(write(tmp_path, document)).node.checkpoint_hook.startswith("/usr/local/bin/save ")
+
+
+def test_a_hook_that_would_end_the_user_data_heredoc_is_a_validation_problem(tmp_path):
+    document = with_change("node", {"checkpoint_hook": "save\nGPUFLEET_END_OF_FILE\nrm -rf /"})
+    assert problems_of(tmp_path, document) == [
+        "node: /etc/gpufleet/node.env: a line of its content is 'GPUFLEET_END_OF_FILE', which would end the heredoc "
+        "early"]
