@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
 # Health of one GPU node before it joins a job: GPU count, driver version against the image's versions manifest,
-# Fabric Manager on NVSwitch types, EFA devices, uncorrectable ECC errors and the GPU/NIC topology.
-# Prints one PASS/FAIL line per check and exits 1 when any check fails (every check runs either way).
+# Fabric Manager on NVSwitch types, EFA devices, GPU health and the GPU/NIC topology.
+# Prints one PASS/FAIL line per check (every check runs either way). gpu-health follows it with one line per GPU:
+#   ok       nothing to do
+#   reset    a row remap is pending, uncorrectable ECC errors since the driver loaded, or an Xid whose NVIDIA action
+#            is a GPU reset or node restart since boot: reboot the node (that resets every GPU and clears the
+#            kernel log), then run this check again
+#   replace  row remapping failed (remapped_rows.failure=Yes): NVIDIA's RMA criterion; replace the instance
+# Exit status: 0 healthy; 1 a check failed (a GPU to replace among them); 2 a setting is missing or malformed;
+#              3 only GPU resets are needed (the one failing check is gpu-health and no GPU is to replace).
+# Reads the kernel log with dmesg: run as root where kernel.dmesg_restrict is 1.
 #
 # Required: GPUFLEET_EXPECTED_GPUS (e.g. 8), GPUFLEET_EXPECTED_EFA (EFA devices, 0 to skip the check),
 #           GPUFLEET_NVSWITCH (1 | 0), GPUFLEET_INSTANCE_TYPE (e.g. p4d.24xlarge, for `gpufleet topo-check`).
@@ -87,23 +95,167 @@ check_efa() {
   report efa "$status" "$count EFA devices (expected $GPUFLEET_EXPECTED_EFA)"
 }
 
-check_ecc() {
-  local output index=0 bad=() value
-  if ! output=$(nvidia-smi --query-gpu=ecc.errors.uncorrected.volatile.total --format=csv,noheader 2>&1); then
-    report ecc 1 "nvidia-smi could not read ECC counters: $(head -n 1 <<< "$output")"
+# --- GPU health: one verdict per GPU (ok | reset | replace) -----------------------------------------------------
+# Sources for what follows:
+# - row remapping (A100/H100 and later): NVIDIA "GPU Memory Error Management",
+#   https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/ -- "Row Remapping": up to 512 remappings, applied only by
+#   a GPU reset; "Error Recovery and Response Flags": the pending flag means the remap happens at the next GPU reset;
+#   "RMA Policy": the failure flag is set by an uncorrectable-error remap on a bank that already has 8 such rows, on a
+#   row already remapped, or after 512 uncorrectable remaps, and meets the RMA criterion (confirmed by NVIDIA's field
+#   diagnostic). Field names: nvidia-smi --help-query-remapped-rows (remapped_rows.pending/.failure print Yes/No).
+# - ECC: ecc.errors.uncorrected.volatile.total counts since the driver loaded; the pending remap (or, before Ampere,
+#   page retirement) it causes is applied by a GPU reset or reboot.
+# - Xids: the kernel log line `NVRM: Xid (PCI:0000:10:1c): 79, pid=..., GPU has fallen off the bus.` (driver
+#   os-interface; samples in stas00/ml-engineering compute/accelerator/nvidia/debug.md and
+#   NVIDIA/open-gpu-kernel-modules issues 461, 1151). Numbers and mnemonics: open-gpu-kernel-modules
+#   src/common/sdk/nvidia/inc/nverror.h; immediate actions: the "Resolution Bucket (Immediate Action)" column of
+#   NVIDIA's Xid catalog (https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html) as NVIDIA/NVSentinel
+#   distros/kubernetes/nvsentinel/charts/gpu-health-monitor/xiderrorsmapping.csv carries it.
+# An Xid listed here gets the verdict reset: NVIDIA's immediate action is a GPU reset (RESET_GPU), a node restart
+# (RESTART_BM) or a workflow that starts with a reset (WORKFLOW_*). Other Xids (13, 31, 43, 45, 63, 92, 94: RESTART_APP
+# or IGNORE in the catalog) are listed but judge nothing. The kernel ring buffer starts at boot, so a reboot clears them.
+declare -A XID_ACTIONS=(
+  [46]="ROBUST_CHANNEL_GPU_TIMEOUT_ERROR: RESET_GPU"
+  [48]="ROBUST_CHANNEL_GPU_ECC_DBE (double-bit ECC error): WORKFLOW_XID_48"
+  [62]="PMU_HALT_ERROR: RESET_GPU"
+  [64]="INFOROM_DRAM_RETIREMENT_FAILURE (row remap not recorded): RESET_GPU"
+  [74]="NVLINK_ERROR: WORKFLOW_NVLINK_ERR"
+  [79]="ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS: RESTART_BM"
+  [95]="ROBUST_CHANNEL_UNCONTAINED_ERROR (uncontained ECC error): RESET_GPU"
+  [109]="ROBUST_CHANNEL_CTXSW_TIMEOUT_ERROR: RESET_GPU"
+  [110]="SEC_FAULT_ERROR: RESET_GPU"
+  [119]="GSP_RPC_TIMEOUT: RESET_GPU"
+  [120]="GSP_ERROR: RESET_GPU"
+  [136]="ALI_TRAINING_FAIL: RESET_GPU"
+  [140]="UNRECOVERABLE_ECC_ERROR_ESCAPE: RESET_GPU"
+  [143]="GPU_INIT_ERROR: RESET_GPU"
+  [144]="NVLINK_SAW_ERROR: WORKFLOW_NVLINK5_ERR"
+  [145]="NVLINK_RLW_ERROR: WORKFLOW_NVLINK5_ERR"
+  [146]="NVLINK_TLW_ERROR: WORKFLOW_NVLINK5_ERR"
+  [147]="NVLINK_TREX_ERROR: WORKFLOW_NVLINK5_ERR"
+  [148]="NVLINK_NVLPW_CTRL_ERROR: WORKFLOW_NVLINK5_ERR"
+  [149]="NVLINK_NETIR_ERROR: WORKFLOW_NVLINK5_ERR"
+  [150]="NVLINK_MSE_ERROR: WORKFLOW_NVLINK5_ERR"
+  [155]="NVLINK_SW_DEFINED_ERROR: RESET_GPU"
+  [156]="RESOURCE_RETIREMENT_EVENT: RESET_GPU"
+  [158]="GPU_FATAL_TIMEOUT: RESET_GPU"
+  [160]="CHANNEL_RETIREMENT_EVENT: RESTART_BM"
+)
+# "(PCI:0000:10:1c)", "(PCI:0000:01:00 GPU-I:05)" under MIG, "(0000:01:00)" from old drivers: \2 is the address with
+# the domain's last four digits (the key pci_key makes from nvidia-smi's 00000000:10:1C.0), \3 the Xid.
+XID_LINE='.*NVRM: Xid \((PCI:)?[0-9a-fA-F]*([0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})[^)]*\): ([0-9]+),.*'
+REMAP_FIELDS=gpu_bus_id,remapped_rows.correctable,remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure
+
+declare -A gpu_verdict=() gpu_notes=()
+gpu_order=()
+unreadable=()
+remapping_unreported=""
+gpu_reset_needed=0
+
+pci_key() {  # nvidia-smi's 00000000:10:1C.0 and the kernel log's 0000:10:1c both become 0000:10:1c
+  local address=${1,,}
+  address=${address%.*}
+  echo "${address: -10}"
+}
+
+verdict_rank() { case "$1" in ok) echo 0 ;; reset) echo 1 ;; replace) echo 2 ;; esac; }
+
+judge() {  # judge PCI_KEY VERDICT [NOTE]: keeps the worst verdict of a GPU and all its notes
+  local key=$1 verdict=$2 note=${3:-}
+  if [[ -z "${gpu_verdict[$key]:-}" ]]; then
+    gpu_order+=("$key")
+    gpu_verdict[$key]=$verdict
+  elif (( $(verdict_rank "$verdict") > $(verdict_rank "${gpu_verdict[$key]}") )); then
+    gpu_verdict[$key]=$verdict
+  fi
+  [[ -z "$note" ]] || gpu_notes[$key]+="${gpu_notes[$key]:+; }$note"
+}
+
+read_ecc_counters() {
+  local output bus count
+  if ! output=$(nvidia-smi --query-gpu=pci.bus_id,ecc.errors.uncorrected.volatile.total --format=csv,noheader 2>&1); then
+    unreadable+=("nvidia-smi could not read ECC counters: $(head -n 1 <<< "$output")")
     return
   fi
-  while read -r value; do
-    if [[ "$value" =~ ^[0-9]+$ && "$value" -gt 0 ]]; then
-      bad+=("GPU $index: $value")
+  while IFS=, read -r bus count; do  # "00000000:10:1C.0, 0": values after the first start with a space
+    [[ -n "$bus" ]] || continue
+    count=${count# }
+    if [[ "$count" =~ ^[0-9]+$ && "$count" -gt 0 ]]; then  # [N/A] when ECC is off or unsupported
+      judge "$(pci_key "$bus")" reset "$count uncorrectable ECC error(s) since the driver loaded"
+    else
+      judge "$(pci_key "$bus")" ok
     fi
-    index=$((index + 1))
   done <<< "$output"
-  if [[ ${#bad[@]} -eq 0 ]]; then
-    report ecc 0 "no uncorrectable volatile ECC errors on $index GPUs"
-  else
-    report ecc 1 "uncorrectable ECC errors (${bad[*]}): drain the node and replace it"
+}
+
+read_row_remapping() {
+  local output status=0 bus correctable uncorrectable pending failure key
+  output=$(nvidia-smi --query-remapped-rows="$REMAP_FIELDS" --format=csv,noheader 2>&1) || status=$?
+  # GPUs without row remapping (V100, T4) and drivers that predate it say so instead of printing rows.
+  if [[ "$output" == *"No devices were found"* || "$output" == *"is not a valid field to query"* ]]; then
+    remapping_unreported="row remapping not reported: $(head -n 1 <<< "$output")"
+    return
   fi
+  if [[ "$status" -ne 0 ]]; then
+    unreadable+=("nvidia-smi could not read row remapping: $(head -n 1 <<< "$output")")
+    return
+  fi
+  while IFS=, read -r bus correctable uncorrectable pending failure; do
+    [[ -n "$bus" ]] || continue
+    correctable=${correctable# } uncorrectable=${uncorrectable# } pending=${pending# } failure=${failure# }
+    key=$(pci_key "$bus")
+    if [[ "$failure" == Yes ]]; then
+      judge "$key" replace "row remapping failed (remapped_rows.failure=Yes): NVIDIA's RMA criterion"
+    elif [[ "$pending" == Yes ]]; then
+      judge "$key" reset "row remap pending (remapped_rows.pending=Yes): applied at the next GPU reset"
+    elif [[ "$pending" == No && "$failure" == No ]]; then
+      judge "$key" ok
+      if [[ "$correctable" =~ ^[1-9] || "$uncorrectable" =~ ^[1-9] ]]; then
+        judge "$key" ok "rows remapped: $correctable correctable, $uncorrectable uncorrectable"
+      fi
+    elif [[ "$pending" == "[N/A]" && "$failure" == "[N/A]" ]]; then
+      remapping_unreported="row remapping not reported: [N/A]"
+    else
+      unreadable+=("GPU $key: unexpected row remapping values '$pending', '$failure'")
+    fi
+  done <<< "$output"
+}
+
+read_xids() {
+  local log times key code
+  if ! log=$(dmesg 2>&1); then
+    unreadable+=("dmesg could not read the kernel log: $(head -n 1 <<< "$log")")
+    return
+  fi
+  while read -r times key code; do
+    if [[ -n "${XID_ACTIONS[$code]:-}" ]]; then
+      judge "$key" reset "Xid $code x$times since boot (${XID_ACTIONS[$code]})"
+    else
+      judge "$key" ok "Xid $code x$times since boot (not a node fault in NVIDIA's catalog)"
+    fi
+  done < <(sed -nE "s/$XID_LINE/\2 \3/p" <<< "$log" | tr 'A-F' 'a-f' | sort | uniq -c)
+}
+
+check_gpu_health() {
+  read_ecc_counters
+  read_row_remapping
+  read_xids
+  local key replace=0 reset=0 line details=()
+  for key in "${gpu_order[@]}"; do
+    case "${gpu_verdict[$key]}" in replace) replace=$((replace + 1)) ;; reset) reset=$((reset + 1)) ;; esac
+    details+=("  GPU $key: ${gpu_verdict[$key]}${gpu_notes[$key]:+: ${gpu_notes[$key]}}")
+  done
+  if [[ ${#unreadable[@]} -gt 0 ]]; then
+    report gpu-health 1 "could not judge the GPUs: $(IFS=';'; echo "${unreadable[*]}") (verdicts below are partial)"
+  elif [[ "$replace" -gt 0 ]]; then
+    report gpu-health 1 "$replace GPU(s) to replace (drain the node and replace the instance), $reset to reset"
+  elif [[ "$reset" -gt 0 ]]; then
+    report gpu-health 1 "$reset GPU(s) need a reset: reboot the node, then run this check again"
+    gpu_reset_needed=1
+  else
+    report gpu-health 0 "${#gpu_order[@]} GPUs ok${remapping_unreported:+; $remapping_unreported}"
+  fi
+  for line in "${details[@]}"; do echo "$line"; done
 }
 
 check_topology() {
@@ -120,9 +272,13 @@ check_gpu_count
 check_driver
 check_fabric_manager
 check_efa
-check_ecc
+check_gpu_health
 check_topology
 
+if [[ "$failures" -eq 1 && "$gpu_reset_needed" -eq 1 ]]; then
+  echo "node unhealthy: GPU reset needed (reboot the node)"
+  exit 3
+fi
 if [[ "$failures" -gt 0 ]]; then
   echo "node unhealthy: $failures check(s) failed"
   exit 1

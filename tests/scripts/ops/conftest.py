@@ -1,4 +1,4 @@
-"""Stub commands (nvidia-smi, systemctl, fi_info, mpirun, gpufleet) on PATH for the node scripts.
+"""Stub commands (nvidia-smi, dmesg, systemctl, fi_info, mpirun, gpufleet) on PATH for the node scripts.
 
 Each stub's behaviour comes from STUB_* environment variables, and each call is appended to $STUB_LOG, so a test
 can both steer and inspect what a script ran.
@@ -14,15 +14,42 @@ from pathlib import Path
 import pytest
 
 STUBS = {
+    # Query output as nvidia-smi prints it with --format=csv,noheader: "value, value", [N/A] where a GPU does not
+    # report a field (enkore/i3pystatus#776). Bus IDs: p4d.24xlarge's, 00000000:10:1C.0 as in the Xid 63 sample of
+    # stas00/ml-engineering compute/accelerator/nvidia/debug.md (the other seven unconfirmed). STUB_REMAP holds
+    # correctable:uncorrectable:pending:failure, a line per GPU; STUB_REMAP_MODE picks what GPUs without row remapping
+    # print: na ([N/A] values), no-devices, old-driver (exit statuses 6 and 2 unconfirmed; the script reads the text).
     "nvidia-smi": r"""
 echo "nvidia-smi $*" >> "$STUB_LOG"
+buses=(00000000:10:1C.0 00000000:10:1D.0 00000000:20:1C.0 00000000:20:1D.0
+       00000000:90:1C.0 00000000:90:1D.0 00000000:A0:1C.0 00000000:A0:1D.0)
 case "$*" in
   -L) for ((i = 0; i < STUB_GPUS; i++)); do echo "GPU $i: NVIDIA A100-SXM4-40GB (UUID: GPU-$i)"; done ;;
   --query-gpu=driver_version*) for ((i = 0; i < STUB_GPUS; i++)); do echo "$STUB_DRIVER"; done ;;
-  --query-gpu=ecc.errors.uncorrected.volatile.total*) printf '%s\n' $STUB_ECC ;;
+  "--query-gpu=pci.bus_id,ecc.errors.uncorrected.volatile.total --format=csv,noheader")
+    i=0; for count in $STUB_ECC; do echo "${buses[i]}, $count"; i=$((i + 1)); done ;;
+  --query-remapped-rows=*)
+    case "${STUB_REMAP_MODE:-rows}" in
+      no-devices) echo "No devices were found"; exit 6 ;;
+      old-driver) echo 'Field "remapped_rows.correctable" is not a valid field to query.'; exit 2 ;;
+      na) for ((i = 0; i < STUB_GPUS; i++)); do echo "${buses[i]}, [N/A], [N/A], [N/A], [N/A]"; done ;;
+      rows) i=0
+        while IFS=: read -r c u p f; do echo "${buses[i]}, $c, $u, $p, $f"; i=$((i + 1)); done <<< "$STUB_REMAP" ;;
+    esac ;;
   "topo -m") echo "GPU0 X NV12" ;;
   *) echo "unexpected nvidia-smi $*" >&2; exit 9 ;;
 esac
+""",
+    # The kernel ring buffer with its [seconds.micros] prefix; STUB_DMESG adds lines, STUB_DMESG_EXIT=1 is a user who
+    # may not read it (kernel.dmesg_restrict=1).
+    "dmesg": r"""
+echo "dmesg${*:+ $*}" >> "$STUB_LOG"
+if [[ "${STUB_DMESG_EXIT:-0}" -ne 0 ]]; then
+  echo "dmesg: read kernel buffer failed: Operation not permitted" >&2; exit 1
+fi
+echo "[    5.816071] nvidia: module license 'NVIDIA' taints kernel."
+echo "[    6.104593] nvidia-nvlink: Nvlink Core is being initialized, major device number 236"
+if [[ -n "${STUB_DMESG:-}" ]]; then printf '%s\n' "$STUB_DMESG"; fi
 """,
     "systemctl": r"""
 echo "systemctl $*" >> "$STUB_LOG"
@@ -59,6 +86,7 @@ HEALTHY = {
     "STUB_GPUS": "8",
     "STUB_DRIVER": "450.80.02",
     "STUB_ECC": "0 0 0 0 0 0 0 0",
+    "STUB_REMAP": "\n".join(["0:0:No:No"] * 8),
     "STUB_FM_STATE": "active",
     "STUB_EFA": "4",
     "STUB_TOPO_EXIT": "0",
