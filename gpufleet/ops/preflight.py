@@ -7,6 +7,8 @@ with the reason, never a crash; credentials, throttling and other failures propa
 from __future__ import annotations
 
 import datetime as dt
+import fnmatch
+from collections import Counter
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -19,13 +21,46 @@ from gpufleet.environment import Environment
 Status = Literal["pass", "warn", "fail"]
 Lifecycle = Literal["on-demand", "spot"]
 
-# Service Quotas codes (service code "ec2") of the vCPU quotas per instance family: (on-demand, spot).
-VCPU_QUOTA_CODES = {
-    "p": ("L-417A185B", "L-7212CCBC"),  # Running On-Demand P instances / All P Spot Instance Requests
-    "g": ("L-DB2E81BA", "L-3819A6DF"),  # Running On-Demand G and VT instances / All G and VT Spot Requests
-}
-# Spot placement scores run 1 (unlikely to be fulfilled) to 10 (very likely); below this a spot request is a gamble.
-GOOD_PLACEMENT_SCORE = 5
+
+@dataclass(frozen=True)
+class VcpuQuota:
+    """One Service Quotas vCPU quota (service code "ec2") and the instance types whose vCPUs count against it."""
+
+    code: str
+    name: str
+    lifecycle: Lifecycle
+    instance_types: tuple[str, ...]  # fnmatch patterns
+
+    def covers(self, instance_type: str) -> bool:
+        return any(fnmatch.fnmatchcase(instance_type, pattern) for pattern in self.instance_types)
+
+
+# On-Demand and Spot vCPU quotas are separate: running on-demand instances use up the on-demand quota, running Spot
+# Instances (and open Spot requests) the spot quota. Spot P has two quotas: P5 apart from P4, P3 and P2.
+# source (names, P5 spot apart, spot quotas count running and requested Spot Instances in vCPUs):
+#   https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-spot-limits.html
+# source (codes): the Service Quotas console / `aws service-quotas list-service-quotas --service-code ec2`; L-417A185B,
+#   L-7212CCBC, L-DB2E81BA, L-3819A6DF agree across several public tools; L-C4BD4855 (All P5 Spot Instance Requests)
+#   is from one public list-service-quotas dump (unconfirmed).
+VCPU_QUOTAS = (
+    VcpuQuota("L-417A185B", "Running On-Demand P instances", "on-demand", ("p*",)),
+    VcpuQuota("L-7212CCBC", "All P4, P3 and P2 Spot Instance Requests", "spot", ("p2*", "p3*", "p4*")),
+    VcpuQuota("L-C4BD4855", "All P5 Spot Instance Requests", "spot", ("p5*",)),
+    VcpuQuota("L-DB2E81BA", "Running On-Demand G and VT instances", "on-demand", ("g*", "vt*")),
+    VcpuQuota("L-3819A6DF", "All G and VT Spot Instance Requests", "spot", ("g*", "vt*")),
+)
+# DescribeInstances' InstanceLifecycle: absent for on-demand, "spot" for Spot Instances. Capacity Blocks
+# ("capacity-block") have quotas of their own and count against neither (unconfirmed).
+# source: botocore/data/ec2/2016-11-15/service-2.json, InstanceLifecycleType
+LIFECYCLE_OF_INSTANCE = {None: "on-demand", "spot": "spot"}
+ACTIVE_STATES = ["pending", "running"]
+
+# source: EC2 API reference, GetSpotPlacementScores, InstanceTypes (botocore/data/ec2/2016-11-15/service-2.json):
+# "We recommend that you specify at least three instance types. If you specify one or two instance types, [...] the
+# returned placement score will always be low." A cluster launches one type, so its score is no absolute verdict;
+# what it can say is how the region's AZs compare for that type. Scores run 1 (not likely) to 10 (highly likely), for
+# the top 10 AZs only.
+SINGLE_TYPE_CAVEAT = "one instance type always scores low (AWS recommends 3 or more), so only the AZ comparison counts"
 PRICE_WINDOW = dt.timedelta(hours=24)
 LINUX_PRODUCTS = ["Linux/UNIX", "Linux/UNIX (Amazon VPC)"]
 
@@ -87,24 +122,59 @@ def check_efa(ec2: Any, env: Environment, spec: InstanceType) -> Check:
     return Check("efa", "pass", f"{described_text} (matches the catalog)")
 
 
-def check_vcpu_quota(quotas: Any, env: Environment, spec: InstanceType, lifecycle: Lifecycle) -> Check:
+def vcpu_quota_for(instance_type: str, lifecycle: Lifecycle) -> VcpuQuota | None:
+    return next((q for q in VCPU_QUOTAS if q.lifecycle == lifecycle and q.covers(instance_type)), None)
+
+
+def vcpus_in_use(ec2: Any, quota: VcpuQuota) -> tuple[int, int]:
+    """(instances, vCPUs) of the region's pending and running instances that count against quota.
+
+    The family is matched here, not in the request: EC2 filters accept wildcards but moto's instance filters do not.
+    vCPUs are the type's default (DescribeInstanceTypes), which is what the quota counts.
+    """
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[{"Name": "instance-state-name", "Values": ACTIVE_STATES}]
+    )
+    counted: Counter[str] = Counter(
+        instance["InstanceType"]
+        for page in pages
+        for reservation in page["Reservations"]
+        for instance in reservation["Instances"]
+        if LIFECYCLE_OF_INSTANCE.get(instance.get("InstanceLifecycle")) == quota.lifecycle
+        and quota.covers(instance["InstanceType"])
+    )
+    if not counted:
+        return 0, 0
+    described = ec2.describe_instance_types(InstanceTypes=sorted(counted))["InstanceTypes"]
+    vcpus = {item["InstanceType"]: int(item["VCpuInfo"]["DefaultVCpus"]) for item in described}
+    return sum(counted.values()), sum(count * vcpus[instance_type] for instance_type, count in counted.items())
+
+
+def check_vcpu_quota(ec2: Any, quotas: Any, env: Environment, spec: InstanceType, lifecycle: Lifecycle) -> Check:
+    """The family's vCPU quota must cover what already runs in the region plus this environment's nodes."""
     name = f"quota-{lifecycle}"
     nodes = env.capacity.on_demand if lifecycle == "on-demand" else env.capacity.spot
-    needed = nodes * spec.vcpus
-    codes = VCPU_QUOTA_CODES.get(env.instance_type[0])
-    if codes is None:
-        return Check(name, "warn", f"no vCPU quota code known for the {env.instance_type} family: check it by hand")
-    code = codes[0] if lifecycle == "on-demand" else codes[1]
+    if nodes == 0:
+        return Check(name, "pass", f"skipped: no {lifecycle} nodes")
+    quota = vcpu_quota_for(env.instance_type, lifecycle)
+    if quota is None:
+        return Check(name, "warn", f"no {lifecycle} vCPU quota known for {env.instance_type}: check it by hand")
     try:
-        quota = quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]
+        described = quotas.get_service_quota(ServiceCode="ec2", QuotaCode=quota.code)["Quota"]
+        instances, in_use = vcpus_in_use(ec2, quota)
     except ClientError as error:
         if is_unavailable(error):
             return _unavailable(name, error)
         raise
-    limit = float(quota["Value"])
-    text = f"{quota.get('QuotaName', code)} ({code}): quota {limit:g} vCPUs, need {needed} ({nodes} x {spec.vcpus})"
-    if needed > limit:
-        return Check(name, "fail", f"{text}: request an increase in the Service Quotas console")
+    limit = float(described["Value"])
+    needed = nodes * spec.vcpus
+    total = needed + in_use
+    text = (
+        f"{described.get('QuotaName', quota.name)} ({quota.code}): quota {limit:g} vCPUs; "
+        f"need {needed} ({nodes} x {spec.vcpus}) + {in_use} in use ({instances} running) = {total}"
+    )
+    if total > limit:
+        return Check(name, "fail", f"{text}: {total - limit:g} over; request an increase in the Service Quotas console")
     return Check(name, "pass", text)
 
 
@@ -180,22 +250,40 @@ def latest_spot_prices(ec2: Any, instance_type: str, zones: list[str], now: dt.d
 
 
 def check_placement_score(ec2: Any, env: Environment) -> Check:
+    """Where the environment's AZ stands among the region's AZs for its one instance type (see SINGLE_TYPE_CAVEAT).
+
+    Warns when another AZ scores higher; the absolute score of a single type says nothing and sets no threshold.
+    """
     if env.capacity.spot == 0:
         return Check("spot-score", "pass", "skipped: every node is on-demand")
     try:
         scores = placement_scores(ec2, env.instance_type, env.region, env.capacity.spot)
-        zone_id = zone_ids(ec2).get(env.availability_zone, "")
+        ids = zone_ids(ec2)
     except ClientError as error:
         if is_unavailable(error):
             return _unavailable("spot-score", error)
         raise
+    zone_id = ids.get(env.availability_zone, "")
     score = scores.get(zone_id)
     if score is None:
-        return Check("spot-score", "warn", f"no spot placement score for {env.availability_zone} ({zone_id or '?'})")
+        return Check(
+            "spot-score",
+            "warn",
+            f"no spot placement score for {env.availability_zone} ({zone_id or '?'}) among the {len(scores)} "
+            f"scored AZs of {env.region}; see --suggest-az",
+        )
+    names = {identifier: zone for zone, identifier in ids.items()}
+    higher = sorted(
+        ((names.get(identifier, identifier), other) for identifier, other in scores.items() if other > score),
+        key=lambda pair: (-pair[1], pair[0]),
+    )
     text = f"spot placement score {score}/10 for {env.capacity.spot} x {env.instance_type} in {env.availability_zone}"
-    if score < GOOD_PLACEMENT_SCORE:
-        return Check("spot-score", "warn", f"{text}: spot capacity is unlikely; consider on-demand or --suggest-az")
-    return Check("spot-score", "pass", text)
+    if higher:
+        better = ", ".join(f"{zone} {other}/10" for zone, other in higher)
+        return Check("spot-score", "warn", f"{text}, lower than {better}; {SINGLE_TYPE_CAVEAT}; see --suggest-az")
+    return Check(
+        "spot-score", "pass", f"{text}, no AZ of {env.region} higher ({len(scores)} scored); {SINGLE_TYPE_CAVEAT}"
+    )
 
 
 def check_spot_price(ec2: Any, env: Environment, now: dt.datetime) -> Check:
@@ -218,8 +306,8 @@ def run_checks(aws: Any, env: Environment, spec: InstanceType, now: dt.datetime)
     return [
         check_offering(ec2, env),
         check_efa(ec2, env, spec),
-        check_vcpu_quota(quotas, env, spec, "on-demand"),
-        check_vcpu_quota(quotas, env, spec, "spot"),
+        check_vcpu_quota(ec2, quotas, env, spec, "on-demand"),
+        check_vcpu_quota(ec2, quotas, env, spec, "spot"),
         check_ami(ssm, ec2, env),
         check_placement_score(ec2, env),
         check_spot_price(ec2, env, now),
@@ -236,7 +324,8 @@ def _zones_offering(ec2: Any, instance_type: str) -> set[str]:
 def suggest_zones(ec2: Any, env: Environment, now: dt.datetime) -> tuple[list[ZoneSuggestion], str]:
     """The region's AZs offering the type, best first (placement score high to low, then price low to high).
 
-    Returns the ranking and a note naming any input that was unavailable (then the ranking works without it).
+    Returns the ranking and a note: the single-type caveat when scores rank the AZs, and any input that was
+    unavailable (then the ranking works without it).
     """
     offered = sorted(_zones_offering(ec2, env.instance_type))
     if not offered:
@@ -247,6 +336,8 @@ def suggest_zones(ec2: Any, env: Environment, now: dt.datetime) -> tuple[list[Zo
     prices: dict[str, float] = {}
     try:
         scores = placement_scores(ec2, env.instance_type, env.region, max(env.capacity.spot, 1))
+        if scores:
+            notes.append(f"spot scores: {SINGLE_TYPE_CAVEAT}")
     except ClientError as error:
         if not is_unavailable(error):
             raise

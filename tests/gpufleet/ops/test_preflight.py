@@ -2,8 +2,10 @@
 
 moto 5.2.5 implements DescribeInstanceTypeOfferings, DescribeInstanceTypes, DescribeSpotPriceHistory, SSM and
 DescribeImages, so those checks run against moto. It does NOT implement GetSpotPlacementScores (NotImplementedError),
-and its Service Quotas GetServiceQuota knows only the vpc service (NoSuchResourceException for ec2): the quota and
-placement-score checks are tested with Stubber on real clients; the end-to-end runs replace placement_scores.
+and its Service Quotas GetServiceQuota knows only the vpc service (NoSuchResourceException for ec2): the quota checks
+run with Stubber on Service Quotas and the instances already running launched in moto (run_instances; spot through
+InstanceMarketOptions, which moto reports as InstanceLifecycle "spot"); the placement-score checks run with Stubber;
+the end-to-end runs replace placement_scores.
 """
 
 from __future__ import annotations
@@ -110,53 +112,155 @@ def test_efa_disagreeing_with_the_catalog_fails(moto: None) -> None:
     assert "EC2 reports EFA supported=True, 4 EFA interfaces, 4 network cards" in check.detail
 
 
+QUOTA_NAMES = {
+    "L-417A185B": "Running On-Demand P instances",
+    "L-7212CCBC": "All P4, P3 and P2 Spot Instance Requests",
+    "L-C4BD4855": "All P5 Spot Instance Requests",
+    "L-DB2E81BA": "Running On-Demand G and VT instances",
+}
+
+
 def quota_response(code: str, value: float) -> dict[str, Any]:
-    return {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "QuotaName": "quota", "Value": value}}
+    return {"Quota": {"ServiceCode": "ec2", "QuotaCode": code, "QuotaName": QUOTA_NAMES[code], "Value": value}}
+
+
+def stubbed_quota(code: str, value: float) -> Stubber:
+    """Stubber on Service Quotas answering one GetServiceQuota of CODE (moto knows no ec2 quotas)."""
+    stub = Stubber(boto3.client("service-quotas", region_name="us-east-1"))
+    stub.add_response("get_service_quota", quota_response(code, value), {"ServiceCode": "ec2", "QuotaCode": code})
+    stub.activate()
+    return stub
+
+
+def launch(image_id: str, instance_type: str, lifecycle: str = "on-demand") -> str:
+    """One instance already running in moto; spot ones come back with InstanceLifecycle "spot"."""
+    market = {"InstanceMarketOptions": {"MarketType": "spot"}} if lifecycle == "spot" else {}
+    reservation = boto3.client("ec2", region_name="us-east-1").run_instances(
+        ImageId=image_id, InstanceType=instance_type, MinCount=1, MaxCount=1, **market
+    )
+    return reservation["Instances"][0]["InstanceId"]
+
+
+def quota_check(env_name: str, lifecycle: str, quotas: Stubber, spec: Any = P4D) -> preflight.Check:
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    check = preflight.check_vcpu_quota(ec2, quotas.client, load_named_environment(env_name), spec, lifecycle)
+    quotas.assert_no_pending_responses()
+    return check
 
 
 @pytest.mark.parametrize(
-    ("lifecycle", "quota_code", "value", "status", "detail"),
+    ("lifecycle", "code", "quota", "status", "detail"),
     [
-        ("on-demand", "L-417A185B", 96.0, "pass", "quota 96 vCPUs, need 96 (1 x 96)"),
-        ("on-demand", "L-417A185B", 64.0, "fail", "quota 64 vCPUs, need 96 (1 x 96): request an increase"),
-        ("spot", "L-7212CCBC", 0.0, "fail", "quota 0 vCPUs, need 96 (1 x 96)"),
-        ("spot", "L-7212CCBC", 384.0, "pass", "quota 384 vCPUs"),
+        (
+            "on-demand",
+            "L-417A185B",
+            192.0,
+            "pass",
+            "Running On-Demand P instances (L-417A185B): quota 192 vCPUs; need 96 (1 x 96) + 96 in use (1 running) "
+            "= 192",
+        ),
+        (
+            "on-demand",
+            "L-417A185B",
+            191.0,
+            "fail",
+            "Running On-Demand P instances (L-417A185B): quota 191 vCPUs; need 96 (1 x 96) + 96 in use (1 running) "
+            "= 192: 1 over; request an increase in the Service Quotas console",
+        ),
+        (
+            "spot",
+            "L-7212CCBC",
+            192.0,
+            "pass",
+            "All P4, P3 and P2 Spot Instance Requests (L-7212CCBC): quota 192 vCPUs; need 96 (1 x 96) + 96 in use "
+            "(1 running) = 192",
+        ),
+        (
+            "spot",
+            "L-7212CCBC",
+            191.0,
+            "fail",
+            "All P4, P3 and P2 Spot Instance Requests (L-7212CCBC): quota 191 vCPUs; need 96 (1 x 96) + 96 in use "
+            "(1 running) = 192: 1 over; request an increase in the Service Quotas console",
+        ),
     ],
 )
-def test_vcpu_quota(lifecycle: str, quota_code: str, value: float, status: str, detail: str) -> None:
-    """Stubber: moto's GetServiceQuota has no ec2 quotas."""
-    quotas = boto3.client("service-quotas", region_name="us-east-1")
-    with Stubber(quotas) as stub:
-        stub.add_response(
-            "get_service_quota", quota_response(quota_code, value), {"ServiceCode": "ec2", "QuotaCode": quota_code}
-        )
-        check = preflight.check_vcpu_quota(quotas, load_named_environment("dev"), P4D, lifecycle)
-        stub.assert_no_pending_responses()
-    assert (check.name, check.status) == (f"quota-{lifecycle}", status)
-    assert detail in check.detail
+def test_vcpu_quota_counts_the_running_instances(
+    node_image_id: str, lifecycle: str, code: str, quota: float, status: str, detail: str
+) -> None:
+    """One p4d.24xlarge (96 vCPUs) of the same lifecycle already runs; dev needs one more: 192 fits, 191 does not."""
+    launch(node_image_id, "p4d.24xlarge", lifecycle)
+    check = quota_check("dev", lifecycle, stubbed_quota(code, quota))
+    assert (check.name, check.status, check.detail) == (f"quota-{lifecycle}", status, detail)
 
 
-def test_g_family_uses_the_g_quota_codes(environments) -> None:
+def test_only_instances_of_the_quota_count(node_image_id: str) -> None:
+    """On-demand and spot quotas are separate, the family decides, and stopped instances use no quota.
+
+    Running: spot p4d and spot p3dn (the P4, P3 and P2 spot quota), spot p5 (its own P5 spot quota), on-demand
+    g5.48xlarge (the G quota); stopped: an on-demand p4d.
+    """
+    for instance_type in ("p4d.24xlarge", "p3dn.24xlarge", "p5.48xlarge"):
+        launch(node_image_id, instance_type, "spot")
+    launch(node_image_id, "g5.48xlarge")
+    stopped = launch(node_image_id, "p4d.24xlarge")
+    boto3.client("ec2", region_name="us-east-1").stop_instances(InstanceIds=[stopped])
+
+    on_demand = quota_check("dev", "on-demand", stubbed_quota("L-417A185B", 96.0))
+    assert on_demand.status == "pass"
+    assert on_demand.detail.endswith("quota 96 vCPUs; need 96 (1 x 96) + 0 in use (0 running) = 96")
+    spot = quota_check("dev", "spot", stubbed_quota("L-7212CCBC", 288.0))
+    assert spot.status == "pass"
+    assert spot.detail.endswith("quota 288 vCPUs; need 96 (1 x 96) + 192 in use (2 running) = 288")
+
+
+def test_p5_spot_uses_the_p5_spot_quota(node_image_id: str, environments) -> None:
+    """Stubber pins L-C4BD4855; the running spot p4d belongs to the other P spot quota and does not count."""
+    environments("h100", instance_type="p5.48xlarge", target=2, on_demand=0)
+    launch(node_image_id, "p4d.24xlarge", "spot")
+    check = quota_check("h100", "spot", stubbed_quota("L-C4BD4855", 384.0), load_catalog()["p5.48xlarge"])
+    assert check.detail == (
+        "All P5 Spot Instance Requests (L-C4BD4855): quota 384 vCPUs; need 384 (2 x 192) + 0 in use (0 running) = 384"
+    )
+
+
+def test_g_family_uses_the_g_quota_codes(moto: None, environments) -> None:
     """Stubber: the expected parameters pin the G and VT quota code and the vCPUs of 3 on-demand g5.48xlarge."""
     environments("gpus", instance_type="g5.48xlarge", target=3, on_demand=3)
+    check = quota_check("gpus", "on-demand", stubbed_quota("L-DB2E81BA", 512.0), load_catalog()["g5.48xlarge"])
+    assert check.status == "fail" and "need 576 (3 x 192) + 0 in use (0 running) = 576: 64 over" in check.detail
+
+
+def test_no_nodes_of_a_lifecycle_skip_its_quota(environments) -> None:
+    environments("steady", target=2, on_demand=2)
+    ec2 = boto3.client("ec2", region_name="us-east-1")
     quotas = boto3.client("service-quotas", region_name="us-east-1")
-    with Stubber(quotas) as stub:
-        stub.add_response(
-            "get_service_quota", quota_response("L-DB2E81BA", 512.0), {"ServiceCode": "ec2", "QuotaCode": "L-DB2E81BA"}
-        )
-        check = preflight.check_vcpu_quota(
-            quotas, load_named_environment("gpus"), load_catalog()["g5.48xlarge"], "on-demand"
-        )
-    assert check.status == "fail" and "need 576 (3 x 192)" in check.detail
+    with Stubber(ec2), Stubber(quotas):  # no responses queued: any AWS call would raise
+        check = preflight.check_vcpu_quota(ec2, quotas, load_named_environment("steady"), P4D, "spot")
+    assert (check.status, check.detail) == ("pass", "skipped: no spot nodes")
 
 
 def test_quota_access_denied_is_a_warning() -> None:
     """Stubber: a caller without servicequotas:GetServiceQuota still gets the other checks."""
+    ec2 = boto3.client("ec2", region_name="us-east-1")
     quotas = boto3.client("service-quotas", region_name="us-east-1")
-    with Stubber(quotas) as stub:
+    with Stubber(ec2), Stubber(quotas) as stub:
         stub.add_client_error("get_service_quota", service_error_code="AccessDeniedException", http_status_code=400)
-        check = preflight.check_vcpu_quota(quotas, load_named_environment("dev"), P4D, "spot")
+        check = preflight.check_vcpu_quota(ec2, quotas, load_named_environment("dev"), P4D, "spot")
     assert check.status == "warn" and "could not check: GetServiceQuota AccessDeniedException" in check.detail
+
+
+def test_instances_not_readable_is_a_warning() -> None:
+    """Stubber: without ec2:DescribeInstances the running vCPUs are unknown, so the quota is not judged."""
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    with Stubber(ec2) as ec2_stub:
+        ec2_stub.add_client_error(
+            "describe_instances", service_error_code="UnauthorizedOperation", http_status_code=403
+        )
+        check = preflight.check_vcpu_quota(
+            ec2, stubbed_quota("L-417A185B", 192.0).client, load_named_environment("dev"), P4D, "on-demand"
+        )
+    assert check.status == "warn" and "could not check: DescribeInstances UnauthorizedOperation" in check.detail
 
 
 def test_quota_throttled_stops_the_command(moto: None, scores: dict[str, int], stubbed, run_cli) -> None:
@@ -169,20 +273,27 @@ def test_quota_throttled_stops_the_command(moto: None, scores: dict[str, int], s
     assert err.startswith("AWS throttled GetServiceQuota in us-east-1 (Throttling)") and err.count("\n") == 1
 
 
-ZONES = {"AvailabilityZones": [{"ZoneName": "us-east-1a", "ZoneId": "use1-az6"}]}
+# moto's (and one account's) AZ names and ids in us-east-1.
+ZONES = {
+    "AvailabilityZones": [
+        {"ZoneName": "us-east-1a", "ZoneId": "use1-az6"},
+        {"ZoneName": "us-east-1b", "ZoneId": "use1-az1"},
+        {"ZoneName": "us-east-1c", "ZoneId": "use1-az2"},
+    ]
+}
+CAVEAT = "one instance type always scores low (AWS recommends 3 or more), so only the AZ comparison counts"
 
 
-@pytest.mark.parametrize(("score", "status"), [(9, "pass"), (5, "pass"), (2, "warn")])
-def test_spot_placement_score(score: int, status: str) -> None:
-    """Stubber: moto does not implement GetSpotPlacementScores. The request must ask for one AZ and the spot nodes."""
+def score_check(scores: dict[str, int]) -> preflight.Check:
+    """Stubber: moto does not implement GetSpotPlacementScores. The request asks for one AZ and the spot nodes."""
     ec2 = boto3.client("ec2", region_name="us-east-1")
     with Stubber(ec2) as stub:
         stub.add_response(
             "get_spot_placement_scores",
             {
                 "SpotPlacementScores": [
-                    {"Region": "us-east-1", "AvailabilityZoneId": "use1-az6", "Score": score},
-                    {"Region": "us-east-1", "AvailabilityZoneId": "use1-az1", "Score": 10},
+                    {"Region": "us-east-1", "AvailabilityZoneId": zone_id, "Score": score}
+                    for zone_id, score in scores.items()
                 ]
             },
             {
@@ -196,8 +307,44 @@ def test_spot_placement_score(score: int, status: str) -> None:
         stub.add_response("describe_availability_zones", ZONES, {})
         check = preflight.check_placement_score(ec2, load_named_environment("dev"))
         stub.assert_no_pending_responses()
-    assert check.status == status
-    assert f"spot placement score {score}/10 for 1 x p4d.24xlarge in us-east-1a" in check.detail
+    return check
+
+
+@pytest.mark.parametrize(
+    ("scores", "status", "detail"),
+    [
+        (
+            {"use1-az6": 1, "use1-az1": 1, "use1-az2": 1},
+            "pass",
+            f"spot placement score 1/10 for 1 x p4d.24xlarge in us-east-1a, no AZ of us-east-1 higher (3 scored); "
+            f"{CAVEAT}",
+        ),
+        (
+            {"use1-az6": 3, "use1-az1": 3, "use1-az2": 2},
+            "pass",
+            f"spot placement score 3/10 for 1 x p4d.24xlarge in us-east-1a, no AZ of us-east-1 higher (3 scored); "
+            f"{CAVEAT}",
+        ),
+        (
+            {"use1-az6": 1, "use1-az1": 2, "use1-az2": 3},
+            "warn",
+            f"spot placement score 1/10 for 1 x p4d.24xlarge in us-east-1a, lower than us-east-1c 3/10, "
+            f"us-east-1b 2/10; {CAVEAT}; see --suggest-az",
+        ),
+    ],
+)
+def test_spot_placement_score_compares_the_azs(scores: dict[str, int], status: str, detail: str) -> None:
+    """A single type's low score is no warning by itself (the first case warned before); another AZ higher is."""
+    check = score_check(scores)
+    assert (check.status, check.detail) == (status, detail)
+
+
+def test_az_without_a_placement_score_is_a_warning() -> None:
+    check = score_check({"use1-az1": 2, "use1-az2": 2})
+    assert (check.status, check.detail) == (
+        "warn",
+        "no spot placement score for us-east-1a (use1-az6) among the 2 scored AZs of us-east-1; see --suggest-az",
+    )
 
 
 def test_placement_score_not_offered_is_a_warning() -> None:
@@ -315,4 +462,25 @@ def test_suggest_az_price_breaks_ties() -> None:
         ("us-east-1b", 7, 9.5),
         ("us-east-1a", 7, 14.0),
     ]
-    assert note == ""
+    assert note == f"spot scores: {CAVEAT}"
+
+
+def test_quota_lines_in_the_table(node_image: str, scores: dict[str, int], stubbed, run_cli) -> None:
+    """End to end: Stubber on Service Quotas (on-demand, then spot); a spot p4d already runs in moto."""
+    scores["use1-az6"] = 1
+    quotas = stubbed("service-quotas")
+    for code, value in (("L-417A185B", 96.0), ("L-7212CCBC", 96.0)):
+        quotas.add_response("get_service_quota", quota_response(code, value), {"ServiceCode": "ec2", "QuotaCode": code})
+    launch(node_image, "p4d.24xlarge", "spot")
+    code, out, err = run_cli("preflight", "dev")
+    assert code == 1, err
+    lines = out.splitlines()
+    assert (
+        "pass    quota-on-demand  Running On-Demand P instances (L-417A185B): quota 96 vCPUs; need 96 (1 x 96) + 0 in "
+        "use (0 running) = 96" in lines
+    )
+    assert (
+        "fail    quota-spot       All P4, P3 and P2 Spot Instance Requests (L-7212CCBC): quota 96 vCPUs; need 96 "
+        "(1 x 96) + 96 in use (1 running) = 192: 96 over; request an increase in the Service Quotas console" in lines
+    )
+    assert lines[-1] == "preflight failed"
