@@ -9,7 +9,7 @@ import pytest
 from gpufleet.catalog import load_catalog
 from gpufleet.environment import environment_files, load_named_environment
 from gpufleet.errors import GpufleetError
-from gpufleet.user_data import USER_DATA_LIMIT_BYTES, render_user_data
+from gpufleet.user_data import USER_DATA_LIMIT_BYTES, node_settings, render_user_data
 
 SHIPPED = [path.stem for path in environment_files()]
 ALL_SCRIPTS = {"raid0-nvme", "gpu-clocks", "mig", "efa-env", "run-setup", "spot-watcher"}
@@ -94,6 +94,13 @@ def test_options_turned_off_leave_their_scripts_out(node, left_out):
     assert installed_scripts(user_data) == ALL_SCRIPTS - left_out
     setup_order = [s for s in ("raid0-nvme", "gpu-clocks", "mig", "efa-env") if s not in left_out]
     assert settings(user_data)["GPUFLEET_SETUP_SCRIPTS"] == " ".join(setup_order)
+
+
+@pytest.mark.parametrize(("instance_type", "capability"), [("p4d.24xlarge", "8.0"), ("p5.48xlarge", "9.0")])
+def test_node_scripts_get_the_compute_capability_of_the_catalog(instance_type, capability):
+    settings = node_settings(everything_on(), load_catalog()[instance_type])
+
+    assert settings["GPUFLEET_GPU_COMPUTE_CAPABILITY"] == capability
 
 
 def test_no_efa_leaves_the_efa_environment_out():
