@@ -17,7 +17,7 @@ ALL_SCRIPTS = {"raid0-nvme", "gpu-clocks", "mig", "efa-env", "run-setup", "spot-
 EXPECTED_SCRIPTS = {
     "dev": ALL_SCRIPTS - {"mig"},
     "prod": ALL_SCRIPTS - {"mig"},
-    "h100": ALL_SCRIPTS - {"spot-watcher"},
+    "h100": ALL_SCRIPTS - {"spot-watcher", "mig"},
 }
 
 
