@@ -62,7 +62,7 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         "GPUFLEET_NVME_COUNT": str(instance.nvme.count),
         "GPUFLEET_MAX_CLOCKS": _flag("gpu-clocks" in scripts),
         "GPUFLEET_GPU_COUNT": str(instance.gpu.count),
-        # mig.sh and gpu-clocks.sh: Hopper (9.0) and later enable MIG without a GPU reset and lock memory clocks deferred.
+        # mig.sh, gpu-clocks.sh: from Hopper (9.0) on, MIG needs no GPU reset and memory clocks lock deferred.
         "GPUFLEET_GPU_COMPUTE_CAPABILITY": instance.gpu.compute_capability,
         "GPUFLEET_MIG_PROFILE": env.node.mig_profile or "",
         "GPUFLEET_EFA": _flag("efa-env" in scripts),

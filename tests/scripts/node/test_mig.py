@@ -100,7 +100,8 @@ def test_h100_after_a_reboot_enables_mig_again_without_a_reset(node):
 
     node.run("mig.sh", **H100_SETTINGS)
 
-    assert [call for call in changes(node) if "-cgi" not in call] == [["-i", "0", "-mig", "1"], ["-i", "1", "-mig", "1"]]
+    enabled = [call for call in changes(node) if "-cgi" not in call]
+    assert enabled == [["-i", "0", "-mig", "1"], ["-i", "1", "-mig", "1"]]
     assert [gpu["mig_current"] for gpu in node.state["gpus"]] == ["Enabled", "Enabled"]
     assert [gpu["profiles"]["3g.40gb"][1] for gpu in node.state["gpus"]] == [0, 0]
 
