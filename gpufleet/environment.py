@@ -97,8 +97,13 @@ class Ami(_Section):
 class Node(_Section):
     raid0_nvme: StrictBool = Field(True, description="Stripe all NVMe instance-store drives (RAID0, XFS).")
     scratch_mount: StrictStr = Field("/scratch", description="Where the RAID0 volume is mounted.")
-    max_clocks: StrictBool = Field(True, description="Persistence mode and maximum application clocks.")
+    max_clocks: StrictBool = Field(True, description="Persistence mode and clocks locked at the highest supported.")
     mig_profile: StrictStr | None = Field(None, description="MIG profile applied to every GPU, e.g. 3g.20gb.")
+    mig_purpose: StrictStr | None = Field(
+        None,
+        description="What the MIG instances are for: single-node-inference | independent-jobs. Required with "
+        "mig_profile when efa is on: NCCL is not supported with MIG, so MIG nodes run no NCCL jobs, over EFA or not.",
+    )
     checkpoint_hook: StrictStr | None = Field(
         None, description="Command run once when a spot interruption or rebalance notice arrives."
     )

@@ -7,8 +7,9 @@ user data again rewrites the same files and re-runs the idempotent setup; the se
 
 The launch template carries the script gzip-compressed: cloud-init uncompresses gzip user data and then treats it
 "as if it were not compressed" (source: cloud-init doc/rtd/topics/format.rst, "Gzip Compressed Content", which gives
-EC2's ~16384-byte limit as the reason). The scripts go to the nodes as they are in scripts/node/, comments included,
-and every option on takes about 6.6 KB of EC2's 16 KiB (tests/gpufleet/test_user_data.py measures every catalog type).
+EC2's ~16384-byte limit as the reason). The scripts go to the nodes without their comment-only lines; with every
+option on the compressed user data stays under half of EC2's 16 KiB (tests/gpufleet/test_user_data.py measures every
+catalog type), which leaves room for node features.
 """
 
 from __future__ import annotations
@@ -71,12 +72,23 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         "GPUFLEET_NVME_COUNT": str(instance.nvme.count),
         "GPUFLEET_MAX_CLOCKS": _flag("gpu-clocks" in scripts),
         "GPUFLEET_GPU_COUNT": str(instance.gpu.count),
+        # mig.sh, gpu-clocks.sh: from Hopper (9.0) on, MIG needs no GPU reset and memory clocks lock deferred.
+        "GPUFLEET_GPU_COMPUTE_CAPABILITY": instance.gpu.compute_capability,
         "GPUFLEET_MIG_PROFILE": env.node.mig_profile or "",
         "GPUFLEET_EFA": _flag("efa-env" in scripts),
         "GPUFLEET_GPUDIRECT_RDMA": _flag(instance.gpudirect_rdma),
         "GPUFLEET_SPOT_WATCHER": _flag(watches_spot(env)),
         "GPUFLEET_CHECKPOINT_HOOK": env.node.checkpoint_hook or "",
     }
+
+
+def _without_comments(text: str) -> str:
+    """The text without its comment-only lines (the shebang and shellcheck directives stay): the node scripts are
+    commented at length, and the room under EC2's limit is kept for features. The commented originals are
+    scripts/node/ in the gpufleet repository."""
+    lines = text.splitlines(keepends=True)
+    kept = [line for line in lines[1:] if not line.lstrip().startswith("#") or line.lstrip().startswith("# shellcheck")]
+    return "".join(lines[:1] + kept)
 
 
 def _write_file(path: str, mode: str, content: str) -> str:
@@ -90,7 +102,7 @@ def _write_file(path: str, mode: str, content: str) -> str:
 
 
 def _install(path: str, mode: str, source: str) -> str:
-    return _write_file(path, mode, (SCRIPTS_DIR / source).read_text())
+    return _write_file(path, mode, _without_comments((SCRIPTS_DIR / source).read_text()))
 
 
 def render_user_data(env: Environment, instance: InstanceType) -> str:
@@ -104,8 +116,8 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
         "#!/bin/bash\n"
         f"# gpufleet node user data for environment {env.name} ({instance.name}), from gpufleet/user_data.py.\n"
         f"# Installs under {INSTALL_DIR}: {', '.join(installed) or 'nothing'}; with their systemd units.\n"
-        "# Runs them; safe to run again. GPUFLEET_ROOT (tests) prefixes every path it writes. The scripts are\n"
-        "# scripts/node/ of gpufleet as they are; the launch template carries this file gzip-compressed.\n"
+        "# Runs them; safe to run again. GPUFLEET_ROOT (tests) prefixes every path it writes. The scripts'\n"
+        "# commented sources are scripts/node/ in gpufleet; the launch template carries this file gzip-compressed.\n"
         "set -euo pipefail\n"
         "root=${GPUFLEET_ROOT:-}\n"
         'write_file() { mkdir -p "$(dirname "$1")" && cat >"$1.tmp" && chmod "$2" "$1.tmp" && mv -f "$1.tmp" "$1"; }\n',

@@ -57,6 +57,11 @@ LOG_RETENTION_DAYS = {
     3288: "NINE_YEARS",
     3653: "TEN_YEARS",
 }
+# What MIG nodes may be for: work that stays inside one MIG instance. NVIDIA MIG user guide, "Deployment
+# Considerations" (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/deployment-considerations.html): "NCCL is
+# currently not supported with MIG"; "P2P between MIG instances on different GPUs, or between MIG instances to
+# non-MIG mode GPU devices are not supported".
+MIG_PURPOSES = ("single-node-inference", "independent-jobs")
 SMALLEST_VPC_PREFIX = 24
 LARGEST_VPC_PREFIX = 16
 
@@ -459,7 +464,25 @@ class MigProfileValidator(Validator):
                 f"'{profile}' is not a MIG profile of the {instance.gpu.model} "
                 f"{instance.gpu.memory_gib} GB (allowed: {', '.join(instance.mig_profiles)})"
             )
+        if env.efa and env.node.mig_purpose is None:
+            return self.problem(
+                "MIG on an EFA cluster: NCCL, what EFA clusters are for, is not supported with MIG (remove "
+                "mig_profile, set efa: false, or state that each MIG instance works alone: "
+                f"node.mig_purpose: {' or '.join(MIG_PURPOSES)})"
+            )
         return []
+
+
+class MigPurposeValidator(_ChoiceValidator):
+    field = "node.mig_purpose"
+    choices = MIG_PURPOSES
+    what = "a MIG purpose"
+    value = staticmethod(lambda env: env.node.mig_purpose)
+
+    def check(self, env, context):
+        if env.node.mig_purpose is not None and env.node.mig_profile is None:
+            return self.problem("only applies with node.mig_profile (remove it, or set mig_profile)")
+        return super().check(env, context)
 
 
 class ScratchMountValidator(Validator):
@@ -529,6 +552,7 @@ VALIDATORS: tuple[Validator, ...] = (
     RootDeviceValidator(),
     RootVolumeValidator(),
     MigProfileValidator(),
+    MigPurposeValidator(),
     ScratchMountValidator(),
     UserDataSizeValidator(),
     TagsValidator(),

@@ -58,6 +58,26 @@ while read -r name; do
   forwarded+=(-x "$name")
 done < <(compgen -e | grep -E '^(FI|NCCL)_' || true)
 
+# "NCCL is currently not supported with MIG" (NVIDIA MIG user guide, Deployment Considerations,
+# https://docs.nvidia.com/datacenter/tesla/mig-user-guide/deployment-considerations.html): refuse hosts with a GPU
+# in MIG mode. One nvidia-smi per host through the same launcher, its lines tagged "[JOB,RANK]<stdout>:"; rank R runs
+# on host R of the hostfile. mig.mode.current is Enabled, Disabled, or [N/A] on GPUs without MIG (nvidia-smi
+# --help-query-gpu).
+mapfile -t hosts < <(awk 'NF {print $1}' "$hostfile")
+mig_modes=$(mpirun --hostfile "$hostfile" -n "$nodes" -N 1 --bind-to none --tag-output \
+  nvidia-smi --query-gpu=mig.mode.current --format=csv,noheader 2>&1) || {
+  printf '%s\n' "$mig_modes" >&2
+  echo "run-nccl-tests: cannot read the MIG mode of the hosts of $hostfile (mpirun nvidia-smi failed, output above)" >&2
+  exit 1
+}
+mig_hosts=$(awk -v hosts="${hosts[*]}" 'BEGIN { split(hosts, host, " ") }
+  /^\[[0-9]+,[0-9]+\]<stdout>: *Enabled *$/ {
+    rank = $0; sub(/^\[[0-9]+,/, "", rank); sub(/\].*/, "", rank)
+    if (!(rank in seen)) { seen[rank] = 1; print host[rank + 1] }
+  }' <<< "$mig_modes" | paste -sd ' ')
+[[ -z "$mig_hosts" ]] ||
+  die "GPUs in MIG mode on $mig_hosts: NCCL is not supported with MIG (use nodes of an environment without node.mig_profile)"
+
 echo "run-nccl-tests: $test_name on $nodes node(s) x $gpus GPU(s), floor $min_busbw GB/s, log $log" >&2
 # MPI only starts the ranks: keep its own traffic on TCP (not the EFA devices NCCL uses) and leave pinning to NCCL.
 status=0

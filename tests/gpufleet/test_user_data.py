@@ -18,6 +18,7 @@ from gpufleet.user_data import (
     USER_DATA_LIMIT_BYTES,
     compressed_user_data,
     launch_template_user_data,
+    node_settings,
     render_user_data,
 )
 
@@ -27,7 +28,7 @@ ALL_SCRIPTS = {"raid0-nvme", "gpu-clocks", "mig", "efa-env", "run-setup", "spot-
 EXPECTED_SCRIPTS = {
     "dev": ALL_SCRIPTS - {"mig"},
     "prod": ALL_SCRIPTS - {"mig"},
-    "h100": ALL_SCRIPTS - {"spot-watcher"},
+    "h100": ALL_SCRIPTS - {"spot-watcher", "mig"},
 }
 
 
@@ -112,10 +113,14 @@ def test_the_launch_template_carries_the_script_gzip_compressed_and_base64_encod
     assert launch_template_user_data(env, instance) == launch_template_user_data(env, instance)
 
 
-def test_the_node_gets_the_scripts_as_they_are_in_the_repository():
+def test_the_node_gets_the_scripts_without_their_comment_lines():
     user_data = render(everything_on())
     for name in ALL_SCRIPTS:
-        assert (SCRIPTS_DIR / f"{name}.sh").read_text() in user_data, name
+        source = (SCRIPTS_DIR / f"{name}.sh").read_text().splitlines()
+        code = [line for line in source[1:] if line.strip() and not line.lstrip().startswith("#")]
+        assert all(line in user_data.splitlines() for line in code), name
+        assert not [line for line in source[1:] if line.lstrip().startswith("# ") and line in user_data.splitlines()
+                    and not line.lstrip().startswith("# shellcheck")], name
 
 
 @pytest.mark.parametrize(
@@ -132,6 +137,13 @@ def test_options_turned_off_leave_their_scripts_out(node, left_out):
     assert installed_scripts(user_data) == ALL_SCRIPTS - left_out
     setup_order = [s for s in ("raid0-nvme", "gpu-clocks", "mig", "efa-env") if s not in left_out]
     assert settings(user_data)["GPUFLEET_SETUP_SCRIPTS"] == " ".join(setup_order)
+
+
+@pytest.mark.parametrize(("instance_type", "capability"), [("p4d.24xlarge", "8.0"), ("p5.48xlarge", "9.0")])
+def test_node_scripts_get_the_compute_capability_of_the_catalog(instance_type, capability):
+    settings = node_settings(everything_on(), load_catalog()[instance_type])
+
+    assert settings["GPUFLEET_GPU_COMPUTE_CAPABILITY"] == capability
 
 
 def test_no_efa_leaves_the_efa_environment_out():

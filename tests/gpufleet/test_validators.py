@@ -274,6 +274,44 @@ def test_node_subnet_must_hold_every_interface(tmp_path, changes, expected):
     assert problems_of(tmp_path, changed(changes)) == [expected]
 
 
+# NCCL is not supported with MIG (MIG user guide, Deployment Considerations): MIG on an EFA cluster is a choice.
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {"node.mig_profile": "3g.20gb"},
+            "node.mig_profile: MIG on an EFA cluster: NCCL, what EFA clusters are for, is not supported with MIG "
+            "(remove mig_profile, set efa: false, or state that each MIG instance works alone: "
+            "node.mig_purpose: single-node-inference or independent-jobs)",
+        ),
+        (
+            {"node.mig_profile": "3g.20gb", "node.mig_purpose": "training"},
+            "node.mig_purpose: 'training' is not a MIG purpose (allowed: single-node-inference, independent-jobs)",
+        ),
+        (
+            {"node.mig_purpose": "single-node-inference"},
+            "node.mig_purpose: only applies with node.mig_profile (remove it, or set mig_profile)",
+        ),
+    ],
+    ids=["efa-without-purpose", "unknown-purpose", "purpose-without-profile"],
+)
+def test_mig_on_an_efa_cluster_needs_a_stated_purpose(tmp_path, changes, expected):
+    assert problems_of(tmp_path, changed(changes)) == [expected]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"node.mig_profile": "3g.20gb", "node.mig_purpose": "single-node-inference"},
+        {"node.mig_profile": "1g.5gb", "node.mig_purpose": "independent-jobs"},
+        {"node.mig_profile": "3g.20gb", "efa": False},
+    ],
+    ids=["inference", "independent-jobs", "no-efa"],
+)
+def test_mig_with_a_purpose_or_without_efa_is_valid(tmp_path, changes):
+    assert load_environment(write(tmp_path, changed(changes))).node.mig_profile == changes["node.mig_profile"]
+
+
 def test_node_subnet_capacity_fits_at_the_limit(tmp_path):
     assert load_environment(write(tmp_path, changed({"network.cidr": "10.40.0.0/24", "capacity.target": 28})))
 
@@ -309,7 +347,7 @@ def test_efa_requested_on_a_type_without_efa(tmp_path, monkeypatch):
             "node.raid",
             True,
             "node.raid: unknown key (allowed here: raid0_nvme, scratch_mount, max_clocks, mig_profile, "
-            "checkpoint_hook)",
+            "mig_purpose, checkpoint_hook)",
         ),
         ("capacity.target", "two", "capacity.target: input should be a valid integer, got 'two'"),
         ("account", 123456789012, "account: input should be a valid string, got 123456789012 (put it in quotes)"),

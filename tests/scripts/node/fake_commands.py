@@ -95,7 +95,9 @@ def nvidia_smi(args: list[str], state: dict) -> int:
     elif query == "--query-compute-apps=pid":
         print("".join(f"{pid}\n" for pid in state.get("gpu_processes", [])), end="")
     elif "-mig" in args:
-        gpus[int(args[args.index("-i") + 1])]["mig_pending"] = "Enabled"
+        return enable_mig(int(args[args.index("-i") + 1]), state)
+    elif args[:1] and args[0] in CLOCK_OPTIONS:
+        return set_clocks(args, state)
     elif "-r" in args:
         if state.get("reset_fails"):
             print("Unable to reset GPU: in use", file=sys.stderr)
@@ -103,6 +105,58 @@ def nvidia_smi(args: list[str], state: dict) -> int:
         gpu = gpus[int(args[args.index("-i") + 1])]
         gpu["mig_current"] = gpu["mig_pending"]
     save(state)
+    return 0
+
+
+def bus_id(index: int) -> str:
+    return f"00000000:{0x10 + index:02X}:1C.0"
+
+
+def enable_mig(index: int, state: dict) -> int:
+    """nvidia-smi -i INDEX -mig 1, per the MIG user guide ("Enable MIG Mode"). A GPU's "architecture" is "ampere"
+    (the default) or "hopper". Hopper: the mode takes effect at once, no reset. Ampere: the driver attempts a reset
+    itself ("driver_resets_gpu" in the state: it succeeds); when it cannot, the mode stays pending until -r or a
+    reboot, and nvidia-smi says so in a warning but exits 0, as in the guide's examples."""
+    gpu = state["gpus"][index]
+    gpu["mig_pending"] = "Enabled"
+    in_use = bool(state.get("gpu_processes"))
+    if gpu.get("architecture", "ampere") == "hopper" or (state.get("driver_resets_gpu") and not in_use):
+        gpu["mig_current"] = "Enabled"
+        print(f"Enabled MIG Mode for GPU {bus_id(index)}")
+    elif in_use:
+        print(f"Warning: MIG mode is in pending enable state for GPU {bus_id(index)}:In use by another client")
+    else:
+        print(f"Warning: MIG mode is in pending enable state for GPU {bus_id(index)}:Not Supported")
+        print(f"Reboot the system or try nvidia-smi --gpu-reset to make MIG mode effective on GPU {bus_id(index)}")
+    print("All done.")
+    save(state)
+    return 0
+
+
+# Clock options of nvidia-smi (its manual, https://docs.nvidia.com/deploy/nvidia-smi/index.html). "driver_options"
+# in the state lists those the installed driver has (default: all); the state records what each one set.
+CLOCK_OPTIONS = {"-pm": "persistence_mode", "-lgc": "locked_graphics_clocks", "-lmc": "locked_memory_clocks",
+                 "-lmcd": "deferred_memory_clock", "-ac": "applications_clocks"}
+
+
+def set_clocks(args: list[str], state: dict) -> int:
+    option, value = args[0], args[1]
+    if option not in state.get("driver_options", CLOCK_OPTIONS):
+        # An option this driver does not have: exit code 2, "A supplied argument or flag is invalid" (RETURN VALUE in
+        # the manual); the text is what nvidia-smi prints for an unknown option (stream unconfirmed).
+        print("Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.", file=sys.stderr)
+        return 2
+    if option == "-lmc" and any(gpu.get("architecture") == "hopper" for gpu in state["gpus"]):
+        # The manual: -lmc "does not work on GPUs based on NVIDIA Hopper architectures". nvidia-smi reports an
+        # unsupported setting per GPU, "Treating as warning and moving on.", and exits 0.
+        for index in range(len(state["gpus"])):
+            print(f"Setting locked Memory clocks is not supported for GPU {bus_id(index)}.")
+            print("Treating as warning and moving on.")
+        print("All done.")
+        return 0
+    state[CLOCK_OPTIONS[option]] = value
+    save(state)
+    print("All done.")
     return 0
 
 

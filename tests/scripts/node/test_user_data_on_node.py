@@ -76,7 +76,7 @@ def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path):
     ran = [line.split("running ")[1] for line in setup.stdout.splitlines() if line.startswith("node-setup: running")]
     assert ran == ["raid0-nvme", "gpu-clocks", "mig", "efa-env"]
     assert node.state["mounts"] == {str(scratch): "/dev/md/scratch"}
-    assert ["-ac", "1215,1410"] in node.calls("nvidia-smi")
+    assert ["-lgc", "1410,1410"] in node.calls("nvidia-smi")
     assert all(gpu["profiles"]["7g.40gb"][1] == 0 for gpu in node.state["gpus"])
     assert "LD_LIBRARY_PATH=" in (node.root / "etc/gpufleet/efa.env").read_text()
 
@@ -87,7 +87,7 @@ def test_a_failing_setup_script_does_not_stop_the_others(node, tmp_path):
 
     setup = node.run(node.root / "opt/gpufleet/node/run-setup.sh", check=False,
                      GPUFLEET_SETUP_SCRIPTS="gpu-clocks efa-env", GPUFLEET_MAX_CLOCKS="1", GPUFLEET_GPU_COUNT="8",
-                     GPUFLEET_EFA="0")
+                     GPUFLEET_GPU_COMPUTE_CAPABILITY="8.0", GPUFLEET_EFA="0")
 
     assert setup.returncode == 1
     assert "node-setup: running efa-env" in setup.stdout

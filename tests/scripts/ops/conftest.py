@@ -36,6 +36,9 @@ case "$*" in
       rows) i=0
         while IFS=: read -r c u p f; do echo "${buses[i]}, $c, $u, $p, $f"; i=$((i + 1)); done <<< "$STUB_REMAP" ;;
     esac ;;
+  --query-gpu=mig.mode.current*)  # STUB_MIG: the mode of each host's GPUs, one word per host (default Disabled)
+    read -r -a modes <<< "${STUB_MIG:-}"
+    for ((i = 0; i < STUB_GPUS; i++)); do echo "${modes[${STUB_HOST_INDEX:-0}]:-Disabled}"; done ;;
   "topo -m") echo "GPU0 X NV12" ;;
   *) echo "unexpected nvidia-smi $*" >&2; exit 9 ;;
 esac
@@ -76,6 +79,14 @@ esac
 """,
     "mpirun": r"""
 echo "mpirun $*" >> "$STUB_LOG"
+# A command run once per host (-n HOSTS -N 1 ... nvidia-smi ...): each host's lines as --tag-output tags them.
+for ((at = 1; at <= $#; at++)); do [[ "${!at}" == nvidia-smi ]] && break; done
+if ((at <= $#)); then
+  for ((rank = 0; rank < $(sed -E 's/.* -n ([0-9]+) .*/\1/' <<< " $* "); rank++)); do
+    STUB_HOST_INDEX=$rank "${@:at}" | sed "s/^/[1,$rank]<stdout>:/"
+  done
+  exit 0
+fi
 env | grep -E '^(FI|NCCL)_|^LD_LIBRARY_PATH=' | sort > "$STUB_DIR/mpirun-env"
 echo "#  Avg bus bandwidth    : 71.5"
 exit "$STUB_MPIRUN_EXIT"

@@ -41,7 +41,7 @@ def settings(hostfile: Path, tmp_path: Path, **extra: str) -> dict[str, str]:
 def test_two_nodes_with_the_catalog_floor(run_script, calls, hostfile: Path, efa_profile: Path, tmp_path: Path) -> None:
     done = run_script("run-nccl-tests.sh", **settings(hostfile, tmp_path))
     assert done.returncode == 0, done.stderr
-    mpirun, report = calls()
+    mpirun, report = calls()[-2:]
     assert mpirun.startswith(f"mpirun --hostfile {hostfile} -n 16 -N 8 --bind-to none")
     assert mpirun.endswith("/opt/nccl-tests/build/all_reduce_perf -b 8 -e 16G -f 2 -g 1")
     for variable in ("LD_LIBRARY_PATH", "PATH", "FI_PROVIDER", "FI_EFA_USE_DEVICE_RDMA", "NCCL_PROTO"):
@@ -60,12 +60,41 @@ def test_explicit_floor_test_and_tolerance(run_script, calls, hostfile: Path, tm
         **settings(hostfile, tmp_path, GPUFLEET_MIN_BUSBW="40", GPUFLEET_NCCL_TEST="all_gather_perf"),
     )
     assert done.returncode == 0, done.stderr
-    mpirun, report = calls()
+    mpirun, report = calls()[-2:]
     assert "/opt/nccl-tests/build/all_gather_perf -b 8" in mpirun
     assert " -x FI_" not in mpirun  # no EFA profile on this node
     assert report.endswith("--min-busbw 40")
     done = run_script("run-nccl-tests.sh", **settings(hostfile, tmp_path, GPUFLEET_BUSBW_TOLERANCE="0.5"))
     assert calls()[-1].endswith("--min-busbw 39.0")
+
+
+def test_every_host_is_checked_for_mig_mode_first(run_script, calls, hostfile: Path, tmp_path: Path) -> None:
+    done = run_script("run-nccl-tests.sh", **settings(hostfile, tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert calls()[:3] == [
+        f"mpirun --hostfile {hostfile} -n 2 -N 1 --bind-to none --tag-output "
+        "nvidia-smi --query-gpu=mig.mode.current --format=csv,noheader",
+        "nvidia-smi --query-gpu=mig.mode.current --format=csv,noheader",
+        "nvidia-smi --query-gpu=mig.mode.current --format=csv,noheader",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("modes", "refused"), [("Disabled Enabled", "10.40.0.5"), ("Enabled Enabled", "10.40.0.4 10.40.0.5")]
+)
+def test_mig_nodes_are_refused(run_script, calls, hostfile: Path, tmp_path: Path, modes: str, refused: str) -> None:
+    done = run_script("run-nccl-tests.sh", **settings(hostfile, tmp_path), STUB_MIG=modes)
+    assert done.returncode == 2
+    assert done.stderr == (
+        f"run-nccl-tests: GPUs in MIG mode on {refused}: NCCL is not supported with MIG "
+        "(use nodes of an environment without node.mig_profile)\n"
+    )
+    assert not any("all_reduce_perf" in call or call.startswith("gpufleet") for call in calls())
+
+
+def test_gpus_without_mig_are_not_refused(run_script, hostfile: Path, tmp_path: Path) -> None:
+    done = run_script("run-nccl-tests.sh", **settings(hostfile, tmp_path), STUB_MIG="[N/A] [N/A]")
+    assert done.returncode == 0, done.stderr
 
 
 def test_report_verdict_is_the_exit_status(run_script, hostfile: Path, tmp_path: Path) -> None:
