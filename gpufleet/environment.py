@@ -100,7 +100,9 @@ class Node(_Section):
     max_clocks: StrictBool = Field(True, description="Persistence mode and maximum application clocks.")
     mig_profile: StrictStr | None = Field(None, description="MIG profile applied to every GPU, e.g. 3g.20gb.")
     checkpoint_hook: StrictStr | None = Field(
-        None, description="Command run once when a spot interruption or rebalance notice arrives."
+        None,
+        description="Command run on a spot rebalance recommendation and again on the interruption notice "
+        "(at most once per kind; not for a recommendation that comes with or after the interruption).",
     )
 
 
