@@ -105,7 +105,9 @@ class Node(_Section):
         "mig_profile when efa is on: NCCL is not supported with MIG, so MIG nodes run no NCCL jobs, over EFA or not.",
     )
     checkpoint_hook: StrictStr | None = Field(
-        None, description="Command run once when a spot interruption or rebalance notice arrives."
+        None,
+        description="Command run on a spot rebalance recommendation and again on the interruption notice "
+        "(at most once per kind; not for a recommendation that comes with or after the interruption).",
     )
 
 

@@ -2,9 +2,16 @@
 # Writes the EFA/NCCL environment for the aws-ofi-nccl version installed on the image (read from the AMI's
 # versions manifest) to /etc/profile.d/gpufleet-efa.sh (login shells) and /etc/gpufleet/efa.env (systemd
 # EnvironmentFile=, docker --env-file). Which variables a plugin version needs: aws-ofi-nccl doc/efa-env-var.md.
+# The library path (libfabric, Open MPI, the plugin) goes into efa.env as GPUFLEET_EFA_LIBRARY_PATH, never as
+# LD_LIBRARY_PATH: docker --env-file sets values as written, without expansion (docker/cli pkg/kvfile/kvfile.go:
+# "no interpolation or substitution"), so an LD_LIBRARY_PATH there would replace the container's own.
 set -euo pipefail
 
-readonly LIBRARY_PATH_BASE=/opt/amazon/efa/lib:/opt/amazon/openmpi/lib
+# PREFIX:LIBRARY pairs. The EFA installer puts libfabric and Open MPI in lib64 on Amazon Linux and RHEL, in lib on
+# Ubuntu and Debian (EC2 user guide, efa-start-nccl-base "Add the Libfabric directory to LD_LIBRARY_PATH", per OS;
+# aws-samples/aws-efa-nccl-baseami-pipeline nvidia-efa-ml-al2.yml and -ubuntu2004.yml profile scripts): the
+# directory used is the one that holds the library.
+readonly INSTALLED_LIBRARIES=(/opt/amazon/efa:libfabric.so /opt/amazon/openmpi:libmpi.so)
 
 log() { echo "efa-env: $*"; }
 die() { echo "efa-env: error: $*" >&2; exit 1; }
@@ -24,7 +31,18 @@ efa_variables() {
   if [[ $gpudirect_rdma == 1 ]] && version_before "$version" 1.7.0; then
     echo FI_EFA_USE_DEVICE_RDMA=1
   fi
-  echo "LD_LIBRARY_PATH=$LIBRARY_PATH_BASE:$plugin_lib"
+}
+
+# Prints $1/lib64 or $1/lib, whichever holds library $2 (any version of it); fails when neither does.
+library_dir() {
+  local dir
+  for dir in "$1/lib64" "$1/lib"; do
+    if compgen -G "$root$dir/$2*" >/dev/null; then
+      echo "$dir"
+      return 0
+    fi
+  done
+  return 1
 }
 
 # Writes stdin to $1 through a temporary file, so readers never see half a file.
@@ -62,20 +80,32 @@ plugin_lib=${plugin_lib:-${GPUFLEET_OFI_NCCL_PREFIX:-/opt/aws-ofi-nccl}/lib}
   die "components.aws_ofi_nccl in $manifest is '$raw_version', not a version such as 1.7.3"
 version=${BASH_REMATCH[1]}
 
+library_path=""
+for entry in "${INSTALLED_LIBRARIES[@]}"; do
+  prefix=${entry%%:*} library=${entry#*:}
+  dir=$(library_dir "$prefix" "$library") ||
+    die "no $library in $prefix/lib64 or $prefix/lib: the EFA installer did not install it on this image"
+  library_path+=$dir:
+done
+library_path+=$plugin_lib
+
 mapfile -t variables < <(efa_variables "$version" "$GPUFLEET_GPUDIRECT_RDMA")
+variables+=("GPUFLEET_EFA_LIBRARY_PATH=$library_path")
 header="# Written by gpufleet efa-env.sh for aws-ofi-nccl $raw_version (from $manifest); do not edit."
 {
   echo "$header"
+  echo "# Containers: mount the directories of GPUFLEET_EFA_LIBRARY_PATH read-only at the same paths and, inside,"
+  echo "# prepend it to LD_LIBRARY_PATH (an LD_LIBRARY_PATH in this file would replace the container's own)."
   printf '%s\n' "${variables[@]}"
 } | write_file "$root/etc/gpufleet/efa.env"
 {
   echo "$header"
-  for variable in "${variables[@]}"; do
-    if [[ $variable == LD_LIBRARY_PATH=* ]]; then
-      # shellcheck disable=SC2016 # expanded by the login shell that sources the file
-      variable+='${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}'
-    fi
-    echo "export $variable"
-  done
+  printf 'export %s\n' "${variables[@]}"
+  # Once per shell, however often the file is sourced (login shell, then a script that sources it again).
+  # shellcheck disable=SC2016 # expanded by the shell that sources the file
+  printf '%s\n' 'case ":${LD_LIBRARY_PATH:-}:" in' \
+    '  *":$GPUFLEET_EFA_LIBRARY_PATH:"*) ;;' \
+    '  *) export LD_LIBRARY_PATH="$GPUFLEET_EFA_LIBRARY_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;;' \
+    'esac'
 } | write_file "$root/etc/profile.d/gpufleet-efa.sh"
-log "wrote the environment for aws-ofi-nccl $raw_version: ${variables[*]%%=*}"
+log "wrote the environment for aws-ofi-nccl $raw_version: ${variables[*]%%=*} ($library_path)"

@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
 # Polls the instance metadata service (IMDSv2) for a spot interruption notice or a rebalance recommendation,
-# logs each new notice and runs GPUFLEET_CHECKPOINT_HOOK once per node, on the first notice of either kind.
+# logs each new notice and runs GPUFLEET_CHECKPOINT_HOOK at most once per kind of notice: on a rebalance
+# recommendation (which can come long before an interruption, or never be followed by one), and again on the
+# interruption notice, so the work done since the early checkpoint is saved too.
+# IMDS semantics (EC2 user guide, spot-instance-termination-notices and rebalance-recommendations;
+# awsdocs/amazon-ec2-user-guide doc_source/spot-instance-termination-notices.md): spot/instance-action answers
+# 404 until EC2 marks the instance for interruption, then {"action": "terminate", "time": "..."} (two minutes'
+# warning); events/recommendations/rebalance answers {"noticeTime": "..."} once a recommendation was issued.
 # Runs as gpufleet-spot-watcher.service; stdout goes to the journal.
 set -euo pipefail
 
-readonly NOTICE_PATHS=(spot/instance-action events/recommendations/rebalance)
+readonly INTERRUPTION=spot/instance-action REBALANCE=events/recommendations/rebalance
+# The interruption is polled first: when both notices are there at once, the hook runs for the interruption (the
+# last checkpoint there is time for) and the rebalance recommendation is only logged.
+readonly NOTICE_PATHS=("$INTERRUPTION" "$REBALANCE")
 
 log() { echo "spot-watcher: $*"; }
 die() { echo "spot-watcher: error: $*" >&2; exit 1; }
@@ -19,8 +28,9 @@ poll_seconds=${GPUFLEET_POLL_SECONDS:-5}
 iterations=${GPUFLEET_WATCH_ITERATIONS:-0}
 token_ttl=${GPUFLEET_IMDS_TOKEN_TTL_SECONDS:-21600}
 hook=${GPUFLEET_CHECKPOINT_HOOK:-}
-# Kept on the root volume, so a restart of the service does not run the hook a second time.
-hook_ran_file=${GPUFLEET_ROOT:-}/var/lib/gpufleet/checkpoint-hook-ran
+# One record per notice kind the hook ran for, kept on the root volume, so a restart of the service does not run
+# the hook again for the same kind.
+hook_runs=${GPUFLEET_ROOT:-}/var/lib/gpufleet/checkpoint-hook-runs
 
 [[ $poll_seconds =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "GPUFLEET_POLL_SECONDS must be a number of seconds, got '$poll_seconds'"
 [[ $iterations =~ ^[0-9]+$ ]] || die "GPUFLEET_WATCH_ITERATIONS must be a whole number (0: forever), got '$iterations'"
@@ -56,16 +66,25 @@ metadata() {
   esac
 }
 
-run_hook_once() {
-  local path=$1 notice=$2
+# Where the run of the hook for notice path $1 is recorded.
+hook_record() { echo "$hook_runs/${1//\//_}"; }
+
+# Runs the hook for notice path $1 (body $2) unless it already ran for that kind, or, for a rebalance
+# recommendation, already ran for the interruption. One run at a time: an interruption notice that comes while a
+# rebalance-triggered run is still going is handled on the next poll after it.
+run_hook() {
+  local path=$1 notice=$2 record
+  record=$(hook_record "$path")
   if [[ -z $hook ]]; then
     log "no checkpoint hook configured (node.checkpoint_hook)"
-  elif [[ -f $hook_ran_file ]]; then
-    log "checkpoint hook already ran, for $(<"$hook_ran_file")"
+  elif [[ -f $record ]]; then
+    log "checkpoint hook already ran for $path: $(<"$record")"
+  elif [[ $path == "$REBALANCE" && -f $(hook_record "$INTERRUPTION") ]]; then
+    log "checkpoint hook already ran for $INTERRUPTION; not running it for $path"
   else
-    mkdir -p "$(dirname "$hook_ran_file")"
-    printf '%s %s\n' "$path" "$notice" >"$hook_ran_file"
-    log "running checkpoint hook: $hook"
+    mkdir -p "$hook_runs"
+    printf '%s\n' "$notice" >"$record"
+    log "running checkpoint hook for $path: $hook"
     if GPUFLEET_NOTICE_PATH=$path GPUFLEET_NOTICE=$notice bash -c "$hook"; then
       log "checkpoint hook finished"
     else
@@ -92,7 +111,7 @@ while ((iterations == 0 || iteration < iterations)); do
     [[ ${last_notice[$path]:-} != "$notice" ]] || continue
     last_notice[$path]=$notice
     log "notice at $path: $notice"
-    run_hook_once "$path" "$notice"
+    run_hook "$path" "$notice"
   done
   ((iterations != 0 && iteration >= iterations)) || sleep "$poll_seconds"
 done

@@ -45,15 +45,20 @@ print("" if busbw is None else f"{busbw * float(sys.argv[2]):.1f}")
   [[ -n "$min_busbw" ]] || die "no published bus bandwidth for $GPUFLEET_INSTANCE_TYPE in the catalog: set GPUFLEET_MIN_BUSBW"
 fi
 
+# The EFA variables and the library path (libfabric, Open MPI, aws-ofi-nccl) as efa-env.sh found them on this
+# image: lib or lib64 by OS, the plugin where versions.json's paths.aws_ofi_nccl_lib says.
 efa_environment="${GPUFLEET_ROOT:-}/etc/profile.d/gpufleet-efa.sh"
 if [[ -r "$efa_environment" ]]; then
   # shellcheck source=/dev/null
   source "$efa_environment"
+else
+  echo "run-nccl-tests: warning: no $efa_environment (efa-env.sh writes it on EFA nodes): NCCL finds EFA and" \
+    "the aws-ofi-nccl plugin only if LD_LIBRARY_PATH already has them" >&2
 fi
-export LD_LIBRARY_PATH="/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:/opt/aws-ofi-nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$PATH:/opt/amazon/openmpi/bin"
 
-forwarded=(-x LD_LIBRARY_PATH -x PATH)
+forwarded=(-x PATH)
+[[ -z "${LD_LIBRARY_PATH:-}" ]] || forwarded+=(-x LD_LIBRARY_PATH)
 while read -r name; do
   forwarded+=(-x "$name")
 done < <(compgen -e | grep -E '^(FI|NCCL)_' || true)

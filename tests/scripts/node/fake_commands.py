@@ -160,16 +160,34 @@ def set_clocks(args: list[str], state: dict) -> int:
     return 0
 
 
+# What IMDS answers for a metadata item that is not there, e.g. spot/instance-action before EC2 marks the instance
+# for interruption (source: aws/amazon-ec2-metadata-mock pkg/server/httpserver.go notFoundResponse, abridged).
+IMDS_NOT_FOUND = "<html><head><title>404 - Not Found</title></head><body><h1>404 - Not Found</h1></body></html>"
+
+
 def curl(args: list[str], state: dict) -> int:
+    """IMDSv2 as EC2 serves it (EC2 user guide, instancedata-data-retrieval "Responses and error messages" and
+    instance-metadata-v2-how-it-works): PUT api/token with the TTL header gives a token (400 without a valid TTL,
+    as aws/amazon-ec2-metadata-mock pkg/mock/imdsv2/tokengenerator.go answers);
+    a GET needs a token it issued (401 otherwise); an item that is not there is a 404. Prints the body, then a
+    line with the status, as `curl -w '\\n%{http_code}'` does."""
     url = args[-1]
     path = url.split("/latest/", 1)[1].removeprefix("meta-data/")
     if path == "api/token":
+        if not any(arg.startswith("X-aws-ec2-metadata-token-ttl-seconds: ") for arg in args):
+            print("curl: (22) The requested URL returned error: 400", file=sys.stderr)
+            return 22
         state["tokens_issued"] = state.get("tokens_issued", 0) + 1
         save(state)
         print(f"token-{state['tokens_issued']}", end="")
         return 0
-    # Each metadata path answers from its list of [status, body], one per call; the last answer repeats.
-    answers = state["imds"].get(path, [[404, ""]])
+    issued = {f"X-aws-ec2-metadata-token: token-{n}" for n in range(1, state.get("tokens_issued", 0) + 1)}
+    if not issued.intersection(args):
+        print("\n401", end="")
+        return 0
+    # Each metadata path answers from its list of [status, body], one per call; the last answer repeats (a notice,
+    # once there, stays). A path without a list is not there.
+    answers = state["imds"].get(path, [[404, IMDS_NOT_FOUND]])
     status, body = answers.pop(0) if len(answers) > 1 else answers[0]
     save(state)
     print(f"{body}\n{status}", end="")

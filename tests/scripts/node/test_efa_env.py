@@ -1,14 +1,24 @@
 """efa-env.sh: the EFA/NCCL variables follow the aws-ofi-nccl version in /etc/gpufleet/versions.json."""
 
 import json
+import shutil
 import subprocess
 
 import pytest
 
+from tests.scripts.efa_install import install_efa
+
 OBSOLETE = ("FI_PROVIDER", "NCCL_PROTO", "FI_EFA_USE_DEVICE_RDMA")
 NEVER = ("RDMAV_FORK_SAFE", "NCCL_MIN_CHANNELS", "NCCL_BUFFSIZE", "FI_EFA_FORK_SAFE")
+# Ubuntu layout, plugin at the default prefix (images whose manifest records no paths.aws_ofi_nccl_lib).
 LIBRARY_PATH = "/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:/opt/aws-ofi-nccl/lib"
 SETTINGS = {"GPUFLEET_EFA": "1", "GPUFLEET_GPUDIRECT_RDMA": "1"}
+
+
+@pytest.fixture(autouse=True)
+def ubuntu_efa(node):
+    """An Ubuntu node image: the EFA installer's libraries in lib. Tests of other layouts add to or replace it."""
+    install_efa(node.root, "ubuntu")
 
 
 def write_manifest(node, aws_ofi_nccl: str | None) -> None:
@@ -44,7 +54,7 @@ def test_variables_follow_the_plugin_version(node, version, gpudirect_rdma, expe
 
     node.run("efa-env.sh", **{**SETTINGS, "GPUFLEET_GPUDIRECT_RDMA": gpudirect_rdma})
 
-    assert env_file(node) == {**expected, "LD_LIBRARY_PATH": LIBRARY_PATH}
+    assert env_file(node) == {**expected, "GPUFLEET_EFA_LIBRARY_PATH": LIBRARY_PATH}
 
 
 def test_old_plugin_profile_script(node):
@@ -54,7 +64,7 @@ def test_old_plugin_profile_script(node):
 
     profile = (node.root / "etc/profile.d/gpufleet-efa.sh").read_text()
     for line in ("export FI_PROVIDER=efa", "export NCCL_PROTO=simple", "export FI_EFA_USE_DEVICE_RDMA=1",
-                 "export LD_LIBRARY_PATH=" + LIBRARY_PATH + "${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"):
+                 "export GPUFLEET_EFA_LIBRARY_PATH=" + LIBRARY_PATH):
         assert line in profile.splitlines()
     assert "aws-ofi-nccl 1.1.4-aws" in profile.splitlines()[0]
 
@@ -70,16 +80,49 @@ def test_new_plugin_sets_none_of_the_obsolete_variables(node):
         assert name not in written
 
 
-def test_profile_script_sources_and_appends_to_the_library_path(node):
+def source_profile(node, times: int = 1, shell: str = "sh") -> str:
+    """LD_LIBRARY_PATH and FI_EFA_USE_DEVICE_RDMA after sourcing the profile script `times` times."""
+    profile = node.root / "etc/profile.d/gpufleet-efa.sh"
+    done = subprocess.run(
+        [shell, "-c", f'{f". {profile} && " * times}echo "$LD_LIBRARY_PATH ${{FI_EFA_USE_DEVICE_RDMA:-}}"'],
+        env={"LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.mark.parametrize("shell", ["sh", "bash"])
+def test_profile_script_sources_and_prepends_to_the_library_path(node, shell):
     write_manifest(node, "1.6.4")
     node.run("efa-env.sh", **SETTINGS)
 
-    profile = node.root / "etc/profile.d/gpufleet-efa.sh"
-    shell = subprocess.run(
-        ["bash", "-c", f'. "{profile}" && echo "$LD_LIBRARY_PATH $FI_EFA_USE_DEVICE_RDMA"'],
-        env={"LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+    assert source_profile(node, shell=shell) == f"{LIBRARY_PATH}:/usr/local/cuda/lib64 1"
+
+
+def test_profile_script_sourced_again_adds_nothing(node):
+    write_manifest(node, "1.14.0")
+    node.run("efa-env.sh", **SETTINGS)
+
+    assert source_profile(node, times=2) == f"{LIBRARY_PATH}:/usr/local/cuda/lib64"
+
+
+def test_env_file_leaves_a_containers_library_path_alone(node):
+    """docker --env-file sets each NAME=VALUE as written (docker/cli pkg/kvfile: no interpolation), so efa.env must
+    not hold LD_LIBRARY_PATH; the container prepends GPUFLEET_EFA_LIBRARY_PATH to its own, as the file says."""
+    write_manifest(node, "1.7.3-aws")
+    node.run("efa-env.sh", **SETTINGS)
+    env_text = (node.root / "etc/gpufleet/efa.env").read_text()
+    container_env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64", **env_file(node)}
+
+    inside = subprocess.run(
+        ["sh", "-c", 'export LD_LIBRARY_PATH="$GPUFLEET_EFA_LIBRARY_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; '
+                     'echo "$LD_LIBRARY_PATH"'],
+        env=container_env, capture_output=True, text=True, check=True,
     )
-    assert shell.stdout.strip() == f"{LIBRARY_PATH}:/usr/local/cuda/lib64 1"
+
+    assert "LD_LIBRARY_PATH" not in env_file(node)
+    assert "prepend it to LD_LIBRARY_PATH" in env_text
+    assert inside.stdout.strip() == f"{LIBRARY_PATH}:/usr/local/nvidia/lib64"
 
 
 def test_rerun_gives_the_same_files(node):
@@ -125,15 +168,57 @@ def test_disabled_writes_nothing(node):
     assert not (node.root / "etc").exists()
 
 
-def test_library_path_follows_the_plugin_directory_the_image_recorded(node):
-    """Images whose EFA installer ships the plugin record where it is (15-validate.sh: paths.aws_ofi_nccl_lib)."""
+def write_manifest_with_plugin_dir(node, plugin_dir: str) -> None:
+    """What 15-validate.sh writes on images whose EFA installer ships the plugin: paths.aws_ofi_nccl_lib."""
     manifest = node.root / "etc/gpufleet/versions.json"
     manifest.parent.mkdir(parents=True, exist_ok=True)
     manifest.write_text(json.dumps({"components": {"aws_ofi_nccl": "1.16.3"},
-                                    "paths": {"aws_ofi_nccl_lib": "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"}}))
+                                    "paths": {"aws_ofi_nccl_lib": plugin_dir}}))
+
+
+def test_library_path_follows_the_plugin_directory_the_image_recorded(node):
+    write_manifest_with_plugin_dir(node, "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu")
 
     node.run("efa-env.sh", **SETTINGS)
 
     assert env_file(node) == {
-        "LD_LIBRARY_PATH": "/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"
+        "GPUFLEET_EFA_LIBRARY_PATH":
+            "/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"
     }
+
+
+def test_amazon_linux_2_layout_uses_lib64(node):
+    shutil.rmtree(node.root / "opt/amazon")
+    install_efa(node.root, "al2")
+    write_manifest_with_plugin_dir(node, "/opt/amazon/ofi-nccl/lib64")
+
+    node.run("efa-env.sh", **SETTINGS)
+
+    library_path = "/opt/amazon/efa/lib64:/opt/amazon/openmpi/lib64:/opt/amazon/ofi-nccl/lib64"
+    assert env_file(node) == {"GPUFLEET_EFA_LIBRARY_PATH": library_path}
+    assert f"export GPUFLEET_EFA_LIBRARY_PATH={library_path}" in (
+        node.root / "etc/profile.d/gpufleet-efa.sh").read_text().splitlines()
+
+
+def test_the_directory_that_holds_the_library_wins_over_one_that_merely_exists(node):
+    (node.root / "opt/amazon/efa/lib64").mkdir()  # e.g. left behind by another package, without libfabric
+    write_manifest(node, "1.14.0")
+
+    node.run("efa-env.sh", **SETTINGS)
+
+    assert env_file(node)["GPUFLEET_EFA_LIBRARY_PATH"] == LIBRARY_PATH
+
+
+@pytest.mark.parametrize(("missing", "message"), [
+    ("opt/amazon", "no libfabric.so in /opt/amazon/efa/lib64 or /opt/amazon/efa/lib: the EFA installer did not"),
+    ("opt/amazon/openmpi/lib", "no libmpi.so in /opt/amazon/openmpi/lib64 or /opt/amazon/openmpi/lib"),
+])
+def test_missing_efa_libraries_are_a_clear_error(node, missing, message):
+    shutil.rmtree(node.root / missing)
+    write_manifest(node, "1.14.0")
+
+    result = node.run("efa-env.sh", check=False, **SETTINGS)
+
+    assert result.returncode == 1
+    assert message in result.stderr and result.stderr.count("\n") == 1
+    assert not (node.root / "etc/gpufleet/efa.env").exists()

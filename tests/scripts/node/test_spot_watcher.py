@@ -1,12 +1,18 @@
-"""spot-watcher.sh against a fake curl playing IMDSv2: the checkpoint hook runs once, on the first notice."""
+"""spot-watcher.sh against a fake curl playing IMDSv2: the checkpoint hook runs at most once per kind of notice."""
 
 import json
 
 import pytest
 
+# The bodies IMDS serves (EC2 user guide: spot-instance-termination-notices, rebalance-recommendations).
 INTERRUPTION = json.dumps({"action": "terminate", "time": "2024-05-01T12:02:00Z"})
 REBALANCE = json.dumps({"noticeTime": "2024-05-01T11:50:00Z"})
-NOT_YET = [404, ""]
+NOT_YET = [404, "<html><body><h1>404 - Not Found</h1></body></html>"]  # IMDS sends an HTML page
+
+
+def from_poll(poll: int, body: str) -> list[list]:
+    """A notice that is not there before poll number `poll` (1-based) and stays from then on."""
+    return [NOT_YET] * (poll - 1) + [[200, body]]
 
 
 @pytest.fixture
@@ -61,7 +67,7 @@ def test_a_restarted_watcher_does_not_run_the_hook_again(node, watch):
     result, runs = watch(iterations=2)
 
     assert len(runs) == 1
-    assert "checkpoint hook already ran, for spot/instance-action" in result.stdout
+    assert f"checkpoint hook already ran for spot/instance-action: {INTERRUPTION}" in result.stdout
 
 
 def test_rebalance_recommendation_runs_the_hook(node, watch):
@@ -72,16 +78,50 @@ def test_rebalance_recommendation_runs_the_hook(node, watch):
     assert runs == [f"events/recommendations/rebalance {REBALANCE}"]
 
 
-def test_interruption_after_a_rebalance_recommendation_is_logged_without_a_second_run(node, watch):
+def test_interruption_after_a_rebalance_recommendation_runs_the_hook_again(node, watch):
+    """Rebalance at poll 2, interruption at poll 5: one run for each, none on the polls after."""
     node.set_state(imds={
-        "events/recommendations/rebalance": [[200, REBALANCE]],
-        "spot/instance-action": [NOT_YET, NOT_YET, [200, INTERRUPTION]],
+        "events/recommendations/rebalance": from_poll(2, REBALANCE),
+        "spot/instance-action": from_poll(5, INTERRUPTION),
     })
 
-    result, runs = watch(iterations=5)
+    result, runs = watch(iterations=9)
 
-    assert len(runs) == 1 and runs[0].startswith("events/recommendations/rebalance")
-    assert f"notice at spot/instance-action: {INTERRUPTION}" in result.stdout
+    assert runs == [f"events/recommendations/rebalance {REBALANCE}", f"spot/instance-action {INTERRUPTION}"]
+    # Watching went on after the rebalance recommendation, and past the interruption notice.
+    assert len(metadata_gets(node, "spot/instance-action")) == 9
+    assert len(metadata_gets(node, "events/recommendations/rebalance")) == 9
+    assert result.stdout.count("running checkpoint hook") == 2
+    assert "already ran" not in result.stdout
+
+
+def test_a_restarted_watcher_still_runs_the_hook_for_the_interruption(node, watch):
+    node.set_state(imds={"events/recommendations/rebalance": [[200, REBALANCE]]})
+    watch(iterations=2)
+    node.set_state(imds={"events/recommendations/rebalance": [[200, REBALANCE]],
+                         "spot/instance-action": from_poll(2, INTERRUPTION)})
+
+    result, runs = watch(iterations=3)
+
+    assert runs == [f"events/recommendations/rebalance {REBALANCE}", f"spot/instance-action {INTERRUPTION}"]
+    assert f"checkpoint hook already ran for events/recommendations/rebalance: {REBALANCE}" in result.stdout
+
+
+@pytest.mark.parametrize("rebalance_poll", [1, 3], ids=["together", "rebalance-later"])
+def test_no_rebalance_run_once_the_interruption_ran(node, watch, rebalance_poll):
+    """AWS: the recommendation can arrive along with the interruption notice; the hook then runs only for the
+    interruption, which is polled first."""
+    node.set_state(imds={
+        "spot/instance-action": [[200, INTERRUPTION]],
+        "events/recommendations/rebalance": from_poll(rebalance_poll, REBALANCE),
+    })
+
+    result, runs = watch(iterations=4)
+
+    assert runs == [f"spot/instance-action {INTERRUPTION}"]
+    assert f"notice at events/recommendations/rebalance: {REBALANCE}" in result.stdout
+    assert "checkpoint hook already ran for spot/instance-action; not running it for events/recommendations/rebalance" \
+        in result.stdout
 
 
 def test_no_notice_no_hook(node, watch):

@@ -5,6 +5,7 @@ import subprocess
 from gpufleet.catalog import load_catalog
 from gpufleet.environment import load_named_environment
 from gpufleet.user_data import render_user_data
+from tests.scripts.efa_install import install_efa
 
 HOOK = """/usr/local/bin/save-checkpoint --tag "run 42" --note 'it'"'"'s urgent'"""
 A100_CLOCKS = "".join(f"1215, {graphics}\n" for graphics in range(1410, 209, -15))
@@ -56,6 +57,7 @@ def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path):
     run_user_data(node, tmp_path)
     manifest = node.root / "etc/gpufleet/versions.json"
     manifest.write_text('{"components": {"aws_ofi_nccl": "1.7.3-aws"}}')
+    install_efa(node.root, "ubuntu")
     node.set_state(
         drives=[[f"nvme{i}n1", "Amazon EC2 NVMe Instance Storage"] for i in range(1, 9)],
         gpus=[{"mig_current": "Disabled", "mig_pending": "Disabled", "profiles": {"7g.40gb": [0, 1, 1]}}] * 8,
@@ -78,7 +80,7 @@ def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path):
     assert node.state["mounts"] == {str(scratch): "/dev/md/scratch"}
     assert ["-lgc", "1410,1410"] in node.calls("nvidia-smi")
     assert all(gpu["profiles"]["7g.40gb"][1] == 0 for gpu in node.state["gpus"])
-    assert "LD_LIBRARY_PATH=" in (node.root / "etc/gpufleet/efa.env").read_text()
+    assert "GPUFLEET_EFA_LIBRARY_PATH=" in (node.root / "etc/gpufleet/efa.env").read_text()
 
 
 def test_a_failing_setup_script_does_not_stop_the_others(node, tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -9,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripts.efa_install import install_efa
+
 SCRIPTS = Path(__file__).parents[3] / "scripts" / "ops"
+EFA_ENV = Path(__file__).parents[3] / "scripts" / "node" / "efa-env.sh"
 
 
 @pytest.fixture
@@ -19,13 +23,24 @@ def hostfile(tmp_path: Path) -> Path:
     return path
 
 
+def write_efa_environment(root: Path, layout: str, manifest: dict) -> None:
+    """Runs scripts/node/efa-env.sh, as a node's setup does, on a fake EFA install (layout "ubuntu" or "al2")."""
+    install_efa(root, layout)
+    (root / "etc/gpufleet").mkdir(parents=True, exist_ok=True)
+    (root / "etc/gpufleet/versions.json").write_text(json.dumps(manifest))
+    subprocess.run(
+        [str(EFA_ENV)], check=True, capture_output=True, text=True,
+        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "GPUFLEET_ROOT": str(root),
+             "GPUFLEET_EFA": "1", "GPUFLEET_GPUDIRECT_RDMA": "1"},
+    )
+
+
 @pytest.fixture
 def efa_profile(tmp_path: Path) -> Path:
-    """What scripts/node/efa-env.sh writes for an old aws-ofi-nccl."""
-    path = tmp_path / "root" / "etc" / "profile.d" / "gpufleet-efa.sh"
-    path.parent.mkdir(parents=True)
-    path.write_text("export FI_PROVIDER=efa\nexport FI_EFA_USE_DEVICE_RDMA=1\nexport NCCL_PROTO=simple\n")
-    return path
+    """What scripts/node/efa-env.sh writes for an old aws-ofi-nccl on Ubuntu."""
+    root = tmp_path / "root"
+    write_efa_environment(root, "ubuntu", {"components": {"aws_ofi_nccl": "1.1.4-aws"}})
+    return root / "etc" / "profile.d" / "gpufleet-efa.sh"
 
 
 def settings(hostfile: Path, tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -82,7 +97,9 @@ def test_every_host_is_checked_for_mig_mode_first(run_script, calls, hostfile: P
 @pytest.mark.parametrize(
     ("modes", "refused"), [("Disabled Enabled", "10.40.0.5"), ("Enabled Enabled", "10.40.0.4 10.40.0.5")]
 )
-def test_mig_nodes_are_refused(run_script, calls, hostfile: Path, tmp_path: Path, modes: str, refused: str) -> None:
+def test_mig_nodes_are_refused(
+    run_script, calls, hostfile: Path, efa_profile: Path, tmp_path: Path, modes: str, refused: str
+) -> None:
     done = run_script("run-nccl-tests.sh", **settings(hostfile, tmp_path), STUB_MIG=modes)
     assert done.returncode == 2
     assert done.stderr == (
@@ -141,3 +158,40 @@ def test_bad_settings(
 def test_shellcheck_clean(script: str) -> None:
     done = subprocess.run(["shellcheck", str(SCRIPTS / script)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stdout
+
+
+@pytest.mark.parametrize(
+    ("layout", "paths", "library_path"),
+    [
+        ("ubuntu", {}, "/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:/opt/aws-ofi-nccl/lib"),
+        (
+            "al2",
+            {"aws_ofi_nccl_lib": "/opt/amazon/ofi-nccl/lib64"},
+            "/opt/amazon/efa/lib64:/opt/amazon/openmpi/lib64:/opt/amazon/ofi-nccl/lib64",
+        ),
+    ],
+    ids=["ubuntu", "al2"],
+)
+def test_library_path_is_what_efa_env_found_on_the_image(
+    run_script, calls, hostfile: Path, tmp_path: Path, layout: str, paths: dict[str, str], library_path: str
+) -> None:
+    write_efa_environment(tmp_path / "root", layout, {"components": {"aws_ofi_nccl": "1.16.3"}, "paths": paths})
+
+    done = run_script("run-nccl-tests.sh", **settings(hostfile, tmp_path), LD_LIBRARY_PATH="/usr/local/cuda/lib64")
+
+    assert done.returncode == 0, done.stderr
+    assert f"LD_LIBRARY_PATH={library_path}:/usr/local/cuda/lib64\n" in (tmp_path / "mpirun-env").read_text()
+    (benchmark,) = [call for call in calls() if call.startswith("mpirun") and "all_reduce_perf" in call]
+    assert "-x LD_LIBRARY_PATH " in benchmark
+
+
+def test_without_the_efa_environment_it_warns_and_forwards_no_library_path(
+    run_script, calls, hostfile: Path, tmp_path: Path
+) -> None:
+    done = run_script("run-nccl-tests.sh", **settings(hostfile, tmp_path, GPUFLEET_MIN_BUSBW="40"))
+
+    assert done.returncode == 0, done.stderr
+    assert "warning: no " + str(tmp_path / "root/etc/profile.d/gpufleet-efa.sh") in done.stderr
+    (benchmark,) = [call for call in calls() if call.startswith("mpirun") and "all_reduce_perf" in call]
+    assert "LD_LIBRARY_PATH" not in benchmark
+    assert "LD_LIBRARY_PATH" not in (tmp_path / "mpirun-env").read_text()
