@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpufleet.ops.images import Image
+    from gpufleet.ops.images import Image, PruneOutcome, PruneStep
 
 
 def _positive(text: str) -> int:
@@ -89,33 +88,88 @@ def run_list(args: argparse.Namespace) -> int:
 
 def run_prune(args: argparse.Namespace) -> int:
     from gpufleet.aws import aws_errors
-    from gpufleet.ops.images import apply_prune, plan_prune
-    from gpufleet.table import format_table
+    from gpufleet.ops.images import plan_prune
 
     region = _region(args)
     with aws_errors(region):
         ec2, images = _images(args, region)
-        steps = plan_prune(images, args.keep)
-        if args.yes:
-            apply_prune(ec2, steps, lambda message: print(message, file=sys.stderr))
+    steps = plan_prune(images, args.keep)
+    if args.yes:
+        return _prune(ec2, steps, region, args)
     removed = [step for step in steps if step.action == "deregister"]
     if args.json:
         document = {
             "region": region,
             "keep": args.keep,
-            "dry_run": not args.yes,
+            "dry_run": True,
             "steps": [{"action": step.action, **step.image.as_dict()} for step in steps],
         }
         print(json.dumps(document, indent=2))
         return 0
     if steps:
+        from gpufleet.table import format_table
+
         print(format_table(["ACTION", *IMAGE_HEADERS], [_image_row(step.image, step.action) for step in steps]))
     snapshots = sum(len(step.image.snapshot_ids) for step in removed)
-    if args.yes:
-        print(f"deregistered {len(removed)} image(s) and deleted {snapshots} snapshot(s) in {region}")
-    else:
-        print(
-            f"dry run: would deregister {len(removed)} image(s) and delete {snapshots} snapshot(s) in {region}; "
-            "pass --yes to do it"
-        )
+    print(
+        f"dry run: would deregister {len(removed)} image(s) and delete {snapshots} snapshot(s) in {region}; "
+        "pass --yes to do it"
+    )
     return 0
+
+
+def _prune(ec2: Any, steps: list[PruneStep], region: str, args: argparse.Namespace) -> int:
+    """Carry out the plan, one report line per image and per snapshot as each completes; 1 when anything failed."""
+    from gpufleet.ops.images import apply_prune
+
+    outcomes = []
+    for outcome in apply_prune(ec2, steps):
+        outcomes.append(outcome)
+        if not args.json:
+            print("\n".join(outcome.lines()), flush=True)
+    failed = any(outcome.failed for outcome in outcomes)
+    if args.json:
+        document = {
+            "region": region,
+            "keep": args.keep,
+            "dry_run": False,
+            "failed": failed,
+            "steps": [{"action": o.step.action, **o.step.image.as_dict(), "outcome": o.as_dict()} for o in outcomes],
+        }
+        print(json.dumps(document, indent=2))
+    else:
+        print(_summary(outcomes, region))
+    return 1 if failed else 0
+
+
+def _summary(outcomes: list[PruneOutcome], region: str) -> str:
+    from gpufleet.ops.images import IN_USE_BY_ANOTHER_IMAGE
+
+    attempted = [outcome for outcome in outcomes if outcome.step.action == "deregister"]
+    snapshots = [snapshot for outcome in attempted for snapshot in outcome.snapshots]
+
+    def count(items: list[Any], status: str) -> int:
+        return sum(item.status == status for item in items)
+
+    counts = (
+        f"deregistered {count(attempted, 'deregistered')} of {len(attempted)} image(s), "
+        f"deleted {count(snapshots, 'deleted')} of {len(snapshots)} snapshot(s)"
+    )
+    shared = sum(snapshot.detail == IN_USE_BY_ANOTHER_IMAGE for snapshot in snapshots)
+    if shared:
+        counts += f", kept {shared} in use by another image"
+    failures = count(attempted, "failed") + count(snapshots, "failed")
+    if not failures:
+        return f"{counts} in {region}"
+    summary = f"prune incomplete in {region}: {counts}; {failures} failure(s) listed above"
+    # Pruning finds snapshots through their images: once an image is gone, only the ids lead to its snapshots.
+    orphaned = [
+        snapshot.snapshot_id
+        for outcome in attempted
+        if outcome.status == "deregistered"
+        for snapshot in outcome.snapshots
+        if snapshot.status == "failed"
+    ]
+    if orphaned:
+        summary += f"; no image refers to {', '.join(orphaned)} any more: delete by id (a later prune cannot find them)"
+    return summary

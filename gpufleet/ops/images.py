@@ -3,18 +3,39 @@
 An image is in use when an SSM parameter under /gpufleet/ami/ holds its id, or when the default or latest version
 of ANY launch template in the region names it (all templates, not only gpufleet's: an image someone else launches
 from must not vanish either). Pruning never touches an image in use, nor one still being built.
+
+Pruning goes on past a failure: each image and each snapshot gets an outcome, so the operator learns exactly what
+was deleted and what is left.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from gpufleet.aws import error_code, error_message
 
 PROFILE_TAG = "gpufleet:profile"
 SSM_AMI_PATH = "/gpufleet/ami/"
 
 Action = Literal["keep-newest", "keep-in-use", "keep-pending", "deregister"]
+ImageStatus = Literal["deregistered", "kept", "failed"]
+SnapshotStatus = Literal["deleted", "kept", "failed"]
+
+# DeleteSnapshotReturnCode.ReturnCode, one per snapshot in DeregisterImage's DeleteSnapshotResults: success |
+# skipped ("not deleted because it's associated with other AMIs") | missing-permissions | internal-error |
+# client-error. source: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DeleteSnapshotReturnCode.html
+# and the SnapshotReturnCodes enum of botocore 1.44.5 (botocore/data/ec2/2016-11-15/service-2.json).
+RETURN_CODE_DELETED = "success"
+RETURN_CODE_IN_USE = "skipped"
+# DeleteSnapshot's error for a snapshot another registered image still uses ("The snapshot snap-... is currently in
+# use by ami-..."). source: EC2 error responses quoted in github.com/Answers4AWS/backup-monkey/issues/10 and
+# github.com/sebdah/automated-ebs-snapshots/issues/4; moto 5.2.5 raises the same (moto/ec2/exceptions.py).
+SNAPSHOT_IN_USE_ERROR = "InvalidSnapshot.InUse"
+IN_USE_BY_ANOTHER_IMAGE = "in use by another image"
 
 
 @dataclass(frozen=True)
@@ -35,6 +56,46 @@ class Image:
 class PruneStep:
     image: Image
     action: Action
+
+
+@dataclass(frozen=True)
+class SnapshotOutcome:
+    snapshot_id: str
+    status: SnapshotStatus
+    detail: str = ""  # why it was kept, or what failed
+
+    def line(self) -> str:
+        return f"  {self.snapshot_id}: {_with_detail(self.status, self.detail)}"
+
+
+@dataclass(frozen=True)
+class PruneOutcome:
+    """What became of one planned step: the image's fate, and for a deregistration each of its snapshots'."""
+
+    step: PruneStep
+    status: ImageStatus
+    detail: str = ""
+    snapshots: tuple[SnapshotOutcome, ...] = ()
+
+    @property
+    def failed(self) -> bool:
+        return self.status == "failed" or any(snapshot.status == "failed" for snapshot in self.snapshots)
+
+    def lines(self) -> list[str]:
+        image = self.step.image
+        heading = f"{image.image_id} ({image.name}): {_with_detail(self.status, self.detail)}"
+        return [heading, *(snapshot.line() for snapshot in self.snapshots)]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "detail": self.detail,
+            "snapshots": [vars(snapshot) for snapshot in self.snapshots],
+        }
+
+
+def _with_detail(status: str, detail: str) -> str:
+    return f"{status}: {detail}" if detail else status
 
 
 def image_references(ec2: Any, ssm: Any) -> dict[str, list[str]]:
@@ -61,7 +122,11 @@ def gpufleet_images(ec2: Any, references: dict[str, list[str]], profile: str | N
     tag_filter = (
         {"Name": f"tag:{PROFILE_TAG}", "Values": [profile]} if profile else {"Name": "tag-key", "Values": [PROFILE_TAG]}
     )
-    pages = ec2.get_paginator("describe_images").paginate(Owners=["self"], Filters=[tag_filter])
+    # DescribeImages leaves disabled images out unless IncludeDisabled is set, and a disabled image is one to
+    # prune. Deprecated images need no flag: their owner always sees them (IncludeDeprecated's documentation).
+    # source: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DisableImage.html and DescribeImagesRequest
+    # in botocore 1.44.5 (botocore/data/ec2/2016-11-15/service-2.json).
+    pages = ec2.get_paginator("describe_images").paginate(Owners=["self"], Filters=[tag_filter], IncludeDisabled=True)
     images = []
     for image in (image for page in pages for image in page["Images"]):
         tags = {tag["Key"]: tag["Value"] for tag in image.get("Tags", [])}
@@ -112,13 +177,66 @@ def plan_prune(images: list[Image], keep: int) -> list[PruneStep]:
     return kept + removed
 
 
-def apply_prune(ec2: Any, steps: list[PruneStep], progress: Callable[[str], None]) -> None:
-    """Deregister each image, then delete its snapshots (EC2 refuses to delete a snapshot of a registered image)."""
+def apply_prune(ec2: Any, steps: list[PruneStep]) -> Iterator[PruneOutcome]:
+    """One outcome per step, in order, as each completes; a failure is reported and the prune goes on."""
     for step in steps:
-        if step.action != "deregister":
-            continue
-        progress(f"deregistering {step.image.image_id} ({step.image.name})")
-        ec2.deregister_image(ImageId=step.image.image_id)
-        for snapshot_id in step.image.snapshot_ids:
-            progress(f"deleting snapshot {snapshot_id}")
-            ec2.delete_snapshot(SnapshotId=snapshot_id)
+        if step.action == "deregister":
+            yield _deregister(ec2, step)
+        elif step.action == "keep-in-use":
+            yield PruneOutcome(step, "kept", f"in use by {', '.join(step.image.used_by)}")
+        else:
+            yield PruneOutcome(step, "kept", step.action.removeprefix("keep-"))
+
+
+def _deregister(ec2: Any, step: PruneStep) -> PruneOutcome:
+    """Deregister the image and let EC2 delete its snapshots in the same call (DeleteAssociatedSnapshots).
+
+    EC2 then leaves a snapshot another image uses alone ("skipped") instead of failing, and a prune cut short
+    between deregistration and snapshot deletion cannot leave snapshots that no image points to any more.
+    source: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_DeregisterImage.html
+    """
+    image = step.image
+    try:
+        response = ec2.deregister_image(ImageId=image.image_id, DeleteAssociatedSnapshots=True)
+    except (ClientError, BotoCoreError) as error:
+        kept = tuple(
+            SnapshotOutcome(snapshot_id, "kept", "image not deregistered") for snapshot_id in image.snapshot_ids
+        )
+        return PruneOutcome(step, "failed", _failure(error), kept)
+    reported = {
+        result["SnapshotId"]: result.get("ReturnCode", "") for result in response.get("DeleteSnapshotResults", [])
+    }
+    snapshots = tuple(
+        _from_return_code(snapshot_id, reported[snapshot_id])
+        if snapshot_id in reported
+        # Not reported (an endpoint that ignores DeleteAssociatedSnapshots, such as moto): delete it here.
+        else _delete_snapshot(ec2, snapshot_id)
+        for snapshot_id in dict.fromkeys([*image.snapshot_ids, *reported])
+    )
+    return PruneOutcome(step, "deregistered", snapshots=snapshots)
+
+
+def _from_return_code(snapshot_id: str, return_code: str) -> SnapshotOutcome:
+    if return_code == RETURN_CODE_DELETED:
+        return SnapshotOutcome(snapshot_id, "deleted")
+    if return_code == RETURN_CODE_IN_USE:
+        return SnapshotOutcome(snapshot_id, "kept", IN_USE_BY_ANOTHER_IMAGE)
+    return SnapshotOutcome(snapshot_id, "failed", return_code or "no return code")
+
+
+def _delete_snapshot(ec2: Any, snapshot_id: str) -> SnapshotOutcome:
+    try:
+        ec2.delete_snapshot(SnapshotId=snapshot_id)
+    except ClientError as error:
+        if error_code(error) == SNAPSHOT_IN_USE_ERROR:
+            return SnapshotOutcome(snapshot_id, "kept", IN_USE_BY_ANOTHER_IMAGE)
+        return SnapshotOutcome(snapshot_id, "failed", _failure(error))
+    except BotoCoreError as error:
+        return SnapshotOutcome(snapshot_id, "failed", _failure(error))
+    return SnapshotOutcome(snapshot_id, "deleted")
+
+
+def _failure(error: Exception) -> str:
+    if isinstance(error, ClientError):
+        return f"{error_code(error)}: {error_message(error)}"
+    return str(error)
