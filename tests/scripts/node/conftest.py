@@ -12,7 +12,7 @@ import pytest
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[3] / "scripts" / "node"
 FAKE_COMMANDS = Path(__file__).with_name("fake_commands.py")
-FAKED = ("lsblk", "mdadm", "blkid", "mkfs.xfs", "mountpoint", "mount", "nvidia-smi", "curl", "systemctl")
+FAKED = ("lsblk", "udevadm", "mdadm", "blkid", "mkfs.xfs", "mountpoint", "mount", "nvidia-smi", "curl", "systemctl")
 
 
 @dataclass

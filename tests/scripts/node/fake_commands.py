@@ -6,6 +6,7 @@ JSON file $FAKE_STATE, which a test prepares and inspects."""
 
 import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -20,34 +21,195 @@ def save(state: dict) -> None:
     STATE.write_text(json.dumps(state))
 
 
+# Block devices: a model of the kernel's drives and md arrays, kept in the state as
+#   drives          [[name, model], ...] the drives probed so far (what lsblk lists)
+#   late_drives     [[name, model], ...] drives still being probed: one more shows up after each lsblk call
+#   superblocks     {"/dev/nvme1n1": {"uuid", "name" ("<homehost>:<name>"), "raid_devices"}} md metadata on drives
+#   arrays          {"md127": {"uuid", "names" (/dev/md/ links), "members", "state"}} md devices the kernel has;
+#                   state "inactive" (members bound, not started) or "clean" (running)
+#   udev_queue      [{"add": drive}] device events udev has not handled yet: `udevadm settle` runs mdadm's
+#                   incremental assembly for each (udev-md-raid-assembly.rules); an array it starts gets no
+#                   /dev/md/ link here (which one udev makes depends on the mdadm version and the homehost)
+#   filesystems     {key: type}, key "array:<uuid>" for an array's content, else the drive's path
+#   mounts          {mount point: device as given to mount}
+# Every block-device command renders the kernel's view into $GPUFLEET_ROOT/sys/class/block (the holders links
+# and md/array_state the script reads) before and after it runs.
+BLOCK_DEVICE_COMMANDS = {"lsblk", "udevadm", "mdadm", "blkid", "mkfs.xfs", "mountpoint", "mount"}
+
+
+def render_sysfs(state: dict) -> None:
+    block = Path(os.environ["GPUFLEET_ROOT"]) / "sys" / "class" / "block"
+    shutil.rmtree(block, ignore_errors=True)
+    for name, _model in state.get("drives", []):
+        (block / name / "holders").mkdir(parents=True)
+    for md, array in state.get("arrays", {}).items():
+        (block / md / "md").mkdir(parents=True)
+        (block / md / "md" / "array_state").write_text(array["state"] + "\n")
+        for member in array["members"]:
+            (block / member.removeprefix("/dev/") / "holders" / md).symlink_to(f"../../{md}")
+
+
+def drive_exists(state: dict, device: str) -> bool:
+    return any(f"/dev/{name}" == device for name, _model in state.get("drives", []))
+
+
+def array_of(state: dict, device: str) -> str | None:
+    """The md device (md127) a path names: /dev/md127 or one of its /dev/md/ links."""
+    return next((md for md, array in state.get("arrays", {}).items()
+                 if device == f"/dev/{md}" or device in array["names"]), None)
+
+
+def holder_of(state: dict, drive: str) -> str | None:
+    return next((md for md, array in state.get("arrays", {}).items() if drive in array["members"]), None)
+
+
+def content_key(state: dict, device: str) -> str | None:
+    """What a device's data is: an array's (by its uuid, whatever name it is opened by) or a drive's own."""
+    md = array_of(state, device)
+    if md is not None:
+        array = state["arrays"][md]
+        return f"array:{array['uuid']}" if array["state"] != "inactive" else None
+    return device if drive_exists(state, device) else None
+
+
+def start_array(state: dict, names: list[str], members: list[str], uuid: str, running: bool) -> str:
+    """A new md device, numbered from 127 down as mdadm does (mdopen.c, find_free_devnm)."""
+    arrays = state.setdefault("arrays", {})
+    md = next(f"md{number}" for number in range(127, 0, -1) if f"md{number}" not in arrays)
+    arrays[md] = {"uuid": uuid, "names": names, "members": members, "state": "clean" if running else "inactive"}
+    return md
+
+
 def lsblk(args: list[str], state: dict) -> int:
     for name, model in state["drives"]:
         print(f"{name} {model}")
+    if state.get("late_drives"):
+        drive = state["late_drives"].pop(0)
+        state["drives"].append(drive)
+        # The kernel announces the new drive; udev assembles it into its array unless told otherwise.
+        state.setdefault("udev_queue", []).append({"add": f"/dev/{drive[0]}"})
+        save(state)
     return 0
 
 
-def mdadm(args: list[str], state: dict) -> int:
-    mode, device, *rest = args
-    members = [arg for arg in rest if arg.startswith("/dev/")]
-    if mode == "--detail":
-        return 0 if state.get("array_active") else 1
-    if mode == "--examine":
-        examined = [device, *members]
-        return 0 if all(d in state.get("superblocks", []) for d in examined) else 1
-    if mode == "--assemble":
-        if not all(d in state.get("superblocks", []) for d in members):
-            return 1
-        state["array_active"] = True
-    elif mode == "--create":
-        state["array_active"] = True
-        state["superblocks"] = members
-        state.get("filesystems", {}).pop(device, None)
+def udevadm(args: list[str], state: dict) -> int:
+    assert args == ["settle"], args
+    for event in state.pop("udev_queue", []):
+        superblock = state.get("superblocks", {}).get(event["add"])
+        if superblock is None:
+            continue
+        md = next((md for md, array in state.get("arrays", {}).items() if array["uuid"] == superblock["uuid"]), None)
+        if md is None:
+            md = start_array(state, [], [], superblock["uuid"], running=False)
+        array = state["arrays"][md]
+        array["members"].append(event["add"])
+        # Incremental assembly starts the array once every member is there (mdadm(8), INCREMENTAL MODE).
+        if len(array["members"]) == superblock["raid_devices"]:
+            array["state"] = "clean"
     save(state)
     return 0
 
 
+def mdadm_examine(devices: list[str], state: dict) -> int:
+    status = 0
+    for device in devices:  # Examine.c: every device is reported; any without a superblock fails the run
+        superblock = state.get("superblocks", {}).get(device)
+        if not drive_exists(state, device):
+            print(f"mdadm: cannot open {device}: No such file or directory", file=sys.stderr)
+            status = 1
+        elif superblock is None:
+            print(f"mdadm: No md superblock detected on {device}.", file=sys.stderr)
+            status = 1
+        else:
+            print(f"{device}:\n          Magic : a92b4efc\n     Array UUID : {superblock['uuid']}\n"
+                  f"           Name : {superblock['name']}\n   Raid Devices : {superblock['raid_devices']}")
+    return status
+
+
+def mdadm_assemble(device: str, members: list[str], state: dict) -> int:
+    usable = []
+    for member in members:
+        if holder_of(state, member):  # Assemble.c opens each member O_EXCL
+            print(f"mdadm: {member} is busy - skipping", file=sys.stderr)
+        elif member not in state.get("superblocks", {}):
+            print(f"mdadm: no recogniseable superblock on {member}\n"
+                  f"mdadm: {member} has no superblock - assembly aborted", file=sys.stderr)
+            return 1
+        else:
+            usable.append(member)
+    if not usable:
+        print(f"mdadm: no devices found for {device}", file=sys.stderr)
+        return 1
+    superblocks = [state["superblocks"][member] for member in usable]
+    if len({superblock["uuid"] for superblock in superblocks}) > 1:
+        print(f"mdadm: superblock on {usable[-1]} doesn't match others - assembly aborted", file=sys.stderr)
+        return 1
+    if len(usable) < superblocks[0]["raid_devices"]:
+        print(f"mdadm: {device} assembled from {len(usable)} drives - not enough to start the array.",
+              file=sys.stderr)
+        return 1
+    start_array(state, [device], usable, superblocks[0]["uuid"], running=True)
+    print(f"mdadm: {device} has been started with {len(usable)} drives.", file=sys.stderr)
+    save(state)
+    return 0
+
+
+def mdadm_create(device: str, options: list[str], members: list[str], state: dict) -> int:
+    settings = dict(option.split("=", 1) for option in options if "=" in option)
+    for member in members:
+        if not drive_exists(state, member) or holder_of(state, member):  # Create.c opens each member O_EXCL
+            reason = "Device or resource busy" if holder_of(state, member) else "No such file or directory"
+            print(f"mdadm: cannot open {member}: {reason}", file=sys.stderr)
+            return 2
+    if "--run" not in options and any(member in state.get("superblocks", {}) for member in members):
+        # mdadm asks "Continue creating array?"; a boot service's stdin is /dev/null, which answers no.
+        print("mdadm: create aborted.", file=sys.stderr)
+        return 2
+    assert int(settings["--raid-devices"]) == len(members), "only whole-array creates are modelled"
+    state["created_arrays"] = state.get("created_arrays", 0) + 1
+    uuid = f"uuid-{state['created_arrays']}"
+    name = f"{settings.get('--homehost', state.get('hostname', 'localhost'))}:{device.rsplit('/', 1)[-1]}"
+    for member in members:
+        state.setdefault("superblocks", {})[member] = {"uuid": uuid, "name": name, "raid_devices": len(members)}
+    start_array(state, [device], members, uuid, running=True)
+    print(f"mdadm: array {device} started.", file=sys.stderr)
+    save(state)
+    return 0
+
+
+def mdadm_stop(device: str, state: dict) -> int:
+    md = array_of(state, device)
+    if md is None:
+        print(f"mdadm: error opening {device}: No such file or directory", file=sys.stderr)
+        return 1
+    if any(array_of(state, mounted) == md for mounted in state.get("mounts", {}).values()):
+        print(f"mdadm: Cannot get exclusive access to {device}:Perhaps a running process, mounted filesystem "
+              "or active volume group?", file=sys.stderr)
+        return 1
+    del state["arrays"][md]
+    print(f"mdadm: stopped {device}", file=sys.stderr)
+    save(state)
+    return 0
+
+
+def mdadm(args: list[str], state: dict) -> int:
+    mode, *rest = args
+    devices = [arg for arg in rest if arg.startswith("/dev/")]
+    options = [arg for arg in rest if arg.startswith("-")]
+    if mode == "--examine":
+        return mdadm_examine(devices, state)
+    if mode == "--assemble":
+        return mdadm_assemble(devices[0], devices[1:], state)
+    if mode == "--create":
+        return mdadm_create(devices[0], options, devices[1:], state)
+    if mode == "--stop":
+        return mdadm_stop(devices[0], state)
+    raise AssertionError(f"mdadm {args} is not modelled")
+
+
 def blkid(args: list[str], state: dict) -> int:
-    filesystem = state.get("filesystems", {}).get(args[-1])
+    # blkid(8): exit 2 when the device has no identifiable content (or cannot be opened).
+    filesystem = state.get("filesystems", {}).get(content_key(state, args[-1]) or "")
     if filesystem is None:
         return 2
     print(filesystem)
@@ -55,7 +217,17 @@ def blkid(args: list[str], state: dict) -> int:
 
 
 def mkfs_xfs(args: list[str], state: dict) -> int:
-    state.setdefault("filesystems", {})[args[-1]] = "xfs"
+    device = args[-1]
+    key = content_key(state, device)
+    if key is None or (drive_exists(state, device) and holder_of(state, device)):
+        print(f"mkfs.xfs: cannot open {device}: Device or resource busy", file=sys.stderr)
+        return 1
+    existing = state.get("filesystems", {}).get(key)
+    if existing and "-f" not in args:
+        print(f"mkfs.xfs: {device} appears to contain an existing filesystem ({existing}).\n"
+              "mkfs.xfs: Use the -f option to force overwrite.", file=sys.stderr)
+        return 1
+    state.setdefault("filesystems", {})[key] = "xfs"
     save(state)
     return 0
 
@@ -65,7 +237,16 @@ def mountpoint(args: list[str], state: dict) -> int:
 
 
 def mount(args: list[str], state: dict) -> int:
-    state.setdefault("mounts", {})[args[-1]] = args[-2]
+    device, directory = args[-2:]
+    key = content_key(state, device)
+    if not Path(directory).is_dir():
+        print(f"mount: {directory}: mount point does not exist.", file=sys.stderr)
+        return 32
+    if key is None or key not in state.get("filesystems", {}):
+        print(f"mount: {directory}: wrong fs type, bad option, bad superblock on {device}, missing codepage or "
+              "helper program, or other error.", file=sys.stderr)
+        return 32
+    state.setdefault("mounts", {})[directory] = device
     save(state)
     return 0
 
@@ -200,6 +381,7 @@ def systemctl(args: list[str], state: dict) -> int:
 
 COMMANDS = {
     "lsblk": lsblk,
+    "udevadm": udevadm,
     "mdadm": mdadm,
     "blkid": blkid,
     "mkfs.xfs": mkfs_xfs,
@@ -214,4 +396,9 @@ if __name__ == "__main__":
     name, *arguments = sys.argv[1:]
     with open(os.environ["FAKE_LOG"], "a") as log:
         log.write(json.dumps([name, *arguments]) + "\n")
-    sys.exit(COMMANDS[name](arguments, load()))
+    if name in BLOCK_DEVICE_COMMANDS:
+        render_sysfs(load())
+    status = COMMANDS[name](arguments, load())
+    if name in BLOCK_DEVICE_COMMANDS:
+        render_sysfs(load())
+    sys.exit(status)
