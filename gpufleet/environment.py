@@ -45,7 +45,7 @@ class Network(_Section):
 
     @property
     def node_subnet_prefix(self) -> int:
-        """The node subnet takes half of a new VPC: every EFA interface takes an address (32 per p5 node)."""
+        """The node subnet takes half of a new VPC: every interface with an ENA device takes an address."""
         return ipaddress.IPv4Network(self.cidr).prefixlen + 1
 
 

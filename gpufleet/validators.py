@@ -192,8 +192,9 @@ class CidrValidator(Validator):
 
 
 class NodeSubnetCapacityValidator(Validator):
-    """Every EFA interface takes a private address; the node subnet also loses the 5 addresses AWS reserves and
-    one per interface endpoint."""
+    """Every interface with an ENA device takes a private address (`efa-only` interfaces take none: see
+    InstanceType.interface_types); the node subnet also loses the 5 addresses AWS reserves and one per interface
+    endpoint."""
 
     field = "network.cidr"
     reserved_per_subnet = 5
@@ -203,18 +204,18 @@ class NodeSubnetCapacityValidator(Validator):
         instance = load_catalog().get(env.instance_type)
         if instance is None or CidrValidator().check(env, context) or env.network.cidr is None:
             return []
-        interfaces = instance.network_cards if env.efa else 1
+        per_node = instance.addresses_per_node(env.efa)
         # Capacity rebalance launches replacements for spot nodes before the old ones go.
         peak_nodes = env.capacity.target + (env.capacity.spot if env.fleet.capacity_rebalance else 0)
-        needed = peak_nodes * interfaces + self.interface_endpoints
+        needed = peak_nodes * per_node + self.interface_endpoints
         available = self.addresses(env.network.node_subnet_prefix)
         if needed <= available:
             return []
         vpc_prefix = env.network.node_subnet_prefix - 1
         fitting = next(p for p in range(vpc_prefix, 0, -1) if self.addresses(p + 1) >= needed)
         return self.problem(
-            f"/{vpc_prefix} leaves {available} addresses in the node subnet, but {peak_nodes} nodes x {interfaces} "
-            f"network interfaces ({env.instance_type}) and {self.interface_endpoints} VPC endpoints need {needed} "
+            f"/{vpc_prefix} leaves {available} addresses in the node subnet, but {peak_nodes} nodes "
+            f"({env.instance_type}, {per_node} per node) and {self.interface_endpoints} VPC endpoints need {needed} "
             f"(use /{fitting} or larger)"
         )
 

@@ -253,29 +253,52 @@ def test_rules_that_combine_fields(tmp_path, changes, expected):
     ("changes", "expected"),
     [
         (
-            {"instance_type": "p5.48xlarge", "network.cidr": "10.40.0.0/24", "capacity.target": 4},
-            "network.cidr: /24 leaves 123 addresses in the node subnet, but 4 nodes x 32 network interfaces "
-            "(p5.48xlarge) and 9 VPC endpoints need 137 (use /23 or larger)",
+            {"instance_type": "p5.48xlarge", "network.cidr": "10.40.0.0/24", "capacity.target": 115},
+            "network.cidr: /24 leaves 123 addresses in the node subnet, but 115 nodes (p5.48xlarge, 1 per node) "
+            "and 9 VPC endpoints need 124 (use /23 or larger)",
         ),
         (
             {
                 "network.cidr": "10.40.0.0/24",
-                "capacity.target": 30,
+                "capacity.target": 60,
                 "capacity.on_demand": 0,
                 "fleet.capacity_rebalance": {"replacement_strategy": "launch"},
             },
-            "network.cidr: /24 leaves 123 addresses in the node subnet, but 60 nodes x 4 network interfaces "
-            "(p4d.24xlarge) and 9 VPC endpoints need 249 (use /23 or larger)",
+            "network.cidr: /24 leaves 123 addresses in the node subnet, but 120 nodes (p4d.24xlarge, 1 per node) "
+            "and 9 VPC endpoints need 129 (use /23 or larger)",
         ),
     ],
-    ids=["p5-interfaces", "rebalance-doubles-spot"],
+    ids=["one-past-the-limit", "rebalance-doubles-spot"],
 )
-def test_node_subnet_must_hold_every_interface(tmp_path, changes, expected):
+def test_node_subnet_must_hold_every_address(tmp_path, changes, expected):
     assert problems_of(tmp_path, changed(changes)) == [expected]
 
 
 def test_node_subnet_capacity_fits_at_the_limit(tmp_path):
-    assert load_environment(write(tmp_path, changed({"network.cidr": "10.40.0.0/24", "capacity.target": 28})))
+    document = changed({"instance_type": "p5.48xlarge", "network.cidr": "10.40.0.0/24", "capacity.target": 114})
+    assert load_environment(write(tmp_path, document)).capacity.target == 114
+
+
+def test_efa_only_interfaces_take_no_address(tmp_path, monkeypatch):
+    """A p5 node takes one address (its card-0 efa interface); without efa-only it would take 32."""
+    from gpufleet import catalog
+
+    document = changed({"instance_type": "p5.48xlarge", "network.cidr": "10.40.0.0/24", "capacity.target": 4})
+    assert load_environment(write(tmp_path, document)).capacity.target == 4
+    without_efa_only = catalog.load_catalog()["p5.48xlarge"].model_copy(update={"efa_only_interfaces": False})
+    monkeypatch.setattr("gpufleet.validators.load_catalog", lambda: {"p5.48xlarge": without_efa_only})
+    assert problems_of(tmp_path, document) == [
+        "network.cidr: /24 leaves 123 addresses in the node subnet, but 4 nodes (p5.48xlarge, 32 per node) and 9 "
+        "VPC endpoints need 137 (use /23 or larger)"
+    ]
+
+
+def test_without_efa_a_node_takes_one_address(tmp_path):
+    document = changed({"efa": False, "network.cidr": "10.40.0.0/24", "capacity.target": 115})
+    assert problems_of(tmp_path, document) == [
+        "network.cidr: /24 leaves 123 addresses in the node subnet, but 115 nodes (p4d.24xlarge, 1 per node) and 9 "
+        "VPC endpoints need 124 (use /23 or larger)"
+    ]
 
 
 def test_efa_requested_on_a_type_without_efa(tmp_path, monkeypatch):
