@@ -2,6 +2,13 @@
 
 Each validator returns Problems naming the field and saying what is wrong and what is allowed; the caller
 prefixes the file name. validate_environment runs them all so a user sees every problem at once.
+
+A problem is an error or a warning. Errors stop synthesis. Warnings are rules about launching capacity that a file
+can come to break with no edit, by the clock alone: synthesis goes on, because `cdk destroy` synthesizes first and
+the teardown of an existing cluster must stay possible. `gpufleet validate` prints warnings and `gpufleet preflight`
+fails on them. The one such rule is fleet.valid_until in the past: every other rule judges the file against itself,
+the instance catalog, ami/pipeline.yaml or the node scripts, which change only when someone edits them (the
+capacity and subnet-size rules included: a file that passed at deploy passes at teardown).
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from gpufleet.catalog import load_catalog
 from gpufleet.environment import Environment
@@ -61,22 +68,32 @@ SMALLEST_VPC_PREFIX = 24
 LARGEST_VPC_PREFIX = 16
 
 
+Severity = Literal["error", "warning"]
+
+
 @dataclass(frozen=True)
 class Problem:
     field: str
     message: str
+    severity: Severity = "error"
+
+    def line(self, path: Path) -> str:
+        """The line `gpufleet validate` prints: FILE: FIELD: MESSAGE, a warning marked as one."""
+        marker = "warning: " if self.severity == "warning" else ""
+        return f"{path}: {self.field}: {marker}{self.message}"
 
 
 class Validator:
     """A rule: ``check`` returns the problems it finds, an empty list when the environment satisfies it."""
 
     field: ClassVar[str]
+    severity: ClassVar[Severity] = "error"
 
     def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
         raise NotImplementedError
 
     def problem(self, message: str) -> list[Problem]:
-        return [Problem(self.field, message)]
+        return [Problem(self.field, message, self.severity)]
 
     def problem_if(self, message: str | None) -> list[Problem]:
         return self.problem(message) if message else []
@@ -357,18 +374,26 @@ class CapacityRebalanceValidator(Validator):
         return []
 
 
+def valid_until_problem(valid_until: dt.datetime | None, now: dt.datetime) -> str | None:
+    """A fleet.valid_until that has passed (a time equal to now has): a fleet requested with it ends before it
+    starts. A time without zone is UTC."""
+    if valid_until is None:
+        return None
+    if valid_until.tzinfo is None:
+        valid_until = valid_until.replace(tzinfo=dt.UTC)
+    if valid_until <= now:
+        return f"{valid_until.isoformat()} has passed (set a future UTC time, or remove it, before launching nodes)"
+    return None
+
+
 class ValidUntilValidator(Validator):
+    """A warning: the date passes with no edit to the file, and the cluster must still be possible to destroy."""
+
     field = "fleet.valid_until"
+    severity = "warning"
 
     def check(self, env, context):
-        valid_until = env.fleet.valid_until
-        if valid_until is None:
-            return []
-        if valid_until.tzinfo is None:
-            valid_until = valid_until.replace(tzinfo=dt.UTC)
-        if valid_until <= context.now:
-            return self.problem(f"{valid_until.isoformat()} is in the past (a future UTC time, or remove it)")
-        return []
+        return self.problem_if(valid_until_problem(env.fleet.valid_until, context.now))
 
 
 class AmiSourceValidator(Validator):
