@@ -2,7 +2,9 @@
 """The gpufleet CDK app: the stacks of every environment in environments/, or of the one named by `-c env=NAME`.
 Without `-c env=NAME` it also holds the AMI pipeline stack (gpufleet-ami-pipeline, from ami/pipeline.yaml).
 
-Environments are validated first; any problem stops synthesis with the same messages as `gpufleet validate`.
+Environments are validated first; any error stops synthesis with the same messages as `gpufleet validate`. Warnings
+(a fleet.valid_until that has passed) do not: `cdk destroy` synthesizes first, and a cluster must stay possible to
+tear down. `gpufleet preflight` is where they stop a launch.
 """
 
 import sys

@@ -45,7 +45,7 @@ class Network(_Section):
 
     @property
     def node_subnet_prefix(self) -> int:
-        """The node subnet takes half of a new VPC: every EFA interface takes an address (32 per p5 node)."""
+        """The node subnet takes half of a new VPC: every interface with an ENA device takes an address."""
         return ipaddress.IPv4Network(self.cidr).prefixlen + 1
 
 
@@ -155,30 +155,44 @@ def parse_environment(path: Path) -> Environment:
     return read_model(path, Environment, reference="environments/README.md")
 
 
-def load_environment(path: Path, ami_pipeline: Pipeline | None = None) -> Environment:
-    """Parse and validate one environment file (against the AMI pipeline that publishes its image, when given);
-    raise GpufleetError with every problem, one per line."""
+def check_environment(path: Path, ami_pipeline: Pipeline | None = None) -> tuple[Environment, list[str]]:
+    """Parse and validate one environment file (against the AMI pipeline that publishes its image, when given).
+    Errors raise GpufleetError with every problem, one per line; warnings alone do not (gpufleet.validators says
+    which rules warn) and come back as lines for the caller to print."""
     from gpufleet.validators import validate_environment
 
     environment = parse_environment(path)
     found = validate_environment(environment, path, ami_pipeline=ami_pipeline)
-    problems = [f"{path}: {problem.field}: {problem.message}" for problem in found]
-    if problems:
-        raise GpufleetError(*problems)
-    return environment
+    lines = [problem.line(path) for problem in found]
+    if any(problem.severity == "error" for problem in found):
+        raise GpufleetError(*lines)
+    return environment, lines
+
+
+def load_environment(path: Path, ami_pipeline: Pipeline | None = None) -> Environment:
+    return check_environment(path, ami_pipeline)[0]
+
+
+def check_environments(paths: list[Path], ami_pipeline: Pipeline | None = None) -> tuple[list[Environment], list[str]]:
+    """Check every file, collecting the problems of all of them before failing; return the environments and the
+    warning lines."""
+    environments, lines, failed = [], [], False
+    for path in paths:
+        try:
+            environment, warnings = check_environment(path, ami_pipeline)
+        except GpufleetError as error:
+            failed = True
+            lines.extend(error.problems)
+        else:
+            environments.append(environment)
+            lines.extend(warnings)
+    if failed:
+        raise GpufleetError(*lines)
+    return environments, lines
 
 
 def load_environments(paths: list[Path], ami_pipeline: Pipeline | None = None) -> list[Environment]:
-    """Load every file, collecting the problems of all of them before failing."""
-    environments, problems = [], []
-    for path in paths:
-        try:
-            environments.append(load_environment(path, ami_pipeline))
-        except GpufleetError as error:
-            problems.extend(error.problems)
-    if problems:
-        raise GpufleetError(*problems)
-    return environments
+    return check_environments(paths, ami_pipeline)[0]
 
 
 def load_named_environment(name: str, ami_pipeline: Pipeline | None = None) -> Environment:

@@ -2,6 +2,13 @@
 
 Each validator returns Problems naming the field and saying what is wrong and what is allowed; the caller
 prefixes the file name. validate_environment runs them all so a user sees every problem at once.
+
+A problem is an error or a warning. Errors stop synthesis. Warnings are rules about launching capacity that a file
+can come to break with no edit, by the clock alone: synthesis goes on, because `cdk destroy` synthesizes first and
+the teardown of an existing cluster must stay possible. `gpufleet validate` prints warnings and `gpufleet preflight`
+fails on them. The one such rule is fleet.valid_until in the past: every other rule judges the file against itself,
+the instance catalog, ami/pipeline.yaml or the node scripts, which change only when someone edits them (the
+capacity and subnet-size rules included: a file that passed at deploy passes at teardown).
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from gpufleet.catalog import load_catalog
 from gpufleet.environment import Environment
@@ -66,22 +73,32 @@ SMALLEST_VPC_PREFIX = 24
 LARGEST_VPC_PREFIX = 16
 
 
+Severity = Literal["error", "warning"]
+
+
 @dataclass(frozen=True)
 class Problem:
     field: str
     message: str
+    severity: Severity = "error"
+
+    def line(self, path: Path) -> str:
+        """The line `gpufleet validate` prints: FILE: FIELD: MESSAGE, a warning marked as one."""
+        marker = "warning: " if self.severity == "warning" else ""
+        return f"{path}: {self.field}: {marker}{self.message}"
 
 
 class Validator:
     """A rule: ``check`` returns the problems it finds, an empty list when the environment satisfies it."""
 
     field: ClassVar[str]
+    severity: ClassVar[Severity] = "error"
 
     def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
         raise NotImplementedError
 
     def problem(self, message: str) -> list[Problem]:
-        return [Problem(self.field, message)]
+        return [Problem(self.field, message, self.severity)]
 
     def problem_if(self, message: str | None) -> list[Problem]:
         return self.problem(message) if message else []
@@ -197,8 +214,9 @@ class CidrValidator(Validator):
 
 
 class NodeSubnetCapacityValidator(Validator):
-    """Every EFA interface takes a private address; the node subnet also loses the 5 addresses AWS reserves and
-    one per interface endpoint."""
+    """Every interface with an ENA device takes a private address (`efa-only` interfaces take none: see
+    InstanceType.interface_types); the node subnet also loses the 5 addresses AWS reserves and one per interface
+    endpoint."""
 
     field = "network.cidr"
     reserved_per_subnet = 5
@@ -208,18 +226,18 @@ class NodeSubnetCapacityValidator(Validator):
         instance = load_catalog().get(env.instance_type)
         if instance is None or CidrValidator().check(env, context) or env.network.cidr is None:
             return []
-        interfaces = instance.network_cards if env.efa else 1
+        per_node = instance.addresses_per_node(env.efa)
         # Capacity rebalance launches replacements for spot nodes before the old ones go.
         peak_nodes = env.capacity.target + (env.capacity.spot if env.fleet.capacity_rebalance else 0)
-        needed = peak_nodes * interfaces + self.interface_endpoints
+        needed = peak_nodes * per_node + self.interface_endpoints
         available = self.addresses(env.network.node_subnet_prefix)
         if needed <= available:
             return []
         vpc_prefix = env.network.node_subnet_prefix - 1
         fitting = next(p for p in range(vpc_prefix, 0, -1) if self.addresses(p + 1) >= needed)
         return self.problem(
-            f"/{vpc_prefix} leaves {available} addresses in the node subnet, but {peak_nodes} nodes x {interfaces} "
-            f"network interfaces ({env.instance_type}) and {self.interface_endpoints} VPC endpoints need {needed} "
+            f"/{vpc_prefix} leaves {available} addresses in the node subnet, but {peak_nodes} nodes "
+            f"({env.instance_type}, {per_node} per node) and {self.interface_endpoints} VPC endpoints need {needed} "
             f"(use /{fitting} or larger)"
         )
 
@@ -361,18 +379,26 @@ class CapacityRebalanceValidator(Validator):
         return []
 
 
+def valid_until_problem(valid_until: dt.datetime | None, now: dt.datetime) -> str | None:
+    """A fleet.valid_until that has passed (a time equal to now has): a fleet requested with it ends before it
+    starts. A time without zone is UTC."""
+    if valid_until is None:
+        return None
+    if valid_until.tzinfo is None:
+        valid_until = valid_until.replace(tzinfo=dt.UTC)
+    if valid_until <= now:
+        return f"{valid_until.isoformat()} has passed (set a future UTC time, or remove it, before launching nodes)"
+    return None
+
+
 class ValidUntilValidator(Validator):
+    """A warning: the date passes with no edit to the file, and the cluster must still be possible to destroy."""
+
     field = "fleet.valid_until"
+    severity = "warning"
 
     def check(self, env, context):
-        valid_until = env.fleet.valid_until
-        if valid_until is None:
-            return []
-        if valid_until.tzinfo is None:
-            valid_until = valid_until.replace(tzinfo=dt.UTC)
-        if valid_until <= context.now:
-            return self.problem(f"{valid_until.isoformat()} is in the past (a future UTC time, or remove it)")
-        return []
+        return self.problem_if(valid_until_problem(env.fleet.valid_until, context.now))
 
 
 class AmiSourceValidator(Validator):

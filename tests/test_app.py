@@ -75,3 +75,33 @@ def test_user_data_over_ec2s_limit_stops_synthesis_at_validation_with_one_line(t
     (line,) = result.stderr.splitlines()
     assert re.fullmatch(rf"{re.escape(str(environments))}/dev.yaml: node: the user data is \d+ bytes compressed, "
                         r"over EC2's limit of 16384; turn off a node feature or shorten node.checkpoint_hook", line)
+
+
+def stack_names(tmp_path: Path) -> list[str]:
+    manifest = json.loads((tmp_path / "cdk.out/manifest.json").read_text())
+    return sorted(n for n, a in manifest["artifacts"].items() if a["type"] == "aws:cloudformation:stack")
+
+
+@pytest.mark.xdist_group("cdk-synth")
+@pytest.mark.parametrize(
+    ("context", "expected"),
+    [
+        ({"env": "dev"}, ["gpufleet-dev-cluster", "gpufleet-dev-network"]),
+        ({}, ["gpufleet-ami-pipeline", "gpufleet-dev-cluster", "gpufleet-dev-network"]),
+    ],
+    ids=["cdk-destroy-c-env-dev", "every-environment"],
+)
+def test_a_valid_until_that_has_passed_does_not_stop_synthesis(tmp_path, context, expected):
+    """`cdk destroy` synthesizes first (every environment without -c env): an expired cluster must stay possible to
+    tear down. Synthesis is all `cdk destroy` needs offline; the deletion itself is CloudFormation's."""
+    environments = tmp_path / "environments"
+    environments.mkdir()
+    expired = yaml.safe_load((ROOT / "environments/dev.yaml").read_text())
+    expired["fleet"]["valid_until"] = "2020-01-01T00:00:00Z"
+    (environments / "dev.yaml").write_text(yaml.safe_dump(expired))
+    result = run_app(tmp_path, context, environments)
+    assert result.returncode == 0, result.stderr
+    assert stack_names(tmp_path) == expected
+    fleet = json.loads((tmp_path / "cdk.out/gpufleet-dev-cluster.template.json").read_text())
+    (spot_fleet,) = [r for r in fleet["Resources"].values() if r["Type"] == "AWS::EC2::SpotFleet"]
+    assert spot_fleet["Properties"]["SpotFleetRequestConfigData"]["ValidUntil"] == "2020-01-01T00:00:00Z"

@@ -92,7 +92,8 @@ def _summarize_stack(cdk_out: Path, stack: str) -> ClusterSummary:
         spot_nodes=fleet["TargetCapacity"] - fleet["OnDemandTargetCapacity"],
         gpus=fleet["TargetCapacity"] * instance.gpu.count,
         gpu_model=instance.gpu.model,
-        efa_interfaces_per_node=sum(1 for i in interfaces if i["InterfaceType"] == "efa"),
+        # Both interface types give the node an EFA device; efa-only has no ENA device besides.
+        efa_interfaces_per_node=sum(1 for i in interfaces if i["InterfaceType"] in ("efa", "efa-only")),
         placement_strategy=only("AWS::EC2::PlacementGroup")["Strategy"],
         availability_zone=template["Outputs"]["AvailabilityZone"]["Value"],
     )

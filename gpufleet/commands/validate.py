@@ -1,12 +1,13 @@
-"""gpufleet validate [FILE...]: check environment files, one line per problem."""
+"""gpufleet validate [FILE...]: check environment files, one line per problem; warnings alone exit 0."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from gpufleet.ami.pipeline import load_pipeline
-from gpufleet.environment import WHERE_ENVIRONMENTS_ARE, environment_files, environments_dir, load_environments
+from gpufleet.environment import WHERE_ENVIRONMENTS_ARE, check_environments, environment_files, environments_dir
 from gpufleet.errors import GpufleetError
 
 
@@ -24,7 +25,9 @@ def run(args: argparse.Namespace) -> int:
     files = args.files or environment_files()
     if not files:
         raise GpufleetError(f"{environments_dir()}: no environment files (*.yaml) found ({WHERE_ENVIRONMENTS_ARE})")
-    environments = load_environments(files, ami_pipeline=load_pipeline())
+    environments, warnings = check_environments(files, ami_pipeline=load_pipeline())
+    for line in warnings:
+        print(line, file=sys.stderr)
     for path, env in zip(files, environments, strict=True):
         print(f"{path}: ok ({env.name}: {env.capacity.target} x {env.instance_type} in {env.availability_zone})")
     return 0

@@ -17,6 +17,7 @@ from botocore.exceptions import ClientError
 from gpufleet.aws import error_code, error_message, is_unavailable
 from gpufleet.catalog import InstanceType
 from gpufleet.environment import Environment
+from gpufleet.validators import valid_until_problem
 
 Status = Literal["pass", "warn", "fail"]
 Lifecycle = Literal["on-demand", "spot"]
@@ -301,6 +302,17 @@ def check_spot_price(ec2: Any, env: Environment, now: dt.datetime) -> Check:
     return Check("spot-price", "pass", f"latest spot price ${price:.4f}/h in {env.availability_zone}")
 
 
+def check_valid_until(env: Environment, now: dt.datetime) -> Check:
+    """A fleet.valid_until that has passed only warns in `gpufleet validate` (the stacks must still synthesize for
+    `cdk destroy`); launching with it is what fails."""
+    problem = valid_until_problem(env.fleet.valid_until, now)
+    if problem:
+        return Check("valid-until", "fail", f"fleet.valid_until {problem}")
+    if env.fleet.valid_until is None:
+        return Check("valid-until", "pass", "not set: the fleet runs until its stack is deleted")
+    return Check("valid-until", "pass", f"the fleet stops at {env.fleet.valid_until.isoformat()}")
+
+
 def run_checks(aws: Any, env: Environment, spec: InstanceType, now: dt.datetime) -> list[Check]:
     ec2, quotas, ssm = aws.client("ec2"), aws.client("service-quotas"), aws.client("ssm")
     return [
@@ -311,6 +323,7 @@ def run_checks(aws: Any, env: Environment, spec: InstanceType, now: dt.datetime)
         check_ami(ssm, ec2, env),
         check_placement_score(ec2, env),
         check_spot_price(ec2, env, now),
+        check_valid_until(env, now),
     ]
 
 

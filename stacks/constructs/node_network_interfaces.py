@@ -10,19 +10,21 @@ from gpufleet.catalog import InstanceType
 def node_network_interfaces(
     *, instance: InstanceType, efa: bool, subnet_id: str, security_group_id: str
 ) -> list[ec2.CfnLaunchTemplate.NetworkInterfaceProperty]:
-    """ParallelCluster's layout: card 0 holds the primary interface (device 0); every further card gets its
-    interface at device index 1. All interfaces are EFA when EFA is on; without EFA only card 0 is used."""
-    cards = range(instance.network_cards) if efa else range(1)
+    """One interface per card, of the type InstanceType.interface_types gives it. Device indexes as AWS recommends
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa-acc-inst-types.html): the primary interface at card 0,
+    device 0; an `efa-only` interface on a further card at device 0; an `efa` interface on a further card at device
+    1 (ParallelCluster's layout before `efa-only`, cli/src/pcluster/templates/queues_stack.py)."""
     return [
         ec2.CfnLaunchTemplate.NetworkInterfaceProperty(
             network_card_index=card,
-            device_index=0 if card == 0 else 1,
-            interface_type="efa" if efa else "interface",
+            device_index=0 if card == 0 or interface_type == "efa-only" else 1,
+            interface_type=interface_type,
             subnet_id=subnet_id,
             groups=[security_group_id],
-            associate_public_ip_address=False,
+            # An efa-only interface has no IP address, so no public one to refuse.
+            associate_public_ip_address=None if interface_type == "efa-only" else False,
             delete_on_termination=True,
             description=f"gpufleet node network card {card}",
         )
-        for card in cards
+        for card, interface_type in enumerate(instance.interface_types(efa))
     ]

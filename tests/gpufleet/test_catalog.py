@@ -31,14 +31,33 @@ def test_catalog_entry_matches_describe_instance_types(name):
     assert entry.max_efa_interfaces == (network["EfaInfo"]["MaximumEfaInterfaces"] if network["EfaSupported"] else 0)
     assert (entry.nvme.count, entry.nvme.size_gb) == (disks["Count"], disks["SizeInGB"])
     assert ec2["InstanceStorageInfo"]["NvmeSupport"] == "required"
+    assert entry.efa_only_interfaces == all("efa-only" in card["InterfaceTypes"] for card in network["NetworkCards"])
 
 
-def test_every_type_gives_secondary_cards_room_for_device_index_1():
-    """Launch templates put the EFA interface of every card but 0 at device index 1."""
-    for name in CATALOG:
-        for card in EC2_INSTANCE_TYPES[name]["NetworkInfo"]["NetworkCards"][1:]:
-            assert card["MaximumNetworkInterfaces"] >= 2, (name, card["NetworkCardIndex"])
-            assert "efa" in card["InterfaceTypes"]
+def test_every_card_takes_the_interface_type_the_launch_template_gives_it():
+    for name, entry in CATALOG.items():
+        cards = EC2_INSTANCE_TYPES[name]["NetworkInfo"]["NetworkCards"]
+        for card, interface_type in zip(cards, entry.interface_types(efa=True), strict=True):
+            assert interface_type in card["InterfaceTypes"], (name, card["NetworkCardIndex"])
+
+
+@pytest.mark.parametrize(
+    ("name", "efa", "types", "addresses"),
+    [
+        ("p5.48xlarge", True, ("efa",) + ("efa-only",) * 31, 1),
+        ("p4d.24xlarge", True, ("efa", "efa-only", "efa-only", "efa-only"), 1),
+        ("g5.48xlarge", True, ("efa",), 1),
+        ("p5.48xlarge", False, ("interface",), 1),
+    ],
+)
+def test_interface_types_per_card_and_the_addresses_they_take(name, efa, types, addresses):
+    assert CATALOG[name].interface_types(efa) == types
+    assert CATALOG[name].addresses_per_node(efa) == addresses
+
+
+def test_without_efa_only_support_every_card_takes_an_efa_interface_and_an_address():
+    p4d = CATALOG["p4d.24xlarge"].model_copy(update={"efa_only_interfaces": False})
+    assert (p4d.interface_types(efa=True), p4d.addresses_per_node(efa=True)) == (("efa",) * 4, 4)
 
 
 @pytest.mark.parametrize(

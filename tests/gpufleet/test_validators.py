@@ -12,9 +12,9 @@ import yaml
 
 from gpufleet.ami.pipeline import load_pipeline
 from gpufleet.cli import main
-from gpufleet.environment import load_environment, parse_environment
+from gpufleet.environment import check_environment, load_environment, parse_environment
 from gpufleet.errors import GpufleetError
-from gpufleet.validators import validate_environment
+from gpufleet.validators import Problem, validate_environment
 
 VALID = {
     "name": "lab",
@@ -164,11 +164,6 @@ RULES = [
         {"replacement_strategy": "launch-before-terminate", "termination_delay_seconds": 60},
         "fleet.capacity_rebalance.termination_delay_seconds: 60 is out of range (120 to 7200)",
     ),
-    (
-        "fleet.valid_until",
-        dt.datetime(2020, 1, 1, tzinfo=dt.UTC),
-        "fleet.valid_until: 2020-01-01T00:00:00+00:00 is in the past (a future UTC time, or remove it)",
-    ),
     ("ami", {}, "ami: set exactly one of ssm_parameter and id (e.g. ssm_parameter: /gpufleet/ami/p4d-ubuntu2204)"),
     (
         "ami.id",
@@ -253,24 +248,24 @@ def test_rules_that_combine_fields(tmp_path, changes, expected):
     ("changes", "expected"),
     [
         (
-            {"instance_type": "p5.48xlarge", "network.cidr": "10.40.0.0/24", "capacity.target": 4},
-            "network.cidr: /24 leaves 123 addresses in the node subnet, but 4 nodes x 32 network interfaces "
-            "(p5.48xlarge) and 9 VPC endpoints need 137 (use /23 or larger)",
+            {"instance_type": "p5.48xlarge", "network.cidr": "10.40.0.0/24", "capacity.target": 115},
+            "network.cidr: /24 leaves 123 addresses in the node subnet, but 115 nodes (p5.48xlarge, 1 per node) "
+            "and 9 VPC endpoints need 124 (use /23 or larger)",
         ),
         (
             {
                 "network.cidr": "10.40.0.0/24",
-                "capacity.target": 30,
+                "capacity.target": 60,
                 "capacity.on_demand": 0,
                 "fleet.capacity_rebalance": {"replacement_strategy": "launch"},
             },
-            "network.cidr: /24 leaves 123 addresses in the node subnet, but 60 nodes x 4 network interfaces "
-            "(p4d.24xlarge) and 9 VPC endpoints need 249 (use /23 or larger)",
+            "network.cidr: /24 leaves 123 addresses in the node subnet, but 120 nodes (p4d.24xlarge, 1 per node) "
+            "and 9 VPC endpoints need 129 (use /23 or larger)",
         ),
     ],
-    ids=["p5-interfaces", "rebalance-doubles-spot"],
+    ids=["one-past-the-limit", "rebalance-doubles-spot"],
 )
-def test_node_subnet_must_hold_every_interface(tmp_path, changes, expected):
+def test_node_subnet_must_hold_every_address(tmp_path, changes, expected):
     assert problems_of(tmp_path, changed(changes)) == [expected]
 
 
@@ -313,7 +308,30 @@ def test_mig_with_a_purpose_or_without_efa_is_valid(tmp_path, changes):
 
 
 def test_node_subnet_capacity_fits_at_the_limit(tmp_path):
-    assert load_environment(write(tmp_path, changed({"network.cidr": "10.40.0.0/24", "capacity.target": 28})))
+    document = changed({"instance_type": "p5.48xlarge", "network.cidr": "10.40.0.0/24", "capacity.target": 114})
+    assert load_environment(write(tmp_path, document)).capacity.target == 114
+
+
+def test_efa_only_interfaces_take_no_address(tmp_path, monkeypatch):
+    """A p5 node takes one address (its card-0 efa interface); without efa-only it would take 32."""
+    from gpufleet import catalog
+
+    document = changed({"instance_type": "p5.48xlarge", "network.cidr": "10.40.0.0/24", "capacity.target": 4})
+    assert load_environment(write(tmp_path, document)).capacity.target == 4
+    without_efa_only = catalog.load_catalog()["p5.48xlarge"].model_copy(update={"efa_only_interfaces": False})
+    monkeypatch.setattr("gpufleet.validators.load_catalog", lambda: {"p5.48xlarge": without_efa_only})
+    assert problems_of(tmp_path, document) == [
+        "network.cidr: /24 leaves 123 addresses in the node subnet, but 4 nodes (p5.48xlarge, 32 per node) and 9 "
+        "VPC endpoints need 137 (use /23 or larger)"
+    ]
+
+
+def test_without_efa_a_node_takes_one_address(tmp_path):
+    document = changed({"efa": False, "network.cidr": "10.40.0.0/24", "capacity.target": 115})
+    assert problems_of(tmp_path, document) == [
+        "network.cidr: /24 leaves 123 addresses in the node subnet, but 115 nodes (p4d.24xlarge, 1 per node) and 9 "
+        "VPC endpoints need 124 (use /23 or larger)"
+    ]
 
 
 def test_efa_requested_on_a_type_without_efa(tmp_path, monkeypatch):
@@ -383,12 +401,74 @@ def test_unreadable_files(tmp_path, text, expected):
     assert raised.value.problems == (f"{path}: {expected}",)
 
 
-def test_valid_until_is_compared_with_the_injected_clock(tmp_path):
+VALID_UNTIL = dt.datetime(2027, 1, 1, tzinfo=dt.UTC)
+PASSED = Problem(
+    "fleet.valid_until",
+    "2027-01-01T00:00:00+00:00 has passed (set a future UTC time, or remove it, before launching nodes)",
+    "warning",
+)
+
+
+@pytest.mark.parametrize(
+    ("now", "expected"),
+    [
+        (VALID_UNTIL - dt.timedelta(seconds=1), []),
+        (VALID_UNTIL, [PASSED]),
+        (VALID_UNTIL + dt.timedelta(days=31), [PASSED]),
+    ],
+    ids=["a-second-before", "the-moment-itself", "a-month-after"],
+)
+def test_valid_until_warns_from_the_moment_it_comes(tmp_path, now, expected):
     environment = parse_environment(write(tmp_path, with_change("fleet.valid_until", "2027-01-01T00:00:00Z")))
-    path = tmp_path / "lab.yaml"
-    assert validate_environment(environment, path, now=dt.datetime(2026, 12, 1, tzinfo=dt.UTC)) == []
-    assert [p.field for p in validate_environment(environment, path, now=dt.datetime(2027, 2, 1, tzinfo=dt.UTC))] == [
-        "fleet.valid_until"
+    assert validate_environment(environment, tmp_path / "lab.yaml", now=now) == expected
+
+
+def test_a_time_without_zone_is_utc(tmp_path):
+    environment = parse_environment(write(tmp_path, with_change("fleet.valid_until", "2027-01-01T00:00:00")))
+    assert validate_environment(environment, tmp_path / "lab.yaml", now=VALID_UNTIL) == [PASSED]
+
+
+def test_a_warning_line_says_so_and_an_error_line_does_not():
+    path = Path("environments/lab.yaml")
+    assert PASSED.line(path) == (
+        "environments/lab.yaml: fleet.valid_until: warning: 2027-01-01T00:00:00+00:00 has passed (set a future UTC "
+        "time, or remove it, before launching nodes)"
+    )
+    assert Problem("capacity.target", "0 nodes is too few (at least 1)").line(path) == (
+        "environments/lab.yaml: capacity.target: 0 nodes is too few (at least 1)"
+    )
+
+
+EXPIRED = with_change("fleet.valid_until", "2020-01-01T00:00:00Z")
+EXPIRED_WARNING = (
+    "fleet.valid_until: warning: 2020-01-01T00:00:00+00:00 has passed (set a future UTC time, or remove it, "
+    "before launching nodes)"
+)
+
+
+def test_a_date_that_has_passed_does_not_stop_loading_the_environment(tmp_path):
+    """Synthesis (and so `cdk destroy`) loads environments this way."""
+    path = write(tmp_path, EXPIRED)
+    assert load_environment(path).fleet.valid_until == dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+    environment, warnings = check_environment(path)
+    assert (environment.name, warnings) == ("lab", [f"{path}: {EXPIRED_WARNING}"])
+
+
+def test_cli_validate_prints_a_warning_and_exits_0(tmp_path, capsys):
+    expired = write(tmp_path, EXPIRED)
+    assert main(["validate", str(expired)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [f"{expired}: {EXPIRED_WARNING}"]
+    assert captured.out.splitlines() == [f"{expired}: ok (lab: 2 x p4d.24xlarge in us-east-1a)"]
+
+
+def test_cli_validate_with_errors_elsewhere_exits_1_and_lists_the_warning_too(tmp_path, capsys):
+    bad = write(tmp_path, changed({"name": "bad", "capacity.on_demand": 3}), name="bad")
+    expired = write(tmp_path, EXPIRED)
+    assert main(["validate", str(bad), str(expired)]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"{bad}: capacity.on_demand: 3 is outside the target capacity (0 to capacity.target, which is 2)",
+        f"{expired}: {EXPIRED_WARNING}",
     ]
 
 

@@ -41,17 +41,18 @@ def test_placement_group_is_cluster_strategy_and_used_by_the_launch_template(ass
 
 
 @pytest.mark.parametrize(("name", "cards"), [("dev", 4), ("prod", 4), ("h100", 32)])
-def test_one_efa_interface_per_network_card(assembly, name, cards):
+def test_card_0_efa_at_device_0_and_every_other_card_efa_only_at_device_0(assembly, name, cards):
     assert load_catalog()[ENVIRONMENTS[name].instance_type].network_cards == cards
     template = cluster(assembly, name)
     interfaces = only_resource(template, "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]["NetworkInterfaces"]
     security_group = logical_id(template, "AWS::EC2::SecurityGroup")
     assert [i["NetworkCardIndex"] for i in interfaces] == list(range(cards))
-    assert [i["DeviceIndex"] for i in interfaces] == [0] + [1] * (cards - 1)
+    assert [i["DeviceIndex"] for i in interfaces] == [0] * cards
+    assert [i["InterfaceType"] for i in interfaces] == ["efa"] + ["efa-only"] * (cards - 1)
+    # Only the primary interface has an address; an efa-only interface has none to make public.
+    assert [i.get("AssociatePublicIpAddress") for i in interfaces] == [False] + [None] * (cards - 1)
     for interface in interfaces:
-        assert interface["InterfaceType"] == "efa"
         assert interface["DeleteOnTermination"] is True
-        assert interface["AssociatePublicIpAddress"] is False
         assert interface["Groups"] == [{"Fn::GetAtt": [security_group, "GroupId"]}]
     assert "SecurityGroupIds" not in only_resource(template, "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
 

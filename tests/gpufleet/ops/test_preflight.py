@@ -18,7 +18,7 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from gpufleet.catalog import load_catalog
-from gpufleet.environment import load_named_environment
+from gpufleet.environment import environments_dir, load_named_environment
 from gpufleet.ops import preflight
 
 P4D = load_catalog()["p4d.24xlarge"]
@@ -70,6 +70,7 @@ def test_json_reports_every_check(node_image: str, scores: dict[str, int], run_j
         "ami": "pass",
         "spot-score": "pass",
         "spot-price": "pass",
+        "valid-until": "pass",
     }
     quota = next(check for check in document["checks"] if check["name"] == "quota-spot")
     assert "NoSuchResourceException" in quota["detail"]
@@ -482,5 +483,50 @@ def test_quota_lines_in_the_table(node_image: str, scores: dict[str, int], stubb
     assert (
         "fail    quota-spot       All P4, P3 and P2 Spot Instance Requests (L-7212CCBC): quota 96 vCPUs; need 96 "
         "(1 x 96) + 96 in use (1 running) = 192: 96 over; request an increase in the Service Quotas console" in lines
+    )
+    assert lines[-1] == "preflight failed"
+
+
+VALID_UNTIL = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
+
+
+@pytest.mark.parametrize(
+    ("now", "status", "detail"),
+    [
+        (VALID_UNTIL - dt.timedelta(seconds=1), "pass", "the fleet stops at 2025-01-01T00:00:00+00:00"),
+        (
+            VALID_UNTIL,
+            "fail",
+            "fleet.valid_until 2025-01-01T00:00:00+00:00 has passed (set a future UTC time, or remove it, before "
+            "launching nodes)",
+        ),
+    ],
+    ids=["a-second-before", "the-moment-itself"],
+)
+def test_valid_until_fails_preflight_from_the_moment_it_comes(environments, now, status, detail) -> None:
+    env = load_named_environment("dev")
+    env = env.model_copy(update={"fleet": env.fleet.model_copy(update={"valid_until": VALID_UNTIL})})
+    assert preflight.check_valid_until(env, now) == preflight.Check("valid-until", status, detail)
+
+
+def test_without_valid_until_the_check_passes(environments) -> None:
+    assert preflight.check_valid_until(load_named_environment("dev"), NOW) == preflight.Check(
+        "valid-until", "pass", "not set: the fleet runs until its stack is deleted"
+    )
+
+
+def test_expired_environment_loads_and_fails_preflight_with_one_line(
+    node_image: str, scores: dict[str, int], environments, run_cli
+) -> None:
+    scores["use1-az6"] = 8
+    dev = environments_dir() / "dev.yaml"
+    expired = dev.read_text().replace("name: dev", "name: expired") + "fleet:\n  valid_until: 2020-01-01T00:00:00Z\n"
+    (environments_dir() / "expired.yaml").write_text(expired)
+    code, out, err = run_cli("preflight", "expired")
+    assert code == 1, err
+    lines = out.splitlines()
+    assert (
+        "fail    valid-until      fleet.valid_until 2020-01-01T00:00:00+00:00 has passed (set a future UTC time, or "
+        "remove it, before launching nodes)" in lines
     )
     assert lines[-1] == "preflight failed"

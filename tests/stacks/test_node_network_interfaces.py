@@ -1,0 +1,29 @@
+"""The interface layout of the launch template for catalog entries the shipped environments do not use."""
+
+from __future__ import annotations
+
+from gpufleet.catalog import load_catalog
+from stacks.constructs.node_network_interfaces import node_network_interfaces
+
+
+def layout(instance, efa):
+    interfaces = node_network_interfaces(instance=instance, efa=efa, subnet_id="subnet-1", security_group_id="sg-1")
+    return [
+        (i.network_card_index, i.device_index, i.interface_type, i.associate_public_ip_address) for i in interfaces
+    ]
+
+
+def test_a_type_without_efa_only_gets_efa_interfaces_at_device_1_on_further_cards():
+    p4d = load_catalog()["p4d.24xlarge"].model_copy(update={"efa_only_interfaces": False})
+    assert layout(p4d, efa=True) == [(0, 0, "efa", False), (1, 1, "efa", False), (2, 1, "efa", False),
+                                     (3, 1, "efa", False)]
+
+
+def test_without_efa_a_node_has_one_plain_interface():
+    assert layout(load_catalog()["p5.48xlarge"], efa=False) == [(0, 0, "interface", False)]
+
+
+def test_p5_gets_efa_on_card_0_and_efa_only_on_the_31_others():
+    assert layout(load_catalog()["p5.48xlarge"], efa=True) == [(0, 0, "efa", False)] + [
+        (card, 0, "efa-only", None) for card in range(1, 32)
+    ]
