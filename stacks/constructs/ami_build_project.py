@@ -375,9 +375,11 @@ class AmiBuildProject(Construct):
         CopyImage is called in the destination region; since 2024-10-28 it authorizes on
         the source image as well as on the new image, and snapshots may be named as resources; tagging the copies
         needs ec2:CreateTags (source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/copy-ami-permissions.html).
-        Which snapshots (source or new) CopyImage authorizes on, and aws:RequestTag on its TagSpecifications, are
-        unconfirmed offline: both are granted under the gpufleet:profile tag. Only images tagged gpufleet:profile can
-        be copied, only with that tag in the request; nothing here shares, changes or deletes an image.
+        The source side (the build region's image and snapshots) is PackerEncryptedCopy's grant: the authorization
+        reference lists no aws:ResourceTag key for CopyImage, so it cannot be narrowed to tagged sources, and a copy
+        only creates. The new image and snapshots in each destination must carry the gpufleet:profile tag in the
+        request (that CopyImage evaluates aws:RequestTag on them is unconfirmed offline); nothing here shares,
+        changes or deletes an image.
         The copies are encrypted with each region's AWS managed key aws/ebs, which EC2 uses for the account's
         principals without a grant (a customer managed key would need kms:CreateGrant, Decrypt,
         GenerateDataKeyWithoutPlaintext and ReEncrypt* on it and --kms-key-id in publish-image.sh)."""
@@ -403,12 +405,6 @@ class AmiBuildProject(Construct):
 
         statements = [
             iam.PolicyStatement(
-                sid="PublishCopyBuiltImage",
-                actions=["ec2:CopyImage"],
-                resources=[ec2_public(home, "image"), ec2_public(home, "snapshot")],
-                conditions={"Null": {f"aws:ResourceTag/{PROFILE_TAG_KEY}": "false"}},
-            ),
-            iam.PolicyStatement(
                 sid="PublishCreateTaggedCopy",
                 actions=["ec2:CopyImage"],
                 resources=[ec2_public(region, kind) for region in destinations for kind in ("image", "snapshot")],
@@ -430,10 +426,7 @@ class AmiBuildProject(Construct):
         ]
         for statement in statements:
             role.add_to_principal_policy(statement)
-        reasons = {
-            f"Resource::arn:<AWS::Partition>:ec2:{home}::snapshot/*": "a gpufleet AMI copy reads the snapshots of the "
-            "image the build made (tagged gpufleet:profile, ids unknown in advance); CopyImage requires the tag",
-        }
+        reasons: dict[str, str] = {}
         for region in destinations:
             reasons |= {
                 f"Resource::arn:<AWS::Partition>:ec2:{region}::image/*": f"the copy of a gpufleet AMI in {region} "
