@@ -52,12 +52,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="gpufleet-plan-") as outdir:
             synthesized = read_assembly(synthesize(env.name, Path(outdir)), env.stack_prefix)
-    saved = saved_templates(args.against, set(synthesized))
-    unknown = sorted(set(saved) - set(synthesized))
-    if unknown:
-        raise GpufleetError(
-            *(f"--against {name}: no such stack in {env.name} (stacks: {', '.join(synthesized)})" for name in unknown)
-        )
+    saved = saved_templates(args.against, env.name, list(synthesized))
     sources, old_templates = {}, {}
     for name in synthesized:
         if name in saved:
@@ -132,7 +127,7 @@ def read_assembly(directory: Path, stack_prefix: str) -> dict[str, dict]:
         raise GpufleetError(f"{directory}: no manifest.json; pass the cdk.out directory of `cdk synth`")
     artifacts = json.loads(manifest_path.read_text())["artifacts"]
     templates = {
-        name: read_template(directory / artifact["properties"]["templateFile"], "--cdk-out")
+        name: read_template(directory / artifact["properties"]["templateFile"], f"--cdk-out {directory}: {name}")
         for name, artifact in artifacts.items()
         if artifact["type"] == "aws:cloudformation:stack" and name.startswith(f"{stack_prefix}-")
     }
@@ -141,34 +136,39 @@ def read_assembly(directory: Path, stack_prefix: str) -> dict[str, dict]:
     return templates
 
 
-def read_template(path: Path, option: str) -> dict:
+def read_template(path: Path, label: str) -> dict:
+    """A JSON template; label names where it was asked for (an option) in the error lines."""
     try:
         document = json.loads(path.read_text())
     except FileNotFoundError:
-        raise GpufleetError(f"{option} {path}: no such file") from None
+        raise GpufleetError(f"{label}: no such file") from None
     except json.JSONDecodeError as error:
-        raise GpufleetError(f"{option} {path}: not a JSON template (line {error.lineno}: {error.msg})") from None
+        raise GpufleetError(f"{label}: not a JSON template (line {error.lineno}: {error.msg})") from None
     if not isinstance(document, dict):
-        raise GpufleetError(f"{option} {path}: not a template (expected a JSON object with Resources)")
+        raise GpufleetError(f"{label}: not a template (expected a JSON object with Resources)")
     return document
 
 
-def saved_templates(specs: list[str], stack_names: set[str]) -> dict[str, tuple[str, dict]]:
+def saved_templates(specs: list[str], env_name: str, stack_names: list[str]) -> dict[str, tuple[str, dict]]:
     """Templates from --against: STACK=FILE, or DIR holding STACK.template.json files (those of stack_names; a
     saved cdk.out holds every environment's). By stack name: (source, template)."""
     found: dict[str, tuple[str, dict]] = {}
     for spec in specs:
         if "=" in spec:
             name, _, file = spec.partition("=")
-            found[name] = (file, read_template(Path(file), f"--against {name}="))
+            if name not in stack_names:
+                raise GpufleetError(
+                    f"--against {spec}: no stack {name} in {env_name} (stacks: {', '.join(stack_names)})"
+                )
+            found[name] = (file, read_template(Path(file), f"--against {spec}"))
             continue
         directory = Path(spec)
         if not directory.is_dir():
             raise GpufleetError(f"--against {spec}: neither STACK=FILE nor a directory of STACK.template.json files")
-        for name in sorted(stack_names):
+        for name in stack_names:
             path = directory / f"{name}.template.json"
             if path.is_file():
-                found[name] = (str(path), read_template(path, "--against"))
+                found[name] = (str(path), read_template(path, f"--against {path}"))
     return found
 
 
