@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "gpufleet.commands.environment_reference",
     "gpufleet.commands.ami",
     "gpufleet.commands.preflight",
+    "gpufleet.commands.plan",
     "gpufleet.commands.status",
     "gpufleet.commands.hosts",
     "gpufleet.commands.nccl_report",

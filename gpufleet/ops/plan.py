@@ -1,0 +1,337 @@
+"""What a deploy will do: compare synthesized templates with deployed (or saved) ones, resource by resource.
+
+A changed property replaces its resource when the resource type's schema lists it in ``createOnlyProperties``
+(source: the CloudFormation resource provider schemas that cfn-lint bundles, read through
+cfnlint.schema.PROVIDER_SCHEMA_MANAGER; https://docs.aws.amazon.com/cloudformation-cli/latest/userguide/
+resource-type-schema.html#schema-properties-createonlyproperties). A replaced resource gets a new physical id, so
+every Ref, Fn::GetAtt and (across stacks) Fn::ImportValue of it changes value at deploy: the properties that use
+them count as changed too, which can replace their resources in turn. A changed logical id is a removal and an
+addition.
+
+Node impact comes from where the nodes live: the Spot Fleet owns them, and the resources the fleet reaches through
+its references (launch template, placement group, security group, subnet, VPC) hold them.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+FLEET_TYPE = "AWS::EC2::SpotFleet"
+LAUNCH_TEMPLATE_TYPE = "AWS::EC2::LaunchTemplate"
+# Resources running instances sit in: replacing or removing one of those the fleet uses strands its nodes.
+NODE_HOSTING_TYPES = frozenset(
+    {"AWS::EC2::PlacementGroup", "AWS::EC2::Subnet", "AWS::EC2::SecurityGroup", "AWS::EC2::VPC"}
+)
+# Attributes that take a new value on an in-place update: an updated launch template gets a new version.
+# source: https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-ec2-launchtemplate.html
+# (Fn::GetAtt LatestVersionNumber, DefaultVersionNumber; "a new version" on update of LaunchTemplateData)
+ATTRIBUTES_CHANGED_BY_UPDATE = {LAUNCH_TEMPLATE_TYPE: frozenset({"LatestVersionNumber", "DefaultVersionNumber"})}
+# CDK's bookkeeping resource: its Analytics string changes with the construct tree, never with the cluster.
+IGNORED_TYPES = frozenset({"AWS::CDK::Metadata"})
+
+REPLACES_NODES = "replaces running nodes"
+TERMINATES_NODES = "terminates nodes"
+LAUNCHES_NODES = "launches nodes"
+NEW_VERSION = "in place: new launch template version, new nodes only"
+IN_PLACE = "in place: running nodes unaffected"
+NO_NODE_EFFECT = "no effect on nodes"
+RUNNING_NODES_UNAFFECTED = "running nodes unaffected"
+NODE_AFFECTING = frozenset({REPLACES_NODES, TERMINATES_NODES})
+
+_MISSING = object()
+
+
+@dataclass
+class Change:
+    stack: str
+    logical_id: str
+    resource_type: str
+    action: str  # added | removed | in place | replacement
+    properties: list[str] = field(default_factory=list)
+    replacing: list[str] = field(default_factory=list)  # the create-only ones among them
+    node_impact: str = NO_NODE_EFFECT
+
+    @property
+    def affects_running_nodes(self) -> bool:
+        return self.node_impact.split(" (")[0] in NODE_AFFECTING
+
+    def line(self) -> str:
+        because = f" ({', '.join(self.replacing or self.properties)})" if self.properties or self.replacing else ""
+        return f"{self.stack} {self.logical_id} [{self.resource_type}] {self.action}{because}: {self.node_impact}"
+
+    def as_dict(self) -> dict:
+        return {
+            "stack": self.stack,
+            "logical_id": self.logical_id,
+            "type": self.resource_type,
+            "action": self.action,
+            "properties": self.properties,
+            "replacing_properties": self.replacing,
+            "node_impact": self.node_impact,
+            "affects_running_nodes": self.affects_running_nodes,
+        }
+
+
+def create_only_pointers(region: str, resource_type: str) -> list[str]:
+    """The schema's createOnlyProperties (JSON pointers); none for types without a schema (custom resources)."""
+    from cfnlint.schema import PROVIDER_SCHEMA_MANAGER, ResourceNotFoundError
+
+    try:
+        schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema(region, resource_type)
+    except ResourceNotFoundError:
+        return []
+    return list(schema.schema.get("createOnlyProperties", []))
+
+
+def values_at(properties: dict, pointer: str):
+    """The value a createOnlyProperties pointer names (``/properties/A/B``); ``*`` walks every list item."""
+    parts = pointer.split("/")[2:]
+
+    def walk(value, rest):
+        if not rest:
+            return value
+        if rest[0] == "*":
+            if isinstance(value, list):
+                return [walk(item, rest[1:]) for item in value]
+            return _MISSING
+        if isinstance(value, dict) and rest[0] in value:
+            return walk(value[rest[0]], rest[1:])
+        return _MISSING
+
+    return walk(properties, parts)
+
+
+def changed_paths(old, new, prefix: str = "") -> list[str]:
+    """Dotted paths of what differs, descending through objects (not lists: a list changes as a whole)."""
+    if old == new:
+        return []
+    if isinstance(old, dict) and isinstance(new, dict) and not (_is_intrinsic(old) or _is_intrinsic(new)):
+        paths = []
+        for key in sorted(set(old) | set(new), key=str):
+            path = f"{prefix}.{key}" if prefix else str(key)
+            paths.extend(changed_paths(old.get(key, _MISSING), new.get(key, _MISSING), path))
+        return paths
+    return [prefix]
+
+
+def _is_intrinsic(value: dict) -> bool:
+    """{"Ref": ...} or {"Fn::...": ...}: a value computed at deploy, compared whole."""
+    return len(value) == 1 and any(key == "Ref" or key.startswith("Fn::") for key in value)
+
+
+class _NewValue:
+    """Stands for a reference whose value changes at deploy; never equal to the old template's text."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+    def __eq__(self, other) -> bool:
+        return False
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __repr__(self) -> str:
+        return f"<new {self.what}>"
+
+
+def _mark_new_references(value, replaced: set[str], updated: dict[str, str], new_exports: set[str]):
+    """A copy of value with every reference that changes at deploy replaced by a _NewValue."""
+    if isinstance(value, list):
+        return [_mark_new_references(item, replaced, updated, new_exports) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if len(value) == 1:
+        ((function, argument),) = value.items()
+        if function == "Ref" and argument in replaced:
+            return _NewValue(argument)
+        if function == "Fn::GetAtt":
+            target, attribute = argument if isinstance(argument, list) else argument.split(".", 1)
+            if target in replaced or attribute in ATTRIBUTES_CHANGED_BY_UPDATE.get(updated.get(target, ""), ()):
+                return _NewValue(f"{target}.{attribute}")
+        if function == "Fn::ImportValue" and isinstance(argument, str) and argument in new_exports:
+            return _NewValue(argument)
+    return {key: _mark_new_references(item, replaced, updated, new_exports) for key, item in value.items()}
+
+
+def _references(value) -> set[str]:
+    """Logical ids a value refers to (Ref, Fn::GetAtt) and export names it imports (as 'import:NAME')."""
+    found: set[str] = set()
+    if isinstance(value, list):
+        for item in value:
+            found |= _references(item)
+    elif isinstance(value, dict):
+        for function, argument in value.items():
+            if function == "Ref" and isinstance(argument, str):
+                found.add(argument)
+            elif function == "Fn::GetAtt":
+                found.add(argument[0] if isinstance(argument, list) else argument.split(".", 1)[0])
+            elif function == "Fn::ImportValue" and isinstance(argument, str):
+                found.add(f"import:{argument}")
+            found |= _references(argument)
+    return found
+
+
+@dataclass
+class StackPair:
+    name: str
+    old: dict  # {} when the stack is not deployed yet
+    new: dict  # {} when the stack is no longer synthesized
+
+    def resources(self, which: str) -> dict:
+        template = self.old if which == "old" else self.new
+        return {k: v for k, v in template.get("Resources", {}).items() if v.get("Type") not in IGNORED_TYPES}
+
+
+def plan_changes(pairs: Iterable[StackPair], region: str) -> list[Change]:
+    """Every resource change across the stacks, with its node impact; replacements propagate through references
+    inside a stack and through exports across stacks until nothing more changes."""
+    pairs = list(pairs)
+    changes: dict[tuple[str, str], Change] = {}
+    replaced: dict[str, set[str]] = {pair.name: set() for pair in pairs}
+    updated: dict[str, dict[str, str]] = {pair.name: {} for pair in pairs}
+    while True:
+        new_exports = _exports_changing(pairs, replaced)
+        before = {key: (c.action, tuple(c.properties)) for key, c in changes.items()}
+        for pair in pairs:
+            for change in _stack_changes(pair, region, replaced[pair.name], updated[pair.name], new_exports):
+                changes[(pair.name, change.logical_id)] = change
+                if change.action in ("replacement", "removed"):
+                    replaced[pair.name].add(change.logical_id)
+                elif change.action == "in place":
+                    updated[pair.name][change.logical_id] = change.resource_type
+        if before == {key: (c.action, tuple(c.properties)) for key, c in changes.items()}:
+            break
+    result = list(changes.values())
+    _judge_node_impact(result, pairs)
+    return sorted(result, key=lambda c: ([p.name for p in pairs].index(c.stack), c.logical_id))
+
+
+def _exports_changing(pairs: list[StackPair], replaced: dict[str, set[str]]) -> set[str]:
+    """Export names whose value changes: their output refers to a replaced resource."""
+    names = set()
+    for pair in pairs:
+        for output in pair.new.get("Outputs", {}).values():
+            export = output.get("Export", {}).get("Name")
+            if isinstance(export, str) and _references(output.get("Value")) & replaced[pair.name]:
+                names.add(export)
+    return names
+
+
+def _stack_changes(
+    pair: StackPair, region: str, replaced: set[str], updated: dict[str, str], new_exports: set[str]
+) -> list[Change]:
+    """The stack's changes, given what earlier passes found replaced and updated in place (by logical id)."""
+    old_resources, new_resources = pair.resources("old"), pair.resources("new")
+    updated = updated | {
+        logical_id: resource["Type"]
+        for logical_id, resource in new_resources.items()
+        if logical_id in old_resources and old_resources[logical_id].get("Properties") != resource.get("Properties")
+    }
+    changes = []
+    for logical_id in sorted(set(old_resources) | set(new_resources)):
+        old, new = old_resources.get(logical_id), new_resources.get(logical_id)
+        if new is None:
+            changes.append(Change(pair.name, logical_id, old["Type"], "removed"))
+            continue
+        if old is None:
+            changes.append(Change(pair.name, logical_id, new["Type"], "added"))
+            continue
+        if old["Type"] != new["Type"]:
+            changes.append(Change(pair.name, logical_id, new["Type"], "replacement", ["Type"], ["Type"]))
+            continue
+        old_properties = old.get("Properties", {})
+        new_properties = _mark_new_references(copy.deepcopy(new.get("Properties", {})), replaced, updated, new_exports)
+        properties = changed_paths(old_properties, new_properties)
+        if not properties:
+            continue
+        replacing = [
+            pointer.removeprefix("/properties/").replace("/", ".")
+            for pointer in create_only_pointers(region, new["Type"])
+            if values_at(old_properties, pointer) != values_at(new_properties, pointer)
+        ]
+        action = "replacement" if replacing else "in place"
+        changes.append(Change(pair.name, logical_id, new["Type"], action, properties, replacing))
+    return changes
+
+
+def _fleet_dependencies(pairs: list[StackPair]) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+    """(stack, logical id) of every Spot Fleet, old or new, and of everything they reach through references,
+    across stacks through exports."""
+    by_export = {}
+    for pair in pairs:
+        for template in (pair.old, pair.new):
+            for output in template.get("Outputs", {}).values():
+                export = output.get("Export", {}).get("Name")
+                if isinstance(export, str):
+                    by_export.setdefault(export, set()).update(
+                        (pair.name, ref) for ref in _references(output.get("Value"))
+                    )
+    fleets = {
+        (pair.name, logical_id)
+        for pair in pairs
+        for which in ("old", "new")
+        for logical_id, resource in pair.resources(which).items()
+        if resource.get("Type") == FLEET_TYPE
+    }
+    reached, todo = set(fleets), list(fleets)
+    templates = {pair.name: pair for pair in pairs}
+    while todo:
+        stack, logical_id = todo.pop()
+        pair = templates[stack]
+        for which in ("old", "new"):
+            resource = pair.resources(which).get(logical_id)
+            if resource is None:
+                continue
+            for ref in _references(resource.get("Properties", {})):
+                targets = (
+                    by_export.get(ref.removeprefix("import:"), set()) if ref.startswith("import:") else {(stack, ref)}
+                )
+                for target in targets - reached:
+                    reached.add(target)
+                    todo.append(target)
+    return fleets, reached
+
+
+def _judge_node_impact(changes: list[Change], pairs: list[StackPair]) -> None:
+    fleets, fleet_uses = _fleet_dependencies(pairs)
+    fleet_replaced = any((c.stack, c.logical_id) in fleets and c.action in ("replacement", "removed") for c in changes)
+    templates = {pair.name: pair for pair in pairs}
+    for change in changes:
+        key = (change.stack, change.logical_id)
+        if change.resource_type == FLEET_TYPE:
+            change.node_impact = _fleet_impact(change, templates[change.stack])
+        elif key not in fleet_uses:
+            change.node_impact = NO_NODE_EFFECT
+        elif change.resource_type in NODE_HOSTING_TYPES and change.action in ("replacement", "removed"):
+            # With the fleet replaced too, its new nodes come up in the new resource; otherwise the running nodes
+            # stay in the old one, which the deploy deletes.
+            change.node_impact = REPLACES_NODES if fleet_replaced else TERMINATES_NODES
+        elif change.resource_type == LAUNCH_TEMPLATE_TYPE and change.action == "in place":
+            change.node_impact = NEW_VERSION
+        elif change.action == "added":
+            change.node_impact = RUNNING_NODES_UNAFFECTED
+        else:
+            change.node_impact = IN_PLACE
+
+
+def _fleet_impact(change: Change, pair: StackPair) -> str:
+    if change.action == "replacement":
+        return REPLACES_NODES
+    if change.action == "removed":
+        return TERMINATES_NODES
+    if change.action == "added":
+        return LAUNCHES_NODES
+    old = pair.resources("old")[change.logical_id]["Properties"]["SpotFleetRequestConfigData"]
+    new = pair.resources("new")[change.logical_id]["Properties"]["SpotFleetRequestConfigData"]
+    old_target, new_target = old.get("TargetCapacity"), new.get("TargetCapacity")
+    if isinstance(old_target, int) and isinstance(new_target, int) and old_target != new_target:
+        if new_target > old_target:
+            return f"{IN_PLACE}; launches nodes (target capacity {old_target} -> {new_target})"
+        # source: https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifySpotFleetRequest.html
+        # ExcessCapacityTerminationPolicy "default": Spot Fleet terminates instances above the new target.
+        if new.get("ExcessCapacityTerminationPolicy", "default") != "noTermination":
+            return f"{TERMINATES_NODES} (target capacity {old_target} -> {new_target})"
+    return IN_PLACE
