@@ -67,6 +67,28 @@ LINUX_PRODUCTS = ["Linux/UNIX", "Linux/UNIX (Amazon VPC)"]
 
 
 @dataclass(frozen=True)
+class ServiceLinkedRole:
+    name: str
+    service: str
+
+    @property
+    def create_command(self) -> str:
+        return f"aws iam create-service-linked-role --aws-service-name {self.service}"
+
+
+# The EC2 console creates these on first use; a fleet requested through the API (CloudFormation included) fails
+# until they exist. The Spot Fleet role is needed by every fleet, the Spot role only where the fleet asks for spot.
+# source (names, "If you use the AWS CLI or an API, you must ensure that these roles exist"):
+#   https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-fleet-prerequisites.html
+# source (create commands, service names spotfleet.amazonaws.com / spot.amazonaws.com): the same page, section
+#   #service-linked-roles-spot-fleet-requests ("Ensure that this role exists before you use the AWS CLI or an API to
+#   create a Spot Fleet"), and
+#   https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/service-linked-roles-spot-instance-requests.html
+SPOT_FLEET_ROLE = ServiceLinkedRole("AWSServiceRoleForEC2SpotFleet", "spotfleet.amazonaws.com")
+SPOT_ROLE = ServiceLinkedRole("AWSServiceRoleForEC2Spot", "spot.amazonaws.com")
+
+
+@dataclass(frozen=True)
 class Check:
     name: str
     status: Status
@@ -302,6 +324,32 @@ def check_spot_price(ec2: Any, env: Environment, now: dt.datetime) -> Check:
     return Check("spot-price", "pass", f"latest spot price ${price:.4f}/h in {env.availability_zone}")
 
 
+def check_spot_roles(iam: Any, env: Environment) -> Check:
+    """The service-linked roles that Spot Fleet (always) and Spot (with spot capacity) need, by iam:GetRole."""
+    needed = [SPOT_FLEET_ROLE] + ([SPOT_ROLE] if env.capacity.spot > 0 else [])
+    missing: list[ServiceLinkedRole] = []
+    unchecked: list[str] = []
+    for role in needed:
+        try:
+            iam.get_role(RoleName=role.name)
+        except ClientError as error:
+            if error_code(error) == "NoSuchEntity":
+                missing.append(role)
+            elif is_unavailable(error):
+                unchecked.append(f"{role.name}: {error.operation_name} {error_code(error)}: {error_message(error)}")
+            else:
+                raise
+    if missing:
+        commands = "; ".join(f"{role.name} is missing: run `{role.create_command}`" for role in missing)
+        return Check("spot-roles", "fail", commands + "".join(f"; could not check {text}" for text in unchecked))
+    if unchecked:
+        return Check("spot-roles", "warn", "could not check " + "; ".join(unchecked))
+    found = " and ".join(role.name for role in needed)
+    if env.capacity.spot == 0:
+        return Check("spot-roles", "pass", f"{found} exists ({SPOT_ROLE.name} not needed: every node is on-demand)")
+    return Check("spot-roles", "pass", f"{found} exist")
+
+
 def check_valid_until(env: Environment, now: dt.datetime) -> Check:
     """A fleet.valid_until that has passed only warns in `gpufleet validate` (the stacks must still synthesize for
     `cdk destroy`); launching with it is what fails."""
@@ -314,7 +362,7 @@ def check_valid_until(env: Environment, now: dt.datetime) -> Check:
 
 
 def run_checks(aws: Any, env: Environment, spec: InstanceType, now: dt.datetime) -> list[Check]:
-    ec2, quotas, ssm = aws.client("ec2"), aws.client("service-quotas"), aws.client("ssm")
+    ec2, quotas, ssm, iam = aws.client("ec2"), aws.client("service-quotas"), aws.client("ssm"), aws.client("iam")
     return [
         check_offering(ec2, env),
         check_efa(ec2, env, spec),
@@ -323,6 +371,7 @@ def run_checks(aws: Any, env: Environment, spec: InstanceType, now: dt.datetime)
         check_ami(ssm, ec2, env),
         check_placement_score(ec2, env),
         check_spot_price(ec2, env, now),
+        check_spot_roles(iam, env),
         check_valid_until(env, now),
     ]
 

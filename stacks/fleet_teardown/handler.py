@@ -1,21 +1,27 @@
-"""Custom-resource handler that guarantees no node outlives its stack.
+"""Custom-resource handlers that guarantee no node outlives its stack, for CDK's custom_resources.Provider.
 
-On Delete it cancels the Spot Fleet request with TerminateInstances, terminates any instance of the fleet that is
-still alive (on-demand ones included), and waits until all of them are terminated, so the placement group and
-security group deleted after it are free. A fleet that is already gone counts as torn down. Create and Update do
-nothing but name the resource after the fleet: when a stack update replaces the fleet, the physical id changes
-and CloudFormation sends a Delete for the old fleet during cleanup.
+The Provider framework speaks CloudFormation's protocol and polls is_complete until it answers done or the total
+timeout passes, so the wait is not bounded by one Lambda run (15 minutes).
+
+On Delete, on_event cancels the Spot Fleet request with TerminateInstances and terminates any instance of the fleet
+still running (on-demand ones included); is_complete then answers done only when every instance of the fleet is
+terminated, and terminates again whatever still runs, so the placement group and security group deleted after it
+are free. A fleet that is already gone counts as torn down. Create and Update do nothing but name the resource after
+the fleet: when a stack update replaces the fleet, the physical id changes and CloudFormation sends a Delete for the
+old fleet during cleanup.
+
+Protocol (aws-cdk-lib custom_resources.Provider, 2.275): on_event returns {"PhysicalResourceId": ...};
+is_complete returns {"IsComplete": bool}. An error raised by on_event fails the resource; one raised by is_complete
+is retried at the query interval until the total timeout, after which the resource fails ("Operation timed out").
+source: aws-cdk-lib 2.275.0 custom-resources/lib/provider-framework/runtime/framework.js and waiter-state-machine.js
+(in the installed package's jsii assembly, aws_cdk/_jsii/aws-cdk-lib@2.275.0.jsii.tgz).
 
 Runs in AWS Lambda with only the standard library and boto3 (both present in the Lambda Python runtime).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import time
-import urllib.request
-from collections.abc import Callable
 from typing import Any
 
 import boto3
@@ -27,27 +33,39 @@ LOGGER.setLevel(logging.INFO)
 FLEET_TAG = "aws:ec2spot:fleet-request-id"
 GONE_FLEET_ERRORS = {"InvalidSpotFleetRequestId.NotFound", "InvalidSpotFleetRequestId.Malformed"}
 GONE_FLEET_CANCEL_CODES = {"fleetRequestIdDoesNotExist", "fleetRequestIdMalformed", "fleetRequestNotInCancellableState"}
-ENDED_STATES = {"terminated"}
-POLL_SECONDS = 10
-RESPONSE_MARGIN_SECONDS = 30
+# An instance in these states is on its way out: terminating it again changes nothing.
+ENDING_STATES = {"shutting-down", "terminated"}
 
 
-class TeardownIncomplete(Exception):
-    """Instances were still running when the time ran out."""
+def physical_id(fleet_id: str) -> str:
+    return f"teardown-{fleet_id}"
 
 
-def fleet_instance_ids(ec2: Any, fleet_id: str) -> set[str]:
-    """Every instance the fleet launched that is not terminated yet: the fleet's own list and the fleet tag."""
-    instance_ids: set[str] = set()
+def fleet_instances(ec2: Any, fleet_id: str) -> dict[str, str]:
+    """Instance id -> state of every instance the fleet launched that is not terminated yet: the fleet's own list
+    (which forgets a cancelled fleet) and the fleet tag (which stays on the instances)."""
+    listed: set[str] = set()
     try:
         for page in ec2.get_paginator("describe_spot_fleet_instances").paginate(SpotFleetRequestId=fleet_id):
-            instance_ids.update(item["InstanceId"] for item in page.get("ActiveInstances", []))
+            listed.update(item["InstanceId"] for item in page.get("ActiveInstances", []))
     except ClientError as error:
         if error.response["Error"]["Code"] not in GONE_FLEET_ERRORS:
             raise
     tag_filter = [{"Name": f"tag:{FLEET_TAG}", "Values": [fleet_id]}]
-    tagged = ec2.get_paginator("describe_instances").paginate(Filters=tag_filter)
-    return instance_ids | _not_terminated(tagged)
+    states = _not_terminated(ec2.get_paginator("describe_instances").paginate(Filters=tag_filter))
+    if untagged := listed - set(states):
+        states |= _not_terminated(ec2.get_paginator("describe_instances").paginate(InstanceIds=sorted(untagged)))
+    return states
+
+
+def _not_terminated(pages: Any) -> dict[str, str]:
+    return {
+        instance["InstanceId"]: instance["State"]["Name"]
+        for page in pages
+        for reservation in page["Reservations"]
+        for instance in reservation["Instances"]
+        if instance["State"]["Name"] != "terminated"
+    }
 
 
 def cancel_fleet(ec2: Any, fleet_id: str) -> None:
@@ -65,83 +83,39 @@ def cancel_fleet(ec2: Any, fleet_id: str) -> None:
         LOGGER.info("fleet %s: %s", fleet_id, code)
 
 
-def alive_instances(ec2: Any, instance_ids: set[str]) -> set[str]:
-    return _not_terminated(ec2.get_paginator("describe_instances").paginate(InstanceIds=sorted(instance_ids)))
+def terminate_survivors(ec2: Any, fleet_id: str, states: dict[str, str]) -> list[str]:
+    """Terminate the instances that are not on their way out; return their ids."""
+    survivors = sorted(instance_id for instance_id, state in states.items() if state not in ENDING_STATES)
+    if survivors:
+        LOGGER.info("terminating %d instance(s) of %s: %s", len(survivors), fleet_id, survivors)
+        ec2.terminate_instances(InstanceIds=survivors)
+    return survivors
 
 
-def _not_terminated(pages: Any) -> set[str]:
-    return {
-        instance["InstanceId"]
-        for page in pages
-        for reservation in page["Reservations"]
-        for instance in reservation["Instances"]
-        if instance["State"]["Name"] not in ENDED_STATES
-    }
-
-
-def teardown_fleet(
-    ec2: Any,
-    fleet_id: str,
-    *,
-    seconds_left: Callable[[], float],
-    sleep: Callable[[float], None] = time.sleep,
-) -> set[str]:
-    """Cancel the fleet, terminate its instances and wait for them; return the ids that were terminated."""
-    instance_ids = fleet_instance_ids(ec2, fleet_id)
-    cancel_fleet(ec2, fleet_id)
-    if not instance_ids:
-        return instance_ids
-    # Cancelling with TerminateInstances should end them all; whatever is still alive (a fleet that was already
-    # cancelled without terminating, say) is terminated here.
-    if survivors := alive_instances(ec2, instance_ids):
-        LOGGER.info("terminating %d instance(s) of %s: %s", len(survivors), fleet_id, sorted(survivors))
-        ec2.terminate_instances(InstanceIds=sorted(survivors))
-    while alive := alive_instances(ec2, instance_ids):
-        if seconds_left() < POLL_SECONDS + RESPONSE_MARGIN_SECONDS:
-            raise TeardownIncomplete(f"instances of {fleet_id} still shutting down: {', '.join(sorted(alive))}")
-        sleep(POLL_SECONDS)
-    return instance_ids
-
-
-def send_response(event: dict, status: str, reason: str, physical_id: str) -> None:
-    body = json.dumps(
-        {
-            "Status": status,
-            "Reason": reason[:3000],
-            "PhysicalResourceId": physical_id,
-            "StackId": event["StackId"],
-            "RequestId": event["RequestId"],
-            "LogicalResourceId": event["LogicalResourceId"],
-        }
-    ).encode()
-    request = urllib.request.Request(
-        event["ResponseURL"], data=body, method="PUT", headers={"Content-Type": "", "Content-Length": str(len(body))}
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 (the pre-signed CloudFormation URL)
-        LOGGER.info("CloudFormation response sent: %s", response.status)
-
-
-def handle(event: dict, context: Any, ec2: Any = None, sleep: Callable[[float], None] = time.sleep) -> None:
+def on_event(event: dict, context: Any, ec2: Any = None) -> dict:
     fleet_id = event["ResourceProperties"]["FleetRequestId"]
-    deleting = event["RequestType"] == "Delete"
-    physical_id = event["PhysicalResourceId"] if deleting else f"teardown-{fleet_id}"
-    try:
-        if deleting:
-            terminated = teardown_fleet(
-                ec2 or boto3.client("ec2"),
-                fleet_id,
-                seconds_left=lambda: context.get_remaining_time_in_millis() / 1000,
-                sleep=sleep,
-            )
-            reason = f"fleet {fleet_id} cancelled; {len(terminated)} instance(s) terminated"
-        else:
-            reason = f"watching fleet {fleet_id}"
-    except Exception as error:  # noqa: BLE001 (CloudFormation waits an hour for a handler that never answers)
-        LOGGER.exception("fleet teardown failed")
-        send_response(event, "FAILED", f"{type(error).__name__}: {error}", physical_id)
-        return
-    send_response(event, "SUCCESS", reason, physical_id)
+    if event["RequestType"] != "Delete":
+        return {"PhysicalResourceId": physical_id(fleet_id)}
+    ec2 = ec2 or boto3.client("ec2")
+    known = fleet_instances(ec2, fleet_id)
+    cancel_fleet(ec2, fleet_id)
+    # Cancelling with TerminateInstances should end them all; whatever still runs (a fleet that was already
+    # cancelled without terminating, say) is terminated here, and is_complete waits for all of them.
+    if known:
+        states = _not_terminated(ec2.get_paginator("describe_instances").paginate(InstanceIds=sorted(known)))
+        terminate_survivors(ec2, fleet_id, states)
+    return {"PhysicalResourceId": event["PhysicalResourceId"]}
 
 
-def lambda_handler(event: dict, context: Any) -> None:
-    handle(event, context)
+def is_complete(event: dict, context: Any, ec2: Any = None) -> dict:
+    if event["RequestType"] != "Delete":
+        return {"IsComplete": True}
+    fleet_id = event["ResourceProperties"]["FleetRequestId"]
+    ec2 = ec2 or boto3.client("ec2")
+    alive = fleet_instances(ec2, fleet_id)
+    if not alive:
+        LOGGER.info("every instance of %s is terminated", fleet_id)
+        return {"IsComplete": True}
+    LOGGER.info("instances of %s not terminated yet: %s", fleet_id, sorted(alive.items()))
+    terminate_survivors(ec2, fleet_id, alive)
+    return {"IsComplete": False}

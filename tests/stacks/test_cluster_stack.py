@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from aws_cdk.assertions import Capture, Match
 
@@ -18,6 +20,14 @@ def cluster(assembly, name):
 def only_resource(template, resource_type):
     (resource,) = template.find_resources(resource_type).values()
     return resource["Properties"]
+
+
+def template_string(value):
+    """A Fn::Join of literal text and references, each reference written as its logical id."""
+    if isinstance(value, str):
+        return value
+    (separator, parts) = value["Fn::Join"]
+    return separator.join(part if isinstance(part, str) else next(iter(part.values()))[0] for part in parts)
 
 
 def logical_id(template, resource_type):
@@ -235,9 +245,21 @@ def test_teardown_runs_before_fleet_placement_group_and_security_group_are_delet
         logical_id(template, "AWS::EC2::LaunchTemplate"),
     }
     assert guarded <= depends_on
-    handler = resources[teardown["Properties"]["ServiceToken"]["Fn::GetAtt"][0]]["Properties"]
-    assert handler["Timeout"] == 900
-    assert handler["Handler"] == "handler.lambda_handler"
+    # The service token is the Provider framework's onEvent function, which hands the event to ours; its
+    # is_complete is polled by the waiter state machine for up to 50 minutes, every 30 seconds.
+    framework = resources[teardown["Properties"]["ServiceToken"]["Fn::GetAtt"][0]]["Properties"]
+    handlers = {
+        properties["Handler"]: properties["Timeout"]
+        for properties in (r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::Function")
+        if properties["Handler"].startswith("handler.")
+    }
+    assert handlers == {"handler.on_event": 120, "handler.is_complete": 120}
+    framework_variables = framework["Environment"]["Variables"]
+    assert set(framework_variables) >= {"USER_ON_EVENT_FUNCTION_ARN", "USER_IS_COMPLETE_FUNCTION_ARN"}
+    (waiter,) = template.find_resources("AWS::StepFunctions::StateMachine").values()
+    definition = json.loads(template_string(waiter["Properties"]["DefinitionString"]))
+    (retry,) = definition["States"]["framework-isComplete-task"]["Retry"]
+    assert (retry["IntervalSeconds"], retry["MaxAttempts"], retry["BackoffRate"]) == (30, 100, 1)
     statements = [
         statement
         for policy in template.find_resources("AWS::IAM::Policy").values()

@@ -47,6 +47,12 @@ GETATT_ARN_FORMS = {
     "AWS::SNS::Topic": "arn:{partition}:sns:{region}:{account}:{name}",
     "AWS::S3::Bucket": "arn:{partition}:s3:::{name}",
 }
+# Ref <resource>, for the types whose Ref returns their ARN rather than a name: a state machine's (CloudFormation's
+# AWS::StepFunctions::StateMachine return values; aws-cdk-lib 2.275's custom_resources waiter takes its
+# stateMachineArn from the resource's ref). Other Refs stay placeholder names.
+REF_ARN_FORMS = {
+    "AWS::StepFunctions::StateMachine": "arn:{partition}:states:{region}:{account}:stateMachine:{name}",
+}
 # AWS-owned SSM documents have ARNs without an account (arn:aws:ssm:REGION::document/AWS-StartPortForwardingSession,
 # the Session Manager user guide's sample policies); the reference lists only document/ARNs with ${Account}.
 AWS_OWNED_SSM_DOCUMENT = re.compile(r"^arn:[a-z-]+:ssm:[a-z0-9-]+::document/AWS-[A-Za-z0-9_.-]+$")
@@ -96,6 +102,8 @@ def _ref(name: str, stack: StackContext) -> str:
         return pseudo[name]
     if name.startswith("AWS::"):
         raise UnresolvableIntrinsic(f"{stack.name}: pseudo parameter {name} is not resolved in ARNs")
+    if (form := REF_ARN_FORMS.get(stack.resource_types.get(name, ""))) is not None:
+        return form.format(partition=PARTITION, region=stack.region, account=stack.account, name=name)
     return name
 
 
@@ -284,7 +292,8 @@ def test_aws_cdk_lib_grant_pairs_still_occur(templates):
 
 STACK = StackContext("probe", "us-east-1", "123456789012", {
     "BuildRole": "AWS::IAM::Role", "Profile": "AWS::IAM::InstanceProfile", "Logs": "AWS::Logs::LogGroup",
-    "Vpc": "AWS::EC2::VPC", "Fleet": "AWS::EC2::SpotFleet"})
+    "Vpc": "AWS::EC2::VPC", "Fleet": "AWS::EC2::SpotFleet",
+    "Waiter": "AWS::StepFunctions::StateMachine"})
 
 
 def joined(*parts) -> dict:
@@ -307,6 +316,7 @@ def joined(*parts) -> dict:
     ({"Fn::Sub": ["${Role}/x/${!Literal}", {"Role": {"Fn::GetAtt": ["BuildRole", "Arn"]}}]},
      "arn:aws:iam::123456789012:role/BuildRole/x/${Literal}"),
     ({"Fn::Sub": "${Logs.Arn}"}, "arn:aws:logs:us-east-1:123456789012:log-group:Logs:*"),
+    ({"Ref": "Waiter"}, "arn:aws:states:us-east-1:123456789012:stateMachine:Waiter"),
 ])
 def test_resolver_turns_intrinsics_into_concrete_arns(element, expected):
     assert resolve_arn(element, STACK) == expected

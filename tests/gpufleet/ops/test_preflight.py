@@ -11,6 +11,7 @@ the end-to-end runs replace placement_scores.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 import boto3
@@ -43,11 +44,34 @@ def scores(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
     return by_zone_id
 
 
+def create_service_linked_role(name: str, service: str) -> None:
+    """What `aws iam create-service-linked-role --aws-service-name SERVICE` leaves: role NAME under
+    /aws-service-role/SERVICE/. moto's CreateServiceLinkedRole knows neither Spot service and would name the role
+    AWSServiceRoleForspot(fleet), so the role is made as IAM names it."""
+    boto3.client("iam", region_name="us-east-1").create_role(
+        RoleName=name,
+        Path=f"/aws-service-role/{service}/",
+        AssumeRolePolicyDocument=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
+            }
+        ),
+    )
+
+
+@pytest.fixture
+def spot_roles(moto: None) -> None:
+    """Both service-linked roles that spot requests through the API need, as the EC2 console would create them."""
+    create_service_linked_role("AWSServiceRoleForEC2SpotFleet", "spotfleet.amazonaws.com")
+    create_service_linked_role("AWSServiceRoleForEC2Spot", "spot.amazonaws.com")
+
+
 def statuses(document: dict[str, Any]) -> dict[str, str]:
     return {check["name"]: check["status"] for check in document["checks"]}
 
 
-def test_dev_passes_against_moto(node_image: str, scores: dict[str, int], run_cli) -> None:
+def test_dev_passes_against_moto(node_image: str, spot_roles: None, scores: dict[str, int], run_cli) -> None:
     scores["use1-az6"] = 8  # us-east-1a in moto
     code, out, err = run_cli("preflight", "dev")
     assert code == 0, err
@@ -57,7 +81,7 @@ def test_dev_passes_against_moto(node_image: str, scores: dict[str, int], run_cl
     assert any(line.startswith("pass    offering") for line in lines)
 
 
-def test_json_reports_every_check(node_image: str, scores: dict[str, int], run_json) -> None:
+def test_json_reports_every_check(node_image: str, spot_roles: None, scores: dict[str, int], run_json) -> None:
     scores["use1-az6"] = 8
     code, document = run_json("preflight", "dev")
     assert code == 0 and document["ok"] is True
@@ -70,6 +94,7 @@ def test_json_reports_every_check(node_image: str, scores: dict[str, int], run_j
         "ami": "pass",
         "spot-score": "pass",
         "spot-price": "pass",
+        "spot-roles": "pass",
         "valid-until": "pass",
     }
     quota = next(check for check in document["checks"] if check["name"] == "quota-spot")
@@ -403,7 +428,9 @@ def test_latest_spot_price_wins() -> None:
     assert check.detail == "latest spot price $11.2500/h in us-east-1a"
 
 
-def test_suggest_az_ranks_by_score_then_price(node_image: str, scores: dict[str, int], run_json) -> None:
+def test_suggest_az_ranks_by_score_then_price(
+    node_image: str, spot_roles: None, scores: dict[str, int], run_json
+) -> None:
     """moto serves the offerings (us-east-1a..d) and one equal price everywhere; the scores decide, then the name."""
     scores.update({"use1-az6": 3, "use1-az1": 9, "use1-az2": 9})
     code, document = run_json("preflight", "dev", "--suggest-az")
@@ -528,5 +555,78 @@ def test_expired_environment_loads_and_fails_preflight_with_one_line(
     assert (
         "fail    valid-until      fleet.valid_until 2020-01-01T00:00:00+00:00 has passed (set a future UTC time, or "
         "remove it, before launching nodes)" in lines
+    )
+    assert lines[-1] == "preflight failed"
+
+
+FLEET_ROLE_COMMAND = "aws iam create-service-linked-role --aws-service-name spotfleet.amazonaws.com"
+SPOT_ROLE_COMMAND = "aws iam create-service-linked-role --aws-service-name spot.amazonaws.com"
+
+
+def test_spot_roles_found_by_get_role(spot_roles: None) -> None:
+    iam = boto3.client("iam", region_name="us-east-1")
+    assert preflight.check_spot_roles(iam, load_named_environment("dev")) == preflight.Check(
+        "spot-roles", "pass", "AWSServiceRoleForEC2SpotFleet and AWSServiceRoleForEC2Spot exist"
+    )
+
+
+def test_missing_spot_roles_fail_with_the_commands_that_create_them(moto: None) -> None:
+    iam = boto3.client("iam", region_name="us-east-1")
+    assert preflight.check_spot_roles(iam, load_named_environment("dev")) == preflight.Check(
+        "spot-roles",
+        "fail",
+        f"AWSServiceRoleForEC2SpotFleet is missing: run `{FLEET_ROLE_COMMAND}`; "
+        f"AWSServiceRoleForEC2Spot is missing: run `{SPOT_ROLE_COMMAND}`",
+    )
+
+
+def test_only_the_missing_role_is_named(moto: None) -> None:
+    create_service_linked_role("AWSServiceRoleForEC2SpotFleet", "spotfleet.amazonaws.com")
+    check = preflight.check_spot_roles(boto3.client("iam", region_name="us-east-1"), load_named_environment("dev"))
+    assert check == preflight.Check(
+        "spot-roles", "fail", f"AWSServiceRoleForEC2Spot is missing: run `{SPOT_ROLE_COMMAND}`"
+    )
+
+
+def test_on_demand_only_needs_only_the_fleet_role(moto: None, environments) -> None:
+    """The Spot Fleet backend needs its role even without spot nodes; the Spot role is not asked for."""
+    environments("steady", target=2, on_demand=2)
+    env = load_named_environment("steady")
+    iam = boto3.client("iam", region_name="us-east-1")
+    assert preflight.check_spot_roles(iam, env) == preflight.Check(
+        "spot-roles", "fail", f"AWSServiceRoleForEC2SpotFleet is missing: run `{FLEET_ROLE_COMMAND}`"
+    )
+    create_service_linked_role("AWSServiceRoleForEC2SpotFleet", "spotfleet.amazonaws.com")
+    assert preflight.check_spot_roles(iam, env) == preflight.Check(
+        "spot-roles",
+        "pass",
+        "AWSServiceRoleForEC2SpotFleet exists (AWSServiceRoleForEC2Spot not needed: every node is on-demand)",
+    )
+
+
+def test_get_role_denied_is_a_warning() -> None:
+    iam = boto3.client("iam", region_name="us-east-1")
+    with Stubber(iam) as stub:
+        for name in ("AWSServiceRoleForEC2SpotFleet", "AWSServiceRoleForEC2Spot"):
+            stub.add_client_error(
+                "get_role", "AccessDenied", "not authorized to perform: iam:GetRole", 403, {"RoleName": name}
+            )
+        check = preflight.check_spot_roles(iam, load_named_environment("dev"))
+    assert check == preflight.Check(
+        "spot-roles",
+        "warn",
+        "could not check AWSServiceRoleForEC2SpotFleet: GetRole AccessDenied: not authorized to perform: iam:GetRole; "
+        "AWSServiceRoleForEC2Spot: GetRole AccessDenied: not authorized to perform: iam:GetRole",
+    )
+
+
+def test_missing_spot_role_in_the_table(node_image: str, scores: dict[str, int], run_cli) -> None:
+    scores["use1-az6"] = 8
+    code, out, err = run_cli("preflight", "dev")
+    assert code == 1, err
+    lines = out.splitlines()
+    assert (
+        f"fail    spot-roles       AWSServiceRoleForEC2SpotFleet is missing: run `{FLEET_ROLE_COMMAND}`; "
+        f"AWSServiceRoleForEC2Spot is missing: run `{SPOT_ROLE_COMMAND}`" in lines
     )
     assert lines[-1] == "preflight failed"

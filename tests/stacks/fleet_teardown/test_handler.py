@@ -1,10 +1,8 @@
-"""The teardown custom resource's logic against moto's EC2, and its CloudFormation response over real HTTP."""
+"""The teardown custom resource's two Provider handlers against moto's EC2 (Stubber where moto lacks EC2's answers).
+
+CloudFormation's protocol is the Provider framework's (aws-cdk-lib), not ours: the handlers return dicts."""
 
 from __future__ import annotations
-
-import http.server
-import json
-import threading
 
 import boto3
 import pytest
@@ -71,14 +69,26 @@ def running(ec2) -> set[str]:
     }
 
 
-def test_teardown_cancels_the_fleet_and_terminates_every_node(ec2):
+def event(request_type: str, fleet_id: str) -> dict:
+    """What the Provider framework hands on_event (and, with the same fields, is_complete)."""
+    return {
+        "RequestType": request_type,
+        "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/gpufleet-test-cluster/guid",
+        "RequestId": "request-1",
+        "LogicalResourceId": "FleetTeardown",
+        "PhysicalResourceId": f"teardown-{fleet_id}",
+        "ResourceProperties": {"FleetRequestId": fleet_id},
+    }
+
+
+def test_delete_cancels_the_fleet_terminates_every_node_and_then_reports_done(ec2):
     fleet_id = request_fleet(ec2)
     nodes = running(ec2)
     assert len(nodes) >= 1
 
-    terminated = handler.teardown_fleet(ec2, fleet_id, seconds_left=lambda: 600, sleep=lambda _: None)
+    assert handler.on_event(event("Delete", fleet_id), None, ec2=ec2) == {"PhysicalResourceId": f"teardown-{fleet_id}"}
+    assert handler.is_complete(event("Delete", fleet_id), None, ec2=ec2) == {"IsComplete": True}
 
-    assert terminated == nodes
     assert running(ec2) == set()
     requests = ec2.describe_spot_fleet_requests()["SpotFleetRequestConfigs"]
     assert all(
@@ -90,11 +100,33 @@ def test_nodes_of_a_fleet_cancelled_without_termination_are_terminated(ec2):
     """CloudFormation (or a person) may have cancelled the fleet and left its nodes running."""
     fleet_id = request_fleet(ec2)
     ec2.cancel_spot_fleet_requests(SpotFleetRequestIds=[fleet_id], TerminateInstances=False)
+    assert running(ec2)
+
+    handler.on_event(event("Delete", fleet_id), None, ec2=ec2)
+
+    assert running(ec2) == set()
+    assert handler.is_complete(event("Delete", fleet_id), None, ec2=ec2) == {"IsComplete": True}
+
+
+def test_is_complete_never_reports_done_while_a_node_lives_and_terminates_it_again(ec2):
+    """A node that outlived on_event (its termination failed, or it was launched meanwhile) keeps the resource
+    waiting; each poll terminates it again, and only the poll that finds it terminated reports done."""
+    fleet_id = request_fleet(ec2)
+    ec2.cancel_spot_fleet_requests(SpotFleetRequestIds=[fleet_id], TerminateInstances=False)
     nodes = running(ec2)
     assert nodes
 
-    assert handler.teardown_fleet(ec2, fleet_id, seconds_left=lambda: 600, sleep=lambda _: None) == nodes
+    assert handler.is_complete(event("Delete", fleet_id), None, ec2=ec2) == {"IsComplete": False}
     assert running(ec2) == set()
+    assert handler.is_complete(event("Delete", fleet_id), None, ec2=ec2) == {"IsComplete": True}
+
+
+def test_is_complete_waits_for_nodes_shutting_down_without_terminating_them_again(monkeypatch):
+    terminated = []
+    monkeypatch.setattr(handler, "fleet_instances", lambda client, fleet_id: {"i-0abc": "shutting-down"})
+    client = type("Ec2", (), {"terminate_instances": lambda self, InstanceIds: terminated.append(InstanceIds)})()
+    assert handler.is_complete(event("Delete", "sfr-1"), None, ec2=client) == {"IsComplete": False}
+    assert terminated == []
 
 
 @pytest.mark.parametrize(
@@ -102,14 +134,15 @@ def test_nodes_of_a_fleet_cancelled_without_termination_are_terminated(ec2):
     [("InvalidSpotFleetRequestId.NotFound", "fleetRequestIdDoesNotExist"), (None, "fleetRequestNotInCancellableState")],
     ids=["never-existed", "already-cancelled"],
 )
-def test_teardown_of_a_fleet_that_is_already_gone_succeeds(monkeypatch, describe_error, cancel_code):
+def test_delete_of_a_fleet_that_is_already_gone_succeeds(monkeypatch, describe_error, cancel_code):
     """moto forgets a fleet cancelled with termination and raises a bare KeyError for unknown ids, so EC2's
     documented answers for a gone fleet are stubbed here."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     client = boto3.client("ec2", region_name=REGION)
     fleet_id = "sfr-0123abcd-0123-4567-89ab-0123456789ab"
-    with Stubber(client) as stub:
+
+    def describe_gone_fleet(stub):
         if describe_error:
             stub.add_client_error(
                 "describe_spot_fleet_instances", describe_error, expected_params={"SpotFleetRequestId": fleet_id}
@@ -117,6 +150,9 @@ def test_teardown_of_a_fleet_that_is_already_gone_succeeds(monkeypatch, describe
         else:
             stub.add_response("describe_spot_fleet_instances", {"ActiveInstances": [], "SpotFleetRequestId": fleet_id})
         stub.add_response("describe_instances", {"Reservations": []})
+
+    with Stubber(client) as stub:
+        describe_gone_fleet(stub)
         stub.add_response(
             "cancel_spot_fleet_requests",
             {
@@ -127,11 +163,16 @@ def test_teardown_of_a_fleet_that_is_already_gone_succeeds(monkeypatch, describe
             },
             expected_params={"SpotFleetRequestIds": [fleet_id], "TerminateInstances": True},
         )
-        assert handler.teardown_fleet(client, fleet_id, seconds_left=lambda: 600, sleep=lambda _: None) == set()
+        describe_gone_fleet(stub)
+        assert handler.on_event(event("Delete", fleet_id), None, ec2=client) == {
+            "PhysicalResourceId": f"teardown-{fleet_id}"
+        }
+        assert handler.is_complete(event("Delete", fleet_id), None, ec2=client) == {"IsComplete": True}
         stub.assert_no_pending_responses()
 
 
-def test_teardown_refuses_an_unexpected_cancel_failure(monkeypatch):
+def test_delete_refuses_an_unexpected_cancel_failure(monkeypatch):
+    """An error raised by on_event fails the resource (the Provider framework answers FAILED)."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     client = boto3.client("ec2", region_name=REGION)
@@ -148,89 +189,15 @@ def test_teardown_refuses_an_unexpected_cancel_failure(monkeypatch):
             },
         )
         with pytest.raises(RuntimeError, match="cannot cancel fleet sfr-1: unexpectedError: try later"):
-            handler.teardown_fleet(client, "sfr-1", seconds_left=lambda: 600, sleep=lambda _: None)
+            handler.on_event(event("Delete", "sfr-1"), None, ec2=client)
 
 
-def test_teardown_fails_loudly_when_nodes_outlive_the_deadline(monkeypatch):
-    terminated, sleeps = [], []
-    monkeypatch.setattr(handler, "fleet_instance_ids", lambda client, fleet_id: {"i-0abc"})
-    monkeypatch.setattr(handler, "cancel_fleet", lambda client, fleet_id: None)
-    monkeypatch.setattr(handler, "alive_instances", lambda client, ids: set(ids))
-    client = type("Ec2", (), {"terminate_instances": lambda self, InstanceIds: terminated.append(InstanceIds)})()
-    clock = iter([600, 300, 30])
-    with pytest.raises(handler.TeardownIncomplete, match="instances of sfr-1 still shutting down: i-0abc"):
-        handler.teardown_fleet(client, "sfr-1", seconds_left=lambda: next(clock), sleep=sleeps.append)
-    assert terminated == [["i-0abc"]]
-    assert sleeps == [handler.POLL_SECONDS, handler.POLL_SECONDS]
-
-
-class _Recorder(http.server.BaseHTTPRequestHandler):
-    received: list[dict] = []
-
-    def do_PUT(self):  # noqa: N802 (http.server's naming)
-        length = int(self.headers["Content-Length"])
-        _Recorder.received.append(json.loads(self.rfile.read(length)))
-        self.send_response(200)
-        self.end_headers()
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def response_url():
-    _Recorder.received = []
-    server = http.server.HTTPServer(("127.0.0.1", 0), _Recorder)
-    thread = threading.Thread(target=server.handle_request, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}/presigned"
-    thread.join(timeout=10)
-    server.server_close()
-
-
-class _Context:
-    @staticmethod
-    def get_remaining_time_in_millis():
-        return 600_000
-
-
-def event(request_type: str, fleet_id: str, url: str) -> dict:
-    return {
-        "RequestType": request_type,
-        "ResponseURL": url,
-        "StackId": "arn:aws:cloudformation:us-east-1:123456789012:stack/gpufleet-test-cluster/guid",
-        "RequestId": "request-1",
-        "LogicalResourceId": "FleetTeardown",
-        "PhysicalResourceId": f"teardown-{fleet_id}",
-        "ResourceProperties": {"FleetRequestId": fleet_id},
-    }
-
-
-def test_delete_event_answers_cloudformation_success(ec2, response_url):
-    fleet_id = request_fleet(ec2)
-    handler.handle(event("Delete", fleet_id, response_url), _Context(), ec2=ec2, sleep=lambda _: None)
-    (answer,) = _Recorder.received
-    assert answer["Status"] == "SUCCESS"
-    assert answer["PhysicalResourceId"] == f"teardown-{fleet_id}"
-    assert answer["Reason"].startswith(f"fleet {fleet_id} cancelled; ")
-    assert running(ec2) == set()
-
-
-def test_create_event_names_the_resource_after_the_fleet_and_touches_nothing(ec2, response_url):
+@pytest.mark.parametrize("request_type", ["Create", "Update"])
+def test_create_and_update_name_the_resource_after_the_fleet_and_touch_nothing(ec2, request_type):
     fleet_id = request_fleet(ec2)
     nodes = running(ec2)
-    handler.handle(event("Create", fleet_id, response_url), _Context(), ec2=ec2)
-    assert _Recorder.received[0]["Status"] == "SUCCESS"
-    assert _Recorder.received[0]["PhysicalResourceId"] == f"teardown-{fleet_id}"
+    assert handler.on_event(event(request_type, fleet_id), None, ec2=ec2) == {
+        "PhysicalResourceId": f"teardown-{fleet_id}"
+    }
+    assert handler.is_complete(event(request_type, fleet_id), None, ec2=ec2) == {"IsComplete": True}
     assert running(ec2) == nodes
-
-
-def test_a_failure_is_reported_to_cloudformation_instead_of_hanging(ec2, response_url, monkeypatch):
-    def refuse(*args, **kwargs):
-        raise RuntimeError("cannot cancel fleet sfr-1: UnauthorizedOperation")
-
-    monkeypatch.setattr(handler, "teardown_fleet", refuse)
-    handler.handle(event("Delete", "sfr-1", response_url), _Context(), ec2=ec2)
-    (answer,) = _Recorder.received
-    assert answer["Status"] == "FAILED"
-    assert answer["Reason"] == "RuntimeError: cannot cancel fleet sfr-1: UnauthorizedOperation"
