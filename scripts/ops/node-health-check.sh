@@ -213,8 +213,10 @@ read_row_remapping() {
       if [[ "$correctable" =~ ^[1-9] || "$uncorrectable" =~ ^[1-9] ]]; then
         judge "$key" ok "rows remapped: $correctable correctable, $uncorrectable uncorrectable"
       fi
-    elif [[ "$pending" == "[N/A]" && "$failure" == "[N/A]" ]]; then
-      remapping_unreported="row remapping not reported: [N/A]"
+    elif [[ "$pending" == "$failure" && ("$pending" == "[N/A]" || "$pending" == "[Not Supported]") ]]; then
+      # [Not Supported]: NVML does not report remapped rows "on MIG-enabled GPUs with active instances" (NVML API
+      # reference, nvmlDeviceGetRemappedRows); such GPUs are judged on ECC and Xids alone, like those without remapping.
+      remapping_unreported="row remapping not reported: $pending"
     else
       unreadable+=("GPU $key: unexpected row remapping values '$pending', '$failure'")
     fi
@@ -241,7 +243,8 @@ check_gpu_health() {
   read_row_remapping
   read_xids
   local key replace=0 reset=0 line details=()
-  for key in "${gpu_order[@]}"; do
+  # ${a[@]+"${a[@]}"}: an empty array is "unbound" under set -u in bash < 4.4 (Amazon Linux 2 ships bash 4.2).
+  for key in ${gpu_order[@]+"${gpu_order[@]}"}; do
     case "${gpu_verdict[$key]}" in replace) replace=$((replace + 1)) ;; reset) reset=$((reset + 1)) ;; esac
     details+=("  GPU $key: ${gpu_verdict[$key]}${gpu_notes[$key]:+: ${gpu_notes[$key]}}")
   done
@@ -255,7 +258,7 @@ check_gpu_health() {
   else
     report gpu-health 0 "${#gpu_order[@]} GPUs ok${remapping_unreported:+; $remapping_unreported}"
   fi
-  for line in "${details[@]}"; do echo "$line"; done
+  for line in ${details[@]+"${details[@]}"}; do echo "$line"; done
 }
 
 check_topology() {

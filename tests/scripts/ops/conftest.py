@@ -33,6 +33,8 @@ case "$*" in
       no-devices) echo "No devices were found"; exit 6 ;;
       old-driver) echo 'Field "remapped_rows.correctable" is not a valid field to query.'; exit 2 ;;
       na) for ((i = 0; i < STUB_GPUS; i++)); do echo "${buses[i]}, [N/A], [N/A], [N/A], [N/A]"; done ;;
+      mig) for ((i = 0; i < STUB_GPUS; i++)); do
+          echo "${buses[i]}, [Not Supported], [Not Supported], [Not Supported], [Not Supported]"; done ;;
       rows) i=0
         while IFS=: read -r c u p f; do echo "${buses[i]}, $c, $u, $p, $f"; i=$((i + 1)); done <<< "$STUB_REMAP" ;;
     esac ;;

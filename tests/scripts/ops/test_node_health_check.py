@@ -208,6 +208,8 @@ def test_xid_on_a_gpu_nvidia_smi_no_longer_lists(run_script) -> None:
         ("na", "row remapping not reported: [N/A]"),
         ("no-devices", "row remapping not reported: No devices were found"),
         ("old-driver", 'row remapping not reported: Field "remapped_rows.correctable" is not a valid field to query.'),
+        # NVML: remapped rows are "not supported" on MIG-enabled GPUs with active instances (nvmlDeviceGetRemappedRows).
+        ("mig", "row remapping not reported: [Not Supported]"),
     ],
 )
 def test_gpus_without_row_remapping_pass(run_script, mode: str, note: str) -> None:
