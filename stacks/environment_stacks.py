@@ -6,9 +6,14 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from gpufleet.catalog import load_catalog
-from gpufleet.environment import Environment
+from gpufleet.environment import ENVIRONMENT_TAG_KEY, Environment
 from stacks.cluster_stack import ClusterStack
 from stacks.network_stack import NetworkStack
+
+# Resource types whose Tags are create-only in their CloudFormation schema (cfn-lint's bundled copy): an edit of the
+# environment's tags would replace them, and a replaced placement group takes every node with it. They carry only
+# the environment tag, which never changes (tests/stacks/test_fleet_updates.py checks every resource's schema).
+TAGS_CREATE_ONLY = ["AWS::EC2::PlacementGroup"]
 
 
 def add_compliance_checks(app: cdk.App) -> None:
@@ -44,6 +49,7 @@ def add_environment_stacks(app: cdk.App, environment: Environment) -> list[cdk.S
     )
     stacks.append(cluster)
     for stack in stacks:
-        for key, value in environment.resource_tags.items():
-            cdk.Tags.of(stack).add(key, value)
+        for key, value in environment.tags.items():
+            cdk.Tags.of(stack).add(key, value, exclude_resource_types=TAGS_CREATE_ONLY)
+        cdk.Tags.of(stack).add(ENVIRONMENT_TAG_KEY, environment.name)
     return stacks
