@@ -66,9 +66,8 @@ def run(args: argparse.Namespace) -> int:
     pairs = [StackPair(name, old_templates[name], synthesized[name]) for name in synthesized]
     changes = plan_changes(pairs, env.region)
     node_changes = [change for change in changes if change.affects_running_nodes]
-    # The environment's fleet.rollout (manual | replace-all), where the model has it: how node replacement is meant
-    # to be carried out for this environment.
-    rollout = getattr(getattr(env, "fleet", None), "rollout", None)
+    # What a deploy that resolves a new image does to this fleet (fleet.rollout; a request fleet is always replace-all).
+    rollout = env.fleet.image_rollout
     if args.json:
         document = {
             "environment": env.name,
@@ -87,8 +86,7 @@ def run(args: argparse.Namespace) -> int:
             print(change.line())
         if not changes:
             print("no changes")
-        if rollout is not None:
-            print(f"fleet.rollout: {rollout}")
+        print(f"fleet.rollout: {rollout}")
         print(
             f"{len(changes)} change(s); {len(node_changes)} replace or terminate running nodes"
             if changes

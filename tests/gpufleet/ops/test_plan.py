@@ -77,6 +77,7 @@ def test_a_create_only_fleet_property_replaces_the_fleet_and_exits_3(dev, run_cl
         "no effect on nodes",
         f"{CLUSTER} FleetTeardownHandlerRoleDefaultPolicyDB68C174 [AWS::IAM::Policy] in place "
         "(PolicyDocument.Statement): no effect on nodes",
+        "fleet.rollout: manual",
         "3 change(s); 1 replace or terminate running nodes",
     ]
     assert err == "dev: this deploy replaces or terminates running nodes; rerun with --allow-replace to accept\n"
@@ -228,13 +229,11 @@ def test_bad_against_arguments_are_one_line_each(dev, run_cli, tmp_path):
     assert (code, err) == (1, f"--against: no template given for {NETWORK}; add --against {NETWORK}=FILE\n")
 
 
-def test_the_environments_fleet_rollout_is_printed_where_the_model_has_one(dev, run_cli, tmp_path, monkeypatch):
-    from gpufleet.environment import Fleet
-
+def test_the_environments_image_rollout_is_printed(dev, run_cli, tmp_path):
+    """dev sets no fleet.rollout: a maintain fleet's default is manual."""
     new, old = dev
-    monkeypatch.setattr(Fleet, "rollout", "replace-all", raising=False)
     _, out, _ = run_cli("plan", "dev", "--cdk-out", str(write_assembly(tmp_path / "new", new)), "--against", str(old))
-    assert out.splitlines()[-2:] == ["fleet.rollout: replace-all", "running nodes unaffected"]
+    assert out.splitlines()[-2:] == ["fleet.rollout: manual", "running nodes unaffected"]
 
 
 def changed_environment(directory: Path, name: str, change) -> None:
@@ -243,15 +242,18 @@ def changed_environment(directory: Path, name: str, change) -> None:
     (directory / f"{name}.yaml").write_text(yaml.safe_dump(document))
 
 
-def test_a_tag_change_on_prod_replaces_its_fleet(assembly, tmp_path):
+def test_a_tag_change_on_prod_leaves_its_running_nodes_alone(assembly, tmp_path):
+    """The environment's tags stay off the create-only TagSpecifications of the fleet and Tags of the placement
+    group: the fleet takes the new launch template version in place."""
     environments = tmp_path / "prod-environments"
     environments.mkdir()
     changed_environment(environments, "prod", lambda document: document["tags"].update({"team": "training"}))
     changed = synthesize(tmp_path / "cdk.out", environments)
     pairs = [StackPair(name, assembly.template_json(name), changed.template_json(name)) for name in changed.stack_names]
-    fleet = next(change for change in plan_changes(pairs, "us-east-1") if change.resource_type == "AWS::EC2::SpotFleet")
-    assert (fleet.action, fleet.node_impact) == ("replacement", "replaces running nodes")
-    assert "SpotFleetRequestConfigData.TagSpecifications" in fleet.replacing
+    changes = plan_changes(pairs, "us-east-1")
+    fleet = next(change for change in changes if change.resource_type == "AWS::EC2::SpotFleet")
+    assert (fleet.action, fleet.node_impact) == ("in place", "in place: running nodes unaffected")
+    assert [change.logical_id for change in changes if change.affects_running_nodes] == []
 
 
 def test_plan_synthesizes_the_changed_environment_file_and_compares(dev, run_cli, monkeypatch):
@@ -265,5 +267,6 @@ def test_plan_synthesizes_the_changed_environment_file_and_compares(dev, run_cli
     assert out.splitlines()[3:] == [
         f"{CLUSTER} {FLEET} [AWS::EC2::SpotFleet] in place (SpotFleetRequestConfigData.TargetCapacity): "
         "in place: running nodes unaffected; launches nodes (target capacity 2 -> 3)",
+        "fleet.rollout: manual",
         "1 change(s); 0 replace or terminate running nodes",
     ]
