@@ -27,7 +27,8 @@ HANDLER_DIR = Path(__file__).resolve().parent.parent / "fleet_teardown"
 # Each handler call is a few EC2 calls; the waiting is the Provider's.
 HANDLER_TIMEOUT = cdk.Duration.minutes(2)
 # p4d nodes usually take one to three minutes to terminate; CloudFormation's own Spot Fleet delete handler waits up
-# to 40 minutes (its resource schema's handlers.delete timeout as cfn-lint bundles it; unconfirmed). CloudFormation
+# to 40 minutes (handlers.delete.timeoutInMinutes of the AWS::EC2::SpotFleet schema cfn-lint 1.58 bundles,
+# read with cfnlint.schema.PROVIDER_SCHEMA_MANAGER; tests/stacks/test_cluster_stack.py checks it). CloudFormation
 # waits at most one hour for a custom resource's answer (ServiceTimeout: "an integer from 1 to 3600. The default
 # value is 3600 seconds (1 hour)", AWS::CloudFormation::CustomResource), and the Provider's own doc says "The maximum
 # timeout is 1 hour" (aws-cdk-lib 2.275 ProviderProps.total_timeout): 50 minutes of polling leaves room for on_event

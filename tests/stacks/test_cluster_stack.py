@@ -6,9 +6,11 @@ import json
 
 import pytest
 from aws_cdk.assertions import Capture, Match
+from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
 
 from gpufleet.catalog import load_catalog
 from gpufleet.environment import environment_files, load_environments
+from stacks.constructs.fleet_teardown import TOTAL_TIMEOUT
 
 ENVIRONMENTS = {env.name: env for env in load_environments(environment_files())}
 
@@ -290,3 +292,11 @@ def test_existing_network_is_imported_by_id(assembly):
 def test_synthesis_made_no_aws_lookups(assembly):
     """A lookup (AZs, VPCs, AMIs) would appear as missing context: synthesis must need no AWS access."""
     assert "missing" not in assembly.manifest
+
+
+def test_teardown_outwaits_cloudformations_spot_fleet_delete_and_stays_under_the_custom_resource_limit():
+    """The Spot Fleet delete handler may take 40 minutes (its schema's handlers.delete, as cfn-lint bundles it); a
+    custom resource gets at most one hour (AWS::CloudFormation::CustomResource ServiceTimeout 1-3600)."""
+    spot_fleet = PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-east-1", "AWS::EC2::SpotFleet").schema
+    assert spot_fleet["handlers"]["delete"]["timeoutInMinutes"] == 40
+    assert 40 < TOTAL_TIMEOUT.to_minutes() == 50 < 60
