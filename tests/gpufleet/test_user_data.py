@@ -135,7 +135,7 @@ def test_options_turned_off_leave_their_scripts_out(node, left_out):
     user_data = render(with_node(everything_on(), **node))
 
     assert installed_scripts(user_data) == ALL_SCRIPTS - left_out
-    setup_order = [s for s in ("raid0-nvme", "gpu-clocks", "mig", "efa-env") if s not in left_out]
+    setup_order = [s for s in ("raid0-nvme", "mig", "gpu-clocks", "efa-env") if s not in left_out]
     assert settings(user_data)["GPUFLEET_SETUP_SCRIPTS"] == " ".join(setup_order)
 
 

@@ -285,8 +285,17 @@ def nvidia_smi(args: list[str], state: dict) -> int:
             return 255
         gpu = gpus[int(args[args.index("-i") + 1])]
         gpu["mig_current"] = gpu["mig_pending"]
+        reset_clocks(state)
     save(state)
     return 0
+
+
+def reset_clocks(state: dict) -> None:
+    """A GPU reset re-initialises the GPU, and clock settings made before it are gone (modelled for the whole node:
+    the state keeps one clock setting; that locks do not survive a reset is unconfirmed against NVIDIA's manual,
+    which documents no persistence for them)."""
+    for setting in ("locked_graphics_clocks", "locked_memory_clocks", "applications_clocks"):
+        state.pop(setting, None)
 
 
 def bus_id(index: int) -> str:
@@ -303,6 +312,8 @@ def enable_mig(index: int, state: dict) -> int:
     in_use = bool(state.get("gpu_processes"))
     if gpu.get("architecture", "ampere") == "hopper" or (state.get("driver_resets_gpu") and not in_use):
         gpu["mig_current"] = "Enabled"
+        if gpu.get("architecture", "ampere") != "hopper":
+            reset_clocks(state)  # the driver reset the Ampere GPU to apply the mode
         print(f"Enabled MIG Mode for GPU {bus_id(index)}")
     elif in_use:
         print(f"Warning: MIG mode is in pending enable state for GPU {bus_id(index)}:In use by another client")

@@ -76,9 +76,11 @@ def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path):
 
     assert setup.returncode == 0, setup.stderr
     ran = [line.split("running ")[1] for line in setup.stdout.splitlines() if line.startswith("node-setup: running")]
-    assert ran == ["raid0-nvme", "gpu-clocks", "mig", "efa-env"]
+    # MIG first: enabling it resets the A100s, which would drop clocks locked before.
+    assert ran == ["raid0-nvme", "mig", "gpu-clocks", "efa-env"]
     assert node.state["mounts"] == {str(scratch): "/dev/md/scratch"}
     assert ["-lgc", "1410,1410"] in node.calls("nvidia-smi")
+    assert node.state["locked_graphics_clocks"] == "1410,1410"
     assert all(gpu["profiles"]["7g.40gb"][1] == 0 for gpu in node.state["gpus"])
     assert "GPUFLEET_EFA_LIBRARY_PATH=" in (node.root / "etc/gpufleet/efa.env").read_text()
 
