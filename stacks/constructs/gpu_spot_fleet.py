@@ -88,7 +88,9 @@ class GpuSpotFleet(Construct):
                         launch_template_id=launch_template.ref,
                         version=launch_template.attr_latest_version_number,
                     ),
-                    overrides=[ec2.CfnSpotFleet.LaunchTemplateOverridesProperty(instance_type=environment.instance_type)],
+                    overrides=[
+                        ec2.CfnSpotFleet.LaunchTemplateOverridesProperty(instance_type=environment.instance_type)
+                    ],
                 )
             ],
         )
