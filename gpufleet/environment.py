@@ -194,7 +194,9 @@ def load_environment(path: Path, ami_pipeline: Pipeline | None = None) -> Enviro
 def check_environments(paths: list[Path], ami_pipeline: Pipeline | None = None) -> tuple[list[Environment], list[str]]:
     """Check every file, collecting the problems of all of them before failing; return the environments and the
     warning lines."""
-    environments, lines, failed = [], [], False
+    environments: list[Environment] = []
+    lines: list[str] = []
+    failed = False
     for path in paths:
         try:
             environment, warnings = check_environment(path, ami_pipeline)

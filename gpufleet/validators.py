@@ -16,7 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
@@ -317,10 +316,14 @@ class OnDemandCapacityValidator(Validator):
 class _ChoiceValidator(Validator):
     choices: ClassVar[tuple[str, ...]]
     what: ClassVar[str]
-    value: ClassVar[Callable[[Environment], str | None]]
+
+    @staticmethod
+    def value(env: Environment) -> str | None:
+        """The checked field's value in env."""
+        raise NotImplementedError
 
     def check(self, env, context):
-        value = type(self).value(env)
+        value = self.value(env)
         if value is not None and value not in self.choices:
             return self.problem(f"'{value}' is not {self.what} (allowed: {', '.join(self.choices)})")
         return []
@@ -330,35 +333,51 @@ class FleetTypeValidator(_ChoiceValidator):
     field = "fleet.type"
     choices = FLEET_TYPES
     what = "a fleet type"
-    value = staticmethod(lambda env: env.fleet.type)
+
+    @staticmethod
+    def value(env: Environment) -> str | None:
+        return env.fleet.type
 
 
 class AllocationStrategyValidator(_ChoiceValidator):
     field = "fleet.allocation_strategy"
     choices = ALLOCATION_STRATEGIES
     what = "a spot allocation strategy"
-    value = staticmethod(lambda env: env.fleet.allocation_strategy)
+
+    @staticmethod
+    def value(env: Environment) -> str | None:
+        return env.fleet.allocation_strategy
 
 
 class OnDemandAllocationStrategyValidator(_ChoiceValidator):
     field = "fleet.on_demand_allocation_strategy"
     choices = ON_DEMAND_ALLOCATION_STRATEGIES
     what = "an on-demand allocation strategy"
-    value = staticmethod(lambda env: env.fleet.on_demand_allocation_strategy)
+
+    @staticmethod
+    def value(env: Environment) -> str | None:
+        return env.fleet.on_demand_allocation_strategy
 
 
 class ReplacementStrategyValidator(_ChoiceValidator):
     field = "fleet.capacity_rebalance.replacement_strategy"
     choices = REPLACEMENT_STRATEGIES
     what = "a capacity rebalance replacement strategy"
-    value = staticmethod(lambda env: env.fleet.capacity_rebalance and env.fleet.capacity_rebalance.replacement_strategy)
+
+    @staticmethod
+    def value(env: Environment) -> str | None:
+        rebalance = env.fleet.capacity_rebalance
+        return rebalance.replacement_strategy if rebalance else None
 
 
 class RolloutValidator(_ChoiceValidator):
     field = "fleet.rollout"
     choices = ROLLOUTS
     what = "an image rollout"
-    value = staticmethod(lambda env: env.fleet.rollout)
+
+    @staticmethod
+    def value(env: Environment) -> str | None:
+        return env.fleet.rollout
 
     def check(self, env, context):
         if env.fleet.type == "request" and env.fleet.rollout == ROLLOUT_MANUAL:
@@ -520,7 +539,10 @@ class MigPurposeValidator(_ChoiceValidator):
     field = "node.mig_purpose"
     choices = MIG_PURPOSES
     what = "a MIG purpose"
-    value = staticmethod(lambda env: env.node.mig_purpose)
+
+    @staticmethod
+    def value(env: Environment) -> str | None:
+        return env.node.mig_purpose
 
     def check(self, env, context):
         if env.node.mig_purpose is not None and env.node.mig_profile is None:

@@ -7,6 +7,7 @@ it may only pass that one role to EC2."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_codebuild as codebuild
@@ -480,7 +481,7 @@ class AmiBuildProject(Construct):
     def _acknowledge(self, role: iam.IRole, stack: cdk.Stack, pipeline: Pipeline) -> None:
         region, account = stack.region, stack.account
         ec2_prefix = f"arn:<AWS::Partition>:ec2:{region}:{account}"
-        project = stack.get_logical_id(self.project.node.default_child)
+        project = stack.get_logical_id(cast(cdk.CfnElement, self.project.node.default_child))
         reasons = {
             # Granted by aws-cdk-lib itself: reading the source asset, the project's key, its default log group and
             # report groups.

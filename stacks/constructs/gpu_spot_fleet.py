@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -68,7 +69,7 @@ class GpuSpotFleet(Construct):
         )
         fleet = environment.fleet
         maintains = fleet.type == "maintain"
-        config = dict(
+        config: dict[str, Any] = dict(
             iam_fleet_role=self.fleet_role.role_arn,
             type=fleet.type,
             target_capacity=environment.capacity.target,
@@ -114,7 +115,7 @@ class GpuSpotFleet(Construct):
             ),
         )
 
-    def _digest(self, config: dict) -> str:
+    def _digest(self, config: dict[str, Any]) -> str:
         """A digest of the configuration as synthesized (references to other resources as their logical ids)."""
         resolved = cdk.Stack.of(self).resolve(ec2.CfnSpotFleet.SpotFleetRequestConfigDataProperty(**config))
         return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[:16]
