@@ -17,11 +17,14 @@ from __future__ import annotations
 import base64
 import gzip
 import shlex
+from typing import TYPE_CHECKING
 
 from gpufleet import shipped_path
 from gpufleet.catalog import InstanceType
-from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
+
+if TYPE_CHECKING:
+    from gpufleet.environment import Environment
 
 SCRIPTS_DIR = shipped_path("scripts", "node")
 INSTALL_DIR = "/opt/gpufleet/node"

@@ -9,7 +9,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from gpufleet.environment import Environment
-from gpufleet.validators import LOG_RETENTION_DAYS
+from gpufleet.rules import LOG_RETENTION_DAYS
 
 INTERFACE_ENDPOINTS = {
     "Ssm": ec2.InterfaceVpcEndpointAwsService.SSM,

@@ -18,7 +18,7 @@ from gpufleet.ami.profile import profile_files
 from gpufleet.config_file import read_model
 from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
-from gpufleet.validators import Problem, Validator, account_id_problem, log_retention_problem, region_problem
+from gpufleet.rules import Problem, Validator, account_id_problem, log_retention_problem, region_problem
 
 PIPELINE_FILE_VARIABLE = "GPUFLEET_AMI_PIPELINE_FILE"
 # Where a build publishes the id of the image of PROFILE; cluster environments read it (ami.ssm_parameter).
@@ -85,11 +85,8 @@ def publish_regions(pipeline: Pipeline, environments: list[Environment]) -> dict
     return {profile: (home, *sorted(others)) for profile, (home, *others) in regions.items()}
 
 
-class PipelineValidator(Validator):
-    """A rule of the pipeline configuration (the same shape as an environment rule)."""
-
-    def check(self, pipeline: Pipeline, context: PipelineContext) -> list[Problem]:  # type: ignore[override]
-        raise NotImplementedError
+class PipelineValidator(Validator["Pipeline", "PipelineContext"]):
+    """A rule of the pipeline configuration."""
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from constructs import Construct
 
 from gpufleet.ami import SSM_AGENT_ACTIONS
 from gpufleet.ami.pipeline import AMI_PARAMETER_PREFIX, Pipeline
-from gpufleet.validators import LOG_RETENTION_DAYS
+from gpufleet.rules import LOG_RETENTION_DAYS
 
 PROFILE_TAG_KEY = "gpufleet:profile"
 # The build (ami/packer/source.pkr.hcl) puts this tag in `tags` and `snapshot_tags`, not in `run_tags`: an
