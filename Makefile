@@ -38,11 +38,15 @@ synth: setup
 	@echo "cfn-lint: every template passes"
 	@gpufleet summary cdk.out
 
-test: setup
+# The static checks bind: make test runs them first and fails on any finding.
+test: lint
 	pytest -n 2 --dist loadgroup
 
+# mypy keeps its cache in .mypy_cache (the [tool.mypy] settings in pyproject.toml): a re-run takes seconds.
 lint: setup
 	ruff check .
+	ruff format --check .
+	mypy
 	shellcheck scripts/*/*.sh
 	packer fmt -check -diff ami/packer
 

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from gpufleet.errors import GpufleetError
 
@@ -34,7 +35,7 @@ def read_model(path: Path, model: type[Model], *, reference: str) -> Model:
         raise GpufleetError(*(f"{path}: {describe_error(model, problem)}" for problem in error.errors())) from None
 
 
-def describe_error(model: type[BaseModel], error: dict[str, Any]) -> str:
+def describe_error(model: type[BaseModel], error: ErrorDetails) -> str:
     location = tuple(error["loc"])
     field = ".".join(str(part) for part in location) or "(file)"
     if error["type"] == "extra_forbidden":

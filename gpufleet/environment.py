@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 from gpufleet.config_file import read_model
 from gpufleet.errors import GpufleetError
+from gpufleet.validators import ROLLOUT_MANUAL, ROLLOUT_REPLACE_ALL, validate_environment
 
 if TYPE_CHECKING:
     from gpufleet.ami.pipeline import Pipeline
@@ -25,9 +26,6 @@ WHERE_ENVIRONMENTS_ARE = f"run gpufleet where environments/ is, or set {ENVIRONM
 # Tag on every resource and node of an environment; operator tools and IAM conditions select by it.
 ENVIRONMENT_TAG_KEY = "gpufleet:environment"
 # How a new node image reaches a fleet (fleet.rollout): see Fleet.image_rollout.
-ROLLOUT_MANUAL = "manual"
-ROLLOUT_REPLACE_ALL = "replace-all"
-ROLLOUTS = (ROLLOUT_MANUAL, ROLLOUT_REPLACE_ALL)
 
 
 class _Section(BaseModel):
@@ -177,8 +175,6 @@ def check_environment(path: Path, ami_pipeline: Pipeline | None = None) -> tuple
     """Parse and validate one environment file (against the AMI pipeline that publishes its image, when given).
     Errors raise GpufleetError with every problem, one per line; warnings alone do not (gpufleet.validators says
     which rules warn) and come back as lines for the caller to print."""
-    from gpufleet.validators import validate_environment
-
     environment = parse_environment(path)
     found = validate_environment(environment, path, ami_pipeline=ami_pipeline)
     lines = [problem.line(path) for problem in found]
@@ -194,7 +190,9 @@ def load_environment(path: Path, ami_pipeline: Pipeline | None = None) -> Enviro
 def check_environments(paths: list[Path], ami_pipeline: Pipeline | None = None) -> tuple[list[Environment], list[str]]:
     """Check every file, collecting the problems of all of them before failing; return the environments and the
     warning lines."""
-    environments, lines, failed = [], [], False
+    environments: list[Environment] = []
+    lines: list[str] = []
+    failed = False
     for path in paths:
         try:
             environment, warnings = check_environment(path, ami_pipeline)

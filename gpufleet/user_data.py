@@ -17,11 +17,14 @@ from __future__ import annotations
 import base64
 import gzip
 import shlex
+from typing import TYPE_CHECKING
 
 from gpufleet import shipped_path
 from gpufleet.catalog import InstanceType
-from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
+
+if TYPE_CHECKING:
+    from gpufleet.environment import Environment
 
 SCRIPTS_DIR = shipped_path("scripts", "node")
 INSTALL_DIR = "/opt/gpufleet/node"
@@ -139,8 +142,7 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
         # restart, not start: a second run must re-run the oneshot setup and load a rewritten watcher script.
         parts.append(
             "systemctl daemon-reload\n"
-            f"systemctl enable {' '.join(units)}\n"
-            + "".join(f"systemctl restart {unit}\n" for unit in units)
+            f"systemctl enable {' '.join(units)}\n" + "".join(f"systemctl restart {unit}\n" for unit in units)
         )
     return "".join(parts)
 
@@ -153,8 +155,10 @@ def compressed_user_data(env: Environment, instance: InstanceType) -> bytes:
 def user_data_size_problem(env: Environment, instance: InstanceType) -> str | None:
     size = len(compressed_user_data(env, instance))
     if size > USER_DATA_LIMIT_BYTES:
-        return (f"the user data is {size} bytes compressed, over EC2's limit of {USER_DATA_LIMIT_BYTES}; "
-                "turn off a node feature or shorten node.checkpoint_hook")
+        return (
+            f"the user data is {size} bytes compressed, over EC2's limit of {USER_DATA_LIMIT_BYTES}; "
+            "turn off a node feature or shorten node.checkpoint_hook"
+        )
     return None
 
 

@@ -16,18 +16,18 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar
 
 from gpufleet.catalog import load_catalog
-from gpufleet.environment import ROLLOUT_MANUAL, ROLLOUT_REPLACE_ALL, ROLLOUTS, Environment
 from gpufleet.errors import GpufleetError
+from gpufleet.rules import Problem, Validator, account_id_problem, log_retention_problem, region_problem
 from gpufleet.user_data import user_data_size_problem
 
 if TYPE_CHECKING:
     from gpufleet.ami.pipeline import Pipeline
+    from gpufleet.environment import Environment
 
 FLEET_TYPES = ("maintain", "request")
 ALLOCATION_STRATEGIES = (
@@ -39,31 +39,10 @@ ALLOCATION_STRATEGIES = (
 )
 ON_DEMAND_ALLOCATION_STRATEGIES = ("lowestPrice", "prioritized")
 REPLACEMENT_STRATEGIES = ("launch", "launch-before-terminate")
-# CloudWatch Logs retention periods, in days, with the name aws_cdk.aws_logs.RetentionDays gives each.
-LOG_RETENTION_DAYS = {
-    1: "ONE_DAY",
-    3: "THREE_DAYS",
-    5: "FIVE_DAYS",
-    7: "ONE_WEEK",
-    14: "TWO_WEEKS",
-    30: "ONE_MONTH",
-    60: "TWO_MONTHS",
-    90: "THREE_MONTHS",
-    120: "FOUR_MONTHS",
-    150: "FIVE_MONTHS",
-    180: "SIX_MONTHS",
-    365: "ONE_YEAR",
-    400: "THIRTEEN_MONTHS",
-    545: "EIGHTEEN_MONTHS",
-    731: "TWO_YEARS",
-    1096: "THREE_YEARS",
-    1827: "FIVE_YEARS",
-    2192: "SIX_YEARS",
-    2557: "SEVEN_YEARS",
-    2922: "EIGHT_YEARS",
-    3288: "NINE_YEARS",
-    3653: "TEN_YEARS",
-}
+# What a new node image does to a maintain fleet (fleet.rollout; gpufleet.environment.Fleet.image_rollout).
+ROLLOUT_MANUAL = "manual"
+ROLLOUT_REPLACE_ALL = "replace-all"
+ROLLOUTS = (ROLLOUT_MANUAL, ROLLOUT_REPLACE_ALL)
 # What MIG nodes may be for: work that stays inside one MIG instance. NVIDIA MIG user guide, "Deployment
 # Considerations" (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/deployment-considerations.html): "NCCL is
 # currently not supported with MIG"; "P2P between MIG instances on different GPUs, or between MIG instances to
@@ -71,37 +50,6 @@ LOG_RETENTION_DAYS = {
 MIG_PURPOSES = ("single-node-inference", "independent-jobs")
 SMALLEST_VPC_PREFIX = 24
 LARGEST_VPC_PREFIX = 16
-
-
-Severity = Literal["error", "warning"]
-
-
-@dataclass(frozen=True)
-class Problem:
-    field: str
-    message: str
-    severity: Severity = "error"
-
-    def line(self, path: Path) -> str:
-        """The line `gpufleet validate` prints: FILE: FIELD: MESSAGE, a warning marked as one."""
-        marker = "warning: " if self.severity == "warning" else ""
-        return f"{path}: {self.field}: {marker}{self.message}"
-
-
-class Validator:
-    """A rule: ``check`` returns the problems it finds, an empty list when the environment satisfies it."""
-
-    field: ClassVar[str]
-    severity: ClassVar[Severity] = "error"
-
-    def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
-        raise NotImplementedError
-
-    def problem(self, message: str) -> list[Problem]:
-        return [Problem(self.field, message, self.severity)]
-
-    def problem_if(self, message: str | None) -> list[Problem]:
-        return self.problem(message) if message else []
 
 
 @dataclass(frozen=True)
@@ -112,7 +60,11 @@ class ValidationContext:
     ami_pipeline: Pipeline | None = None
 
 
-class EnvironmentNameValidator(Validator):
+class EnvironmentValidator(Validator["Environment", ValidationContext]):
+    """A rule of an environment file."""
+
+
+class EnvironmentNameValidator(EnvironmentValidator):
     field = "name"
     pattern = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
 
@@ -130,39 +82,21 @@ class EnvironmentNameValidator(Validator):
         return []
 
 
-def account_id_problem(account: str) -> str | None:
-    if not re.fullmatch(r"\d{12}", account):
-        return f"'{account}' is not an AWS account id (exactly 12 digits, quoted)"
-    return None
-
-
-def region_problem(region: str) -> str | None:
-    if not re.fullmatch(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d", region):
-        return f"'{region}' is not a region name (for example us-east-1, eu-west-2)"
-    return None
-
-
-def log_retention_problem(days: int) -> str | None:
-    if days not in LOG_RETENTION_DAYS:
-        return f"{days} is not a CloudWatch Logs retention (allowed: {', '.join(map(str, LOG_RETENTION_DAYS))})"
-    return None
-
-
-class AccountIdValidator(Validator):
+class AccountIdValidator(EnvironmentValidator):
     field = "account"
 
     def check(self, env, context):
         return self.problem_if(account_id_problem(env.account))
 
 
-class RegionValidator(Validator):
+class RegionValidator(EnvironmentValidator):
     field = "region"
 
     def check(self, env, context):
         return self.problem_if(region_problem(env.region))
 
 
-class AvailabilityZoneValidator(Validator):
+class AvailabilityZoneValidator(EnvironmentValidator):
     field = "availability_zone"
 
     def check(self, env, context):
@@ -174,7 +108,7 @@ class AvailabilityZoneValidator(Validator):
         return []
 
 
-class NetworkChoiceValidator(Validator):
+class NetworkChoiceValidator(EnvironmentValidator):
     field = "network"
 
     def check(self, env, context):
@@ -192,7 +126,7 @@ class NetworkChoiceValidator(Validator):
         return []
 
 
-class CidrValidator(Validator):
+class CidrValidator(EnvironmentValidator):
     field = "network.cidr"
 
     def check(self, env, context):
@@ -213,7 +147,7 @@ class CidrValidator(Validator):
         return []
 
 
-class NodeSubnetCapacityValidator(Validator):
+class NodeSubnetCapacityValidator(EnvironmentValidator):
     """Every interface with an ENA device takes a private address (`efa-only` interfaces take none: see
     InstanceType.interface_types); the node subnet also loses the 5 addresses AWS reserves and one per interface
     endpoint."""
@@ -245,7 +179,7 @@ class NodeSubnetCapacityValidator(Validator):
         return 2 ** (32 - subnet_prefix) - self.reserved_per_subnet
 
 
-class ExistingNetworkIdsValidator(Validator):
+class ExistingNetworkIdsValidator(EnvironmentValidator):
     field = "network"
 
     def check(self, env, context):
@@ -261,14 +195,14 @@ class ExistingNetworkIdsValidator(Validator):
         return problems
 
 
-class FlowLogRetentionValidator(Validator):
+class FlowLogRetentionValidator(EnvironmentValidator):
     field = "network.flow_log_retention_days"
 
     def check(self, env, context):
         return self.problem_if(log_retention_problem(env.network.flow_log_retention_days))
 
 
-class InstanceTypeValidator(Validator):
+class InstanceTypeValidator(EnvironmentValidator):
     field = "instance_type"
 
     def check(self, env, context):
@@ -281,7 +215,7 @@ class InstanceTypeValidator(Validator):
         return []
 
 
-class EfaSupportValidator(Validator):
+class EfaSupportValidator(EnvironmentValidator):
     field = "efa"
 
     def check(self, env, context):
@@ -293,7 +227,7 @@ class EfaSupportValidator(Validator):
         return []
 
 
-class TargetCapacityValidator(Validator):
+class TargetCapacityValidator(EnvironmentValidator):
     field = "capacity.target"
 
     def check(self, env, context):
@@ -302,7 +236,7 @@ class TargetCapacityValidator(Validator):
         return []
 
 
-class OnDemandCapacityValidator(Validator):
+class OnDemandCapacityValidator(EnvironmentValidator):
     field = "capacity.on_demand"
 
     def check(self, env, context):
@@ -314,13 +248,17 @@ class OnDemandCapacityValidator(Validator):
         return []
 
 
-class _ChoiceValidator(Validator):
+class _ChoiceValidator(EnvironmentValidator):
     choices: ClassVar[tuple[str, ...]]
     what: ClassVar[str]
-    value: ClassVar[Callable[[Environment], str | None]]
+
+    @staticmethod
+    def value(env: Environment) -> str | None:
+        """The checked field's value in env."""
+        raise NotImplementedError
 
     def check(self, env, context):
-        value = type(self).value(env)
+        value = self.value(env)
         if value is not None and value not in self.choices:
             return self.problem(f"'{value}' is not {self.what} (allowed: {', '.join(self.choices)})")
         return []
@@ -330,35 +268,51 @@ class FleetTypeValidator(_ChoiceValidator):
     field = "fleet.type"
     choices = FLEET_TYPES
     what = "a fleet type"
-    value = staticmethod(lambda env: env.fleet.type)
+
+    @staticmethod
+    def value(env: Environment) -> str | None:
+        return env.fleet.type
 
 
 class AllocationStrategyValidator(_ChoiceValidator):
     field = "fleet.allocation_strategy"
     choices = ALLOCATION_STRATEGIES
     what = "a spot allocation strategy"
-    value = staticmethod(lambda env: env.fleet.allocation_strategy)
+
+    @staticmethod
+    def value(env: Environment) -> str | None:
+        return env.fleet.allocation_strategy
 
 
 class OnDemandAllocationStrategyValidator(_ChoiceValidator):
     field = "fleet.on_demand_allocation_strategy"
     choices = ON_DEMAND_ALLOCATION_STRATEGIES
     what = "an on-demand allocation strategy"
-    value = staticmethod(lambda env: env.fleet.on_demand_allocation_strategy)
+
+    @staticmethod
+    def value(env: Environment) -> str | None:
+        return env.fleet.on_demand_allocation_strategy
 
 
 class ReplacementStrategyValidator(_ChoiceValidator):
     field = "fleet.capacity_rebalance.replacement_strategy"
     choices = REPLACEMENT_STRATEGIES
     what = "a capacity rebalance replacement strategy"
-    value = staticmethod(lambda env: env.fleet.capacity_rebalance and env.fleet.capacity_rebalance.replacement_strategy)
+
+    @staticmethod
+    def value(env: Environment) -> str | None:
+        rebalance = env.fleet.capacity_rebalance
+        return rebalance.replacement_strategy if rebalance else None
 
 
 class RolloutValidator(_ChoiceValidator):
     field = "fleet.rollout"
     choices = ROLLOUTS
     what = "an image rollout"
-    value = staticmethod(lambda env: env.fleet.rollout)
+
+    @staticmethod
+    def value(env: Environment) -> str | None:
+        return env.fleet.rollout
 
     def check(self, env, context):
         if env.fleet.type == "request" and env.fleet.rollout == ROLLOUT_MANUAL:
@@ -371,7 +325,7 @@ class RolloutValidator(_ChoiceValidator):
         return super().check(env, context)
 
 
-class CapacityRebalanceValidator(Validator):
+class CapacityRebalanceValidator(EnvironmentValidator):
     field = "fleet.capacity_rebalance"
 
     def check(self, env, context):
@@ -408,7 +362,7 @@ def valid_until_problem(valid_until: dt.datetime | None, now: dt.datetime) -> st
     return None
 
 
-class ValidUntilValidator(Validator):
+class ValidUntilValidator(EnvironmentValidator):
     """A warning: the date passes with no edit to the file, and the cluster must still be possible to destroy."""
 
     field = "fleet.valid_until"
@@ -418,7 +372,7 @@ class ValidUntilValidator(Validator):
         return self.problem_if(valid_until_problem(env.fleet.valid_until, context.now))
 
 
-class AmiSourceValidator(Validator):
+class AmiSourceValidator(EnvironmentValidator):
     field = "ami"
 
     def check(self, env, context):
@@ -439,7 +393,7 @@ class AmiSourceValidator(Validator):
         return []
 
 
-class PublishedImageValidator(Validator):
+class PublishedImageValidator(EnvironmentValidator):
     """An environment that reads /gpufleet/ami/PROFILE needs that parameter, and the image it names, in its own
     account and region: SSM parameters and AMIs are regional. The AMI pipeline builds its profiles in its region and
     copies each new image to the region of every environment in environments/ that reads the profile
@@ -469,7 +423,7 @@ class PublishedImageValidator(Validator):
         return []
 
 
-class RootDeviceValidator(Validator):
+class RootDeviceValidator(EnvironmentValidator):
     field = "ami.root_device_name"
 
     def check(self, env, context):
@@ -481,7 +435,7 @@ class RootDeviceValidator(Validator):
         return []
 
 
-class RootVolumeValidator(Validator):
+class RootVolumeValidator(EnvironmentValidator):
     field = "root_volume_gib"
 
     def check(self, env, context):
@@ -492,7 +446,7 @@ class RootVolumeValidator(Validator):
         return []
 
 
-class MigProfileValidator(Validator):
+class MigProfileValidator(EnvironmentValidator):
     field = "node.mig_profile"
 
     def check(self, env, context):
@@ -520,7 +474,10 @@ class MigPurposeValidator(_ChoiceValidator):
     field = "node.mig_purpose"
     choices = MIG_PURPOSES
     what = "a MIG purpose"
-    value = staticmethod(lambda env: env.node.mig_purpose)
+
+    @staticmethod
+    def value(env: Environment) -> str | None:
+        return env.node.mig_purpose
 
     def check(self, env, context):
         if env.node.mig_purpose is not None and env.node.mig_profile is None:
@@ -528,7 +485,7 @@ class MigPurposeValidator(_ChoiceValidator):
         return super().check(env, context)
 
 
-class ScratchMountValidator(Validator):
+class ScratchMountValidator(EnvironmentValidator):
     field = "node.scratch_mount"
 
     def check(self, env, context):
@@ -537,7 +494,7 @@ class ScratchMountValidator(Validator):
         return []
 
 
-class UserDataSizeValidator(Validator):
+class UserDataSizeValidator(EnvironmentValidator):
     """EC2's user-data limit, checked on the compressed user data this environment's nodes get, so that
     `gpufleet validate` refuses what a deploy would."""
 
@@ -553,7 +510,7 @@ class UserDataSizeValidator(Validator):
             return [Problem(self.field, line) for line in error.problems]
 
 
-class TagsValidator(Validator):
+class TagsValidator(EnvironmentValidator):
     field = "tags"
 
     def check(self, env, context):

@@ -21,8 +21,18 @@ AMI_PIPELINE_STACK_NAME = "gpufleet-ami-pipeline"
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 # The build needs gpufleet (package, profiles, templates, scripts) and its lock file; nothing local or generated.
 SOURCE_EXCLUDES = [
-    ".venv", "node_modules", "cdk.out", "tests", ".git", "**/__pycache__", "*.egg-info", ".pytest_cache",
-    ".ruff_cache", "build", "out", "cdk.context.json",
+    ".venv",
+    "node_modules",
+    "cdk.out",
+    "tests",
+    ".git",
+    "**/__pycache__",
+    "*.egg-info",
+    ".pytest_cache",
+    ".ruff_cache",
+    "build",
+    "out",
+    "cdk.context.json",
 ]
 
 
@@ -34,10 +44,16 @@ class AmiPipelineStack(cdk.Stack):
         # BLOCK_EXTERNAL copies what gpufleet/data's symlinks point to (ami/, scripts/) into the asset as plain
         # files, so `pip install .` on the build host ships them whatever its unzip does with symlinks. (The default,
         # EXTERNAL, keeps links inside the directory as links: source aws-cdk-lib 2.275.0 core/lib/fs/copy.js.)
-        source = s3_assets.Asset(self, "Source", path=str(REPOSITORY_ROOT), exclude=SOURCE_EXCLUDES,
-                                 follow_symlinks=cdk.SymlinkFollowMode.BLOCK_EXTERNAL)
-        build = AmiBuildProject(self, "AmiBuild", pipeline=pipeline, source=source,
-                                publish_regions=publish_regions(pipeline, environments))
+        source = s3_assets.Asset(
+            self,
+            "Source",
+            path=str(REPOSITORY_ROOT),
+            exclude=SOURCE_EXCLUDES,
+            follow_symlinks=cdk.SymlinkFollowMode.BLOCK_EXTERNAL,
+        )
+        build = AmiBuildProject(
+            self, "AmiBuild", pipeline=pipeline, source=source, publish_regions=publish_regions(pipeline, environments)
+        )
         if pipeline.schedule is not None:
             for profile in pipeline.profiles:
                 rule = events.Rule(
@@ -46,12 +62,18 @@ class AmiPipelineStack(cdk.Stack):
                     schedule=events.Schedule.expression(pipeline.schedule),
                     description=f"gpufleet: scheduled AMI build of profile {profile}",
                 )
-                rule.add_target(targets.CodeBuildProject(
-                    build.project,
-                    event=events.RuleTargetInput.from_object(
-                        {"environmentVariablesOverride": [{"name": "PROFILE", "value": profile, "type": "PLAINTEXT"}]}
-                    ),
-                ))
+                rule.add_target(
+                    targets.CodeBuildProject(
+                        build.project,
+                        event=events.RuleTargetInput.from_object(
+                            {
+                                "environmentVariablesOverride": [
+                                    {"name": "PROFILE", "value": profile, "type": "PLAINTEXT"}
+                                ]
+                            }
+                        ),
+                    )
+                )
         cdk.CfnOutput(self, "ProjectName", value=build.project.project_name)
         cdk.CfnOutput(self, "LogGroupName", value=build.log_group.log_group_name)
 

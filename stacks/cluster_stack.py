@@ -76,15 +76,17 @@ class ClusterStack(cdk.Stack):
 
     def _import_network(self, environment: Environment) -> tuple[ec2.IVpc, ec2.ISubnet]:
         network = environment.network
+        vpc_id, subnet_id = network.vpc_id, network.subnet_id
+        assert vpc_id is not None and subnet_id is not None, "the environment's validation: no cidr needs both"
         vpc = ec2.Vpc.from_vpc_attributes(
             self,
             "ExistingVpc",
-            vpc_id=network.vpc_id,
+            vpc_id=vpc_id,
             availability_zones=[environment.availability_zone],
-            isolated_subnet_ids=[network.subnet_id],
+            isolated_subnet_ids=[subnet_id],
         )
         subnet = ec2.Subnet.from_subnet_attributes(
-            self, "ExistingNodeSubnet", subnet_id=network.subnet_id, availability_zone=environment.availability_zone
+            self, "ExistingNodeSubnet", subnet_id=subnet_id, availability_zone=environment.availability_zone
         )
         for imported in (vpc, subnet):
             cdk.Annotations.of(imported).acknowledge_warning(

@@ -9,7 +9,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from gpufleet.environment import Environment
-from gpufleet.validators import LOG_RETENTION_DAYS
+from gpufleet.rules import LOG_RETENTION_DAYS
 
 INTERFACE_ENDPOINTS = {
     "Ssm": ec2.InterfaceVpcEndpointAwsService.SSM,
@@ -36,6 +36,8 @@ class NetworkStack(cdk.Stack):
             )
         )
         network = environment.network
+        cidr = network.cidr
+        assert cidr is not None, "the environment's validation: a NetworkStack exists only for network.cidr"
         subnets = [
             ec2.SubnetConfiguration(
                 name="nodes",
@@ -60,7 +62,7 @@ class NetworkStack(cdk.Stack):
         self.vpc = ec2.Vpc(
             self,
             "Vpc",
-            ip_addresses=ec2.IpAddresses.cidr(network.cidr),
+            ip_addresses=ec2.IpAddresses.cidr(cidr),
             availability_zones=[environment.availability_zone],
             nat_gateways=1 if network.nat_gateway else 0,
             subnet_configuration=subnets,
@@ -83,7 +85,7 @@ class NetworkStack(cdk.Stack):
             description="gpufleet VPC interface endpoints: HTTPS from inside the VPC",
         )
         # The literal CIDR (not the VPC's CidrBlock attribute) keeps the rule reviewable in the template.
-        endpoint_security_group.add_ingress_rule(ec2.Peer.ipv4(network.cidr), ec2.Port.tcp(443), "HTTPS from the VPC")
+        endpoint_security_group.add_ingress_rule(ec2.Peer.ipv4(cidr), ec2.Port.tcp(443), "HTTPS from the VPC")
         for name, service in INTERFACE_ENDPOINTS.items():
             self.vpc.add_interface_endpoint(
                 name,

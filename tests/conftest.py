@@ -119,8 +119,9 @@ class InstalledWheel:
 
     def run(self, *args: str, cwd: Path) -> subprocess.CompletedProcess:
         """Run the installed console script `gpufleet ARGS` in cwd."""
-        return subprocess.run([str(self.gpufleet), *args], cwd=cwd, env=_without_pythonpath(), capture_output=True,
-                              text=True)
+        return subprocess.run(
+            [str(self.gpufleet), *args], cwd=cwd, env=_without_pythonpath(), capture_output=True, text=True
+        )
 
     def attribute(self, module: str, name: str) -> str:
         """str() of module.name as the virtualenv's interpreter imports it."""
@@ -138,8 +139,9 @@ def _without_pythonpath() -> dict[str, str]:
 
 
 def _pip(*args: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
-                            capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", *args], capture_output=True, text=True, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -154,8 +156,16 @@ def build_installed_wheel(directory: Path) -> InstalledWheel:
             shutil.copytree(path, source / name, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(path, source / name)
-    _pip("wheel", "--no-deps", "--no-build-isolation", "--no-index", "--quiet", "--wheel-dir", str(directory),
-         str(source))
+    _pip(
+        "wheel",
+        "--no-deps",
+        "--no-build-isolation",
+        "--no-index",
+        "--quiet",
+        "--wheel-dir",
+        str(directory),
+        str(source),
+    )
     (wheel,) = directory.glob("gpufleet-*.whl")
     venv = directory / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

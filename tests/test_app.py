@@ -68,13 +68,17 @@ def test_user_data_over_ec2s_limit_stops_synthesis_at_validation_with_one_line(t
     document = yaml.safe_load((ROOT / "environments/dev.yaml").read_text())
     # Random text: gzip cannot shrink it, so the compressed user data goes over EC2's 16 KiB.
     document["node"]["checkpoint_hook"] = "/usr/local/bin/save-checkpoint " + "".join(
-        random.Random(7).choices("abcdefghijklmnop0123456789", k=20000))
+        random.Random(7).choices("abcdefghijklmnop0123456789", k=20000)
+    )
     (environments / "dev.yaml").write_text(yaml.safe_dump(document))
     result = run_app(tmp_path, {}, environments)
     assert result.returncode == 1
     (line,) = result.stderr.splitlines()
-    assert re.fullmatch(rf"{re.escape(str(environments))}/dev.yaml: node: the user data is \d+ bytes compressed, "
-                        r"over EC2's limit of 16384; turn off a node feature or shorten node.checkpoint_hook", line)
+    assert re.fullmatch(
+        rf"{re.escape(str(environments))}/dev.yaml: node: the user data is \d+ bytes compressed, "
+        r"over EC2's limit of 16384; turn off a node feature or shorten node.checkpoint_hook",
+        line,
+    )
 
 
 def stack_names(tmp_path: Path) -> list[str]:

@@ -233,15 +233,20 @@ class TargetCatalogRule(Rule):
         catalog = load_catalog()
         unknown = [name for name in profile.target.instance_types if name not in catalog]
         if not profile.target.instance_types or unknown:
-            return self.error(f"target.instance_types {', '.join(unknown) or '(empty)'} not in the instance catalog "
-                              f"(allowed: {', '.join(catalog)})")
-        wrong = [name for name in profile.target.instance_types
-                 if catalog[name].nvswitch != profile.target.nvswitch]
+            return self.error(
+                f"target.instance_types {', '.join(unknown) or '(empty)'} not in the instance catalog "
+                f"(allowed: {', '.join(catalog)})"
+            )
+        wrong = [name for name in profile.target.instance_types if catalog[name].nvswitch != profile.target.nvswitch]
         if wrong:
-            return self.error(f"target.nvswitch is {str(profile.target.nvswitch).lower()} but the catalog says "
-                              f"otherwise for {', '.join(wrong)}")
-        return self.passed(f"{', '.join(profile.target.instance_types)} in the catalog, "
-                           f"nvswitch {str(profile.target.nvswitch).lower()}")
+            return self.error(
+                f"target.nvswitch is {str(profile.target.nvswitch).lower()} but the catalog says "
+                f"otherwise for {', '.join(wrong)}"
+            )
+        return self.passed(
+            f"{', '.join(profile.target.instance_types)} in the catalog, "
+            f"nvswitch {str(profile.target.nvswitch).lower()}"
+        )
 
 
 class FabricManagerRule(Rule):
@@ -250,8 +255,10 @@ class FabricManagerRule(Rule):
     def evaluate(self, profile, context):
         driver, fabric_manager = profile.components.driver.version, profile.components.fabric_manager.version
         if fabric_manager != driver:
-            return self.error(f"fabric_manager {fabric_manager} differs from driver {driver} (Fabric Manager must "
-                              "equal the driver version exactly)")
+            return self.error(
+                f"fabric_manager {fabric_manager} differs from driver {driver} (Fabric Manager must "
+                "equal the driver version exactly)"
+            )
         return self.passed(f"fabric_manager {fabric_manager} equals driver {driver}")
 
 
@@ -284,8 +291,10 @@ class GpuArchitectureRule(Rule):
             if entry is None:
                 problems.append(f"{name}: compute capability {capability} has no entry in gpu_architectures")
             elif cuda < Version(entry.cuda) or driver_branch(driver) < entry.driver_branch:
-                problems.append(f"{name}: {entry.gpu} needs CUDA >= {entry.cuda} and driver branch >= "
-                                f"R{entry.driver_branch} (profile: CUDA {cuda}, driver {driver})")
+                problems.append(
+                    f"{name}: {entry.gpu} needs CUDA >= {entry.cuda} and driver branch >= "
+                    f"R{entry.driver_branch} (profile: CUDA {cuda}, driver {driver})"
+                )
             else:
                 supported.append(f"{name} {entry.gpu}")
         if problems:
@@ -295,8 +304,7 @@ class GpuArchitectureRule(Rule):
 
 def _ofi_entry(profile: Profile, context: CheckContext) -> OfiNcclEntry | None:
     release = Version(profile.components.aws_ofi_nccl.version)
-    return next((entry for entry in context.data.aws_ofi_nccl.table
-                 if release in SpecifierSet(entry.releases)), None)
+    return next((entry for entry in context.data.aws_ofi_nccl.table if release in SpecifierSet(entry.releases)), None)
 
 
 class OfiNcclRangeRule(Rule):
@@ -324,16 +332,22 @@ class OfiLibfabricRule(Rule):
         if shipped is None:
             return self.error(f"EFA installer {installer} has no entry in efa_installer_libfabric")
         if Version(shipped.libfabric) not in SpecifierSet(entry.libfabric):
-            return self.error(f"EFA installer {installer} ships libfabric {shipped.libfabric}; aws-ofi-nccl {plugin} "
-                              f"needs {entry.libfabric}")
-        return self.passed(f"EFA installer {installer} ships libfabric >= {shipped.libfabric}, "
-                           f"aws-ofi-nccl {plugin} needs {entry.libfabric}")
+            return self.error(
+                f"EFA installer {installer} ships libfabric {shipped.libfabric}; aws-ofi-nccl {plugin} "
+                f"needs {entry.libfabric}"
+            )
+        return self.passed(
+            f"EFA installer {installer} ships libfabric >= {shipped.libfabric}, "
+            f"aws-ofi-nccl {plugin} needs {entry.libfabric}"
+        )
 
 
 # The tag a GitHub download names: a source archive (.../archive/refs/tags/TAG.tar.gz) or a release asset
 # (.../releases/download/TAG/FILE).
-_GITHUB_TAG = re.compile(r"^https://github\.com/[^/]+/[^/]+/(?:archive/refs/tags/(?P<archive>[^/]+?)\.(?:tar\.gz|zip)"
-                         r"|releases/download/(?P<release>[^/]+)/)")
+_GITHUB_TAG = re.compile(
+    r"^https://github\.com/[^/]+/[^/]+/(?:archive/refs/tags/(?P<archive>[^/]+?)\.(?:tar\.gz|zip)"
+    r"|releases/download/(?P<release>[^/]+)/)"
+)
 
 
 class OfiNcclTagRule(Rule):
@@ -344,20 +358,25 @@ class OfiNcclTagRule(Rule):
         if plugin.url is None:
             return self.passed(f"aws-ofi-nccl {plugin.version} is not downloaded (no url)")
         release = Version(plugin.version)
-        entry = next((entry for entry in context.data.aws_ofi_nccl_tags.table
-                      if release in SpecifierSet(entry.releases)), None)
+        entry = next(
+            (entry for entry in context.data.aws_ofi_nccl_tags.table if release in SpecifierSet(entry.releases)), None
+        )
         if entry is None:
             return self.error(f"aws-ofi-nccl {plugin.version} has no entry in aws_ofi_nccl_tags in compatibility.yaml")
         expected = entry.tag.format(version=plugin.version)
         match = _GITHUB_TAG.match(plugin.url)
         if match is None:
-            return self.warn(f"components.aws_ofi_nccl.url {plugin.url} names no GitHub tag: cannot check that it is "
-                             f"the {expected} release")
+            return self.warn(
+                f"components.aws_ofi_nccl.url {plugin.url} names no GitHub tag: cannot check that it is "
+                f"the {expected} release"
+            )
         tag = match["archive"] or match["release"]
         if tag != expected:
-            return self.error(f"components.aws_ofi_nccl.url names tag {tag}, but aws-ofi-nccl {plugin.version} is "
-                              f"tagged {expected} (use https://github.com/aws/aws-ofi-nccl/archive/refs/tags/"
-                              f"{expected}.tar.gz)")
+            return self.error(
+                f"components.aws_ofi_nccl.url names tag {tag}, but aws-ofi-nccl {plugin.version} is "
+                f"tagged {expected} (use https://github.com/aws/aws-ofi-nccl/archive/refs/tags/"
+                f"{expected}.tar.gz)"
+            )
         return self.passed(f"components.aws_ofi_nccl.url names tag {expected}")
 
 
@@ -372,26 +391,37 @@ class OfiNcclOneCopyRule(Rule):
         first = min((entry.efa_installer for entry in table), key=Version)
         if Version(installer) < Version(first):
             if plugin.url is None:
-                return self.error(f"EFA installer {installer} installs no aws-ofi-nccl (installers ship it from "
-                                  f"{first} on): set components.aws_ofi_nccl.url to the release to build")
-            return self.passed(f"aws-ofi-nccl {plugin.version} is built from source; EFA installer {installer} "
-                               "installs none")
+                return self.error(
+                    f"EFA installer {installer} installs no aws-ofi-nccl (installers ship it from "
+                    f"{first} on): set components.aws_ofi_nccl.url to the release to build"
+                )
+            return self.passed(
+                f"aws-ofi-nccl {plugin.version} is built from source; EFA installer {installer} installs none"
+            )
         entry = next((entry for entry in table if Version(entry.efa_installer) == Version(installer)), None)
         if entry is None:
-            return self.error(f"EFA installer {installer} installs aws-ofi-nccl, but efa_installer_aws_ofi_nccl in "
-                              "compatibility.yaml does not say which version: add it from the EFA changelog")
+            return self.error(
+                f"EFA installer {installer} installs aws-ofi-nccl, but efa_installer_aws_ofi_nccl in "
+                "compatibility.yaml does not say which version: add it from the EFA changelog"
+            )
         problems = []
         if plugin.url is not None:
-            problems.append(f"EFA installer {installer} already installs aws-ofi-nccl {entry.aws_ofi_nccl} under "
-                            f"{BUNDLED_OFI_NCCL_PREFIX}: set components.aws_ofi_nccl.url to null (a second build "
-                            "leaves two libnccl-net.so and the loader's search order picks one)")
+            problems.append(
+                f"EFA installer {installer} already installs aws-ofi-nccl {entry.aws_ofi_nccl} under "
+                f"{BUNDLED_OFI_NCCL_PREFIX}: set components.aws_ofi_nccl.url to null (a second build "
+                "leaves two libnccl-net.so and the loader's search order picks one)"
+            )
         if Version(plugin.version) != Version(entry.aws_ofi_nccl):
-            problems.append(f"components.aws_ofi_nccl.version {plugin.version} is not {entry.aws_ofi_nccl}, the "
-                            f"version EFA installer {installer} installs")
+            problems.append(
+                f"components.aws_ofi_nccl.version {plugin.version} is not {entry.aws_ofi_nccl}, the "
+                f"version EFA installer {installer} installs"
+            )
         if problems:
             return self.error("; ".join(problems))
-        return self.passed(f"aws-ofi-nccl {plugin.version} comes with EFA installer {installer} (one copy, under "
-                           f"{BUNDLED_OFI_NCCL_PREFIX})")
+        return self.passed(
+            f"aws-ofi-nccl {plugin.version} comes with EFA installer {installer} (one copy, under "
+            f"{BUNDLED_OFI_NCCL_PREFIX})"
+        )
 
 
 class EfaInstallerOsRule(Rule):
@@ -399,14 +429,24 @@ class EfaInstallerOsRule(Rule):
 
     def evaluate(self, profile, context):
         installer, os = profile.components.efa_installer.version, profile.os
-        entry = next((entry for entry in context.data.efa_installer_os.table
-                      if (entry.family, entry.version) == (os.family, os.version)), None)
+        entry = next(
+            (
+                entry
+                for entry in context.data.efa_installer_os.table
+                if (entry.family, entry.version) == (os.family, os.version)
+            ),
+            None,
+        )
         if entry is None:
-            return self.error(f"{os.family} {os.version} has no entry in efa_installer_os (no EFA installer release "
-                              "is known to support it)")
+            return self.error(
+                f"{os.family} {os.version} has no entry in efa_installer_os (no EFA installer release "
+                "is known to support it)"
+            )
         if Version(installer) not in SpecifierSet(entry.efa_installer):
-            return self.error(f"EFA installer {installer} does not support {os.family} {os.version} "
-                              f"(releases known to: {entry.efa_installer})")
+            return self.error(
+                f"EFA installer {installer} does not support {os.family} {os.version} "
+                f"(releases known to: {entry.efa_installer})"
+            )
         return self.passed(f"EFA installer {installer} supports {os.family} {os.version}")
 
 
@@ -423,8 +463,11 @@ class InstanceMinimumsRule(Rule):
             if entry is None:
                 continue
             checked.append(name)
-            problems.extend(f"{name} needs {key} >= {getattr(entry, key)} (profile: {versions[key]})"
-                            for key in self.components if Version(versions[key]) < Version(getattr(entry, key)))
+            problems.extend(
+                f"{name} needs {key} >= {getattr(entry, key)} (profile: {versions[key]})"
+                for key in self.components
+                if Version(versions[key]) < Version(getattr(entry, key))
+            )
         if problems:
             return self.error("; ".join(problems))
         if not checked:
@@ -442,8 +485,10 @@ class DriverEndOfLifeRule(Rule):
         if entry is None:
             return self.warn(f"driver branch R{branch} has no end-of-life date in driver_branch_end_of_life")
         if entry.end_of_life < context.today:
-            return self.warn(f"driver branch R{branch} ({entry.kind}) reached end of life on "
-                             f"{entry.end_of_life.isoformat()}: no more security fixes (move to a supported branch)")
+            return self.warn(
+                f"driver branch R{branch} ({entry.kind}) reached end of life on "
+                f"{entry.end_of_life.isoformat()}: no more security fixes (move to a supported branch)"
+            )
         return self.passed(f"driver branch R{branch} ({entry.kind}) supported until {entry.end_of_life.isoformat()}")
 
 
@@ -454,9 +499,12 @@ class DownloadVerificationRule(Rule):
         unverified = [(key, component) for key, component in profile.components.items() if not component.verified]
         if not unverified:
             return self.passed("every download has a checksum or a signature")
-        return [Verdict(self.rule_id, Level.WARN, f"{key} {component.url}: no checksum or signature "
-                                                  f"({component.verification})")
-                for key, component in unverified]
+        return [
+            Verdict(
+                self.rule_id, Level.WARN, f"{key} {component.url}: no checksum or signature ({component.verification})"
+            )
+            for key, component in unverified
+        ]
 
 
 RULES: tuple[Rule, ...] = (

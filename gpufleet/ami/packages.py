@@ -98,12 +98,17 @@ class Row(_Data):
         if self.os_versions is not None and profile.os.version not in self.os_versions:
             return False
         return _within(profile.components.driver.version, self.driver_min, self.driver_below) and _within(
-            component_version, self.version_min, self.version_below)
+            component_version, self.version_min, self.version_below
+        )
 
     def describe(self) -> str:
-        selectors = [f"{key}={value}" for key, value in self.model_dump(include={
-            "os_family", "os_versions", "driver_min", "driver_below", "version_min", "version_below"}).items()
-            if value is not None]
+        selectors = [
+            f"{key}={value}"
+            for key, value in self.model_dump(
+                include={"os_family", "os_versions", "driver_min", "driver_below", "version_min", "version_below"}
+            ).items()
+            if value is not None
+        ]
         return ", ".join(selectors)
 
 
@@ -143,8 +148,12 @@ class Resolved(_Data):
     extras_topic: str = ""
 
     def environment(self, key: str) -> dict[str, str]:
-        values = (self.name, self.version, ";".join(repository.encoded() for repository in self.repositories),
-                  self.extras_topic)
+        values = (
+            self.name,
+            self.version,
+            ";".join(repository.encoded() for repository in self.repositories),
+            self.extras_topic,
+        )
         pairs = zip(ENVIRONMENT_SUFFIXES, values, strict=True)
         return {f"GPUFLEET_{key.upper()}_{suffix}": value for suffix, value in pairs}
 
@@ -156,8 +165,9 @@ def _not_installed(profile: Profile, table: Table) -> bool:
     return table.none_when_url and component.url is not None
 
 
-def resolve(profile: Profile, tables: dict[str, Table] | None = None,
-            path: Path = PACKAGES_FILE) -> dict[str, Resolved]:
+def resolve(
+    profile: Profile, tables: dict[str, Table] | None = None, path: Path = PACKAGES_FILE
+) -> dict[str, Resolved]:
     """Package key -> its resolved row for the profile; one line per key whose rows do not select exactly one."""
     tables = load_tables(path) if tables is None else tables
     resolved: dict[str, Resolved] = {}
@@ -168,14 +178,19 @@ def resolve(profile: Profile, tables: dict[str, Table] | None = None,
             continue
         component_version = getattr(profile.components, table.component).version
         matching = [row for row in table.rows if row.matches(profile, component_version)]
-        where = (f"{profile.os.family} {profile.os.version}, driver {profile.components.driver.version}, "
-                 f"{table.component} {component_version}")
+        where = (
+            f"{profile.os.family} {profile.os.version}, driver {profile.components.driver.version}, "
+            f"{table.component} {component_version}"
+        )
         if not matching:
             problems.append(f"{path}: {key}: no row for {where} (profile {profile.name}): add one with its source")
             continue
         if len(matching) > 1:
-            problems.append(f"{path}: {key}: rows overlap for {where}: "
-                            + "; ".join(row.describe() for row in matching) + " (narrow their selectors)")
+            problems.append(
+                f"{path}: {key}: rows overlap for {where}: "
+                + "; ".join(row.describe() for row in matching)
+                + " (narrow their selectors)"
+            )
             continue
         resolved[key] = _fill(matching[0], profile, component_version)
     if problems:
@@ -190,8 +205,12 @@ def _fill(row: Row, profile: Profile, component_version: str) -> Resolved:
         "version": component_version,
         "cuda_major_minor": ".".join(profile.components.cuda.version.split(".")[:2]),
     }
-    return Resolved(name=row.name.format(**fields), version=(row.version or "").format(**fields),
-                    repositories=row.repositories, extras_topic=row.extras_topic or "")
+    return Resolved(
+        name=row.name.format(**fields),
+        version=(row.version or "").format(**fields),
+        repositories=row.repositories,
+        extras_topic=row.extras_topic or "",
+    )
 
 
 def package_names(profile: Profile) -> dict[str, str]:

@@ -35,15 +35,24 @@ class NewerPackerConstruct:
 
 # What Packer 1.6.6 rejects, each checked in the upstream source of the version the build directory pins.
 NEWER_PACKER_ONLY: tuple[NewerPackerConstruct, ...] = (
-    NewerPackerConstruct("plugins.pkr.hcl", "required_plugins",
-                         "hashicorp/packer v1.7.0 hcl2template/parser.go (absent in v1.6.6)"),
-    NewerPackerConstruct("source.pkr.hcl", "include_deprecated",
-                         "packer-plugin-amazon v1.3.3 builder/common/ami_filter.go "
-                         "(AmiFilterOptions.IncludeDeprecated)"),
-    NewerPackerConstruct("source.pkr.hcl", "metadata_options",
-                         "packer-plugin-amazon v1.3.3 builder/common/run_config.go (RunConfig.Metadata)"),
-    NewerPackerConstruct("source.pkr.hcl", "imds_support",
-                         "packer-plugin-amazon v1.3.3 builder/common/ami_config.go (AMIConfig.AMIIMDSSupport)"),
+    NewerPackerConstruct(
+        "plugins.pkr.hcl", "required_plugins", "hashicorp/packer v1.7.0 hcl2template/parser.go (absent in v1.6.6)"
+    ),
+    NewerPackerConstruct(
+        "source.pkr.hcl",
+        "include_deprecated",
+        "packer-plugin-amazon v1.3.3 builder/common/ami_filter.go (AmiFilterOptions.IncludeDeprecated)",
+    ),
+    NewerPackerConstruct(
+        "source.pkr.hcl",
+        "metadata_options",
+        "packer-plugin-amazon v1.3.3 builder/common/run_config.go (RunConfig.Metadata)",
+    ),
+    NewerPackerConstruct(
+        "source.pkr.hcl",
+        "imds_support",
+        "packer-plugin-amazon v1.3.3 builder/common/ami_config.go (AMIConfig.AMIIMDSSupport)",
+    ),
 )
 
 
@@ -68,8 +77,10 @@ def packer_version(packer: str) -> Version:
 def find_packer() -> str:
     packer = shutil.which("packer")
     if packer is None:
-        raise GpufleetError("packer not found on PATH: install Packer (Debian: apt-get install packer, 1.6.6; or "
-                            "Packer >= 1.7 from HashiCorp) and run again")
+        raise GpufleetError(
+            "packer not found on PATH: install Packer (Debian: apt-get install packer, 1.6.6; or "
+            "Packer >= 1.7 from HashiCorp) and run again"
+        )
     return packer
 
 
@@ -80,10 +91,12 @@ def without_construct(text: str, name: str) -> str:
     block = re.compile(rf"^([ \t]*){re.escape(name)}[ \t]*\{{[ \t]*\n.*?^\1\}}[ \t]*\n", re.MULTILINE | re.DOTALL)
     matches = [*attribute.finditer(text), *block.finditer(text)]
     if len(matches) != 1:
-        raise GpufleetError(f"{name}: found {len(matches)} times where exactly one was expected: "
-                            "NEWER_PACKER_ONLY in gpufleet/ami/packer.py no longer fits ami/packer")
+        raise GpufleetError(
+            f"{name}: found {len(matches)} times where exactly one was expected: "
+            "NEWER_PACKER_ONLY in gpufleet/ami/packer.py no longer fits ami/packer"
+        )
     (match,) = matches
-    return text[:match.start()] + text[match.end():]
+    return text[: match.start()] + text[match.end() :]
 
 
 def leave_out_newer_constructs(directory: Path) -> tuple[NewerPackerConstruct, ...]:
@@ -97,12 +110,16 @@ def leave_out_newer_constructs(directory: Path) -> tuple[NewerPackerConstruct, .
 def run_packer_validate(packer: str, directory: Path, scripts_dir: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [packer, "validate", "-var", f"scripts_dir={scripts_dir.resolve()}", str(directory)],
-        capture_output=True, text=True, check=False, cwd=directory.parent,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=directory.parent,
     )
 
 
-def validate_profile(profile: Profile, scripts_dir: Path = SCRIPTS_DIR,
-                     instance_profile: str | None = None) -> ValidationResult:
+def validate_profile(
+    profile: Profile, scripts_dir: Path = SCRIPTS_DIR, instance_profile: str | None = None
+) -> ValidationResult:
     """Render into a temporary directory and run `packer validate` there."""
     packer = find_packer()
     version = packer_version(packer)

@@ -18,7 +18,7 @@ from gpufleet.ami.profile import profile_files
 from gpufleet.config_file import read_model
 from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
-from gpufleet.validators import Problem, Validator, account_id_problem, log_retention_problem, region_problem
+from gpufleet.rules import Problem, Validator, account_id_problem, log_retention_problem, region_problem
 
 PIPELINE_FILE_VARIABLE = "GPUFLEET_AMI_PIPELINE_FILE"
 # Where a build publishes the id of the image of PROFILE; cluster environments read it (ami.ssm_parameter).
@@ -49,7 +49,7 @@ class SessionManagerPlugin(_Section):
 
 
 class Pipeline(_Section):
-    account: StrictStr = Field(description='AWS account id of the pipeline and its images, 12 digits, quoted.')
+    account: StrictStr = Field(description="AWS account id of the pipeline and its images, 12 digits, quoted.")
     region: StrictStr = Field(description="Region the images are built and published in, e.g. us-east-1.")
     profiles: tuple[StrictStr, ...] = Field(description="AMI profiles (ami/profiles/NAME.yaml) the schedule builds.")
     schedule: StrictStr | None = Field(
@@ -85,11 +85,8 @@ def publish_regions(pipeline: Pipeline, environments: list[Environment]) -> dict
     return {profile: (home, *sorted(others)) for profile, (home, *others) in regions.items()}
 
 
-class PipelineValidator(Validator):
-    """A rule of the pipeline configuration (the same shape as an environment rule)."""
-
-    def check(self, pipeline: Pipeline, context: PipelineContext) -> list[Problem]:  # type: ignore[override]
-        raise NotImplementedError
+class PipelineValidator(Validator["Pipeline", "PipelineContext"]):
+    """A rule of the pipeline configuration."""
 
 
 @dataclass(frozen=True)
@@ -121,8 +118,12 @@ class ProfilesValidator(PipelineValidator):
         problems = []
         for index, name in enumerate(pipeline.profiles):
             if name not in known:
-                problems.append(Problem(f"profiles.{index}", f"'{name}' is not an AMI profile "
-                                                             f"(allowed: {', '.join(known)}; see ami/profiles)"))
+                problems.append(
+                    Problem(
+                        f"profiles.{index}",
+                        f"'{name}' is not an AMI profile (allowed: {', '.join(known)}; see ami/profiles)",
+                    )
+                )
             elif name in pipeline.profiles[:index]:
                 problems.append(Problem(f"profiles.{index}", f"'{name}' is listed twice (list each profile once)"))
         return problems
@@ -138,13 +139,17 @@ class ScheduleValidator(PipelineValidator):
             return []
         match = self.pattern.fullmatch(pipeline.schedule)
         if match is None:
-            return self.problem(f"'{pipeline.schedule}' is not an EventBridge cron expression (six fields: "
-                                "cron(minutes hours day-of-month month day-of-week year), e.g. cron(0 6 ? * SUN *); "
-                                "or null for manual builds only)")
+            return self.problem(
+                f"'{pipeline.schedule}' is not an EventBridge cron expression (six fields: "
+                "cron(minutes hours day-of-month month day-of-week year), e.g. cron(0 6 ? * SUN *); "
+                "or null for manual builds only)"
+            )
         day_of_month, day_of_week = match.group(3), match.group(5)
         if (day_of_month == "?") == (day_of_week == "?"):
-            return self.problem(f"'{pipeline.schedule}' needs '?' in exactly one of day-of-month and day-of-week "
-                                "(e.g. cron(0 6 ? * SUN *) or cron(0 6 1 * ? *))")
+            return self.problem(
+                f"'{pipeline.schedule}' needs '?' in exactly one of day-of-month and day-of-week "
+                "(e.g. cron(0 6 ? * SUN *) or cron(0 6 1 * ? *))"
+            )
         return []
 
 
@@ -161,8 +166,9 @@ class SubnetValidator(PipelineValidator):
     def check(self, pipeline, context):
         subnet = pipeline.subnet_id
         if subnet is not None and not re.fullmatch(r"subnet-[0-9a-f]{8}([0-9a-f]{9})?", subnet):
-            return self.problem(f"'{subnet}' is not a subnet id (subnet- followed by 8 or 17 hex digits; "
-                                "or null for the default VPC)")
+            return self.problem(
+                f"'{subnet}' is not a subnet id (subnet- followed by 8 or 17 hex digits; or null for the default VPC)"
+            )
         return []
 
 
@@ -175,8 +181,9 @@ class PackerVersionValidator(PipelineValidator):
         if match is None:
             return self.problem(f"'{version}' is not an exact Packer release (MAJOR.MINOR.PATCH, e.g. 1.11.2)")
         if (int(match.group(1)), int(match.group(2))) < (1, 7):
-            return self.problem(f"{version} is too old: the rendered templates need Packer 1.7 or newer "
-                                "(packer init, required_plugins)")
+            return self.problem(
+                f"{version} is too old: the rendered templates need Packer 1.7 or newer (packer init, required_plugins)"
+            )
         return []
 
 
@@ -186,8 +193,10 @@ class PackerChecksumValidator(PipelineValidator):
     def check(self, pipeline, context):
         digest = pipeline.packer.sha256
         if digest is not None and not re.fullmatch(r"[0-9a-f]{64}", digest):
-            return self.problem(f"'{digest}' is not a SHA-256 digest (64 lower-case hex digits, from "
-                                f"packer_{pipeline.packer.version}_SHA256SUMS; or null)")
+            return self.problem(
+                f"'{digest}' is not a SHA-256 digest (64 lower-case hex digits, from "
+                f"packer_{pipeline.packer.version}_SHA256SUMS; or null)"
+            )
         return []
 
 
@@ -197,8 +206,10 @@ class SigningKeyValidator(PipelineValidator):
     def check(self, pipeline, context):
         fingerprint = pipeline.packer.signing_key_fingerprint
         if not re.fullmatch(r"[0-9A-F]{40}", fingerprint):
-            return self.problem(f"'{fingerprint}' is not an OpenPGP fingerprint (40 upper-case hex digits, no spaces; "
-                                "HashiCorp's is listed on https://www.hashicorp.com/security)")
+            return self.problem(
+                f"'{fingerprint}' is not an OpenPGP fingerprint (40 upper-case hex digits, no spaces; "
+                "HashiCorp's is listed on https://www.hashicorp.com/security)"
+            )
         return []
 
 
@@ -208,8 +219,9 @@ class SessionManagerPluginValidator(PipelineValidator):
     def check(self, pipeline, context):
         version = pipeline.session_manager_plugin.version
         if not re.fullmatch(r"\d+\.\d+\.\d+\.\d+", version):
-            return self.problem(f"'{version}' is not an exact session-manager-plugin release (four numbers, "
-                                "e.g. 1.2.764.0)")
+            return self.problem(
+                f"'{version}' is not an exact session-manager-plugin release (four numbers, e.g. 1.2.764.0)"
+            )
         return []
 
 
@@ -225,9 +237,11 @@ class SessionManagerPluginSupportedValidator(PipelineValidator):
         version = pipeline.session_manager_plugin.version
         if re.fullmatch(r"\d+\.\d+\.\d+\.\d+", version) and tuple(map(int, version.split("."))) < self.minimum:
             minimum = ".".join(map(str, self.minimum))
-            return self.problem(f"{version} is older than {minimum}, the oldest release Session Manager supports "
-                                f"(use {minimum} or newer; releases: https://docs.aws.amazon.com/systems-manager/"
-                                "latest/userguide/plugin-version-history.html)")
+            return self.problem(
+                f"{version} is older than {minimum}, the oldest release Session Manager supports "
+                f"(use {minimum} or newer; releases: https://docs.aws.amazon.com/systems-manager/"
+                "latest/userguide/plugin-version-history.html)"
+            )
         return []
 
 

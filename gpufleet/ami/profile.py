@@ -144,8 +144,10 @@ def parse_profile(path: Path) -> Profile:
     """Read one profile file; raise GpufleetError with one line per problem, each naming the file and field."""
     profile = read_model(path, Profile, reference="ami/README.md")
     if profile.name != path.stem:
-        raise GpufleetError(f"{path}: name: '{profile.name}' differs from the file name "
-                            f"(name it '{path.stem}' or rename the file to {profile.name}.yaml)")
+        raise GpufleetError(
+            f"{path}: name: '{profile.name}' differs from the file name "
+            f"(name it '{path.stem}' or rename the file to {profile.name}.yaml)"
+        )
     return profile
 
 

@@ -37,8 +37,10 @@ GO_TEMPLATE_START = "{{"
 
 def check_instance_profile_name(name: str) -> None:
     if not INSTANCE_PROFILE_NAME.fullmatch(name):
-        raise GpufleetError(f"--instance-profile {name!r}: not an IAM instance profile name (1 to 128 characters: "
-                            "letters, digits and + = , . @ _ -)")
+        raise GpufleetError(
+            f"--instance-profile {name!r}: not an IAM instance profile name (1 to 128 characters: "
+            "letters, digits and + = , . @ _ -)"
+        )
 
 
 def cuda_architectures(profile: Profile) -> str:
@@ -86,8 +88,10 @@ def _go_template_problems(profile: Profile, variables: dict[str, object]) -> lis
         for key, text in values:
             if isinstance(text, str) and GO_TEMPLATE_START in text:
                 where = name if key is None else f"{name}[{key}]"
-                problems.append(f"{profile.name}: {where}: '{text}' holds '{GO_TEMPLATE_START}', which Packer reads "
-                                "as a template action: remove it")
+                problems.append(
+                    f"{profile.name}: {where}: '{text}' holds '{GO_TEMPLATE_START}', which Packer reads "
+                    "as a template action: remove it"
+                )
     return problems
 
 
@@ -107,8 +111,10 @@ def build_files(profile: Profile, instance_profile: str | None = None) -> dict[s
 def refuse_failing_gate(profile: Profile) -> None:
     errors = gate_errors(check_profile(profile))
     if errors:
-        raise GpufleetError(*(f"{profile.name}: {verdict.rule}: {verdict.message}" for verdict in errors),
-                            f"{profile.name}: refused: the compatibility gate has errors (see gpufleet ami check)")
+        raise GpufleetError(
+            *(f"{profile.name}: {verdict.rule}: {verdict.message}" for verdict in errors),
+            f"{profile.name}: refused: the compatibility gate has errors (see gpufleet ami check)",
+        )
 
 
 def _check_out_dir(out_dir: Path) -> None:
@@ -117,8 +123,10 @@ def _check_out_dir(out_dir: Path) -> None:
     if out_dir.is_dir():
         foreign = sorted(p.name for p in out_dir.iterdir() if p.name not in BUILD_FILES)
         if foreign:
-            raise GpufleetError(f"{out_dir}: holds files a render did not write ({', '.join(foreign)}): "
-                                "choose an empty or new directory")
+            raise GpufleetError(
+                f"{out_dir}: holds files a render did not write ({', '.join(foreign)}): "
+                "choose an empty or new directory"
+            )
 
 
 def render_profile(profile: Profile, out_dir: Path, instance_profile: str | None = None) -> list[Path]:

@@ -11,8 +11,10 @@ from pathlib import Path
 from gpufleet.errors import GpufleetError
 
 PROFILE_HELP = "a shipped profile name (ami/profiles/NAME.yaml) or the path of a profile file"
-INSTANCE_PROFILE_HELP = ("an existing instance profile for the build instance, whose role lets the SSM agent work "
-                         "(default: Packer creates a temporary one, which needs iam:CreateRole)")
+INSTANCE_PROFILE_HELP = (
+    "an existing instance profile for the build instance, whose role lets the SSM agent work "
+    "(default: Packer creates a temporary one, which needs iam:CreateRole)"
+)
 
 
 def _date(value: str) -> dt.date:
@@ -29,18 +31,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     check.add_argument("--json", action="store_true", help="print the verdicts as JSON")
     check.set_defaults(handler=run_check)
 
-    render = subparsers.add_parser("render", help="write a profile's Packer build directory: ami/packer plus its "
-                                   "values in gpufleet.auto.pkrvars.json (refused on gate errors)")
+    render = subparsers.add_parser(
+        "render",
+        help="write a profile's Packer build directory: ami/packer plus its "
+        "values in gpufleet.auto.pkrvars.json (refused on gate errors)",
+    )
     render.add_argument("profile", metavar="PROFILE", help=PROFILE_HELP)
-    render.add_argument("--out", type=Path, required=True, metavar="DIR",
-                        help="directory to write (new, empty, or an earlier render of gpufleet)")
+    render.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        metavar="DIR",
+        help="directory to write (new, empty, or an earlier render of gpufleet)",
+    )
     render.add_argument("--instance-profile", metavar="NAME", help=INSTANCE_PROFILE_HELP)
     render.set_defaults(handler=run_render)
 
     validate = subparsers.add_parser("validate", help="render into a temporary directory and run packer validate")
     validate.add_argument("profile", metavar="PROFILE", help=PROFILE_HELP)
-    validate.add_argument("--scripts-dir", type=Path, metavar="DIR",
-                          help="provisioning scripts the template points at (default: those installed with gpufleet)")
+    validate.add_argument(
+        "--scripts-dir",
+        type=Path,
+        metavar="DIR",
+        help="provisioning scripts the template points at (default: those installed with gpufleet)",
+    )
     validate.add_argument("--instance-profile", metavar="NAME", help=INSTANCE_PROFILE_HELP)
     validate.set_defaults(handler=run_validate)
 
@@ -83,8 +97,10 @@ def run_validate(args: argparse.Namespace) -> int:
     print(f"packer {result.packer_version}: validating {', '.join(result.files)}")
     if result.left_out:
         left_out = ", ".join(f"{construct.name} ({construct.file})" for construct in result.left_out)
-        print(f"note: packer {result.packer_version} (amazon builder built in) does not know these, left out here: "
-              f"{left_out}; Packer >= 1.7 with the pinned amazon plugin validates every line")
+        print(
+            f"note: packer {result.packer_version} (amazon builder built in) does not know these, left out here: "
+            f"{left_out}; Packer >= 1.7 with the pinned amazon plugin validates every line"
+        )
     if result.output:
         print(result.output, file=sys.stdout if result.returncode == 0 else sys.stderr)
     print(f"{profile.name}: {'valid' if result.returncode == 0 else 'INVALID'}")

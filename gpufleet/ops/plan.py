@@ -234,7 +234,7 @@ def _stack_changes(
     for logical_id in sorted(set(old_resources) | set(new_resources)):
         old, new = old_resources.get(logical_id), new_resources.get(logical_id)
         if new is None:
-            changes.append(Change(pair.name, logical_id, old["Type"], "removed"))
+            changes.append(Change(pair.name, logical_id, old_resources[logical_id]["Type"], "removed"))
             continue
         if old is None:
             changes.append(Change(pair.name, logical_id, new["Type"], "added"))
@@ -260,7 +260,7 @@ def _stack_changes(
 def _fleet_dependencies(pairs: list[StackPair]) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
     """(stack, logical id) of every Spot Fleet, old or new, and of everything they reach through references,
     across stacks through exports."""
-    by_export = {}
+    by_export: dict[str, set[tuple[str, str]]] = {}
     for pair in pairs:
         for template in (pair.old, pair.new):
             for output in template.get("Outputs", {}).values():

@@ -7,6 +7,7 @@ it may only pass that one role to EC2."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_codebuild as codebuild
@@ -18,7 +19,7 @@ from constructs import Construct
 
 from gpufleet.ami import SSM_AGENT_ACTIONS
 from gpufleet.ami.pipeline import AMI_PARAMETER_PREFIX, Pipeline
-from gpufleet.validators import LOG_RETENTION_DAYS
+from gpufleet.rules import LOG_RETENTION_DAYS
 
 PROFILE_TAG_KEY = "gpufleet:profile"
 # The build (ami/packer/source.pkr.hcl) puts this tag in `tags` and `snapshot_tags`, not in `run_tags`: an
@@ -145,8 +146,9 @@ def pipeline_image_statements(stack: cdk.Stack, region: str) -> list[iam.PolicyS
             sid=f"PackerTagFinishedImage{suffix}",
             actions=["ec2:CreateTags"],
             resources=[images],
-            conditions={"Null": {f"aws:ResourceTag/{PROFILE_TAG_KEY}": "false",
-                                 f"aws:RequestTag/{SOURCE_AMI_TAG_KEY}": "false"}},
+            conditions={
+                "Null": {f"aws:ResourceTag/{PROFILE_TAG_KEY}": "false", f"aws:RequestTag/{SOURCE_AMI_TAG_KEY}": "false"}
+            },
         ),
         # ... and on its snapshots, which CopyImage leaves untagged: whatever this tags becomes finished, which this
         # role can no longer delete.
@@ -154,8 +156,9 @@ def pipeline_image_statements(stack: cdk.Stack, region: str) -> list[iam.PolicyS
             sid=f"PackerTagFinishedSnapshots{suffix}",
             actions=["ec2:CreateTags"],
             resources=[snapshots],
-            conditions={"Null": {f"aws:RequestTag/{PROFILE_TAG_KEY}": "false",
-                                 f"aws:RequestTag/{SOURCE_AMI_TAG_KEY}": "false"}},
+            conditions={
+                "Null": {f"aws:RequestTag/{PROFILE_TAG_KEY}": "false", f"aws:RequestTag/{SOURCE_AMI_TAG_KEY}": "false"}
+            },
         ),
         iam.PolicyStatement(
             sid=f"PackerDiscardIntermediateImage{suffix}",
@@ -238,16 +241,23 @@ class AmiBuildProject(Construct):
             "BuildInstanceRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
             description="gpufleet AMI build instance: what its SSM agent needs for Packer's Session Manager tunnel",
-            inline_policies={"SsmAgent": iam.PolicyDocument(statements=[
-                iam.PolicyStatement(sid="SsmAgent", actions=list(SSM_AGENT_ACTIONS), resources=["*"]),
-            ])},
+            inline_policies={
+                "SsmAgent": iam.PolicyDocument(
+                    statements=[
+                        iam.PolicyStatement(sid="SsmAgent", actions=list(SSM_AGENT_ACTIONS), resources=["*"]),
+                    ]
+                )
+            },
         )
-        cdk.Validations.of(self.build_instance_role).acknowledge(cdk.Acknowledgment(
-            id="AwsSolutions-IAM5[Resource::*]",
-            reason="the gpufleet AMI build instance's SSM agent registers itself and opens Session Manager channels "
-            "(ssm:UpdateInstanceInformation, ssmmessages:*Channel); these actions support no resource-level "
-            "permissions, and the role grants nothing else",
-        ))
+        cdk.Validations.of(self.build_instance_role).acknowledge(
+            cdk.Acknowledgment(
+                id="AwsSolutions-IAM5[Resource::*]",
+                reason="the gpufleet AMI build instance's SSM agent registers itself and opens Session Manager "
+                "channels "
+                "(ssm:UpdateInstanceInformation, ssmmessages:*Channel); these actions support no resource-level "
+                "permissions, and the role grants nothing else",
+            )
+        )
         self.build_instance_profile = iam.InstanceProfile(self, "BuildInstanceProfile", role=self.build_instance_role)
         self.project = codebuild.Project(
             self,
@@ -258,13 +268,14 @@ class AmiBuildProject(Construct):
             environment=codebuild.BuildEnvironment(
                 build_image=codebuild.LinuxBuildImage.STANDARD_7_0, compute_type=codebuild.ComputeType.SMALL
             ),
-            environment_variables={BUILD_INSTANCE_PROFILE_VARIABLE: codebuild.BuildEnvironmentVariable(
-                value=self.build_instance_profile.instance_profile_name)},
+            environment_variables={
+                BUILD_INSTANCE_PROFILE_VARIABLE: codebuild.BuildEnvironmentVariable(
+                    value=self.build_instance_profile.instance_profile_name
+                )
+            },
             encryption_key=self.key,
             timeout=BUILD_TIMEOUT,
-            logging=codebuild.LoggingOptions(
-                cloud_watch=codebuild.CloudWatchLoggingOptions(log_group=self.log_group)
-            ),
+            logging=codebuild.LoggingOptions(cloud_watch=codebuild.CloudWatchLoggingOptions(log_group=self.log_group)),
         )
         self._grant_packer(pipeline)
         self._grant_publish(publish_regions)
@@ -283,10 +294,18 @@ class AmiBuildProject(Construct):
             iam.PolicyStatement(
                 sid="PackerDescribe",
                 actions=[
-                    "ec2:DescribeImages", "ec2:DescribeImageAttribute", "ec2:DescribeInstances",
-                    "ec2:DescribeInstanceStatus", "ec2:DescribeRegions", "ec2:DescribeSecurityGroups",
-                    "ec2:DescribeSnapshots", "ec2:DescribeSubnets", "ec2:DescribeVpcs", "ec2:DescribeTags",
-                    "ec2:DescribeVolumes", "ec2:DescribeKeyPairs",
+                    "ec2:DescribeImages",
+                    "ec2:DescribeImageAttribute",
+                    "ec2:DescribeInstances",
+                    "ec2:DescribeInstanceStatus",
+                    "ec2:DescribeRegions",
+                    "ec2:DescribeSecurityGroups",
+                    "ec2:DescribeSnapshots",
+                    "ec2:DescribeSubnets",
+                    "ec2:DescribeVpcs",
+                    "ec2:DescribeTags",
+                    "ec2:DescribeVolumes",
+                    "ec2:DescribeKeyPairs",
                 ],
                 resources=["*"],
             ),
@@ -300,14 +319,24 @@ class AmiBuildProject(Construct):
             iam.PolicyStatement(
                 sid="PackerLaunchResources",
                 actions=["ec2:RunInstances"],
-                resources=[ec2("volume"), ec2("network-interface"), ec2("security-group"), ec2("subnet"),
-                           key_pairs, images_in(stack, stack.region)],
+                resources=[
+                    ec2("volume"),
+                    ec2("network-interface"),
+                    ec2("security-group"),
+                    ec2("subnet"),
+                    key_pairs,
+                    images_in(stack, stack.region),
+                ],
             ),
             # ... so everything done to instances afterwards is limited to tagged (gpufleet build) instances.
             iam.PolicyStatement(
                 sid="PackerControlBuildInstance",
-                actions=["ec2:StopInstances", "ec2:TerminateInstances", "ec2:ModifyInstanceAttribute",
-                         "ec2:CreateImage"],
+                actions=[
+                    "ec2:StopInstances",
+                    "ec2:TerminateInstances",
+                    "ec2:ModifyInstanceAttribute",
+                    "ec2:CreateImage",
+                ],
                 resources=[ec2("instance")],
                 conditions=profile_tagged,
             ),
@@ -355,8 +384,11 @@ class AmiBuildProject(Construct):
             iam.PolicyStatement(
                 sid="PackerSessionDocument",
                 actions=["ssm:StartSession"],
-                resources=[stack.format_arn(service="ssm", account="", resource="document",
-                                            resource_name="AWS-StartPortForwardingSession")],
+                resources=[
+                    stack.format_arn(
+                        service="ssm", account="", resource="document", resource_name="AWS-StartPortForwardingSession"
+                    )
+                ],
             ),
             iam.PolicyStatement(
                 sid="PackerEndSession",
@@ -390,12 +422,16 @@ class AmiBuildProject(Construct):
         regions = sorted({region for regions in publish_regions.values() for region in regions} | {home})
         destinations = [region for region in regions if region != home]
         parameter_name = f"{AMI_PARAMETER_PREFIX.strip('/')}/*"
-        role.add_to_principal_policy(iam.PolicyStatement(
-            sid="PublishAmiId",
-            actions=["ssm:PutParameter", "ssm:AddTagsToResource"],
-            resources=[stack.format_arn(service="ssm", region=region, resource="parameter",
-                                        resource_name=parameter_name) for region in regions],
-        ))
+        role.add_to_principal_policy(
+            iam.PolicyStatement(
+                sid="PublishAmiId",
+                actions=["ssm:PutParameter", "ssm:AddTagsToResource"],
+                resources=[
+                    stack.format_arn(service="ssm", region=region, resource="parameter", resource_name=parameter_name)
+                    for region in regions
+                ],
+            )
+        )
         if not destinations:
             return
 
@@ -434,9 +470,10 @@ class AmiBuildProject(Construct):
                 "creation",
                 f"Resource::arn:<AWS::Partition>:ec2:{region}::snapshot/*": f"the snapshots of a gpufleet AMI copy in "
                 f"{region} get new ids; created and tagged only by CopyImage with the gpufleet:profile tag",
-                f"Resource::arn:<AWS::Partition>:ssm:{region}:{stack.account}:parameter/{parameter_name}":
-                f"a gpufleet AMI build publishes /gpufleet/ami/PROFILE in {region}, where environments read it; "
-                "only that prefix is writable",
+                f"Resource::arn:<AWS::Partition>:ssm:{region}:{stack.account}:parameter/{parameter_name}": (
+                    f"a gpufleet AMI build publishes /gpufleet/ami/PROFILE in {region}, where environments read it; "
+                    "only that prefix is writable"
+                ),
             }
         for finding, reason in reasons.items():
             cdk.Validations.of(role).acknowledge(cdk.Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason))
@@ -444,7 +481,7 @@ class AmiBuildProject(Construct):
     def _acknowledge(self, role: iam.IRole, stack: cdk.Stack, pipeline: Pipeline) -> None:
         region, account = stack.region, stack.account
         ec2_prefix = f"arn:<AWS::Partition>:ec2:{region}:{account}"
-        project = stack.get_logical_id(self.project.node.default_child)
+        project = stack.get_logical_id(cast(cdk.CfnElement, self.project.node.default_child))
         reasons = {
             # Granted by aws-cdk-lib itself: reading the source asset, the project's key, its default log group and
             # report groups.
@@ -458,11 +495,13 @@ class AmiBuildProject(Construct):
             "which encrypts the build's output; no other key",
             "Action::kms:GenerateDataKey*": "aws-cdk-lib's grant on the gpufleet AMI pipeline's own KMS key, which "
             "CodeBuild uses to encrypt build output; no other key",
-            f"Resource::arn:<AWS::Partition>:logs:{region}:{account}:log-group:/aws/codebuild/<{project}>:*":
-            "aws-cdk-lib grants the default log group of this gpufleet AMI build project; the build logs to the "
-            "stack's own log group (with the configured retention), so this one stays unused",
-            f"Resource::arn:<AWS::Partition>:codebuild:{region}:{account}:report-group/<{project}>-*":
-            "aws-cdk-lib grants test report groups named after this gpufleet AMI build project; no other project's",
+            f"Resource::arn:<AWS::Partition>:logs:{region}:{account}:log-group:/aws/codebuild/<{project}>:*": (
+                "aws-cdk-lib grants the default log group of this gpufleet AMI build project; the build logs to the "
+                "stack's own log group (with the configured retention), so this one stays unused"
+            ),
+            f"Resource::arn:<AWS::Partition>:codebuild:{region}:{account}:report-group/<{project}>-*": (
+                "aws-cdk-lib grants test report groups named after this gpufleet AMI build project; no other project's"
+            ),
             "Resource::*": "Packer's amazon-ebs builder (gpufleet AMI builds) needs EC2 Describe* calls (images, "
             "instances, subnets, security groups, snapshots), which support no resource-level permissions; all are "
             "read-only",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+from typing import cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -21,7 +22,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import custom_resources as cr
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 HANDLER_DIR = Path(__file__).resolve().parent.parent / "fleet_teardown"
 # Each handler call is a few EC2 calls; the waiting is the Provider's.
@@ -140,8 +141,10 @@ class FleetTeardown(Construct):
         (onEvent, isComplete, onTimeout) with a role each, and the Step Functions waiter that polls is_complete."""
         stack = cdk.Stack.of(provider)
 
-        def arn_of(function: lambda_.IFunction) -> str:
-            return f"<{stack.resolve(stack.get_logical_id(function.node.default_child))}.Arn>"
+        def arn_of(function: IConstruct) -> str:
+            # A function's default child is its CfnFunction (jsii types it as the IConstruct it may be elsewhere).
+            resource = cast(cdk.CfnElement, function.node.default_child)
+            return f"<{stack.resolve(stack.get_logical_id(resource))}.Arn>"
 
         basic_execution = "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
         for name in ("framework-onEvent", "framework-isComplete", "framework-onTimeout"):
@@ -171,6 +174,7 @@ class FleetTeardown(Construct):
                     "versions (ARN:*), as aws-cdk-lib's grantInvoke writes it",
                 )
             )
+        waiter_resource = cast(cdk.CfnElement, waiter.node.default_child)
         for rule, reason in (
             (
                 "AwsSolutions-SF1",
@@ -183,4 +187,4 @@ class FleetTeardown(Construct):
                 "it, and the handler logs say what each poll found",
             ),
         ):
-            cdk.Validations.of(waiter.node.default_child).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
+            cdk.Validations.of(waiter_resource).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))

@@ -24,13 +24,15 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from typing import Any
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from gpufleet.environment import ENVIRONMENT_TAG_KEY, ROLLOUT_REPLACE_ALL, Environment
+from gpufleet.environment import ENVIRONMENT_TAG_KEY, Environment
+from gpufleet.validators import ROLLOUT_REPLACE_ALL
 
 IMAGE_TAG_KEY = "gpufleet:image"
 LAUNCH_TEMPLATE_VERSION_TAG_KEY = "gpufleet:launch-template-version"
@@ -68,7 +70,7 @@ class GpuSpotFleet(Construct):
         )
         fleet = environment.fleet
         maintains = fleet.type == "maintain"
-        config = dict(
+        config: dict[str, Any] = dict(
             iam_fleet_role=self.fleet_role.role_arn,
             type=fleet.type,
             target_capacity=environment.capacity.target,
@@ -88,7 +90,9 @@ class GpuSpotFleet(Construct):
                         launch_template_id=launch_template.ref,
                         version=launch_template.attr_latest_version_number,
                     ),
-                    overrides=[ec2.CfnSpotFleet.LaunchTemplateOverridesProperty(instance_type=environment.instance_type)],
+                    overrides=[
+                        ec2.CfnSpotFleet.LaunchTemplateOverridesProperty(instance_type=environment.instance_type)
+                    ],
                 )
             ],
         )
@@ -112,7 +116,7 @@ class GpuSpotFleet(Construct):
             ),
         )
 
-    def _digest(self, config: dict) -> str:
+    def _digest(self, config: dict[str, Any]) -> str:
         """A digest of the configuration as synthesized (references to other resources as their logical ids)."""
         resolved = cdk.Stack.of(self).resolve(ec2.CfnSpotFleet.SpotFleetRequestConfigDataProperty(**config))
         return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[:16]

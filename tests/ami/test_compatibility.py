@@ -21,87 +21,216 @@ CASES = [
     ("TARGET-CATALOG", "p4d-ubuntu1804-cuda11", {"target.instance_types": ["p9.huge"]}, Level.ERROR, "p9.huge"),
     ("TARGET-CATALOG", "p4d-ubuntu1804-cuda11", {"target.nvswitch": False}, Level.ERROR, "p4d.24xlarge"),
     ("FM-EQUALS-DRIVER", "p4d-ubuntu1804-cuda11", {}, Level.PASS, "equals driver"),
-    ("FM-EQUALS-DRIVER", "p4d-ubuntu1804-cuda11", {"components.fabric_manager.version": "450.80.01"}, Level.ERROR,
-     "fabric_manager 450.80.01 differs from driver 450.80.02"),
+    (
+        "FM-EQUALS-DRIVER",
+        "p4d-ubuntu1804-cuda11",
+        {"components.fabric_manager.version": "450.80.01"},
+        Level.ERROR,
+        "fabric_manager 450.80.01 differs from driver 450.80.02",
+    ),
     ("CUDA-MIN-DRIVER", "p4d-ubuntu1804-cuda11", {}, Level.PASS, ">= 450.51.06"),
-    ("CUDA-MIN-DRIVER", "p4d-ubuntu1804-cuda11", {"components.driver.version": "450.36.06"}, Level.ERROR,
-     "driver 450.36.06 is older than 450.51.06, the minimum for CUDA 11.0.3"),
+    (
+        "CUDA-MIN-DRIVER",
+        "p4d-ubuntu1804-cuda11",
+        {"components.driver.version": "450.36.06"},
+        Level.ERROR,
+        "driver 450.36.06 is older than 450.51.06, the minimum for CUDA 11.0.3",
+    ),
     ("CUDA-MIN-DRIVER", "ubuntu2204-cuda12", {"components.cuda.version": "13.0.1"}, Level.PASS, "580.65.06"),
     ("CUDA-MIN-DRIVER", "ubuntu2204-cuda12", {"components.driver.version": "535.261.03"}, Level.PASS, "525.60.13"),
     ("CUDA-MIN-DRIVER", "p4d-ubuntu1804-cuda11", {"components.cuda.version": "10.2.89"}, Level.ERROR, "older than"),
     ("GPU-ARCH", "ubuntu2204-cuda12", {}, Level.PASS, "H100 (sm_90)"),
-    ("GPU-ARCH", "p4d-ubuntu1804-cuda11", {"target.instance_types": ["p4d.24xlarge", "p5.48xlarge"]}, Level.ERROR,
-     "p5.48xlarge: H100 (sm_90) needs CUDA >= 11.8"),
+    (
+        "GPU-ARCH",
+        "p4d-ubuntu1804-cuda11",
+        {"target.instance_types": ["p4d.24xlarge", "p5.48xlarge"]},
+        Level.ERROR,
+        "p5.48xlarge: H100 (sm_90) needs CUDA >= 11.8",
+    ),
     ("GPU-ARCH", "p4d-ubuntu1804-cuda11", {"components.driver.version": "440.118.02"}, Level.ERROR, ">= R450"),
-    ("GPU-ARCH", "p4d-ubuntu1804-cuda11", {"target.instance_types": ["g5.48xlarge"]}, Level.ERROR,
-     "compute capability 8.6 has no entry"),
+    (
+        "GPU-ARCH",
+        "p4d-ubuntu1804-cuda11",
+        {"target.instance_types": ["g5.48xlarge"]},
+        Level.ERROR,
+        "compute capability 8.6 has no entry",
+    ),
     ("OFI-NCCL-RANGE", "p4d-ubuntu1804-cuda11", {}, Level.PASS, "within >=2.4.8,<=2.7.8"),
-    ("OFI-NCCL-RANGE", "p4d-ubuntu1804-cuda11", {"components.nccl.version": "2.8.3"}, Level.ERROR,
-     "NCCL 2.8.3 is outside the range aws-ofi-nccl 1.1.1 supports (>=2.4.8,<=2.7.8)"),
+    (
+        "OFI-NCCL-RANGE",
+        "p4d-ubuntu1804-cuda11",
+        {"components.nccl.version": "2.8.3"},
+        Level.ERROR,
+        "NCCL 2.8.3 is outside the range aws-ofi-nccl 1.1.1 supports (>=2.4.8,<=2.7.8)",
+    ),
     ("OFI-NCCL-RANGE", "ubuntu2204-cuda12", {"components.nccl.version": "2.28.3"}, Level.ERROR, "outside"),
     ("OFI-NCCL-RANGE", "ubuntu2204-cuda12", {"components.aws_ofi_nccl.version": "1.5.0"}, Level.ERROR, "no entry"),
     ("OFI-LIBFABRIC", "ubuntu2204-cuda12", {}, Level.PASS, "ships libfabric >= 2.1.0"),
-    ("OFI-LIBFABRIC", "ubuntu2204-cuda12", {"components.efa_installer.version": "1.19.0"}, Level.ERROR,
-     "EFA installer 1.19.0 ships libfabric 1.16.0; aws-ofi-nccl 1.16.3 needs >=1.22.0"),
+    (
+        "OFI-LIBFABRIC",
+        "ubuntu2204-cuda12",
+        {"components.efa_installer.version": "1.19.0"},
+        Level.ERROR,
+        "EFA installer 1.19.0 ships libfabric 1.16.0; aws-ofi-nccl 1.16.3 needs >=1.22.0",
+    ),
     # Release notes per tag: 1.7.x still needs only libfabric 1.11.0 and keeps NCCL back to 2.4.8; 1.10-1.12 need
     # libfabric 1.18.0; 1.13.0 on 1.22.0amzn4.0 (EFA installer 1.23.0 ships 1.18.0amzn1.0).
-    ("OFI-NCCL-RANGE", "p4d-ubuntu1804-cuda11", {"components.aws_ofi_nccl.version": "1.7.4"}, Level.PASS,
-     "NCCL 2.7.8 within >=2.4.8,<=2.19.3"),
-    ("OFI-NCCL-RANGE", "p4d-ubuntu1804-cuda11", {"components.aws_ofi_nccl.version": "1.1.2",
-                                                 "components.nccl.version": "2.8.4"}, Level.PASS, "<=2.8.4"),
-    ("OFI-LIBFABRIC", "p4d-ubuntu1804-cuda11", {"components.aws_ofi_nccl.version": "1.7.4"}, Level.PASS,
-     "EFA installer 1.14.1 ships libfabric >= 1.13.2, aws-ofi-nccl 1.7.4 needs >=1.11.0"),
-    ("OFI-LIBFABRIC", "p4d-ubuntu1804-cuda11", {"components.aws_ofi_nccl.version": "1.8.0"}, Level.ERROR,
-     "EFA installer 1.14.1 ships libfabric 1.13.2; aws-ofi-nccl 1.8.0 needs >=1.18.0"),
-    ("OFI-LIBFABRIC", "ubuntu2204-cuda12", {"components.aws_ofi_nccl.version": "1.12.1",
-                                            "components.efa_installer.version": "1.23.0"}, Level.PASS,
-     "aws-ofi-nccl 1.12.1 needs >=1.18.0"),
-    ("OFI-LIBFABRIC", "ubuntu2204-cuda12", {"components.aws_ofi_nccl.version": "1.13.0",
-                                            "components.efa_installer.version": "1.23.0"}, Level.ERROR,
-     "EFA installer 1.23.0 ships libfabric 1.18.0; aws-ofi-nccl 1.13.0 needs >=1.22.0"),
+    (
+        "OFI-NCCL-RANGE",
+        "p4d-ubuntu1804-cuda11",
+        {"components.aws_ofi_nccl.version": "1.7.4"},
+        Level.PASS,
+        "NCCL 2.7.8 within >=2.4.8,<=2.19.3",
+    ),
+    (
+        "OFI-NCCL-RANGE",
+        "p4d-ubuntu1804-cuda11",
+        {"components.aws_ofi_nccl.version": "1.1.2", "components.nccl.version": "2.8.4"},
+        Level.PASS,
+        "<=2.8.4",
+    ),
+    (
+        "OFI-LIBFABRIC",
+        "p4d-ubuntu1804-cuda11",
+        {"components.aws_ofi_nccl.version": "1.7.4"},
+        Level.PASS,
+        "EFA installer 1.14.1 ships libfabric >= 1.13.2, aws-ofi-nccl 1.7.4 needs >=1.11.0",
+    ),
+    (
+        "OFI-LIBFABRIC",
+        "p4d-ubuntu1804-cuda11",
+        {"components.aws_ofi_nccl.version": "1.8.0"},
+        Level.ERROR,
+        "EFA installer 1.14.1 ships libfabric 1.13.2; aws-ofi-nccl 1.8.0 needs >=1.18.0",
+    ),
+    (
+        "OFI-LIBFABRIC",
+        "ubuntu2204-cuda12",
+        {"components.aws_ofi_nccl.version": "1.12.1", "components.efa_installer.version": "1.23.0"},
+        Level.PASS,
+        "aws-ofi-nccl 1.12.1 needs >=1.18.0",
+    ),
+    (
+        "OFI-LIBFABRIC",
+        "ubuntu2204-cuda12",
+        {"components.aws_ofi_nccl.version": "1.13.0", "components.efa_installer.version": "1.23.0"},
+        Level.ERROR,
+        "EFA installer 1.23.0 ships libfabric 1.18.0; aws-ofi-nccl 1.13.0 needs >=1.22.0",
+    ),
     # Tags (git ls-remote): v1.1.1 and v1.14.0 plain, v1.7.0-aws to v1.13.2-aws only with the suffix.
     ("OFI-NCCL-TAG", "p4d-ubuntu1804-cuda11", {}, Level.PASS, "names tag v1.1.1"),
-    ("OFI-NCCL-TAG", "p4d-ubuntu1804-cuda11", {"components.aws_ofi_nccl.version": "1.13.2",
-     "components.aws_ofi_nccl.url": "https://github.com/aws/aws-ofi-nccl/archive/refs/tags/v1.13.2.tar.gz"},
-     Level.ERROR, "components.aws_ofi_nccl.url names tag v1.13.2, but aws-ofi-nccl 1.13.2 is tagged v1.13.2-aws "
-     "(use https://github.com/aws/aws-ofi-nccl/archive/refs/tags/v1.13.2-aws.tar.gz)"),
-    ("OFI-NCCL-TAG", "p4d-ubuntu1804-cuda11", {"components.aws_ofi_nccl.version": "1.10.0", "components.aws_ofi_nccl"
-     ".url": "https://github.com/aws/aws-ofi-nccl/releases/download/v1.10.0-aws/aws-ofi-nccl-1.10.0-aws.tar.gz"},
-     Level.PASS, "names tag v1.10.0-aws"),
-    ("OFI-NCCL-TAG", "p4d-ubuntu1804-cuda11", {"components.aws_ofi_nccl.version": "1.14.0",
-     "components.aws_ofi_nccl.url": "https://github.com/aws/aws-ofi-nccl/archive/refs/tags/v1.14.0-aws.tar.gz"},
-     Level.ERROR, "is tagged v1.14.0 "),
-    ("OFI-NCCL-TAG", "p4d-ubuntu1804-cuda11", {"components.aws_ofi_nccl.url": "https://mirror.example/ofi.tgz"},
-     Level.WARN, "names no GitHub tag"),
+    (
+        "OFI-NCCL-TAG",
+        "p4d-ubuntu1804-cuda11",
+        {
+            "components.aws_ofi_nccl.version": "1.13.2",
+            "components.aws_ofi_nccl.url": "https://github.com/aws/aws-ofi-nccl/archive/refs/tags/v1.13.2.tar.gz",
+        },
+        Level.ERROR,
+        "components.aws_ofi_nccl.url names tag v1.13.2, but aws-ofi-nccl 1.13.2 is tagged v1.13.2-aws "
+        "(use https://github.com/aws/aws-ofi-nccl/archive/refs/tags/v1.13.2-aws.tar.gz)",
+    ),
+    (
+        "OFI-NCCL-TAG",
+        "p4d-ubuntu1804-cuda11",
+        {
+            "components.aws_ofi_nccl.version": "1.10.0",
+            "components.aws_ofi_nccl"
+            ".url": "https://github.com/aws/aws-ofi-nccl/releases/download/v1.10.0-aws/aws-ofi-nccl-1.10.0-aws.tar.gz",
+        },
+        Level.PASS,
+        "names tag v1.10.0-aws",
+    ),
+    (
+        "OFI-NCCL-TAG",
+        "p4d-ubuntu1804-cuda11",
+        {
+            "components.aws_ofi_nccl.version": "1.14.0",
+            "components.aws_ofi_nccl.url": "https://github.com/aws/aws-ofi-nccl/archive/refs/tags/v1.14.0-aws.tar.gz",
+        },
+        Level.ERROR,
+        "is tagged v1.14.0 ",
+    ),
+    (
+        "OFI-NCCL-TAG",
+        "p4d-ubuntu1804-cuda11",
+        {"components.aws_ofi_nccl.url": "https://mirror.example/ofi.tgz"},
+        Level.WARN,
+        "names no GitHub tag",
+    ),
     ("OFI-NCCL-TAG", "ubuntu2204-cuda12", {}, Level.PASS, "not downloaded"),
     # EFA changelog: installer 1.43.2 installs libnccl-ofi 1.16.3; 1.14.1 installs none.
-    ("OFI-NCCL-ONE-COPY", "ubuntu2204-cuda12", {}, Level.PASS,
-     "aws-ofi-nccl 1.16.3 comes with EFA installer 1.43.2 (one copy, under /opt/amazon/ofi-nccl)"),
-    ("OFI-NCCL-ONE-COPY", "ubuntu2204-cuda12",
-     {"components.aws_ofi_nccl.url": "https://github.com/aws/aws-ofi-nccl/archive/refs/tags/v1.16.3.tar.gz"},
-     Level.ERROR, "EFA installer 1.43.2 already installs aws-ofi-nccl 1.16.3 under /opt/amazon/ofi-nccl: set "
-     "components.aws_ofi_nccl.url to null"),
-    ("OFI-NCCL-ONE-COPY", "ubuntu2204-cuda12", {"components.aws_ofi_nccl.version": "1.16.2"}, Level.ERROR,
-     "components.aws_ofi_nccl.version 1.16.2 is not 1.16.3, the version EFA installer 1.43.2 installs"),
-    ("OFI-NCCL-ONE-COPY", "ubuntu2204-cuda12", {"components.efa_installer.version": "1.42.0",
-                                                "components.aws_ofi_nccl.version": "1.15.0"}, Level.PASS, "1.15.0"),
-    ("OFI-NCCL-ONE-COPY", "ubuntu2204-cuda12", {"components.efa_installer.version": "1.44.0"}, Level.ERROR,
-     "EFA installer 1.44.0 installs aws-ofi-nccl, but efa_installer_aws_ofi_nccl"),
+    (
+        "OFI-NCCL-ONE-COPY",
+        "ubuntu2204-cuda12",
+        {},
+        Level.PASS,
+        "aws-ofi-nccl 1.16.3 comes with EFA installer 1.43.2 (one copy, under /opt/amazon/ofi-nccl)",
+    ),
+    (
+        "OFI-NCCL-ONE-COPY",
+        "ubuntu2204-cuda12",
+        {"components.aws_ofi_nccl.url": "https://github.com/aws/aws-ofi-nccl/archive/refs/tags/v1.16.3.tar.gz"},
+        Level.ERROR,
+        "EFA installer 1.43.2 already installs aws-ofi-nccl 1.16.3 under /opt/amazon/ofi-nccl: set "
+        "components.aws_ofi_nccl.url to null",
+    ),
+    (
+        "OFI-NCCL-ONE-COPY",
+        "ubuntu2204-cuda12",
+        {"components.aws_ofi_nccl.version": "1.16.2"},
+        Level.ERROR,
+        "components.aws_ofi_nccl.version 1.16.2 is not 1.16.3, the version EFA installer 1.43.2 installs",
+    ),
+    (
+        "OFI-NCCL-ONE-COPY",
+        "ubuntu2204-cuda12",
+        {"components.efa_installer.version": "1.42.0", "components.aws_ofi_nccl.version": "1.15.0"},
+        Level.PASS,
+        "1.15.0",
+    ),
+    (
+        "OFI-NCCL-ONE-COPY",
+        "ubuntu2204-cuda12",
+        {"components.efa_installer.version": "1.44.0"},
+        Level.ERROR,
+        "EFA installer 1.44.0 installs aws-ofi-nccl, but efa_installer_aws_ofi_nccl",
+    ),
     ("OFI-NCCL-ONE-COPY", "p4d-ubuntu1804-cuda11", {}, Level.PASS, "built from source; EFA installer 1.14.1 installs"),
-    ("OFI-NCCL-ONE-COPY", "p4d-ubuntu1804-cuda11", {"components.aws_ofi_nccl.url": None}, Level.ERROR,
-     "EFA installer 1.14.1 installs no aws-ofi-nccl (installers ship it from 1.39.0 on)"),
+    (
+        "OFI-NCCL-ONE-COPY",
+        "p4d-ubuntu1804-cuda11",
+        {"components.aws_ofi_nccl.url": None},
+        Level.ERROR,
+        "EFA installer 1.14.1 installs no aws-ofi-nccl (installers ship it from 1.39.0 on)",
+    ),
     ("EFA-OS", "p4d-ubuntu1804-cuda11", {}, Level.PASS, "supports ubuntu 18.04"),
     ("EFA-OS", "p4d-al2-cuda11", {}, Level.PASS, "supports amzn 2"),
     # EFA installer CHANGELOG.md: 1.23.0 dropped Ubuntu 18.04; ParallelCluster 3.6.0 shipped 1.22.1 on it.
     ("EFA-OS", "p4d-ubuntu1804-cuda11", {"components.efa_installer.version": "1.22.1"}, Level.PASS, "18.04"),
-    ("EFA-OS", "p4d-ubuntu1804-cuda11", {"components.efa_installer.version": "1.23.0"}, Level.ERROR,
-     "EFA installer 1.23.0 does not support ubuntu 18.04 (releases known to: >=1.8.0,<1.23.0)"),
-    ("EFA-OS", "ubuntu2204-cuda12", {"components.efa_installer.version": "1.17.3"}, Level.ERROR,
-     "EFA installer 1.17.3 does not support ubuntu 22.04 (releases known to: >=1.18.0)"),
+    (
+        "EFA-OS",
+        "p4d-ubuntu1804-cuda11",
+        {"components.efa_installer.version": "1.23.0"},
+        Level.ERROR,
+        "EFA installer 1.23.0 does not support ubuntu 18.04 (releases known to: >=1.8.0,<1.23.0)",
+    ),
+    (
+        "EFA-OS",
+        "ubuntu2204-cuda12",
+        {"components.efa_installer.version": "1.17.3"},
+        Level.ERROR,
+        "EFA installer 1.17.3 does not support ubuntu 22.04 (releases known to: >=1.18.0)",
+    ),
     ("EFA-OS", "p4d-al2-cuda11", {"components.efa_installer.version": "1.50.0"}, Level.ERROR, "amzn 2"),
     ("TARGET-MINIMUMS", "ubuntu2204-cuda12", {}, Level.PASS, "p5.48xlarge"),
-    ("TARGET-MINIMUMS", "ubuntu2204-cuda12", {"components.nccl.version": "2.17.1"}, Level.ERROR,
-     "p5.48xlarge needs nccl >= 2.18 (profile: 2.17.1)"),
+    (
+        "TARGET-MINIMUMS",
+        "ubuntu2204-cuda12",
+        {"components.nccl.version": "2.17.1"},
+        Level.ERROR,
+        "p5.48xlarge needs nccl >= 2.18 (profile: 2.17.1)",
+    ),
     # R580 LTSB: "June 2028" (NVIDIA's supported-drivers table).
     ("DRIVER-EOL", "ubuntu2204-cuda12", {}, Level.PASS, "R580 (LTSB) supported until 2028-06-30"),
     ("DRIVER-EOL", "p4d-ubuntu1804-cuda11", {}, Level.WARN, "R450 (LTSB) reached end of life on 2023-07-31"),
@@ -111,8 +240,11 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("rule_id", "name", "changes", "level", "text"), CASES,
-                         ids=[f"{case[0]}-{case[3].value}-{index}" for index, case in enumerate(CASES)])
+@pytest.mark.parametrize(
+    ("rule_id", "name", "changes", "level", "text"),
+    CASES,
+    ids=[f"{case[0]}-{case[3].value}-{index}" for index, case in enumerate(CASES)],
+)
 def test_rule(derive, rule_id, name, changes, level, text):
     context = CheckContext(data=load_compatibility(), today=TODAY)
     verdicts = RULE_BY_ID[rule_id].check(derive(name, changes), context)
@@ -136,8 +268,9 @@ def test_end_of_life_depends_on_the_injected_date(derive):
 
 
 def test_unparseable_version_is_an_error_not_a_traceback(derive):
-    verdicts = RULE_BY_ID["OFI-NCCL-RANGE"].check(derive("p4d-ubuntu1804-cuda11", {"components.nccl.version": "2.7.x"}),
-                                                  CheckContext(load_compatibility(), TODAY))
+    verdicts = RULE_BY_ID["OFI-NCCL-RANGE"].check(
+        derive("p4d-ubuntu1804-cuda11", {"components.nccl.version": "2.7.x"}), CheckContext(load_compatibility(), TODAY)
+    )
     assert [v.level for v in verdicts] == [Level.ERROR]
     assert "Invalid version: '2.7.x'" in verdicts[0].message
 
@@ -172,5 +305,8 @@ def test_check_json(capsys):
 
     assert main(["ami", "check", "ubuntu2204-cuda12", "--json"]) == 0
     verdicts = json.loads(capsys.readouterr().out)
-    assert {"rule": "FM-EQUALS-DRIVER", "level": "PASS",
-            "message": "fabric_manager 580.95.05 equals driver 580.95.05"} in verdicts
+    assert {
+        "rule": "FM-EQUALS-DRIVER",
+        "level": "PASS",
+        "message": "fabric_manager 580.95.05 equals driver 580.95.05",
+    } in verdicts

@@ -42,8 +42,9 @@ def test_shipped_profiles_resolve_to_these_package_names():
 
 
 def test_reference_profile_environment_is_what_the_script_tests_use():
-    environment = {key: value for key, value in package_environment(load_profile("p4d-ubuntu1804-cuda11")).items()
-                   if value}
+    environment = {
+        key: value for key, value in package_environment(load_profile("p4d-ubuntu1804-cuda11")).items() if value
+    }
     assert environment == {
         "GPUFLEET_FABRIC_MANAGER_PACKAGE": "nvidia-fabricmanager-450",
         "GPUFLEET_CUDNN_PACKAGE": "libcudnn8",
@@ -75,17 +76,20 @@ def test_amazon_linux_2_environment_pins_rpm_versions_and_the_lustre_topic():
     )
 
 
-@pytest.mark.parametrize("profile,driver,package", [
-    # RHEL 7 / Amazon Linux 2: branch packages up to 460.91, then nvidia-fabric-manager (gpu-driver-container).
-    ("p4d-al2-cuda11", "450.80.02", "nvidia-fabricmanager-450"),
-    ("p4d-al2-cuda11", "460.73.01", "nvidia-fabricmanager-460"),
-    ("p4d-al2-cuda11", "460.91.03", "nvidia-fabric-manager"),
-    ("p4d-al2-cuda11", "470.57.02", "nvidia-fabric-manager"),
-    # Ubuntu: branch packages up to R575, then NVIDIA's nvidia-fabricmanager.
-    ("p4d-ubuntu1804-cuda11", "470.57.02", "nvidia-fabricmanager-470"),
-    ("ubuntu2204-cuda12", "575.57.08", "nvidia-fabricmanager-575"),
-    ("ubuntu2204-cuda12", "580.95.05", "nvidia-fabricmanager"),
-])
+@pytest.mark.parametrize(
+    "profile,driver,package",
+    [
+        # RHEL 7 / Amazon Linux 2: branch packages up to 460.91, then nvidia-fabric-manager (gpu-driver-container).
+        ("p4d-al2-cuda11", "450.80.02", "nvidia-fabricmanager-450"),
+        ("p4d-al2-cuda11", "460.73.01", "nvidia-fabricmanager-460"),
+        ("p4d-al2-cuda11", "460.91.03", "nvidia-fabric-manager"),
+        ("p4d-al2-cuda11", "470.57.02", "nvidia-fabric-manager"),
+        # Ubuntu: branch packages up to R575, then NVIDIA's nvidia-fabricmanager.
+        ("p4d-ubuntu1804-cuda11", "470.57.02", "nvidia-fabricmanager-470"),
+        ("ubuntu2204-cuda12", "575.57.08", "nvidia-fabricmanager-575"),
+        ("ubuntu2204-cuda12", "580.95.05", "nvidia-fabricmanager"),
+    ],
+)
 def test_fabric_manager_name_follows_os_family_and_driver_version(derive, profile, driver, package):
     derived = derive(profile, {"components.driver.version": driver, "components.fabric_manager.version": driver})
     assert package_names(derived)["fabric_manager"] == package
@@ -106,8 +110,9 @@ def test_runtime_package_only_before_toolkit_1_6(derive):
 
 
 def test_a_profile_no_row_fits_is_refused_with_one_line_per_key(derive):
-    profile = derive("p4d-al2-cuda11", {"components.fsx_lustre.version": "2.11.0",
-                                        "components.container_toolkit.version": "1.4.0"})
+    profile = derive(
+        "p4d-al2-cuda11", {"components.fsx_lustre.version": "2.11.0", "components.container_toolkit.version": "1.4.0"}
+    )
     with pytest.raises(GpufleetError) as raised:
         resolve(profile)
     path = PACKAGES_FILE
@@ -131,13 +136,16 @@ def write_tables(tmp_path, text: str):
 
 
 def test_overlapping_rows_are_an_error(tmp_path):
-    path = write_tables(tmp_path, """\
+    path = write_tables(
+        tmp_path,
+        """\
         fabric_manager:
           component: fabric_manager
           rows:
             - {os_family: ubuntu, name: a, source: s}
             - {os_family: ubuntu, os_versions: ["18.04"], name: b, source: s}
-        """)
+        """,
+    )
     with pytest.raises(GpufleetError) as raised:
         resolve(load_profile("p4d-ubuntu1804-cuda11"), path=path)
     assert raised.value.problems == (
@@ -146,22 +154,35 @@ def test_overlapping_rows_are_an_error(tmp_path):
     )
 
 
-@pytest.mark.parametrize("row,problem", [
-    ("{os_family: ubuntu, name: a}", "fabric_manager.rows.0.source: required key is missing"),
-    ("{os_family: ubuntu, name: 'nvidia-{driver}', source: s}",
-     "fabric_manager.rows.0.name: 'nvidia-{driver}' uses driver (allowed: branch, cuda_major_minor, major, version)"),
-    ("{os_family: ubuntu, name: a, driver_min: r450, source: s}",
-     "fabric_manager.rows.0.driver_min: 'r450' is not a dotted numeric version (e.g. 460.91)"),
-    ("{os_family: ubuntu, name: a, source: s, repositories: [{apt_source: 'https://x /'}]}",
-     "fabric_manager.rows.0.repositories.0: give either key_url and apt_source (apt) or yum_repo_file (yum)"),
-])
+@pytest.mark.parametrize(
+    "row,problem",
+    [
+        ("{os_family: ubuntu, name: a}", "fabric_manager.rows.0.source: required key is missing"),
+        (
+            "{os_family: ubuntu, name: 'nvidia-{driver}', source: s}",
+            "fabric_manager.rows.0.name: 'nvidia-{driver}' uses driver (allowed: branch, cuda_major_minor, "
+            "major, version)",
+        ),
+        (
+            "{os_family: ubuntu, name: a, driver_min: r450, source: s}",
+            "fabric_manager.rows.0.driver_min: 'r450' is not a dotted numeric version (e.g. 460.91)",
+        ),
+        (
+            "{os_family: ubuntu, name: a, source: s, repositories: [{apt_source: 'https://x /'}]}",
+            "fabric_manager.rows.0.repositories.0: give either key_url and apt_source (apt) or yum_repo_file (yum)",
+        ),
+    ],
+)
 def test_bad_rows_are_one_line_naming_file_and_field(tmp_path, row, problem):
-    path = write_tables(tmp_path, f"""\
+    path = write_tables(
+        tmp_path,
+        f"""\
         fabric_manager:
           component: fabric_manager
           rows:
             - {row}
-        """)
+        """,
+    )
     with pytest.raises(GpufleetError) as raised:
         load_tables(path)
     assert raised.value.problems == (f"{path}: {problem}",)

@@ -28,8 +28,7 @@ from gpufleet.ami.render import render_profile
 from gpufleet.cli import main
 from gpufleet.errors import GpufleetError
 
-pytestmark = pytest.mark.skipif(shutil.which("packer") is None,
-                                reason="packer is not on PATH (make setup installs it)")
+pytestmark = pytest.mark.skipif(shutil.which("packer") is None, reason="packer is not on PATH (make setup installs it)")
 SHIPPED = [path.stem for path in profile_files()]
 REFERENCE = "p4d-ubuntu1804-cuda11"
 HCL_OPTIONS = SerializationOptions(with_comments=False, explicit_blocks=False, strip_string_quotes=True)
@@ -71,8 +70,10 @@ def _build_dir(tmp_path: Path, packer_1_6: bool, profile_path: Path | None = Non
 def _inspected(packer: str, out_dir: Path) -> dict[str, str]:
     """`packer inspect` output: var.NAME / local.NAME -> value (Packer prints Go-quoted strings, HCL inside)."""
     result = subprocess.run([packer, "inspect", str(out_dir)], capture_output=True, text=True, check=True)
-    return {match[1]: json.loads(match[2])
-            for match in re.finditer(r'^((?:var|local)\.\w+): (".*")$', result.stdout, re.MULTILINE)}
+    return {
+        match[1]: json.loads(match[2])
+        for match in re.finditer(r'^((?:var|local)\.\w+): (".*")$', result.stdout, re.MULTILINE)
+    }
 
 
 def _hcl_value(text: str) -> object:
@@ -95,13 +96,17 @@ def test_every_shipped_build_directory_is_formatted_and_valid(tmp_path, packer, 
 def test_gpufleet_ami_validate_passes(capsys, packer_1_6, scripts_dir, name):
     assert main(["ami", "validate", name, "--scripts-dir", str(scripts_dir)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].endswith(": validating variables.pkr.hcl, locals.pkr.hcl, source.pkr.hcl, build.pkr.hcl, "
-                             "plugins.pkr.hcl, gpufleet.auto.pkrvars.json")
+    assert lines[0].endswith(
+        ": validating variables.pkr.hcl, locals.pkr.hcl, source.pkr.hcl, build.pkr.hcl, "
+        "plugins.pkr.hcl, gpufleet.auto.pkrvars.json"
+    )
     if packer_1_6:
-        assert lines[1] == ("note: packer 1.6.6 (amazon builder built in) does not know these, left out here: "
-                            "required_plugins (plugins.pkr.hcl), include_deprecated (source.pkr.hcl), "
-                            "metadata_options (source.pkr.hcl), imds_support (source.pkr.hcl); Packer >= 1.7 with "
-                            "the pinned amazon plugin validates every line")
+        assert lines[1] == (
+            "note: packer 1.6.6 (amazon builder built in) does not know these, left out here: "
+            "required_plugins (plugins.pkr.hcl), include_deprecated (source.pkr.hcl), "
+            "metadata_options (source.pkr.hcl), imds_support (source.pkr.hcl); Packer >= 1.7 with "
+            "the pinned amazon plugin validates every line"
+        )
     assert lines[-1] == f"{name}: valid"
 
 
@@ -134,9 +139,9 @@ def test_each_left_out_construct_is_one_packer_1_6_rejects(tmp_path, packer, pac
 
 
 def test_without_construct_removes_one_attribute_or_block():
-    text = 'a {\n  x = 1\n  b {\n    y = 2\n  }\n  c = 3\n}\n'
-    assert without_construct(text, "b") == 'a {\n  x = 1\n  c = 3\n}\n'
-    assert without_construct(text, "c") == 'a {\n  x = 1\n  b {\n    y = 2\n  }\n}\n'
+    text = "a {\n  x = 1\n  b {\n    y = 2\n  }\n  c = 3\n}\n"
+    assert without_construct(text, "b") == "a {\n  x = 1\n  c = 3\n}\n"
+    assert without_construct(text, "c") == "a {\n  x = 1\n  b {\n    y = 2\n  }\n}\n"
 
 
 @pytest.mark.parametrize("text", ["a = 1\n", "b = 1\nb = 2\n", "b {\n}\nb = 1\n"])
@@ -151,31 +156,42 @@ def test_packer_1_6_auto_loads_the_variables_file_and_reads_the_locals(tmp_path,
     assert values["var.nvswitch"] == "true"
     assert values["var.instance_profile"] == ""
     environment = _hcl_value(values["local.script_environment"])
-    assert environment[:6] == ["GPUFLEET_PROFILE=p4d-ubuntu1804-cuda11", "GPUFLEET_OS_FAMILY=ubuntu",
-                               "GPUFLEET_OS_VERSION=18.04", "GPUFLEET_NVSWITCH=1", "GPUFLEET_CUDA_ARCHITECTURES=80",
-                               "GPUFLEET_LIB_DIR=/var/tmp/gpufleet-lib"]
-    expected = {f"GPUFLEET_{key.upper()}_{setting}" for key in COMPONENT_KEYS
-                for setting in ("VERSION", "URL", "SHA256", "GPG_KEY_URL")}
-    expected |= {f"GPUFLEET_{key}_{setting}"
-                 for key in ("FABRIC_MANAGER", "CUDNN", "CUDNN_DEV", "FSX_LUSTRE", "CONTAINER_TOOLKIT",
-                             "CONTAINER_RUNTIME")
-                 for setting in ("PACKAGE", "PACKAGE_VERSION", "REPOSITORIES", "EXTRAS_TOPIC")}
+    assert environment[:6] == [
+        "GPUFLEET_PROFILE=p4d-ubuntu1804-cuda11",
+        "GPUFLEET_OS_FAMILY=ubuntu",
+        "GPUFLEET_OS_VERSION=18.04",
+        "GPUFLEET_NVSWITCH=1",
+        "GPUFLEET_CUDA_ARCHITECTURES=80",
+        "GPUFLEET_LIB_DIR=/var/tmp/gpufleet-lib",
+    ]
+    expected = {
+        f"GPUFLEET_{key.upper()}_{setting}"
+        for key in COMPONENT_KEYS
+        for setting in ("VERSION", "URL", "SHA256", "GPG_KEY_URL")
+    }
+    expected |= {
+        f"GPUFLEET_{key}_{setting}"
+        for key in ("FABRIC_MANAGER", "CUDNN", "CUDNN_DEV", "FSX_LUSTRE", "CONTAINER_TOOLKIT", "CONTAINER_RUNTIME")
+        for setting in ("PACKAGE", "PACKAGE_VERSION", "REPOSITORIES", "EXTRAS_TOPIC")
+    }
     names = [entry.split("=", 1)[0] for entry in environment[6:]]
     assert sorted(names) == sorted(expected) and len(names) == len(expected)
     assert "GPUFLEET_FABRIC_MANAGER_PACKAGE=nvidia-fabricmanager-450" in environment
     assert "GPUFLEET_DRIVER_VERSION=450.80.02" in environment
     assert "GPUFLEET_FABRIC_MANAGER_URL=" in environment
-    assert ("GPUFLEET_EFA_INSTALLER_GPG_KEY_URL=https://efa-installer.amazonaws.com/aws-efa-installer.key"
-            in environment)
+    assert "GPUFLEET_EFA_INSTALLER_GPG_KEY_URL=https://efa-installer.amazonaws.com/aws-efa-installer.key" in environment
     tags = _hcl_value(values["local.image_tags"])
-    assert tags == {"Name": "gpufleet-p4d-ubuntu1804-cuda11", "gpufleet:profile": REFERENCE,
-                    "gpufleet:build-id": "local",
-                    **{f"gpufleet:version:{key}": version
-                       for key, version in load_profile(REFERENCE).versions().items()}}
+    assert tags == {
+        "Name": "gpufleet-p4d-ubuntu1804-cuda11",
+        "gpufleet:profile": REFERENCE,
+        "gpufleet:build-id": "local",
+        **{f"gpufleet:version:{key}": version for key, version in load_profile(REFERENCE).versions().items()},
+    }
 
 
-def test_template_sequences_quotes_and_backslashes_in_a_profile_survive(tmp_path, packer, packer_1_6, scripts_dir,
-                                                                         write_profile):
+def test_template_sequences_quotes_and_backslashes_in_a_profile_survive(
+    tmp_path, packer, packer_1_6, scripts_dir, write_profile
+):
     description = 'has ${var.profile}, %{ if true }x%{ endif }, $${a}, "quotes" and back\\slash \\n'
     path = write_profile("tricky", {"description": description})
     out_dir = _build_dir(tmp_path, packer_1_6, profile_path=path)
@@ -186,8 +202,12 @@ def test_template_sequences_quotes_and_backslashes_in_a_profile_survive(tmp_path
 
 def test_command_line_variables_override_the_variables_file(tmp_path, packer, packer_1_6):
     out_dir = _build_dir(tmp_path, packer_1_6)
-    result = subprocess.run([packer, "inspect", "-var", "build_instance_type=c5.xlarge", str(out_dir)],
-                            capture_output=True, text=True, check=True)
+    result = subprocess.run(
+        [packer, "inspect", "-var", "build_instance_type=c5.xlarge", str(out_dir)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert 'var.build_instance_type: "c5.xlarge"' in result.stdout.splitlines()
 
 
@@ -206,8 +226,20 @@ def test_missing_packer_is_a_clear_error(capsys, monkeypatch):
 
 
 def test_packer_validate_passes_with_an_instance_profile(capsys, scripts_dir):
-    assert main(["ami", "validate", REFERENCE, "--scripts-dir", str(scripts_dir),
-                 "--instance-profile", "gpufleet-ami-build"]) == 0
+    assert (
+        main(
+            [
+                "ami",
+                "validate",
+                REFERENCE,
+                "--scripts-dir",
+                str(scripts_dir),
+                "--instance-profile",
+                "gpufleet-ami-build",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.splitlines()[-1] == f"{REFERENCE}: valid"
 
 

@@ -26,7 +26,11 @@ def test_shipped_profile_pins_every_component(name):
 def test_reference_profile_is_the_reference_stack():
     versions = load_profile("p4d-ubuntu1804-cuda11").versions()
     assert (versions["driver"], versions["fabric_manager"], versions["cuda"], versions["nccl"]) == (
-        "450.80.02", "450.80.02", "11.0.3", "2.7.8")
+        "450.80.02",
+        "450.80.02",
+        "11.0.3",
+        "2.7.8",
+    )
     assert versions["cudnn"].startswith("8.") and versions["aws_ofi_nccl"].startswith("1.1.")
 
 
@@ -37,29 +41,54 @@ def test_profiles_are_frozen():
 
 
 BAD_PROFILES = [
-    ("unknown key", {"components.driver.checksum": "x"},
-     "{path}: components.driver.checksum: unknown key (allowed here: version, url, sha256, signing_key_url, "
-     "verification)"),
-    ("unknown top-level key", {"extra": 1},
-     "{path}: extra: unknown key (allowed here: name, description, os, target, build, components)"),
-    ("missing component", {"components.onednn": None},
-     "{path}: components.onednn: input should be a valid dictionary or instance of Component, got None"),
-    ("floating version", {"components.nccl.version": "latest"},
-     "{path}: components.nccl: version 'latest' is not an exact version (digits first, e.g. 2.7.8)"),
-    ("branch head url", {"components.nccl.url": "https://github.com/NVIDIA/nccl/archive/refs/heads/master.tar.gz"},
-     "{path}: components.nccl: url 'https://github.com/NVIDIA/nccl/archive/refs/heads/master.tar.gz' points at a "
-     "moving target (latest, a branch): pin a release"),
-    ("null checksum without verification", {"components.cuda.verification": None},
-     "{path}: components.cuda: sha256 is null: add verification (how the vendor lets you check this download)"),
-    ("malformed checksum", {"components.cuda.sha256": "abc"},
-     "{path}: components.cuda: sha256 'abc' is not a SHA-256 digest (64 lower-case hex digits)"),
-    ("unquoted owner", {"os.base_image.owner": 99720109477},
-     "{path}: os.base_image.owner: input should be a valid string, got 99720109477 (put it in quotes)"),
+    (
+        "unknown key",
+        {"components.driver.checksum": "x"},
+        "{path}: components.driver.checksum: unknown key (allowed here: version, url, sha256, signing_key_url, "
+        "verification)",
+    ),
+    (
+        "unknown top-level key",
+        {"extra": 1},
+        "{path}: extra: unknown key (allowed here: name, description, os, target, build, components)",
+    ),
+    (
+        "missing component",
+        {"components.onednn": None},
+        "{path}: components.onednn: input should be a valid dictionary or instance of Component, got None",
+    ),
+    (
+        "floating version",
+        {"components.nccl.version": "latest"},
+        "{path}: components.nccl: version 'latest' is not an exact version (digits first, e.g. 2.7.8)",
+    ),
+    (
+        "branch head url",
+        {"components.nccl.url": "https://github.com/NVIDIA/nccl/archive/refs/heads/master.tar.gz"},
+        "{path}: components.nccl: url 'https://github.com/NVIDIA/nccl/archive/refs/heads/master.tar.gz' points at a "
+        "moving target (latest, a branch): pin a release",
+    ),
+    (
+        "null checksum without verification",
+        {"components.cuda.verification": None},
+        "{path}: components.cuda: sha256 is null: add verification (how the vendor lets you check this download)",
+    ),
+    (
+        "malformed checksum",
+        {"components.cuda.sha256": "abc"},
+        "{path}: components.cuda: sha256 'abc' is not a SHA-256 digest (64 lower-case hex digits)",
+    ),
+    (
+        "unquoted owner",
+        {"os.base_image.owner": 99720109477},
+        "{path}: os.base_image.owner: input should be a valid string, got 99720109477 (put it in quotes)",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("changes", "message"), [case[1:] for case in BAD_PROFILES],
-                         ids=[case[0] for case in BAD_PROFILES])
+@pytest.mark.parametrize(
+    ("changes", "message"), [case[1:] for case in BAD_PROFILES], ids=[case[0] for case in BAD_PROFILES]
+)
 def test_bad_profile_is_refused_and_nothing_is_written(capsys, tmp_path, write_profile, changes, message):
     path = write_profile("bad", changes)
     out_dir = tmp_path / "out"
@@ -75,7 +104,8 @@ def test_malformed_yaml(capsys, tmp_path, write_profile):
     out_dir = tmp_path / "out"
     assert main(["ami", "render", str(path), "--out", str(out_dir)]) == 1
     assert capsys.readouterr().err.splitlines() == [
-        f"{path}: line 3: not valid YAML (expected ',' or ']', but got '<stream end>')"]
+        f"{path}: line 3: not valid YAML (expected ',' or ']', but got '<stream end>')"
+    ]
     assert not out_dir.exists()
 
 
@@ -85,7 +115,8 @@ def test_unknown_profile_name(capsys, tmp_path):
     assert main(["ami", "render", "p4d-nope", "--out", str(out_dir)]) == 1
     assert capsys.readouterr().err.splitlines() == [
         "unknown AMI profile 'p4d-nope' (shipped: p4d-al2-cuda11, p4d-ubuntu1804-cuda11, ubuntu2204-cuda12; "
-        "or the path of a .yaml file)"]
+        "or the path of a .yaml file)"
+    ]
     assert list(out_dir.iterdir()) == []
 
 
@@ -94,7 +125,8 @@ def test_name_must_match_the_file(capsys, tmp_path, write_profile):
     assert main(["ami", "check", str(path)]) == 1
     assert capsys.readouterr().err.splitlines() == [
         f"{path}: name: 'p4d-ubuntu1804-cuda11' differs from the file name (name it 'other' or rename the file to "
-        "p4d-ubuntu1804-cuda11.yaml)"]
+        "p4d-ubuntu1804-cuda11.yaml)"
+    ]
 
 
 def test_failing_gate_is_refused_and_nothing_is_written(capsys, tmp_path, write_profile):

@@ -62,8 +62,8 @@ def test_variables_file_of_the_reference_profile(tmp_path):
     render_profile(load_profile(REFERENCE), out_dir)
     assert json.loads((out_dir / VARIABLES_FILE).read_text()) == {
         "profile": "p4d-ubuntu1804-cuda11",
-        "profile_description":
-            "Reference P4d stack on Ubuntu 18.04 (driver 450.80.02, CUDA 11.0.3, cuDNN 8, NCCL 2.7.8)",
+        "profile_description": "Reference P4d stack on Ubuntu 18.04 (driver 450.80.02, CUDA 11.0.3, cuDNN 8, "
+        "NCCL 2.7.8)",
         "os_family": "ubuntu",
         "os_version": "18.04",
         "nvswitch": True,
@@ -77,15 +77,23 @@ def test_variables_file_of_the_reference_profile(tmp_path):
         "root_volume_iops": 3000,
         "root_volume_throughput": 250,
         "component_versions": {
-            "driver": "450.80.02", "fabric_manager": "450.80.02", "cuda": "11.0.3", "cudnn": "8.0.5.39",
-            "nccl": "2.7.8", "efa_installer": "1.14.1", "aws_ofi_nccl": "1.1.1", "nccl_tests": "2.13.10",
-            "fsx_lustre": "2.10.8", "onednn": "1.6.4", "container_toolkit": "1.3.0",
+            "driver": "450.80.02",
+            "fabric_manager": "450.80.02",
+            "cuda": "11.0.3",
+            "cudnn": "8.0.5.39",
+            "nccl": "2.7.8",
+            "efa_installer": "1.14.1",
+            "aws_ofi_nccl": "1.1.1",
+            "nccl_tests": "2.13.10",
+            "fsx_lustre": "2.10.8",
+            "onednn": "1.6.4",
+            "container_toolkit": "1.3.0",
         },
         "component_urls": {
             "driver": "https://us.download.nvidia.com/tesla/450.80.02/NVIDIA-Linux-x86_64-450.80.02.run",
             "fabric_manager": "",
             "cuda": "https://developer.download.nvidia.com/compute/cuda/11.0.3/local_installers/"
-                    "cuda_11.0.3_450.51.06_linux.run",
+            "cuda_11.0.3_450.51.06_linux.run",
             "cudnn": "",
             "nccl": "https://github.com/NVIDIA/nccl/archive/refs/tags/v2.7.8-1.tar.gz",
             "efa_installer": "https://efa-installer.amazonaws.com/aws-efa-installer-1.14.1.tar.gz",
@@ -97,9 +105,14 @@ def test_variables_file_of_the_reference_profile(tmp_path):
         },
         "component_sha256": {key: "" for key in COMPONENT_KEYS},
         "component_gpg_key_urls": {
-            "driver": "", "fabric_manager": "", "cuda": "", "cudnn": "", "nccl": "",
+            "driver": "",
+            "fabric_manager": "",
+            "cuda": "",
+            "cudnn": "",
+            "nccl": "",
             "efa_installer": "https://efa-installer.amazonaws.com/aws-efa-installer.key",
-            "aws_ofi_nccl": "", "nccl_tests": "",
+            "aws_ofi_nccl": "",
+            "nccl_tests": "",
             "fsx_lustre": "https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/fsx-ubuntu-public-key.asc",
             "onednn": "",
             "container_toolkit": "https://nvidia.github.io/libnvidia-container/gpgkey",
@@ -111,9 +124,8 @@ def test_variables_file_of_the_reference_profile(tmp_path):
             "GPUFLEET_FABRIC_MANAGER_EXTRAS_TOPIC": "",
             "GPUFLEET_CUDNN_PACKAGE": "libcudnn8",
             "GPUFLEET_CUDNN_PACKAGE_VERSION": "8.0.5.39-1+cuda11.0",
-            "GPUFLEET_CUDNN_REPOSITORIES":
-                "https://developer.download.nvidia.com/compute/machine-learning/repos/ubuntu1804/x86_64/7fa2af80.pub"
-                "|https://developer.download.nvidia.com/compute/machine-learning/repos/ubuntu1804/x86_64 /",
+            "GPUFLEET_CUDNN_REPOSITORIES": "https://developer.download.nvidia.com/compute/machine-learning/repos/ubuntu1804/x86_64/7fa2af80.pub"
+            "|https://developer.download.nvidia.com/compute/machine-learning/repos/ubuntu1804/x86_64 /",
             "GPUFLEET_CUDNN_EXTRAS_TOPIC": "",
             "GPUFLEET_CUDNN_DEV_PACKAGE": "libcudnn8-dev",
             "GPUFLEET_CUDNN_DEV_PACKAGE_VERSION": "8.0.5.39-1+cuda11.0",
@@ -121,17 +133,15 @@ def test_variables_file_of_the_reference_profile(tmp_path):
             "GPUFLEET_CUDNN_DEV_EXTRAS_TOPIC": "",
             "GPUFLEET_FSX_LUSTRE_PACKAGE": "lustre-client-utils",
             "GPUFLEET_FSX_LUSTRE_PACKAGE_VERSION": "",
-            "GPUFLEET_FSX_LUSTRE_REPOSITORIES":
-                "https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/fsx-ubuntu-public-key.asc"
-                "|https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu bionic main",
+            "GPUFLEET_FSX_LUSTRE_REPOSITORIES": "https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/fsx-ubuntu-public-key.asc"
+            "|https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu bionic main",
             "GPUFLEET_FSX_LUSTRE_EXTRAS_TOPIC": "",
             "GPUFLEET_CONTAINER_TOOLKIT_PACKAGE": "nvidia-container-toolkit",
             "GPUFLEET_CONTAINER_TOOLKIT_PACKAGE_VERSION": "",
-            "GPUFLEET_CONTAINER_TOOLKIT_REPOSITORIES":
-                "https://nvidia.github.io/libnvidia-container/gpgkey"
-                "|https://nvidia.github.io/libnvidia-container/stable/ubuntu18.04/$(ARCH) /"
-                ";https://nvidia.github.io/nvidia-container-runtime/gpgkey"
-                "|https://nvidia.github.io/nvidia-container-runtime/stable/ubuntu18.04/$(ARCH) /",
+            "GPUFLEET_CONTAINER_TOOLKIT_REPOSITORIES": "https://nvidia.github.io/libnvidia-container/gpgkey"
+            "|https://nvidia.github.io/libnvidia-container/stable/ubuntu18.04/$(ARCH) /"
+            ";https://nvidia.github.io/nvidia-container-runtime/gpgkey"
+            "|https://nvidia.github.io/nvidia-container-runtime/stable/ubuntu18.04/$(ARCH) /",
             "GPUFLEET_CONTAINER_TOOLKIT_EXTRAS_TOPIC": "",
             "GPUFLEET_CONTAINER_RUNTIME_PACKAGE": "nvidia-container-runtime",
             "GPUFLEET_CONTAINER_RUNTIME_PACKAGE_VERSION": "3.4.0",
@@ -212,8 +222,9 @@ def test_source_ami_filter_includes_deprecated_images():
 
 def test_source_block_security_settings():
     ebs = _ebs_source()
-    assert ebs["metadata_options"] == [{"http_endpoint": "enabled", "http_tokens": "required",
-                                        "http_put_response_hop_limit": 1}]
+    assert ebs["metadata_options"] == [
+        {"http_endpoint": "enabled", "http_tokens": "required", "http_put_response_hop_limit": 1}
+    ]
     assert ebs["imds_support"] == "v2.0"
     assert ebs["encrypt_boot"] is True
     (volume,) = ebs["launch_block_device_mappings"]
@@ -275,8 +286,9 @@ def test_render_replaces_an_earlier_render_but_not_foreign_files(tmp_path, capsy
     assert json.loads((out_dir / VARIABLES_FILE).read_text())["profile"] == "ubuntu2204-cuda12"
     (out_dir / "notes.txt").write_text("mine")
     assert main(["ami", "render", REFERENCE, "--out", str(out_dir)]) == 1
-    assert capsys.readouterr().err.strip() == (f"{out_dir}: holds files a render did not write (notes.txt): "
-                                               "choose an empty or new directory")
+    assert capsys.readouterr().err.strip() == (
+        f"{out_dir}: holds files a render did not write (notes.txt): choose an empty or new directory"
+    )
     assert json.loads((out_dir / VARIABLES_FILE).read_text())["profile"] == "ubuntu2204-cuda12"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
@@ -289,10 +301,13 @@ def test_contract_script_names_match_scripts_ami():
 def test_instance_profile_goes_into_the_variables_file_and_nothing_else_changes(tmp_path):
     default = build_files(load_profile(REFERENCE))
     with_profile = build_files(load_profile(REFERENCE), instance_profile="gpufleet-ami-build")
-    assert json.loads(with_profile[VARIABLES_FILE]) == {**json.loads(default[VARIABLES_FILE]),
-                                                        "instance_profile": "gpufleet-ami-build"}
+    assert json.loads(with_profile[VARIABLES_FILE]) == {
+        **json.loads(default[VARIABLES_FILE]),
+        "instance_profile": "gpufleet-ami-build",
+    }
     assert {name: text for name, text in with_profile.items() if name != VARIABLES_FILE} == {
-        name: text for name, text in default.items() if name != VARIABLES_FILE}
+        name: text for name, text in default.items() if name != VARIABLES_FILE
+    }
 
 
 def test_cli_renders_the_instance_profile(tmp_path):
@@ -306,8 +321,10 @@ def test_bad_instance_profile_name_is_refused_and_nothing_written(tmp_path, caps
     out_dir = tmp_path / "out"
     assert main(["ami", "render", REFERENCE, "--out", str(out_dir), "--instance-profile", name]) == 1
     err = capsys.readouterr().err
-    assert err == f"--instance-profile {name!r}: not an IAM instance profile name (1 to 128 characters: letters, " \
-                  "digits and + = , . @ _ -)\n"
+    assert (
+        err == f"--instance-profile {name!r}: not an IAM instance profile name (1 to 128 characters: letters, "
+        "digits and + = , . @ _ -)\n"
+    )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -317,8 +334,10 @@ def test_longest_instance_profile_name_is_accepted():
 
 
 def test_go_template_action_in_a_value_is_refused_and_nothing_written(tmp_path, capsys, write_profile):
-    path = write_profile("braces", {"description": "built {{ timestamp }}",
-                                    "components.nccl.url": "https://example.com/{{ .Name }}.tar.gz"})
+    path = write_profile(
+        "braces",
+        {"description": "built {{ timestamp }}", "components.nccl.url": "https://example.com/{{ .Name }}.tar.gz"},
+    )
     out_dir = tmp_path / "out"
     assert main(["ami", "render", str(path), "--out", str(out_dir)]) == 1
     assert capsys.readouterr().err.splitlines() == [

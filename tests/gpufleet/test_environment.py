@@ -37,10 +37,13 @@ def test_the_variable_names_another_directory(elsewhere, monkeypatch):
 
 def test_no_environments_here_says_where_they_are_looked_for(elsewhere, capsys):
     assert main(["validate"]) == 1
-    assert capsys.readouterr().err == (f"{elsewhere}/environments: no environment files (*.yaml) found (run gpufleet "
-                                       "where environments/ is, or set GPUFLEET_ENVIRONMENTS_DIR)\n")
+    assert capsys.readouterr().err == (
+        f"{elsewhere}/environments: no environment files (*.yaml) found (run gpufleet "
+        "where environments/ is, or set GPUFLEET_ENVIRONMENTS_DIR)\n"
+    )
     with pytest.raises(GpufleetError) as raised:
         load_named_environment("dev")
     assert raised.value.problems == (
         f"{elsewhere}/environments/dev.yaml: unknown environment 'dev' (known: none; run gpufleet where "
-        "environments/ is, or set GPUFLEET_ENVIRONMENTS_DIR)",)
+        "environments/ is, or set GPUFLEET_ENVIRONMENTS_DIR)",
+    )

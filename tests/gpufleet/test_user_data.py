@@ -46,8 +46,13 @@ def with_node(env, **node):
 
 def everything_on():
     """A p4d environment with every node option on (spot nodes, EFA, RAID0, clocks, MIG, a hook)."""
-    return with_node(load_named_environment("dev"), raid0_nvme=True, max_clocks=True, mig_profile="1g.5gb",
-                     checkpoint_hook="/usr/local/bin/save-checkpoint --bucket s3://ml-ckpt/run-42 --urgent")
+    return with_node(
+        load_named_environment("dev"),
+        raid0_nvme=True,
+        max_clocks=True,
+        mig_profile="1g.5gb",
+        checkpoint_hook="/usr/local/bin/save-checkpoint --bucket s3://ml-ckpt/run-42 --urgent",
+    )
 
 
 def installed_scripts(user_data: str) -> set[str]:
@@ -119,8 +124,13 @@ def test_the_node_gets_the_scripts_without_their_comment_lines():
         source = (SCRIPTS_DIR / f"{name}.sh").read_text().splitlines()
         code = [line for line in source[1:] if line.strip() and not line.lstrip().startswith("#")]
         assert all(line in user_data.splitlines() for line in code), name
-        assert not [line for line in source[1:] if line.lstrip().startswith("# ") and line in user_data.splitlines()
-                    and not line.lstrip().startswith("# shellcheck")], name
+        assert not [
+            line
+            for line in source[1:]
+            if line.lstrip().startswith("# ")
+            and line in user_data.splitlines()
+            and not line.lstrip().startswith("# shellcheck")
+        ], name
 
 
 @pytest.mark.parametrize(
@@ -186,8 +196,12 @@ def test_checkpoint_hook_survives_quoting(hook, tmp_path):
     settings_file = tmp_path / "node.env"
     settings_file.write_text(settings)
 
-    shell = subprocess.run(["bash", "-c", f'. "{settings_file}" && printf %s "$GPUFLEET_CHECKPOINT_HOOK"'],
-                           capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    shell = subprocess.run(
+        ["bash", "-c", f'. "{settings_file}" && printf %s "$GPUFLEET_CHECKPOINT_HOOK"'],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+    )
 
     assert shell.stdout == hook
 
@@ -198,9 +212,12 @@ def incompressible_hook(length: int) -> str:
 
 def test_too_large_user_data_is_a_clear_error():
     env = with_node(everything_on(), checkpoint_hook=incompressible_hook(20000))
-    with pytest.raises(GpufleetError, match=r"^environments/dev.yaml: node: the user data is \d+ bytes compressed, "
-                                            r"over EC2's limit of 16384; turn off a node feature or shorten "
-                                            r"node.checkpoint_hook$"):
+    with pytest.raises(
+        GpufleetError,
+        match=r"^environments/dev.yaml: node: the user data is \d+ bytes compressed, "
+        r"over EC2's limit of 16384; turn off a node feature or shorten "
+        r"node.checkpoint_hook$",
+    ):
         launch_template_user_data(env, load_catalog()["p4d.24xlarge"])
 
 

@@ -509,14 +509,21 @@ def test_cli_validate_missing_file(tmp_path, capsys):
 PIPELINE = load_pipeline(Path(__file__).resolve().parents[2] / "ami" / "pipeline.yaml")
 
 
-@pytest.mark.parametrize(("changes", "expected"), [
-    ({"ami.ssm_parameter": "/gpufleet/ami/p5-cuda13"},
-     "ami.ssm_parameter: /gpufleet/ami/p5-cuda13 is not published in us-east-1: the AMI pipeline builds "
-     "p4d-ubuntu1804-cuda11, p4d-al2-cuda11, ubuntu2204-cuda12 (add p5-cuda13 to profiles in ami/pipeline.yaml)"),
-    ({"account": "210987654321"},
-     "ami.ssm_parameter: /gpufleet/ami/p4d-ubuntu1804-cuda11 is published in account 123456789012, not in "
-     "210987654321 (deploy in 123456789012, or set ami.id to an image shared with 210987654321)"),
-])
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {"ami.ssm_parameter": "/gpufleet/ami/p5-cuda13"},
+            "ami.ssm_parameter: /gpufleet/ami/p5-cuda13 is not published in us-east-1: the AMI pipeline builds "
+            "p4d-ubuntu1804-cuda11, p4d-al2-cuda11, ubuntu2204-cuda12 (add p5-cuda13 to profiles in ami/pipeline.yaml)",
+        ),
+        (
+            {"account": "210987654321"},
+            "ami.ssm_parameter: /gpufleet/ami/p4d-ubuntu1804-cuda11 is published in account 123456789012, not in "
+            "210987654321 (deploy in 123456789012, or set ami.id to an image shared with 210987654321)",
+        ),
+    ],
+)
 def test_an_environment_needs_its_image_published_where_it_deploys(tmp_path, changes, expected):
     path = write(tmp_path, changed(changes))
     with pytest.raises(GpufleetError) as raised:
@@ -526,11 +533,14 @@ def test_an_environment_needs_its_image_published_where_it_deploys(tmp_path, cha
     assert load_environment(path).ami.ssm_parameter == changed(changes)["ami"]["ssm_parameter"]
 
 
-@pytest.mark.parametrize("changes", [
-    {"region": "eu-central-1", "availability_zone": "eu-central-1a"},
-    {"ami.ssm_parameter": "/team/images/ubuntu", "account": "210987654321"},
-    {"ami.ssm_parameter": None, "ami.id": "ami-0123456789abcdef0", "account": "210987654321"},
-])
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"region": "eu-central-1", "availability_zone": "eu-central-1a"},
+        {"ami.ssm_parameter": "/team/images/ubuntu", "account": "210987654321"},
+        {"ami.ssm_parameter": None, "ami.id": "ami-0123456789abcdef0", "account": "210987654321"},
+    ],
+)
 def test_any_region_of_the_pipelines_account_and_images_of_other_origins_pass(tmp_path, changes):
     """A region is published because the environment reads the profile there (publish_regions)."""
     assert load_environment(write(tmp_path, changed(changes)), ami_pipeline=PIPELINE).name == "lab"
@@ -552,8 +562,9 @@ def test_user_data_over_ec2s_limit_is_a_validation_problem(tmp_path):
     document = with_change("node", {"checkpoint_hook": "/usr/local/bin/save " + _random_text(20000)})
     (line,) = problems_of(tmp_path, document)
     assert line.startswith("node: the user data is ")
-    assert line.endswith(" bytes compressed, over EC2's limit of 16384; turn off a node feature or shorten "
-                         "node.checkpoint_hook")
+    assert line.endswith(
+        " bytes compressed, over EC2's limit of 16384; turn off a node feature or shorten node.checkpoint_hook"
+    )
 
 
 def test_user_data_under_ec2s_limit_passes(tmp_path):
@@ -565,7 +576,8 @@ def test_a_hook_that_would_end_the_user_data_heredoc_is_a_validation_problem(tmp
     document = with_change("node", {"checkpoint_hook": "save\nGPUFLEET_END_OF_FILE\nrm -rf /"})
     assert problems_of(tmp_path, document) == [
         "node: /etc/gpufleet/node.env: a line of its content is 'GPUFLEET_END_OF_FILE', which would end the heredoc "
-        "early"]
+        "early"
+    ]
 
 
 @pytest.mark.parametrize(

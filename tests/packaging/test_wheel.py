@@ -20,8 +20,11 @@ PROFILES = sorted(path.stem for path in (REPOSITORY / "ami" / "profiles").glob("
 
 def _repository_files(top: str) -> set[str]:
     """The files under ami/ or scripts/ the wheel ships: all but hidden ones (tool settings such as .shellcheckrc)."""
-    return {f"gpufleet/data/{path.relative_to(REPOSITORY)}" for path in (REPOSITORY / top).rglob("*")
-            if path.is_file() and not path.name.startswith(".") and "__pycache__" not in path.parts}
+    return {
+        f"gpufleet/data/{path.relative_to(REPOSITORY)}"
+        for path in (REPOSITORY / top).rglob("*")
+        if path.is_file() and not path.name.startswith(".") and "__pycache__" not in path.parts
+    }
 
 
 def test_the_shipped_profiles_are_found():
@@ -30,9 +33,14 @@ def test_the_shipped_profiles_are_found():
 
 def test_the_wheel_holds_every_file_of_ami_and_scripts(installed_wheel):
     names = set(zipfile.ZipFile(installed_wheel.wheel).namelist())
-    assert {"gpufleet/data/ami/profiles/p4d-ubuntu1804-cuda11.yaml", "gpufleet/data/ami/compatibility.yaml",
-            "gpufleet/data/ami/pipeline.yaml", "gpufleet/data/scripts/ami/lib/common.sh",
-            "gpufleet/data/scripts/node/run-setup.sh", "gpufleet/data/scripts/pipeline/publish-image.sh"} <= names
+    assert {
+        "gpufleet/data/ami/profiles/p4d-ubuntu1804-cuda11.yaml",
+        "gpufleet/data/ami/compatibility.yaml",
+        "gpufleet/data/ami/pipeline.yaml",
+        "gpufleet/data/scripts/ami/lib/common.sh",
+        "gpufleet/data/scripts/node/run-setup.sh",
+        "gpufleet/data/scripts/pipeline/publish-image.sh",
+    } <= names
     shipped = {name for name in names if name.startswith("gpufleet/data/")}
     assert shipped == _repository_files("ami") | _repository_files("scripts")
 

@@ -12,9 +12,17 @@ SCRIPTS = sorted(path for folder in ("node", "pipeline") for path in (SCRIPTS_RO
 
 def test_the_scripts_are_found():
     assert {f"{path.parent.name}/{path.name}" for path in SCRIPTS} >= {
-        "node/raid0-nvme.sh", "node/gpu-clocks.sh", "node/mig.sh", "node/efa-env.sh", "node/spot-watcher.sh",
-        "node/run-setup.sh", "pipeline/build-image.sh", "pipeline/install-gpufleet.sh", "pipeline/install-tools.sh",
-        "pipeline/publish-image.sh"}
+        "node/raid0-nvme.sh",
+        "node/gpu-clocks.sh",
+        "node/mig.sh",
+        "node/efa-env.sh",
+        "node/spot-watcher.sh",
+        "node/run-setup.sh",
+        "pipeline/build-image.sh",
+        "pipeline/install-gpufleet.sh",
+        "pipeline/install-tools.sh",
+        "pipeline/publish-image.sh",
+    }
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda path: f"{path.parent.name}/{path.name}")

@@ -61,9 +61,12 @@ def buildspec(template: Template) -> dict:
 def statements(template: Template) -> list[dict]:
     """Every identity-policy statement; aws-cdk-lib moves what exceeds a role's inline policy size into an
     overflow AWS::IAM::ManagedPolicy of the same role."""
-    return [s for kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")
-            for _, policy in template.find_resources(kind).items()
-            for s in policy["Properties"]["PolicyDocument"]["Statement"]]
+    return [
+        s
+        for kind in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy")
+        for _, policy in template.find_resources(kind).items()
+        for s in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
 
 
 def as_list(value) -> list:
@@ -81,7 +84,7 @@ def test_buildspec_runs_the_pipeline_scripts_with_the_pinned_tools_and_the_publi
         "PACKER_MANIFEST": "build/image-manifest.json",
         # environments/h100.yaml deploys in us-west-2 and reads /gpufleet/ami/ubuntu2204-cuda12.
         "PUBLISH_REGIONS": "p4d-ubuntu1804-cuda11=us-east-1 p4d-al2-cuda11=us-east-1 "
-                           "ubuntu2204-cuda12=us-east-1,us-west-2",
+        "ubuntu2204-cuda12=us-east-1,us-west-2",
     }
     assert spec["phases"] == {
         "install": {
@@ -100,8 +103,13 @@ def arn(text: str) -> dict:
 def test_ssm_parameter_writes_are_limited_to_the_ami_prefix_in_each_publish_region(template):
     writes = [s for s in statements(template) if "ssm:PutParameter" in as_list(s["Action"])]
     assert [(s["Sid"], as_list(s["Resource"])) for s in writes] == [
-        ("PublishAmiId", [arn(":ssm:us-east-1:123456789012:parameter/gpufleet/ami/*"),
-                          arn(":ssm:us-west-2:123456789012:parameter/gpufleet/ami/*")]),
+        (
+            "PublishAmiId",
+            [
+                arn(":ssm:us-east-1:123456789012:parameter/gpufleet/ami/*"),
+                arn(":ssm:us-west-2:123456789012:parameter/gpufleet/ami/*"),
+            ],
+        ),
     ]
     for statement in statements(template):
         if any(a in ("ssm:*", "*") or a.startswith("ssm:Put") for a in as_list(statement["Action"])):
@@ -125,44 +133,98 @@ def region_arn(region: str, resource: str) -> dict:
 
 
 IMAGES, SNAPSHOTS = region_arn("us-east-1", "image"), region_arn("us-east-1", "snapshot")
-UNFINISHED_BUILD = {"Null": {"aws:ResourceTag/gpufleet:profile": "false",
-                             "aws:ResourceTag/gpufleet:source-ami": "true"}}
+UNFINISHED_BUILD = {
+    "Null": {"aws:ResourceTag/gpufleet:profile": "false", "aws:ResourceTag/gpufleet:source-ami": "true"}
+}
 FINISHING = {"aws:RequestTag/gpufleet:source-ami": "false"}
 
 
 def has_statement(template: Template, statement: dict) -> None:
-    template.has_resource_properties("AWS::IAM::Policy", {"PolicyDocument": {
-        "Statement": Match.array_with([Match.object_like(statement)])}})
+    template.has_resource_properties(
+        "AWS::IAM::Policy", {"PolicyDocument": {"Statement": Match.array_with([Match.object_like(statement)])}}
+    )
 
 
-@pytest.mark.parametrize("statement", [
-    # Packer's CreateImage carries run_tags (gpufleet:profile) as TagSpecifications for the image and its snapshots.
-    {"Sid": "PackerCreateTaggedImage", "Effect": "Allow", "Action": "ec2:CreateImage", "Resource": [IMAGES, SNAPSHOTS],
-     "Condition": {"Null": {"aws:RequestTag/gpufleet:profile": "false"}}},
-    {"Sid": "PackerTagOnCreate", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": [IMAGES, SNAPSHOTS],
-     "Condition": {"StringEquals": {"ec2:CreateAction": ["CreateImage", "CopyImage"]}}},
-    {"Sid": "PackerTagFinishedImage", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": IMAGES,
-     "Condition": {"Null": {"aws:ResourceTag/gpufleet:profile": "false", **FINISHING}}},
-    {"Sid": "PackerTagFinishedSnapshots", "Effect": "Allow", "Action": "ec2:CreateTags", "Resource": SNAPSHOTS,
-     "Condition": {"Null": {"aws:RequestTag/gpufleet:profile": "false", **FINISHING}}},
-    {"Sid": "PackerDiscardIntermediateImage", "Effect": "Allow", "Action": "ec2:DeregisterImage", "Resource": IMAGES,
-     "Condition": UNFINISHED_BUILD},
-    {"Sid": "PackerDiscardIntermediateSnapshots", "Effect": "Allow", "Action": "ec2:DeleteSnapshot",
-     "Resource": SNAPSHOTS, "Condition": UNFINISHED_BUILD},
-    {"Sid": "PackerSetCopiedImageAttributes", "Effect": "Allow", "Action": "ec2:ModifyImageAttribute",
-     "Resource": IMAGES, "Condition": UNFINISHED_BUILD},
-])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        # Packer's CreateImage carries run_tags (gpufleet:profile) as TagSpecifications for the image and its snapshots.
+        {
+            "Sid": "PackerCreateTaggedImage",
+            "Effect": "Allow",
+            "Action": "ec2:CreateImage",
+            "Resource": [IMAGES, SNAPSHOTS],
+            "Condition": {"Null": {"aws:RequestTag/gpufleet:profile": "false"}},
+        },
+        {
+            "Sid": "PackerTagOnCreate",
+            "Effect": "Allow",
+            "Action": "ec2:CreateTags",
+            "Resource": [IMAGES, SNAPSHOTS],
+            "Condition": {"StringEquals": {"ec2:CreateAction": ["CreateImage", "CopyImage"]}},
+        },
+        {
+            "Sid": "PackerTagFinishedImage",
+            "Effect": "Allow",
+            "Action": "ec2:CreateTags",
+            "Resource": IMAGES,
+            "Condition": {"Null": {"aws:ResourceTag/gpufleet:profile": "false", **FINISHING}},
+        },
+        {
+            "Sid": "PackerTagFinishedSnapshots",
+            "Effect": "Allow",
+            "Action": "ec2:CreateTags",
+            "Resource": SNAPSHOTS,
+            "Condition": {"Null": {"aws:RequestTag/gpufleet:profile": "false", **FINISHING}},
+        },
+        {
+            "Sid": "PackerDiscardIntermediateImage",
+            "Effect": "Allow",
+            "Action": "ec2:DeregisterImage",
+            "Resource": IMAGES,
+            "Condition": UNFINISHED_BUILD,
+        },
+        {
+            "Sid": "PackerDiscardIntermediateSnapshots",
+            "Effect": "Allow",
+            "Action": "ec2:DeleteSnapshot",
+            "Resource": SNAPSHOTS,
+            "Condition": UNFINISHED_BUILD,
+        },
+        {
+            "Sid": "PackerSetCopiedImageAttributes",
+            "Effect": "Allow",
+            "Action": "ec2:ModifyImageAttribute",
+            "Resource": IMAGES,
+            "Condition": UNFINISHED_BUILD,
+        },
+    ],
+)
 def test_image_and_snapshot_changes_need_the_pipelines_tags(template, statement):
     has_statement(template, statement)
 
 
 def test_no_image_or_snapshot_can_be_shared_with_everyone(template):
-    has_statement(template, {"Sid": "DenyImageSharing", "Effect": "Deny", "Action": "ec2:ModifyImageAttribute",
-                             "Resource": region_arn("*", "image"),
-                             "Condition": {"StringEqualsIgnoreCase": {"ec2:Attribute": "launchPermission"}}})
-    has_statement(template, {"Sid": "DenyPublicSnapshots", "Effect": "Deny", "Action": "ec2:ModifySnapshotAttribute",
-                             "Resource": region_arn("*", "snapshot"),
-                             "Condition": {"StringEquals": {"ec2:Add/group": "all"}}})
+    has_statement(
+        template,
+        {
+            "Sid": "DenyImageSharing",
+            "Effect": "Deny",
+            "Action": "ec2:ModifyImageAttribute",
+            "Resource": region_arn("*", "image"),
+            "Condition": {"StringEqualsIgnoreCase": {"ec2:Attribute": "launchPermission"}},
+        },
+    )
+    has_statement(
+        template,
+        {
+            "Sid": "DenyPublicSnapshots",
+            "Effect": "Deny",
+            "Action": "ec2:ModifySnapshotAttribute",
+            "Resource": region_arn("*", "snapshot"),
+            "Condition": {"StringEquals": {"ec2:Add/group": "all"}},
+        },
+    )
     allowed = {a for s in statements(template) if s["Effect"] == "Allow" for a in as_list(s["Action"])}
     assert not allowed & {"ec2:ModifySnapshotAttribute", "ec2:RegisterImage", "ec2:CreateSnapshot"}
 
@@ -170,8 +232,10 @@ def test_no_image_or_snapshot_can_be_shared_with_everyone(template):
 def test_every_image_or_snapshot_change_is_conditional_but_the_copy(template):
     """Only CopyImage, which creates, is granted on images and snapshots without a tag condition."""
     unconditional = Capture()
-    has_statement(template, {"Sid": "PackerEncryptedCopy", "Effect": "Allow", "Action": unconditional,
-                             "Resource": [IMAGES, SNAPSHOTS]})
+    has_statement(
+        template,
+        {"Sid": "PackerEncryptedCopy", "Effect": "Allow", "Action": unconditional, "Resource": [IMAGES, SNAPSHOTS]},
+    )
     assert unconditional.as_string() == "ec2:CopyImage"
     for statement in statements(template):
         resources = json.dumps(statement["Resource"])
@@ -190,8 +254,9 @@ def test_image_statements_for_another_region_follow_the_same_pattern():
     other = [stack.resolve(s.to_statement_json()) for s in pipeline_image_statements(stack, "us-west-2")]
     assert [s["Sid"] for s in other] == [f"{s['Sid']}UsWest2" for s in home]
     assert [s.get("Condition") for s in other] == [s.get("Condition") for s in home]
-    assert [s["Resource"] for s in other] == json.loads(json.dumps([s["Resource"] for s in home]).replace(
-        ":ec2:us-east-1::", ":ec2:us-west-2::"))
+    assert [s["Resource"] for s in other] == json.loads(
+        json.dumps([s["Resource"] for s in home]).replace(":ec2:us-east-1::", ":ec2:us-west-2::")
+    )
     assert "us-east-1" not in json.dumps(other)
 
 
@@ -210,8 +275,17 @@ def test_templates_tag_as_the_build_role_expects(tmp_path):
         assert settings[key].startswith("${merge(local.image_tags, ") and f'"{SOURCE_AMI_TAG_KEY}"' in settings[key]
     assert settings["encrypt_boot"] is True
     assert all(mapping["encrypted"] is True for mapping in settings["launch_block_device_mappings"])
-    sharing = {"ami_users", "ami_groups", "ami_org_arns", "ami_ou_arns", "snapshot_users", "snapshot_groups",
-               "ami_regions", "force_deregister", "force_delete_snapshot"}
+    sharing = {
+        "ami_users",
+        "ami_groups",
+        "ami_org_arns",
+        "ami_ou_arns",
+        "snapshot_users",
+        "snapshot_groups",
+        "ami_regions",
+        "force_deregister",
+        "force_delete_snapshot",
+    }
     assert not sharing & set(settings)
 
 
@@ -234,15 +308,27 @@ def all_statements(template_json: dict) -> list[dict]:
 
 
 def build_instance_role(template: Template) -> tuple[str, dict]:
-    roles = {logical_id: role for logical_id, role in template.find_resources("AWS::IAM::Role").items()
-             if role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]
-             == {"Service": "ec2.amazonaws.com"}}
+    roles = {
+        logical_id: role
+        for logical_id, role in template.find_resources("AWS::IAM::Role").items()
+        if role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"]
+        == {"Service": "ec2.amazonaws.com"}
+    }
     ((logical_id, role),) = roles.items()
     return logical_id, role
 
 
-@pytest.mark.parametrize("action", ["iam:CreateRole", "iam:PutRolePolicy", "iam:CreateInstanceProfile",
-                                    "iam:AttachRolePolicy", "iam:AddRoleToInstanceProfile", "iam:CreatePolicy"])
+@pytest.mark.parametrize(
+    "action",
+    [
+        "iam:CreateRole",
+        "iam:PutRolePolicy",
+        "iam:CreateInstanceProfile",
+        "iam:AttachRolePolicy",
+        "iam:AddRoleToInstanceProfile",
+        "iam:CreatePolicy",
+    ],
+)
 def test_no_role_or_policy_can_be_created(template_json, action):
     actions = {a for s in all_statements(template_json) for a in as_list(s.get("Action", []))}
     assert actions, "the walk finds the template's statements"
@@ -254,8 +340,9 @@ def test_no_role_or_policy_can_be_created(template_json, action):
 def test_build_role_may_only_pass_the_build_instance_role_to_ec2(template, template_json):
     role_id, _ = build_instance_role(template)
     (profile_id, _) = only(template, "AWS::IAM::InstanceProfile")
-    iam_statements = [s for s in all_statements(template_json)
-                      if any(a.startswith("iam:") for a in as_list(s["Action"]))]
+    iam_statements = [
+        s for s in all_statements(template_json) if any(a.startswith("iam:") for a in as_list(s["Action"]))
+    ]
     by_action = {a: s for s in iam_statements for a in as_list(s["Action"])}
     assert sorted(by_action) == ["iam:GetInstanceProfile", "iam:PassRole"]
     pass_role = by_action["iam:PassRole"]
@@ -271,9 +358,19 @@ def test_build_instance_role_grants_only_the_ssm_agent_actions(template):
     (policy,) = role["Properties"]["Policies"]
     (statement,) = policy["PolicyDocument"]["Statement"]
     assert statement["Effect"] == "Allow" and statement["Resource"] == "*"
-    assert sorted(as_list(statement["Action"])) == sorted(SSM_AGENT_ACTIONS) == sorted([
-        "ssm:UpdateInstanceInformation", "ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel",
-        "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel"])
+    assert (
+        sorted(as_list(statement["Action"]))
+        == sorted(SSM_AGENT_ACTIONS)
+        == sorted(
+            [
+                "ssm:UpdateInstanceInformation",
+                "ssmmessages:CreateControlChannel",
+                "ssmmessages:CreateDataChannel",
+                "ssmmessages:OpenControlChannel",
+                "ssmmessages:OpenDataChannel",
+            ]
+        )
+    )
     assert "ManagedPolicyArns" not in role["Properties"]
     role_id, _ = build_instance_role(template)
     for policy in template.find_resources("AWS::IAM::ManagedPolicy").values():
@@ -308,9 +405,13 @@ def test_one_schedule_rule_per_profile_starts_the_project_with_its_profile(templ
 
 def test_manual_only_pipeline_has_no_rule():
     app = cdk.App(context=CDK_CONTEXT)
-    stack = AmiPipelineStack(app, "Probe", pipeline=PIPELINE.model_copy(update={"schedule": None}),
-                             environments=ENVIRONMENTS,
-                             env=cdk.Environment(account="123456789012", region="us-east-1"))
+    stack = AmiPipelineStack(
+        app,
+        "Probe",
+        pipeline=PIPELINE.model_copy(update={"schedule": None}),
+        environments=ENVIRONMENTS,
+        env=cdk.Environment(account="123456789012", region="us-east-1"),
+    )
     Template.from_stack(stack).resource_count_is("AWS::Events::Rule", 0)
 
 
@@ -319,43 +420,71 @@ def test_copies_to_other_regions_need_the_profile_tag_and_change_no_image():
     with a read limited to the publish regions (the source side is the build's own CopyImage grant: CopyImage has
     no aws:ResourceTag key to narrow it with)."""
     app = cdk.App(context=CDK_CONTEXT)
-    stack = AmiPipelineStack(app, "Probe", pipeline=PIPELINE, environments=ENVIRONMENTS,
-                             env=cdk.Environment(account="123456789012", region="us-east-1"))
+    stack = AmiPipelineStack(
+        app,
+        "Probe",
+        pipeline=PIPELINE,
+        environments=ENVIRONMENTS,
+        env=cdk.Environment(account="123456789012", region="us-east-1"),
+    )
     published = {s["Sid"]: s for s in statements(Template.from_stack(stack)) if s.get("Sid", "").startswith("Publish")}
     assert published == {
         "PublishAmiId": {
-            "Action": ["ssm:PutParameter", "ssm:AddTagsToResource"], "Effect": "Allow", "Sid": "PublishAmiId",
-            "Resource": [arn(":ssm:us-east-1:123456789012:parameter/gpufleet/ami/*"),
-                         arn(":ssm:us-west-2:123456789012:parameter/gpufleet/ami/*")],
+            "Action": ["ssm:PutParameter", "ssm:AddTagsToResource"],
+            "Effect": "Allow",
+            "Sid": "PublishAmiId",
+            "Resource": [
+                arn(":ssm:us-east-1:123456789012:parameter/gpufleet/ami/*"),
+                arn(":ssm:us-west-2:123456789012:parameter/gpufleet/ami/*"),
+            ],
         },
         "PublishCreateTaggedCopy": {
-            "Action": "ec2:CopyImage", "Effect": "Allow", "Sid": "PublishCreateTaggedCopy",
+            "Action": "ec2:CopyImage",
+            "Effect": "Allow",
+            "Sid": "PublishCreateTaggedCopy",
             "Resource": [arn(":ec2:us-west-2::image/*"), arn(":ec2:us-west-2::snapshot/*")],
             "Condition": {"Null": {"aws:RequestTag/gpufleet:profile": "false"}},
         },
         "PublishTagCopyAtCreation": {
-            "Action": "ec2:CreateTags", "Effect": "Allow", "Sid": "PublishTagCopyAtCreation",
+            "Action": "ec2:CreateTags",
+            "Effect": "Allow",
+            "Sid": "PublishTagCopyAtCreation",
             "Resource": [arn(":ec2:us-west-2::image/*"), arn(":ec2:us-west-2::snapshot/*")],
             "Condition": {"StringEquals": {"ec2:CreateAction": "CopyImage"}},
         },
         "PublishWaitForCopies": {
-            "Action": "ec2:DescribeImages", "Effect": "Allow", "Sid": "PublishWaitForCopies", "Resource": "*",
+            "Action": "ec2:DescribeImages",
+            "Effect": "Allow",
+            "Sid": "PublishWaitForCopies",
+            "Resource": "*",
             "Condition": {"StringEquals": {"aws:RequestedRegion": ["us-east-1", "us-west-2"]}},
         },
     }
     assert not {a for s in published.values() for a in as_list(s["Action"])} & {
-        "ec2:ModifyImageAttribute", "ec2:ModifySnapshotAttribute", "ec2:DeregisterImage", "ec2:DeleteSnapshot"}
+        "ec2:ModifyImageAttribute",
+        "ec2:ModifySnapshotAttribute",
+        "ec2:DeregisterImage",
+        "ec2:DeleteSnapshot",
+    }
 
 
 def test_a_pipeline_whose_environments_share_its_region_grants_no_copy():
     app = cdk.App(context=CDK_CONTEXT)
     same_region = [env for env in ENVIRONMENTS if env.region == PIPELINE.region]
-    stack = AmiPipelineStack(app, "Probe", pipeline=PIPELINE, environments=same_region,
-                             env=cdk.Environment(account="123456789012", region="us-east-1"))
+    stack = AmiPipelineStack(
+        app,
+        "Probe",
+        pipeline=PIPELINE,
+        environments=same_region,
+        env=cdk.Environment(account="123456789012", region="us-east-1"),
+    )
     actions = {a for s in statements(Template.from_stack(stack)) for a in as_list(s["Action"])}
     assert "ssm:PutParameter" in actions
-    assert not {sid for s in statements(Template.from_stack(stack)) if (sid := s.get("Sid", "")).startswith(
-        ("PublishCopy", "PublishCreate", "PublishTag", "PublishWait"))}
+    assert not {
+        sid
+        for s in statements(Template.from_stack(stack))
+        if (sid := s.get("Sid", "")).startswith(("PublishCopy", "PublishCreate", "PublishTag", "PublishWait"))
+    }
 
 
 def test_logs_keep_the_configured_days_and_go_with_the_stack(template):
@@ -394,15 +523,21 @@ def test_source_asset_carries_the_package_data_as_plain_files(out_dir):
 
 def test_cfn_lint_passes(out_dir):
     template_file = out_dir / f"{AMI_PIPELINE_STACK_NAME}.template.json"
-    result = subprocess.run([CFN_LINT, "--config-file", str(ROOT / ".cfnlintrc.yaml"), "--", str(template_file)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        [CFN_LINT, "--config-file", str(ROOT / ".cfnlintrc.yaml"), "--", str(template_file)],
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_acknowledgements_are_granular_and_specific(template_json):
-    rules = [rule for resource in template_json["Resources"].values()
-             for rule in resource.get("Metadata", {}).get("cdk_nag", {}).get("rules_to_suppress", [])
-             if rule["id"].startswith("AwsSolutions-")]
+    rules = [
+        rule
+        for resource in template_json["Resources"].values()
+        for rule in resource.get("Metadata", {}).get("cdk_nag", {}).get("rules_to_suppress", [])
+        if rule["id"].startswith("AwsSolutions-")
+    ]
     assert rules, "the role's IAM5 acknowledgements are written to the template"
     for rule in rules:
         assert rule["id"].startswith("AwsSolutions-IAM5[") and rule["id"].endswith("]"), rule

@@ -121,12 +121,16 @@ def test_replace_all_rollout_tags_the_fleet_with_the_image_resolved_at_deploy_ti
 def create_only_changes(before, after) -> list[str]:
     """Every resource of every stack of the environment whose create-only properties (cfn-lint's schemas) differ
     between two syntheses: each would be replaced by the deploy."""
+
     def resources(env) -> dict[str, dict]:
         app = cdk.App()
         stacks = add_environment_stacks(app, env)
         assembly = app.synth()
-        return {f"{stack.stack_name}/{logical_id}": resource for stack in stacks
-                for logical_id, resource in assembly.get_stack_by_name(stack.stack_name).template["Resources"].items()}
+        return {
+            f"{stack.stack_name}/{logical_id}": resource
+            for stack in stacks
+            for logical_id, resource in assembly.get_stack_by_name(stack.stack_name).template["Resources"].items()
+        }
 
     old, new = resources(before), resources(after)
     assert sorted(old) == sorted(new), "a changed logical id would also replace its resource"

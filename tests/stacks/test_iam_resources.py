@@ -96,8 +96,13 @@ def resolve_arn(value, stack: StackContext) -> str:
 
 
 def _ref(name: str, stack: StackContext) -> str:
-    pseudo = {"AWS::Partition": PARTITION, "AWS::Region": stack.region, "AWS::AccountId": stack.account,
-              "AWS::URLSuffix": URL_SUFFIX, "AWS::StackName": stack.name}
+    pseudo = {
+        "AWS::Partition": PARTITION,
+        "AWS::Region": stack.region,
+        "AWS::AccountId": stack.account,
+        "AWS::URLSuffix": URL_SUFFIX,
+        "AWS::StackName": stack.name,
+    }
     if name in pseudo:
         return pseudo[name]
     if name.startswith("AWS::"):
@@ -113,9 +118,11 @@ def _get_att(logical_id: str, attribute: str, stack: StackContext) -> str:
     resource_type = stack.resource_types.get(logical_id)
     if resource_type not in GETATT_ARN_FORMS:
         raise UnresolvableIntrinsic(
-            f"{stack.name}: Fn::GetAtt {logical_id}.Arn of a {resource_type}: add its ARN form to GETATT_ARN_FORMS")
+            f"{stack.name}: Fn::GetAtt {logical_id}.Arn of a {resource_type}: add its ARN form to GETATT_ARN_FORMS"
+        )
     return GETATT_ARN_FORMS[resource_type].format(
-        partition=PARTITION, region=stack.region, account=stack.account, name=logical_id)
+        partition=PARTITION, region=stack.region, account=stack.account, name=logical_id
+    )
 
 
 def _sub(template: str, variables: dict, stack: StackContext) -> str:
@@ -150,8 +157,11 @@ def privileges(action: str) -> list[Privilege]:
     found = []
     for expanded in expand_action(action):
         info = get_privilege_info(expanded["service"], expanded["action"])
-        formats = tuple((entry["resource_type"], get_arn_format(entry["resource_type"], info["service_resources"]))
-                        for entry in info["resource_types"] if entry["resource_type"])
+        formats = tuple(
+            (entry["resource_type"], get_arn_format(entry["resource_type"], info["service_resources"]))
+            for entry in info["resource_types"]
+            if entry["resource_type"]
+        )
         found.append(Privilege(f"{expanded['service']}:{expanded['action']}", formats))
     return found
 
@@ -176,8 +186,11 @@ def policy_statements(template: dict, stack: StackContext) -> list[Statement]:
         if isinstance(node, dict):
             for index, statement in enumerate(as_list(node.get("Statement", []))):
                 if isinstance(statement, dict) and "Effect" in statement:
-                    found.extend(_statement(statement, f"{stack.name} {logical_id} statement "
-                                                       f"{statement.get('Sid', index)}", stack))
+                    found.extend(
+                        _statement(
+                            statement, f"{stack.name} {logical_id} statement {statement.get('Sid', index)}", stack
+                        )
+                    )
             for key, value in node.items():
                 if key != "Statement":
                     walk(value, logical_id)
@@ -195,16 +208,23 @@ def _statement(statement: dict, where: str, stack: StackContext) -> list[Stateme
         assert unsupported not in statement, f"{where}: {unsupported} is not checked here; write Action/Resource"
     if "Resource" not in statement:
         return []
-    return [Statement(where, tuple(as_list(statement["Action"])),
-                      tuple(resolve_arn(r, stack) for r in as_list(statement["Resource"])))]
+    return [
+        Statement(
+            where,
+            tuple(as_list(statement["Action"])),
+            tuple(resolve_arn(r, stack) for r in as_list(statement["Resource"])),
+        )
+    ]
 
 
 def unmatched_resources(statement: Statement, stack: StackContext) -> list[str]:
     """Resources of the statement that none of its actions can act on."""
     statement_privileges = [p for action in statement.actions for p in privileges(action)]
-    return [f"{statement.where}: {resource} matches no resource type of {', '.join(statement.actions)}"
-            for resource in statement.resources
-            if not any(p.matches(resource, stack) for p in statement_privileges)]
+    return [
+        f"{statement.where}: {resource} matches no resource type of {', '.join(statement.actions)}"
+        for resource in statement.resources
+        if not any(p.matches(resource, stack) for p in statement_privileges)
+    ]
 
 
 # aws-cdk-lib's own grants put a bucket with its objects, and a log group with and without its streams (":*"), in one
@@ -224,13 +244,20 @@ def aws_cdk_lib_grant_pair(action: str, resource: str) -> bool:
 
 def mismatched_pairs(statement: Statement, stack: StackContext) -> list[tuple[str, str]]:
     """(action, resource) pairs of the statement where the action (none of its expansions) can act on the resource."""
-    return [(action, resource) for action in statement.actions for resource in statement.resources
-            if not any(p.matches(resource, stack) for p in privileges(action))]
+    return [
+        (action, resource)
+        for action in statement.actions
+        for resource in statement.resources
+        if not any(p.matches(resource, stack) for p in privileges(action))
+    ]
 
 
 def unmatched_pairs(statement: Statement, stack: StackContext) -> list[str]:
-    return [f"{statement.where}: {action} cannot act on {resource}"
-            for action, resource in mismatched_pairs(statement, stack) if not aws_cdk_lib_grant_pair(action, resource)]
+    return [
+        f"{statement.where}: {action} cannot act on {resource}"
+        for action, resource in mismatched_pairs(statement, stack)
+        if not aws_cdk_lib_grant_pair(action, resource)
+    ]
 
 
 def synthesize_app(out_dir: Path) -> None:
@@ -263,72 +290,127 @@ def templates(tmp_path_factory) -> list[tuple[dict, StackContext]]:
 
 def test_every_stack_of_the_app_is_checked(templates):
     names = {stack.name for _, stack in templates}
-    assert {"gpufleet-ami-pipeline", "gpufleet-dev-cluster", "gpufleet-dev-network", "gpufleet-h100-cluster",
-            "gpufleet-prod-cluster", "gpufleet-prod-network"} <= names
+    assert {
+        "gpufleet-ami-pipeline",
+        "gpufleet-dev-cluster",
+        "gpufleet-dev-network",
+        "gpufleet-h100-cluster",
+        "gpufleet-prod-cluster",
+        "gpufleet-prod-network",
+    } <= names
     checked = {stack.name for template, stack in templates if policy_statements(template, stack)}
     assert checked == names
 
 
 def test_every_policy_resource_is_one_its_actions_can_match(templates):
-    problems = [problem for template, stack in templates for statement in policy_statements(template, stack)
-                for problem in unmatched_resources(statement, stack)]
+    problems = [
+        problem
+        for template, stack in templates
+        for statement in policy_statements(template, stack)
+        for problem in unmatched_resources(statement, stack)
+    ]
     assert problems == []
 
 
 def test_every_action_can_act_on_every_resource_of_its_statement(templates):
-    problems = [problem for template, stack in templates for statement in policy_statements(template, stack)
-                for problem in unmatched_pairs(statement, stack)]
+    problems = [
+        problem
+        for template, stack in templates
+        for statement in policy_statements(template, stack)
+        for problem in unmatched_pairs(statement, stack)
+    ]
     assert problems == []
 
 
 def test_aws_cdk_lib_grant_pairs_still_occur(templates):
-    pairs = {pair for template, stack in templates for statement in policy_statements(template, stack)
-             for pair in mismatched_pairs(statement, stack)}
+    pairs = {
+        pair
+        for template, stack in templates
+        for statement in policy_statements(template, stack)
+        for pair in mismatched_pairs(statement, stack)
+    }
     for action, pattern in AWS_CDK_LIB_GRANT_PAIRS:
         assert any(a == action and pattern.match(r) for a, r in pairs), f"{action} {pattern.pattern}: remove it"
 
 
 # The checker itself, on literal statements.
 
-STACK = StackContext("probe", "us-east-1", "123456789012", {
-    "BuildRole": "AWS::IAM::Role", "Profile": "AWS::IAM::InstanceProfile", "Logs": "AWS::Logs::LogGroup",
-    "Vpc": "AWS::EC2::VPC", "Fleet": "AWS::EC2::SpotFleet",
-    "Waiter": "AWS::StepFunctions::StateMachine"})
+STACK = StackContext(
+    "probe",
+    "us-east-1",
+    "123456789012",
+    {
+        "BuildRole": "AWS::IAM::Role",
+        "Profile": "AWS::IAM::InstanceProfile",
+        "Logs": "AWS::Logs::LogGroup",
+        "Vpc": "AWS::EC2::VPC",
+        "Fleet": "AWS::EC2::SpotFleet",
+        "Waiter": "AWS::StepFunctions::StateMachine",
+    },
+)
 
 
 def joined(*parts) -> dict:
     return {"Fn::Join": ["", list(parts)]}
 
 
-@pytest.mark.parametrize(("element", "expected"), [
-    ("arn:aws:s3:::bucket", "arn:aws:s3:::bucket"),
-    (joined("arn:", {"Ref": "AWS::Partition"}, ":ec2:", {"Ref": "AWS::Region"}, ":", {"Ref": "AWS::AccountId"},
-            ":instance/*"), "arn:aws:ec2:us-east-1:123456789012:instance/*"),
-    (joined("arn:", {"Ref": "AWS::Partition"}, ":ec2:us-east-1:123456789012:spot-fleet-request/", {"Ref": "Fleet"}),
-     "arn:aws:ec2:us-east-1:123456789012:spot-fleet-request/Fleet"),
-    (joined("arn:aws:ec2:us-east-1:123456789012:security-group/", {"Fn::GetAtt": ["Vpc", "DefaultSecurityGroup"]}),
-     "arn:aws:ec2:us-east-1:123456789012:security-group/Vpc.DefaultSecurityGroup"),
-    ({"Fn::GetAtt": ["BuildRole", "Arn"]}, "arn:aws:iam::123456789012:role/BuildRole"),
-    ({"Fn::GetAtt": "Profile.Arn"}, "arn:aws:iam::123456789012:instance-profile/Profile"),
-    ({"Fn::GetAtt": ["Logs", "Arn"]}, "arn:aws:logs:us-east-1:123456789012:log-group:Logs:*"),
-    ({"Fn::Sub": "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter/${Name}"},
-     "arn:aws:ssm:us-east-1:123456789012:parameter/Name"),
-    ({"Fn::Sub": ["${Role}/x/${!Literal}", {"Role": {"Fn::GetAtt": ["BuildRole", "Arn"]}}]},
-     "arn:aws:iam::123456789012:role/BuildRole/x/${Literal}"),
-    ({"Fn::Sub": "${Logs.Arn}"}, "arn:aws:logs:us-east-1:123456789012:log-group:Logs:*"),
-    ({"Ref": "Waiter"}, "arn:aws:states:us-east-1:123456789012:stateMachine:Waiter"),
-])
+@pytest.mark.parametrize(
+    ("element", "expected"),
+    [
+        ("arn:aws:s3:::bucket", "arn:aws:s3:::bucket"),
+        (
+            joined(
+                "arn:",
+                {"Ref": "AWS::Partition"},
+                ":ec2:",
+                {"Ref": "AWS::Region"},
+                ":",
+                {"Ref": "AWS::AccountId"},
+                ":instance/*",
+            ),
+            "arn:aws:ec2:us-east-1:123456789012:instance/*",
+        ),
+        (
+            joined(
+                "arn:", {"Ref": "AWS::Partition"}, ":ec2:us-east-1:123456789012:spot-fleet-request/", {"Ref": "Fleet"}
+            ),
+            "arn:aws:ec2:us-east-1:123456789012:spot-fleet-request/Fleet",
+        ),
+        (
+            joined(
+                "arn:aws:ec2:us-east-1:123456789012:security-group/", {"Fn::GetAtt": ["Vpc", "DefaultSecurityGroup"]}
+            ),
+            "arn:aws:ec2:us-east-1:123456789012:security-group/Vpc.DefaultSecurityGroup",
+        ),
+        ({"Fn::GetAtt": ["BuildRole", "Arn"]}, "arn:aws:iam::123456789012:role/BuildRole"),
+        ({"Fn::GetAtt": "Profile.Arn"}, "arn:aws:iam::123456789012:instance-profile/Profile"),
+        ({"Fn::GetAtt": ["Logs", "Arn"]}, "arn:aws:logs:us-east-1:123456789012:log-group:Logs:*"),
+        (
+            {"Fn::Sub": "arn:${AWS::Partition}:ssm:${AWS::Region}:${AWS::AccountId}:parameter/${Name}"},
+            "arn:aws:ssm:us-east-1:123456789012:parameter/Name",
+        ),
+        (
+            {"Fn::Sub": ["${Role}/x/${!Literal}", {"Role": {"Fn::GetAtt": ["BuildRole", "Arn"]}}]},
+            "arn:aws:iam::123456789012:role/BuildRole/x/${Literal}",
+        ),
+        ({"Fn::Sub": "${Logs.Arn}"}, "arn:aws:logs:us-east-1:123456789012:log-group:Logs:*"),
+        ({"Ref": "Waiter"}, "arn:aws:states:us-east-1:123456789012:stateMachine:Waiter"),
+    ],
+)
 def test_resolver_turns_intrinsics_into_concrete_arns(element, expected):
     assert resolve_arn(element, STACK) == expected
 
 
-@pytest.mark.parametrize(("element", "message"), [
-    ({"Fn::GetAtt": ["Vpc", "Arn"]}, "probe: Fn::GetAtt Vpc.Arn of a AWS::EC2::VPC: add its ARN form"),
-    ({"Fn::GetAtt": ["Missing", "Arn"]}, "probe: Fn::GetAtt Missing.Arn of a None: add its ARN form"),
-    ({"Fn::ImportValue": "shared-arn"}, "probe: Fn::ImportValue is not resolved in ARNs"),
-    ({"Ref": "AWS::NotificationARNs"}, "probe: pseudo parameter AWS::NotificationARNs is not resolved"),
-    (["a", "b"], "probe: not a string or an intrinsic function"),
-])
+@pytest.mark.parametrize(
+    ("element", "message"),
+    [
+        ({"Fn::GetAtt": ["Vpc", "Arn"]}, "probe: Fn::GetAtt Vpc.Arn of a AWS::EC2::VPC: add its ARN form"),
+        ({"Fn::GetAtt": ["Missing", "Arn"]}, "probe: Fn::GetAtt Missing.Arn of a None: add its ARN form"),
+        ({"Fn::ImportValue": "shared-arn"}, "probe: Fn::ImportValue is not resolved in ARNs"),
+        ({"Ref": "AWS::NotificationARNs"}, "probe: pseudo parameter AWS::NotificationARNs is not resolved"),
+        (["a", "b"], "probe: not a string or an intrinsic function"),
+    ],
+)
 def test_resolver_refuses_what_it_cannot_resolve(element, message):
     with pytest.raises(UnresolvableIntrinsic) as raised:
         resolve_arn(element, STACK)
@@ -343,8 +425,10 @@ def checked(actions, resources) -> tuple[list[str], list[str]]:
 def test_a_snapshot_arn_with_an_account_matches_nothing():
     with_account = joined("arn:", {"Ref": "AWS::Partition"}, ":ec2:us-east-1:123456789012:snapshot/*")
     resources, pairs = checked(["ec2:CreateImage", "ec2:DeleteSnapshot"], [with_account])
-    assert resources == ["probe: arn:aws:ec2:us-east-1:123456789012:snapshot/* matches no resource type of "
-                         "ec2:CreateImage, ec2:DeleteSnapshot"]
+    assert resources == [
+        "probe: arn:aws:ec2:us-east-1:123456789012:snapshot/* matches no resource type of "
+        "ec2:CreateImage, ec2:DeleteSnapshot"
+    ]
     assert len(pairs) == 2
     assert checked(["ec2:CreateImage", "ec2:DeleteSnapshot"], ["arn:aws:ec2:us-east-1::snapshot/*"]) == ([], [])
 
@@ -357,11 +441,15 @@ def test_reference_has_snapshot_and_image_arns_without_an_account():
 
 
 def test_pairs_catch_an_action_that_cannot_act_on_a_resource_of_its_statement():
-    resources, pairs = checked(["ec2:DeregisterImage", "ec2:DeleteSnapshot"],
-                               ["arn:aws:ec2:us-east-1::image/*", "arn:aws:ec2:us-east-1::snapshot/*"])
+    resources, pairs = checked(
+        ["ec2:DeregisterImage", "ec2:DeleteSnapshot"],
+        ["arn:aws:ec2:us-east-1::image/*", "arn:aws:ec2:us-east-1::snapshot/*"],
+    )
     assert resources == []
-    assert pairs == ["probe: ec2:DeregisterImage cannot act on arn:aws:ec2:us-east-1::snapshot/*",
-                     "probe: ec2:DeleteSnapshot cannot act on arn:aws:ec2:us-east-1::image/*"]
+    assert pairs == [
+        "probe: ec2:DeregisterImage cannot act on arn:aws:ec2:us-east-1::snapshot/*",
+        "probe: ec2:DeleteSnapshot cannot act on arn:aws:ec2:us-east-1::image/*",
+    ]
 
 
 def test_actions_that_support_only_star_accept_star_only():
@@ -374,8 +462,9 @@ def test_wildcard_actions_match_through_any_expansion():
     bucket, objects = "arn:aws:s3:::assets", "arn:aws:s3:::assets/*"
     assert checked(["s3:GetObject*", "s3:List*"], [bucket, objects])[0] == []
     assert checked(["s3:GetObject*"], [objects]) == ([], [])
-    assert checked(["s3:GetObject*"], [bucket])[0] == ["probe: arn:aws:s3:::assets matches no resource type of "
-                                                       "s3:GetObject*"]
+    assert checked(["s3:GetObject*"], [bucket])[0] == [
+        "probe: arn:aws:s3:::assets matches no resource type of s3:GetObject*"
+    ]
 
 
 def test_aws_owned_ssm_documents_are_the_one_accountless_exception():
@@ -390,16 +479,56 @@ def test_unknown_actions_fail():
 
 
 def test_statements_are_found_in_every_kind_of_policy_document():
-    template = {"Resources": {
-        "Role": {"Type": "AWS::IAM::Role", "Properties": {
-            "AssumeRolePolicyDocument": {"Statement": [{"Effect": "Allow", "Action": "sts:AssumeRole",
-                                                        "Principal": {"Service": "ec2.amazonaws.com"}}]},
-            "Policies": [{"PolicyName": "inline", "PolicyDocument": {"Statement": [
-                {"Sid": "Inline", "Effect": "Allow", "Action": "ssm:UpdateInstanceInformation", "Resource": "*"}]}}],
-        }},
-        "Key": {"Type": "AWS::KMS::Key", "Properties": {"KeyPolicy": {"Statement": [
-            {"Effect": "Allow", "Action": "kms:*", "Resource": "*", "Principal": {"AWS": "arn:aws:iam::1:root"}}]}}},
-    }}
+    template = {
+        "Resources": {
+            "Role": {
+                "Type": "AWS::IAM::Role",
+                "Properties": {
+                    "AssumeRolePolicyDocument": {
+                        "Statement": [
+                            {
+                                "Effect": "Allow",
+                                "Action": "sts:AssumeRole",
+                                "Principal": {"Service": "ec2.amazonaws.com"},
+                            }
+                        ]
+                    },
+                    "Policies": [
+                        {
+                            "PolicyName": "inline",
+                            "PolicyDocument": {
+                                "Statement": [
+                                    {
+                                        "Sid": "Inline",
+                                        "Effect": "Allow",
+                                        "Action": "ssm:UpdateInstanceInformation",
+                                        "Resource": "*",
+                                    }
+                                ]
+                            },
+                        }
+                    ],
+                },
+            },
+            "Key": {
+                "Type": "AWS::KMS::Key",
+                "Properties": {
+                    "KeyPolicy": {
+                        "Statement": [
+                            {
+                                "Effect": "Allow",
+                                "Action": "kms:*",
+                                "Resource": "*",
+                                "Principal": {"AWS": "arn:aws:iam::1:root"},
+                            }
+                        ]
+                    }
+                },
+            },
+        }
+    }
     found = policy_statements(template, STACK)
     assert [(s.where, s.actions) for s in found] == [
-        ("probe Role statement Inline", ("ssm:UpdateInstanceInformation",)), ("probe Key statement 0", ("kms:*",))]
+        ("probe Role statement Inline", ("ssm:UpdateInstanceInformation",)),
+        ("probe Key statement 0", ("kms:*",)),
+    ]

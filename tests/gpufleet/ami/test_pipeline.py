@@ -52,55 +52,88 @@ def test_pipeline_file_can_be_redirected(monkeypatch, tmp_path):
     assert pipeline_file() == tmp_path / "other.yaml"
 
 
-@pytest.mark.parametrize(("changes", "expected"), [
-    ({"account": "12345"}, "account: '12345' is not an AWS account id (exactly 12 digits, quoted)"),
-    ({"account": 123456789012}, "account: input should be a valid string, got 123456789012 (put it in quotes)"),
-    ({"region": "mars-1"}, "region: 'mars-1' is not a region name (for example us-east-1, eu-west-2)"),
-    ({"profiles": []}, f"profiles: no profile to build (list at least one of: {PROFILES})"),
-    ({"profiles": ["p4d-al2-cuda11", "p5-cuda13"]},
-     f"profiles.1: 'p5-cuda13' is not an AMI profile (allowed: {PROFILES}; see ami/profiles)"),
-    ({"profiles": ["p4d-al2-cuda11", "p4d-al2-cuda11"]},
-     "profiles.1: 'p4d-al2-cuda11' is listed twice (list each profile once)"),
-    ({"schedule": "rate(7 days)"},
-     "schedule: 'rate(7 days)' is not an EventBridge cron expression (six fields: cron(minutes hours day-of-month "
-     "month day-of-week year), e.g. cron(0 6 ? * SUN *); or null for manual builds only)"),
-    ({"schedule": "cron(0 6 * * SUN *)"},
-     "schedule: 'cron(0 6 * * SUN *)' needs '?' in exactly one of day-of-month and day-of-week "
-     "(e.g. cron(0 6 ? * SUN *) or cron(0 6 1 * ? *))"),
-    ({"log_retention_days": 10},
-     "log_retention_days: 10 is not a CloudWatch Logs retention (allowed: 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, "
-     "180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)"),
-    ({"subnet_id": "subnet-xyz"},
-     "subnet_id: 'subnet-xyz' is not a subnet id (subnet- followed by 8 or 17 hex digits; "
-     "or null for the default VPC)"),
-    ({"packer__version": "latest"},
-     "packer.version: 'latest' is not an exact Packer release (MAJOR.MINOR.PATCH, e.g. 1.11.2)"),
-    ({"packer__version": "1.6.6"},
-     "packer.version: 1.6.6 is too old: the rendered templates need Packer 1.7 or newer "
-     "(packer init, required_plugins)"),
-    ({"packer__sha256": "ABC"},
-     "packer.sha256: 'ABC' is not a SHA-256 digest (64 lower-case hex digits, from packer_1.11.2_SHA256SUMS; "
-     "or null)"),
-    ({"packer__signing_key_fingerprint": "C874 011F"},
-     "packer.signing_key_fingerprint: 'C874 011F' is not an OpenPGP fingerprint (40 upper-case hex digits, no spaces; "
-     "HashiCorp's is listed on https://www.hashicorp.com/security)"),
-    ({"session_manager_plugin__version": "latest"},
-     "session_manager_plugin.version: 'latest' is not an exact session-manager-plugin release (four numbers, "
-     "e.g. 1.2.764.0)"),
-    ({"session_manager_plugin__version": "1.2.553.0"},
-     "session_manager_plugin.version: 1.2.553.0 is older than 1.2.764.0, the oldest release Session Manager supports "
-     "(use 1.2.764.0 or newer; releases: https://docs.aws.amazon.com/systems-manager/latest/userguide/"
-     "plugin-version-history.html)"),
-    ({"packer__checksum": "x"},
-     "packer.checksum: unknown key (allowed here: version, sha256, signing_key_fingerprint)"),
-])
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"account": "12345"}, "account: '12345' is not an AWS account id (exactly 12 digits, quoted)"),
+        ({"account": 123456789012}, "account: input should be a valid string, got 123456789012 (put it in quotes)"),
+        ({"region": "mars-1"}, "region: 'mars-1' is not a region name (for example us-east-1, eu-west-2)"),
+        ({"profiles": []}, f"profiles: no profile to build (list at least one of: {PROFILES})"),
+        (
+            {"profiles": ["p4d-al2-cuda11", "p5-cuda13"]},
+            f"profiles.1: 'p5-cuda13' is not an AMI profile (allowed: {PROFILES}; see ami/profiles)",
+        ),
+        (
+            {"profiles": ["p4d-al2-cuda11", "p4d-al2-cuda11"]},
+            "profiles.1: 'p4d-al2-cuda11' is listed twice (list each profile once)",
+        ),
+        (
+            {"schedule": "rate(7 days)"},
+            "schedule: 'rate(7 days)' is not an EventBridge cron expression (six fields: cron(minutes hours "
+            "day-of-month "
+            "month day-of-week year), e.g. cron(0 6 ? * SUN *); or null for manual builds only)",
+        ),
+        (
+            {"schedule": "cron(0 6 * * SUN *)"},
+            "schedule: 'cron(0 6 * * SUN *)' needs '?' in exactly one of day-of-month and day-of-week "
+            "(e.g. cron(0 6 ? * SUN *) or cron(0 6 1 * ? *))",
+        ),
+        (
+            {"log_retention_days": 10},
+            "log_retention_days: 10 is not a CloudWatch Logs retention (allowed: 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, "
+            "180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)",
+        ),
+        (
+            {"subnet_id": "subnet-xyz"},
+            "subnet_id: 'subnet-xyz' is not a subnet id (subnet- followed by 8 or 17 hex digits; "
+            "or null for the default VPC)",
+        ),
+        (
+            {"packer__version": "latest"},
+            "packer.version: 'latest' is not an exact Packer release (MAJOR.MINOR.PATCH, e.g. 1.11.2)",
+        ),
+        (
+            {"packer__version": "1.6.6"},
+            "packer.version: 1.6.6 is too old: the rendered templates need Packer 1.7 or newer "
+            "(packer init, required_plugins)",
+        ),
+        (
+            {"packer__sha256": "ABC"},
+            "packer.sha256: 'ABC' is not a SHA-256 digest (64 lower-case hex digits, from packer_1.11.2_SHA256SUMS; "
+            "or null)",
+        ),
+        (
+            {"packer__signing_key_fingerprint": "C874 011F"},
+            "packer.signing_key_fingerprint: 'C874 011F' is not an OpenPGP fingerprint (40 upper-case hex "
+            "digits, no spaces; "
+            "HashiCorp's is listed on https://www.hashicorp.com/security)",
+        ),
+        (
+            {"session_manager_plugin__version": "latest"},
+            "session_manager_plugin.version: 'latest' is not an exact session-manager-plugin release (four numbers, "
+            "e.g. 1.2.764.0)",
+        ),
+        (
+            {"session_manager_plugin__version": "1.2.553.0"},
+            "session_manager_plugin.version: 1.2.553.0 is older than 1.2.764.0, the oldest release Session "
+            "Manager supports "
+            "(use 1.2.764.0 or newer; releases: https://docs.aws.amazon.com/systems-manager/latest/userguide/"
+            "plugin-version-history.html)",
+        ),
+        (
+            {"packer__checksum": "x"},
+            "packer.checksum: unknown key (allowed here: version, sha256, signing_key_fingerprint)",
+        ),
+    ],
+)
 def test_each_rule_reports_its_exact_message(tmp_path, changes, expected):
     assert problems(write(tmp_path, **changes)) == [expected]
 
 
 def test_valid_alternatives_pass(tmp_path):
-    path = write(tmp_path, schedule=None, subnet_id="subnet-0123456789abcdef0", packer__sha256="a" * 64,
-                 log_retention_days=30)
+    path = write(
+        tmp_path, schedule=None, subnet_id="subnet-0123456789abcdef0", packer__sha256="a" * 64, log_retention_days=30
+    )
     assert load_pipeline(path).schedule is None
 
 
@@ -120,11 +153,18 @@ def test_missing_key_and_bad_yaml(tmp_path):
 
 
 def environment(name: str, region: str, ami: dict, account: str = "123456789012") -> Environment:
-    return Environment.model_validate({
-        "name": name, "account": account, "region": region, "availability_zone": f"{region}a",
-        "network": {"cidr": "10.40.0.0/16"}, "instance_type": "p5.48xlarge", "capacity": {"target": 1, "on_demand": 1},
-        "ami": ami,
-    })
+    return Environment.model_validate(
+        {
+            "name": name,
+            "account": account,
+            "region": region,
+            "availability_zone": f"{region}a",
+            "network": {"cidr": "10.40.0.0/16"},
+            "instance_type": "p5.48xlarge",
+            "capacity": {"target": 1, "on_demand": 1},
+            "ami": ami,
+        }
+    )
 
 
 def test_shipped_profiles_are_published_where_the_shipped_environments_read_them():
@@ -151,16 +191,22 @@ def test_publish_regions_follow_the_environments_of_the_pipelines_account_that_r
         environment("unbuilt", "ca-central-1", {"ssm_parameter": "/gpufleet/ami/p5-cuda13"}),
     ]
     assert publish_regions(pipeline, environments)["ubuntu2204-cuda12"] == (
-        "us-east-1", "ap-northeast-1", "eu-central-1")
+        "us-east-1",
+        "ap-northeast-1",
+        "eu-central-1",
+    )
     assert publish_regions(pipeline, environments)["p4d-al2-cuda11"] == ("us-east-1",)
     assert "p5-cuda13" not in publish_regions(pipeline, environments)
 
 
-@pytest.mark.parametrize(("parameter", "profile"), [
-    ("/gpufleet/ami/ubuntu2204-cuda12", "ubuntu2204-cuda12"),
-    ("/gpufleet/amis/ubuntu2204-cuda12", None),
-    ("/team/gpufleet/ami/x", None),
-    (None, None),
-])
+@pytest.mark.parametrize(
+    ("parameter", "profile"),
+    [
+        ("/gpufleet/ami/ubuntu2204-cuda12", "ubuntu2204-cuda12"),
+        ("/gpufleet/amis/ubuntu2204-cuda12", None),
+        ("/team/gpufleet/ami/x", None),
+        (None, None),
+    ],
+)
 def test_published_profile_reads_the_pipelines_parameter_names(parameter, profile):
     assert published_profile(parameter) == profile

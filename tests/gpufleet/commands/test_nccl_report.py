@@ -61,7 +61,9 @@ def test_json_single_table(fixture_path, capsys):
 
 
 def test_json_two_collectives(fixture_path, capsys):
-    assert main(["nccl-report", fixture_path("nccl", "p4d_all_gather_alltoall.log"), "--json", "--min-busbw", "70"]) == 1
+    assert (
+        main(["nccl-report", fixture_path("nccl", "p4d_all_gather_alltoall.log"), "--json", "--min-busbw", "70"]) == 1
+    )
     report = json.loads(capsys.readouterr().out)
     assert "rows" not in report and report["passed"] is False
     assert [c["collective"] for c in report["collectives"]] == ["all_gather", "alltoall"]
@@ -72,7 +74,12 @@ def test_json_two_collectives(fixture_path, capsys):
 def test_json_average_computed_where_a_finished_log_lost_it(fixture_path, capsys):
     assert main(["nccl-report", fixture_path("nccl", "p4d_all_reduce_no_avg.log"), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert (report["avg_busbw"], report["avg_busbw_computed"], report["truncated"], report["passed"]) == (27.4279, True, False, True)
+    assert (report["avg_busbw"], report["avg_busbw_computed"], report["truncated"], report["passed"]) == (
+        27.4279,
+        True,
+        False,
+        True,
+    )
     assert main(["nccl-report", fixture_path("nccl", "p4d_all_reduce_srun_label.log"), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert (report["avg_busbw"], report["avg_busbw_computed"], report["collective"]) == (27.4285, False, "all_reduce")
@@ -123,4 +130,6 @@ def test_plot(fixture_path, capsys, tmp_path):
 
 
 def test_plot_needs_png_name(fixture_path, capsys, tmp_path):
-    assert main(["nccl-report", fixture_path("nccl", "p4d_2node_all_reduce.log"), "--plot", str(tmp_path / "x.pdf")]) == 2
+    assert (
+        main(["nccl-report", fixture_path("nccl", "p4d_2node_all_reduce.log"), "--plot", str(tmp_path / "x.pdf")]) == 2
+    )

@@ -25,7 +25,9 @@ def test_exit_codes(fixture_path, capsys, name, instance_type, code):
 
 
 def test_json(fixture_path, capsys):
-    assert main(["topo-check", fixture_path("topo", "p4d_degraded.txt"), "--instance-type", "p4d.24xlarge", "--json"]) == 1
+    assert (
+        main(["topo-check", fixture_path("topo", "p4d_degraded.txt"), "--instance-type", "p4d.24xlarge", "--json"]) == 1
+    )
     report = json.loads(capsys.readouterr().out)
     assert {"gpus", "links", "nvlink_pairs", "problems", "ok"} <= set(report)
     assert (report["gpus"], report["nvlink_pairs"], report["ok"]) == (8, 27, False)

@@ -67,7 +67,10 @@ def test_row_values(nccl_fixture, name, index, row_index, expected):
         ("           8             2     float", "           8             2     float"),
         # srun --label pads the task id to the widest one: " 0: " beside "12: "; "P1 " for a heterogeneous job
         (" 0: # nThread 1 nGpus 1", "# nThread 1 nGpus 1"),
-        ("12: ip-10-1-38-204:50737:50737 [4] NCCL INFO Bootstrap", "ip-10-1-38-204:50737:50737 [4] NCCL INFO Bootstrap"),
+        (
+            "12: ip-10-1-38-204:50737:50737 [4] NCCL INFO Bootstrap",
+            "ip-10-1-38-204:50737:50737 [4] NCCL INFO Bootstrap",
+        ),
         ("  7: # Avg bus bandwidth    : 1.5 ", "# Avg bus bandwidth    : 1.5 "),
         ("P1  3: # nThread 1", "# nThread 1"),
         # SkyPilot / Ray, plain and in the cyan SkyPilot streams to a terminal, before the Open MPI tag
@@ -116,7 +119,12 @@ def _without(text: str, *fragments: str) -> str:
 )
 def test_table_end(nccl_fixture, removed, avg, computed, truncated):
     table = parse_nccl_log(_without(nccl_fixture("p4d_all_reduce_srun_label.log"), *removed))[0]
-    assert (table.avg_busbw, table.avg_busbw_computed, table.truncated, len(table.rows)) == (avg, computed, truncated, 29)
+    assert (table.avg_busbw, table.avg_busbw_computed, table.truncated, len(table.rows)) == (
+        avg,
+        computed,
+        truncated,
+        29,
+    )
 
 
 def test_computed_average_is_the_mean_of_both_placements(nccl_fixture):
@@ -156,9 +164,7 @@ def test_empty_text_raises():
         parse_nccl_log("")
 
 
-HEADER = (
-    "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
-)
+HEADER = "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
 
 
 @pytest.mark.parametrize(
@@ -173,7 +179,10 @@ HEADER = (
 def test_collective_named_by_starting_line(first_line, collective):
     # redop none, root -1 and size == count * 4: nothing in the row tells alltoall from others
     row = "    33554432       8388608     float    none      -1    869.0   38.61   38.61      0    856.3   39.18   39.18    N/A"
-    text = first_line + "# nThread 1 nGpus 1 minBytes 8 maxBytes 33554432 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n"
+    text = (
+        first_line
+        + "# nThread 1 nGpus 1 minBytes 8 maxBytes 33554432 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n"
+    )
     assert parse_nccl_log(text + HEADER + row + "\n# Avg bus bandwidth    : 38.9 \n")[0].collective == collective
 
 
@@ -188,7 +197,9 @@ def test_collective_named_by_starting_line(first_line, collective):
     ],
 )  # fmt: skip
 def test_collective_inferred_when_log_does_not_name_it(row, collective):
-    ranks = "".join(f"#  Rank {r:2d} Group  0 Pid {100 + r:6d} on node-{r // 8} device {r % 8:2d} [0x10] GPU\n" for r in range(16))
+    ranks = "".join(
+        f"#  Rank {r:2d} Group  0 Pid {100 + r:6d} on node-{r // 8} device {r % 8:2d} [0x10] GPU\n" for r in range(16)
+    )
     table = parse_nccl_log(ranks + HEADER + row + "\n# Avg bus bandwidth    : 1.0 \n")[0]
     assert table.collective == collective
 
@@ -222,7 +233,9 @@ def test_table_problems(nccl_fixture, name, min_busbw, expected):
 
 
 def test_old_layout_failure_comes_from_out_of_bounds_line(nccl_fixture):
-    text = nccl_fixture("p4d_all_reduce_nccl278.log").replace("# Out of bounds values : 0 OK", "# Out of bounds values : 3 FAILED")
+    text = nccl_fixture("p4d_all_reduce_nccl278.log").replace(
+        "# Out of bounds values : 0 OK", "# Out of bounds values : 3 FAILED"
+    )
     table = parse_nccl_log(text)[0]
     assert table.wrong == 3
     assert table_problems(table, None) == ("all_reduce: 3 out-of-bounds checks",)

@@ -129,7 +129,7 @@ STUBS = {
     '  echo "${a#*=}" >"$S/packages/${a%%=*}"\n'
     '  if [[ -f "$S/provides/${a%%=*}" ]]; then\n'
     '    b="$(dirname "$0")/$(<"$S/provides/${a%%=*}")"; printf "#!/bin/sh\\n" >"$b"; chmod +x "$b"; fi\n'
-    'done\nexit 0',
+    "done\nexit 0",
     # Like yum/dnf: "install NAME-VERSION" resolves against $S/available (lines "NAME VERSION-RELEASE"); a spec
     # that names no available package fails the whole transaction ("No package ... available"). Without
     # $S/available every install succeeds.

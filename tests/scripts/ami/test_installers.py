@@ -99,9 +99,13 @@ def test_fabric_manager_r450_on_amazon_linux_2_is_the_branch_package(amazon_linu
 
 
 def test_fabric_manager_r580_on_ubuntu_is_nvidias_unsuffixed_package(sandbox):
-    sandbox.env.update(GPUFLEET_OS_VERSION="22.04", GPUFLEET_DRIVER_VERSION="580.95.05",
-                       GPUFLEET_FABRIC_MANAGER_VERSION="580.95.05", GPUFLEET_FABRIC_MANAGER_URL="",
-                       GPUFLEET_FABRIC_MANAGER_PACKAGE="nvidia-fabricmanager")
+    sandbox.env.update(
+        GPUFLEET_OS_VERSION="22.04",
+        GPUFLEET_DRIVER_VERSION="580.95.05",
+        GPUFLEET_FABRIC_MANAGER_VERSION="580.95.05",
+        GPUFLEET_FABRIC_MANAGER_URL="",
+        GPUFLEET_FABRIC_MANAGER_PACKAGE="nvidia-fabricmanager",
+    )
     # NVIDIA's ubuntu2204 CUDA repository: the R580 package has no branch suffix.
     sandbox.set_state("madison/nvidia-fabricmanager", "580.95.05-1\n580.82.07-1\n")
     sandbox.write("/etc/apt/sources.list.d/gpufleet-cuda.list", "configured\n")
@@ -241,15 +245,15 @@ def ofi_nccl_configure(known: tuple[str, ...], builds_tests_always: bool) -> str
     """An autoconf configure of aws-ofi-nccl: KNOWN --with/--enable/--disable options (autoconf only warns about
     the others, at the end, and succeeds); it records the prefix and whether tests/ will be built for `make`."""
     return LOG_ARGS.replace("#!/bin/sh", "#!/usr/bin/env bash") + (
-        'prefix=/usr/local; tests=yes; unknown=()\n'
+        "prefix=/usr/local; tests=yes; unknown=()\n"
         'for a in "$@"; do\n'
         '  case "$a" in\n'
         '    --prefix=*) prefix="${a#*=}" ;;\n'
         f'    {"|".join(known)}) [[ "$a" == --disable-tests ]] && tests=no ;;\n'
         '    *) unknown+=("${a%%=*}") ;;\n'
-        '  esac\n'
-        'done\n'
-        + ('tests=yes\n' if builds_tests_always else '')
+        "  esac\n"
+        "done\n"
+        + ("tests=yes\n" if builds_tests_always else "")
         + 'printf "prefix=%s\\ntests=%s\\n" "$prefix" "$tests" >config.stub\n'
         '[[ ${#unknown[@]} -eq 0 ]] || echo "configure: WARNING: unrecognized options: ${unknown[*]}" >&2\n'
     )
@@ -267,7 +271,7 @@ CONFIGURE_1_16_3 = ofi_nccl_configure(
 # automake's make: tests/ compiles with CC=mpicc (v1.1.1 tests/Makefile.am), found on PATH or not at all;
 # `make install` puts the plugin under the configured prefix.
 OFI_NCCL_MAKE = (
-    'source ./config.stub\n'
+    "source ./config.stub\n"
     'if [[ "${1:-}" == install ]]; then mkdir -p "$prefix/lib"; echo plugin >"$prefix/lib/libnccl-net.so"; exit 0; fi\n'
     'if [[ "$tests" == yes ]] && ! command -v mpicc >/dev/null; then\n'
     '  echo "make[2]: mpicc: No such file or directory" >&2; exit 2; fi'

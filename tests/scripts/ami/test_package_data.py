@@ -106,10 +106,14 @@ def test_fsx_lustre_2_12_on_amazon_linux_2_comes_from_the_lustre_topic(extras):
 
 def test_fsx_lustre_on_ubuntu_pins_the_kernels_module_package_from_the_fsx_repository(sandbox):
     sandbox.set_state("download", "KEY\n")
-    madison_after_repository(sandbox, "gpufleet-fsx-lustre-1.list", {
-        "lustre-client-modules-5.4.0-1045-aws": "2.12.8-1\n2.10.8-1\n",
-        "lustre-client-utils": "2.12.8-1\n2.10.8-1\n",
-    })
+    madison_after_repository(
+        sandbox,
+        "gpufleet-fsx-lustre-1.list",
+        {
+            "lustre-client-modules-5.4.0-1045-aws": "2.12.8-1\n2.10.8-1\n",
+            "lustre-client-utils": "2.12.8-1\n2.10.8-1\n",
+        },
+    )
     result = sandbox.run("11-fsx-lustre.sh")
     assert result.returncode == 0, result.stderr
     assert (sandbox.root / "etc/apt/sources.list.d/gpufleet-fsx-lustre-1.list").read_text() == (

@@ -165,8 +165,10 @@ def test_each_failure_is_one_exact_line_and_no_manifest(good_image, case):
 
 def efa_installer_plugin(box, release: str = "1.16.3") -> None:
     """EFA installer >= 1.39's own aws-ofi-nccl (libnccl-net-ofi.so names its release; libnccl-net.so links to it)."""
-    library = box.write("/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net-ofi.so",
-                        f"\x7fELF\x00NET/OFI Initializing aws-ofi-nccl {release}\x00")
+    library = box.write(
+        "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu/libnccl-net-ofi.so",
+        f"\x7fELF\x00NET/OFI Initializing aws-ofi-nccl {release}\x00",
+    )
     (library.parent / "libnccl-net.so").symlink_to("libnccl-net-ofi.so")
 
 
@@ -276,8 +278,11 @@ def test_amazon_linux_reads_rpm_versions_of_the_packages_the_data_names(good_ima
 
 def test_fabric_manager_is_checked_under_the_name_the_data_gives(good_image):
     """R580 on Ubuntu: NVIDIA's package is nvidia-fabricmanager, without the branch suffix."""
-    good_image.env.update(GPUFLEET_DRIVER_VERSION="580.95.05", GPUFLEET_FABRIC_MANAGER_VERSION="580.95.05",
-                          GPUFLEET_FABRIC_MANAGER_PACKAGE="nvidia-fabricmanager")
+    good_image.env.update(
+        GPUFLEET_DRIVER_VERSION="580.95.05",
+        GPUFLEET_FABRIC_MANAGER_VERSION="580.95.05",
+        GPUFLEET_FABRIC_MANAGER_PACKAGE="nvidia-fabricmanager",
+    )
     good_image.set_state("nvidia-smi", "580.95.05\n" * 8)
     good_image.set_package("nvidia-fabricmanager", "580.95.05-1")
     assert good_image.run("15-validate.sh").returncode == 0

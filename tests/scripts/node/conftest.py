@@ -72,4 +72,3 @@ def node(tmp_path: Path) -> FakeNode:
     fake = FakeNode(root, bin_dir, tmp_path / "state.json", tmp_path / "calls.log")
     fake.set_state()
     return fake
-

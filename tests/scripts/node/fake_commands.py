@@ -55,8 +55,10 @@ def drive_exists(state: dict, device: str) -> bool:
 
 def array_of(state: dict, device: str) -> str | None:
     """The md device (md127) a path names: /dev/md127 or one of its /dev/md/ links."""
-    return next((md for md, array in state.get("arrays", {}).items()
-                 if device == f"/dev/{md}" or device in array["names"]), None)
+    return next(
+        (md for md, array in state.get("arrays", {}).items() if device == f"/dev/{md}" or device in array["names"]),
+        None,
+    )
 
 
 def holder_of(state: dict, drive: str) -> str | None:
@@ -121,8 +123,10 @@ def mdadm_examine(devices: list[str], state: dict) -> int:
             print(f"mdadm: No md superblock detected on {device}.", file=sys.stderr)
             status = 1
         else:
-            print(f"{device}:\n          Magic : a92b4efc\n     Array UUID : {superblock['uuid']}\n"
-                  f"           Name : {superblock['name']}\n   Raid Devices : {superblock['raid_devices']}")
+            print(
+                f"{device}:\n          Magic : a92b4efc\n     Array UUID : {superblock['uuid']}\n"
+                f"           Name : {superblock['name']}\n   Raid Devices : {superblock['raid_devices']}"
+            )
     return status
 
 
@@ -132,8 +136,10 @@ def mdadm_assemble(device: str, members: list[str], state: dict) -> int:
         if holder_of(state, member):  # Assemble.c opens each member O_EXCL
             print(f"mdadm: {member} is busy - skipping", file=sys.stderr)
         elif member not in state.get("superblocks", {}):
-            print(f"mdadm: no recogniseable superblock on {member}\n"
-                  f"mdadm: {member} has no superblock - assembly aborted", file=sys.stderr)
+            print(
+                f"mdadm: no recogniseable superblock on {member}\nmdadm: {member} has no superblock - assembly aborted",
+                file=sys.stderr,
+            )
             return 1
         else:
             usable.append(member)
@@ -145,8 +151,7 @@ def mdadm_assemble(device: str, members: list[str], state: dict) -> int:
         print(f"mdadm: superblock on {usable[-1]} doesn't match others - assembly aborted", file=sys.stderr)
         return 1
     if len(usable) < superblocks[0]["raid_devices"]:
-        print(f"mdadm: {device} assembled from {len(usable)} drives - not enough to start the array.",
-              file=sys.stderr)
+        print(f"mdadm: {device} assembled from {len(usable)} drives - not enough to start the array.", file=sys.stderr)
         return 1
     start_array(state, [device], usable, superblocks[0]["uuid"], running=True)
     print(f"mdadm: {device} has been started with {len(usable)} drives.", file=sys.stderr)
@@ -183,8 +188,11 @@ def mdadm_stop(device: str, state: dict) -> int:
         print(f"mdadm: error opening {device}: No such file or directory", file=sys.stderr)
         return 1
     if any(array_of(state, mounted) == md for mounted in state.get("mounts", {}).values()):
-        print(f"mdadm: Cannot get exclusive access to {device}:Perhaps a running process, mounted filesystem "
-              "or active volume group?", file=sys.stderr)
+        print(
+            f"mdadm: Cannot get exclusive access to {device}:Perhaps a running process, mounted filesystem "
+            "or active volume group?",
+            file=sys.stderr,
+        )
         return 1
     del state["arrays"][md]
     print(f"mdadm: stopped {device}", file=sys.stderr)
@@ -224,8 +232,11 @@ def mkfs_xfs(args: list[str], state: dict) -> int:
         return 1
     existing = state.get("filesystems", {}).get(key)
     if existing and "-f" not in args:
-        print(f"mkfs.xfs: {device} appears to contain an existing filesystem ({existing}).\n"
-              "mkfs.xfs: Use the -f option to force overwrite.", file=sys.stderr)
+        print(
+            f"mkfs.xfs: {device} appears to contain an existing filesystem ({existing}).\n"
+            "mkfs.xfs: Use the -f option to force overwrite.",
+            file=sys.stderr,
+        )
         return 1
     state.setdefault("filesystems", {})[key] = "xfs"
     save(state)
@@ -243,8 +254,11 @@ def mount(args: list[str], state: dict) -> int:
         print(f"mount: {directory}: mount point does not exist.", file=sys.stderr)
         return 32
     if key is None or key not in state.get("filesystems", {}):
-        print(f"mount: {directory}: wrong fs type, bad option, bad superblock on {device}, missing codepage or "
-              "helper program, or other error.", file=sys.stderr)
+        print(
+            f"mount: {directory}: wrong fs type, bad option, bad superblock on {device}, missing codepage or "
+            "helper program, or other error.",
+            file=sys.stderr,
+        )
         return 32
     state.setdefault("mounts", {})[directory] = device
     save(state)
@@ -327,8 +341,13 @@ def enable_mig(index: int, state: dict) -> int:
 
 # Clock options of nvidia-smi (its manual, https://docs.nvidia.com/deploy/nvidia-smi/index.html). "driver_options"
 # in the state lists those the installed driver has (default: all); the state records what each one set.
-CLOCK_OPTIONS = {"-pm": "persistence_mode", "-lgc": "locked_graphics_clocks", "-lmc": "locked_memory_clocks",
-                 "-lmcd": "deferred_memory_clock", "-ac": "applications_clocks"}
+CLOCK_OPTIONS = {
+    "-pm": "persistence_mode",
+    "-lgc": "locked_graphics_clocks",
+    "-lmc": "locked_memory_clocks",
+    "-lmcd": "deferred_memory_clock",
+    "-ac": "applications_clocks",
+}
 
 
 def set_clocks(args: list[str], state: dict) -> int:

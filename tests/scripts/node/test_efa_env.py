@@ -63,8 +63,12 @@ def test_old_plugin_profile_script(node):
     node.run("efa-env.sh", **SETTINGS)
 
     profile = (node.root / "etc/profile.d/gpufleet-efa.sh").read_text()
-    for line in ("export FI_PROVIDER=efa", "export NCCL_PROTO=simple", "export FI_EFA_USE_DEVICE_RDMA=1",
-                 "export GPUFLEET_EFA_LIBRARY_PATH=" + LIBRARY_PATH):
+    for line in (
+        "export FI_PROVIDER=efa",
+        "export NCCL_PROTO=simple",
+        "export FI_EFA_USE_DEVICE_RDMA=1",
+        "export GPUFLEET_EFA_LIBRARY_PATH=" + LIBRARY_PATH,
+    ):
         assert line in profile.splitlines()
     assert "aws-ofi-nccl 1.1.4-aws" in profile.splitlines()[0]
 
@@ -85,7 +89,9 @@ def source_profile(node, times: int = 1, shell: str = "sh") -> str:
     profile = node.root / "etc/profile.d/gpufleet-efa.sh"
     done = subprocess.run(
         [shell, "-c", f'{f". {profile} && " * times}echo "$LD_LIBRARY_PATH ${{FI_EFA_USE_DEVICE_RDMA:-}}"'],
-        env={"LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+        env={"LD_LIBRARY_PATH": "/usr/local/cuda/lib64", "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip()
@@ -115,9 +121,16 @@ def test_env_file_leaves_a_containers_library_path_alone(node):
     container_env = {"PATH": "/usr/bin:/bin", "LD_LIBRARY_PATH": "/usr/local/nvidia/lib64", **env_file(node)}
 
     inside = subprocess.run(
-        ["sh", "-c", 'export LD_LIBRARY_PATH="$GPUFLEET_EFA_LIBRARY_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; '
-                     'echo "$LD_LIBRARY_PATH"'],
-        env=container_env, capture_output=True, text=True, check=True,
+        [
+            "sh",
+            "-c",
+            'export LD_LIBRARY_PATH="$GPUFLEET_EFA_LIBRARY_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; '
+            'echo "$LD_LIBRARY_PATH"',
+        ],
+        env=container_env,
+        capture_output=True,
+        text=True,
+        check=True,
     )
 
     assert "LD_LIBRARY_PATH" not in env_file(node)
@@ -172,8 +185,9 @@ def write_manifest_with_plugin_dir(node, plugin_dir: str) -> None:
     """What 15-validate.sh writes on images whose EFA installer ships the plugin: paths.aws_ofi_nccl_lib."""
     manifest = node.root / "etc/gpufleet/versions.json"
     manifest.parent.mkdir(parents=True, exist_ok=True)
-    manifest.write_text(json.dumps({"components": {"aws_ofi_nccl": "1.16.3"},
-                                    "paths": {"aws_ofi_nccl_lib": plugin_dir}}))
+    manifest.write_text(
+        json.dumps({"components": {"aws_ofi_nccl": "1.16.3"}, "paths": {"aws_ofi_nccl_lib": plugin_dir}})
+    )
 
 
 def test_library_path_follows_the_plugin_directory_the_image_recorded(node):
@@ -182,8 +196,8 @@ def test_library_path_follows_the_plugin_directory_the_image_recorded(node):
     node.run("efa-env.sh", **SETTINGS)
 
     assert env_file(node) == {
-        "GPUFLEET_EFA_LIBRARY_PATH":
-            "/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"
+        "GPUFLEET_EFA_LIBRARY_PATH": "/opt/amazon/efa/lib:/opt/amazon/openmpi/lib:"
+        "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"
     }
 
 
@@ -196,8 +210,10 @@ def test_amazon_linux_2_layout_uses_lib64(node):
 
     library_path = "/opt/amazon/efa/lib64:/opt/amazon/openmpi/lib64:/opt/amazon/ofi-nccl/lib64"
     assert env_file(node) == {"GPUFLEET_EFA_LIBRARY_PATH": library_path}
-    assert f"export GPUFLEET_EFA_LIBRARY_PATH={library_path}" in (
-        node.root / "etc/profile.d/gpufleet-efa.sh").read_text().splitlines()
+    assert (
+        f"export GPUFLEET_EFA_LIBRARY_PATH={library_path}"
+        in (node.root / "etc/profile.d/gpufleet-efa.sh").read_text().splitlines()
+    )
 
 
 def test_the_directory_that_holds_the_library_wins_over_one_that_merely_exists(node):
@@ -209,10 +225,13 @@ def test_the_directory_that_holds_the_library_wins_over_one_that_merely_exists(n
     assert env_file(node)["GPUFLEET_EFA_LIBRARY_PATH"] == LIBRARY_PATH
 
 
-@pytest.mark.parametrize(("missing", "message"), [
-    ("opt/amazon", "no libfabric.so in /opt/amazon/efa/lib64 or /opt/amazon/efa/lib: the EFA installer did not"),
-    ("opt/amazon/openmpi/lib", "no libmpi.so in /opt/amazon/openmpi/lib64 or /opt/amazon/openmpi/lib"),
-])
+@pytest.mark.parametrize(
+    ("missing", "message"),
+    [
+        ("opt/amazon", "no libfabric.so in /opt/amazon/efa/lib64 or /opt/amazon/efa/lib: the EFA installer did not"),
+        ("opt/amazon/openmpi/lib", "no libmpi.so in /opt/amazon/openmpi/lib64 or /opt/amazon/openmpi/lib"),
+    ],
+)
 def test_missing_efa_libraries_are_a_clear_error(node, missing, message):
     shutil.rmtree(node.root / missing)
     write_manifest(node, "1.14.0")

@@ -64,8 +64,11 @@ def test_second_run_is_a_no_op(set_up_node, settings):
     assert "already mounted" in result.stdout
 
 
-@pytest.mark.parametrize("udev_names", [[ARRAY], ["/dev/md/scratch_0"], []],
-                         ids=["as-/dev/md/scratch", "with-host-suffix", "only-/dev/md127"])
+@pytest.mark.parametrize(
+    "udev_names",
+    [[ARRAY], ["/dev/md/scratch_0"], []],
+    ids=["as-/dev/md/scratch", "with-host-suffix", "only-/dev/md127"],
+)
 def test_after_a_reboot_the_array_udev_assembled_is_mounted_whatever_its_name(set_up_node, settings, udev_names):
     reboot(set_up_node, udev_names)
 
@@ -78,7 +81,8 @@ def test_after_a_reboot_the_array_udev_assembled_is_mounted_whatever_its_name(se
 
 
 def test_after_a_reboot_without_auto_assembly_the_array_is_assembled_and_mounted_without_formatting(
-        set_up_node, settings):
+    set_up_node, settings
+):
     reboot(set_up_node, udev_names=None)
 
     set_up_node.run("raid0-nvme.sh", **settings)
@@ -98,7 +102,10 @@ def test_an_inactive_array_udev_left_holding_some_drives_is_stopped_and_the_arra
     set_up_node.run("raid0-nvme.sh", **settings)
 
     assert set_up_node.calls("mdadm") == [
-        ["--stop", "/dev/md127"], ["--examine", *MEMBERS], ["--assemble", ARRAY, *MEMBERS]]
+        ["--stop", "/dev/md127"],
+        ["--examine", *MEMBERS],
+        ["--assemble", ARRAY, *MEMBERS],
+    ]
     assert set_up_node.calls("mkfs.xfs") == []
     assert set_up_node.state["mounts"] == {settings["GPUFLEET_SCRATCH_MOUNT"]: ARRAY}
 
@@ -109,8 +116,9 @@ def test_a_drive_probed_late_is_waited_for_while_udev_finishes_the_array(set_up_
     # nvme8n1 shows up only after the first look; udev has put the other seven into an array it cannot start yet.
     uuid = state["superblocks"][MEMBERS[0]]["uuid"]
     waiting = {"uuid": uuid, "names": [], "members": MEMBERS[:7], "state": "inactive"}
-    set_up_node.set_state(**{**state, "drives": state["drives"][:-1], "late_drives": state["drives"][-1:],
-                             "arrays": {"md127": waiting}})
+    set_up_node.set_state(
+        **{**state, "drives": state["drives"][:-1], "late_drives": state["drives"][-1:], "arrays": {"md127": waiting}}
+    )
 
     result = set_up_node.run("raid0-nvme.sh", **settings)
 
@@ -132,8 +140,11 @@ def test_after_a_stop_start_the_blank_drives_get_a_new_array(set_up_node, settin
 
 def test_a_running_array_over_only_some_of_the_drives_is_left_alone(node, settings):
     superblock = {"uuid": "other", "name": "any:other", "raid_devices": 4}
-    node.set_state(drives=drives(8), superblocks={member: superblock for member in MEMBERS[:4]},
-                   arrays={"md127": {"uuid": "other", "names": [], "members": MEMBERS[:4], "state": "clean"}})
+    node.set_state(
+        drives=drives(8),
+        superblocks={member: superblock for member in MEMBERS[:4]},
+        arrays={"md127": {"uuid": "other", "names": [], "members": MEMBERS[:4], "state": "clean"}},
+    )
 
     result = node.run("raid0-nvme.sh", check=False, **settings)
 

@@ -20,14 +20,18 @@ def watch(node, tmp_path):
     hook_log = tmp_path / "hook.log"
 
     def watch(iterations: int, check: bool = True, **settings: str):
-        result = node.run("spot-watcher.sh", check=check, **{
-            "GPUFLEET_SPOT_WATCHER": "1",
-            "GPUFLEET_IMDS_URL": "http://imds.test",
-            "GPUFLEET_POLL_SECONDS": "0",
-            "GPUFLEET_WATCH_ITERATIONS": str(iterations),
-            "GPUFLEET_CHECKPOINT_HOOK": f'echo "$GPUFLEET_NOTICE_PATH $GPUFLEET_NOTICE" >> {hook_log}',
-            **settings,
-        })
+        result = node.run(
+            "spot-watcher.sh",
+            check=check,
+            **{
+                "GPUFLEET_SPOT_WATCHER": "1",
+                "GPUFLEET_IMDS_URL": "http://imds.test",
+                "GPUFLEET_POLL_SECONDS": "0",
+                "GPUFLEET_WATCH_ITERATIONS": str(iterations),
+                "GPUFLEET_CHECKPOINT_HOOK": f'echo "$GPUFLEET_NOTICE_PATH $GPUFLEET_NOTICE" >> {hook_log}',
+                **settings,
+            },
+        )
         runs = hook_log.read_text().splitlines() if hook_log.exists() else []
         return result, runs
 
@@ -55,7 +59,9 @@ def test_token_is_sent_with_every_request(node, watch):
 
     token_requests = [call for call in node.calls("curl") if call[-1].endswith("/latest/api/token")]
     ttl_header = "X-aws-ec2-metadata-token-ttl-seconds: 21600"
-    assert token_requests == [["-fsS", "--max-time", "2", "-X", "PUT", "-H", ttl_header, "http://imds.test/latest/api/token"]]
+    assert token_requests == [
+        ["-fsS", "--max-time", "2", "-X", "PUT", "-H", ttl_header, "http://imds.test/latest/api/token"]
+    ]
     for call in metadata_gets(node, "spot/instance-action"):
         assert "X-aws-ec2-metadata-token: token-1" in call
 
@@ -80,10 +86,12 @@ def test_rebalance_recommendation_runs_the_hook(node, watch):
 
 def test_interruption_after_a_rebalance_recommendation_runs_the_hook_again(node, watch):
     """Rebalance at poll 2, interruption at poll 5: one run for each, none on the polls after."""
-    node.set_state(imds={
-        "events/recommendations/rebalance": from_poll(2, REBALANCE),
-        "spot/instance-action": from_poll(5, INTERRUPTION),
-    })
+    node.set_state(
+        imds={
+            "events/recommendations/rebalance": from_poll(2, REBALANCE),
+            "spot/instance-action": from_poll(5, INTERRUPTION),
+        }
+    )
 
     result, runs = watch(iterations=9)
 
@@ -98,8 +106,12 @@ def test_interruption_after_a_rebalance_recommendation_runs_the_hook_again(node,
 def test_a_restarted_watcher_still_runs_the_hook_for_the_interruption(node, watch):
     node.set_state(imds={"events/recommendations/rebalance": [[200, REBALANCE]]})
     watch(iterations=2)
-    node.set_state(imds={"events/recommendations/rebalance": [[200, REBALANCE]],
-                         "spot/instance-action": from_poll(2, INTERRUPTION)})
+    node.set_state(
+        imds={
+            "events/recommendations/rebalance": [[200, REBALANCE]],
+            "spot/instance-action": from_poll(2, INTERRUPTION),
+        }
+    )
 
     result, runs = watch(iterations=3)
 
@@ -111,17 +123,21 @@ def test_a_restarted_watcher_still_runs_the_hook_for_the_interruption(node, watc
 def test_no_rebalance_run_once_the_interruption_ran(node, watch, rebalance_poll):
     """AWS: the recommendation can arrive along with the interruption notice; the hook then runs only for the
     interruption, which is polled first."""
-    node.set_state(imds={
-        "spot/instance-action": [[200, INTERRUPTION]],
-        "events/recommendations/rebalance": from_poll(rebalance_poll, REBALANCE),
-    })
+    node.set_state(
+        imds={
+            "spot/instance-action": [[200, INTERRUPTION]],
+            "events/recommendations/rebalance": from_poll(rebalance_poll, REBALANCE),
+        }
+    )
 
     result, runs = watch(iterations=4)
 
     assert runs == [f"spot/instance-action {INTERRUPTION}"]
     assert f"notice at events/recommendations/rebalance: {REBALANCE}" in result.stdout
-    assert "checkpoint hook already ran for spot/instance-action; not running it for events/recommendations/rebalance" \
+    assert (
+        "checkpoint hook already ran for spot/instance-action; not running it for events/recommendations/rebalance"
         in result.stdout
+    )
 
 
 def test_no_notice_no_hook(node, watch):
@@ -177,8 +193,10 @@ def test_disabled_exits_at_once(node, watch):
     assert node.calls() == []
 
 
-@pytest.mark.parametrize(("name", "value"), [("GPUFLEET_POLL_SECONDS", "soon"), ("GPUFLEET_WATCH_ITERATIONS", "-1"),
-                                             ("GPUFLEET_IMDS_TOKEN_TTL_SECONDS", "0")])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("GPUFLEET_POLL_SECONDS", "soon"), ("GPUFLEET_WATCH_ITERATIONS", "-1"), ("GPUFLEET_IMDS_TOKEN_TTL_SECONDS", "0")],
+)
 def test_bad_setting_is_a_clear_error(node, watch, name, value):
     result, _ = watch(iterations=1, check=False, **{name: value})
 

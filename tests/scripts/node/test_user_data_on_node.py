@@ -39,8 +39,9 @@ def test_user_data_installs_scripts_units_and_settings(node, tmp_path):
         ["restart", "gpufleet-node-setup.service"],
     ]
     settings = node.root / "etc/gpufleet/node.env"
-    shell = subprocess.run(["bash", "-c", f'. "{settings}" && printf %s "$GPUFLEET_CHECKPOINT_HOOK"'],
-                           capture_output=True, text=True)
+    shell = subprocess.run(
+        ["bash", "-c", f'. "{settings}" && printf %s "$GPUFLEET_CHECKPOINT_HOOK"'], capture_output=True, text=True
+    )
     assert shell.stdout == HOOK
 
 
@@ -67,11 +68,21 @@ def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path):
     scratch = tmp_path / "scratch"
     # As gpufleet-node-setup.service starts it: settings from node.env (the scratch mount moved into tmp_path).
     setup = subprocess.run(
-        ["bash", "-c", f'. "{node.root}/etc/gpufleet/node.env" && GPUFLEET_SCRATCH_MOUNT={scratch} '
-                       f'exec "{node.root}/opt/gpufleet/node/run-setup.sh"'],
-        env={"PATH": f"{node.bin_dir}:/usr/bin:/bin", "GPUFLEET_ROOT": str(node.root),
-             "FAKE_STATE": str(node.state_file), "FAKE_LOG": str(node.log_file)},
-        capture_output=True, text=True, timeout=60,
+        [
+            "bash",
+            "-c",
+            f'. "{node.root}/etc/gpufleet/node.env" && GPUFLEET_SCRATCH_MOUNT={scratch} '
+            f'exec "{node.root}/opt/gpufleet/node/run-setup.sh"',
+        ],
+        env={
+            "PATH": f"{node.bin_dir}:/usr/bin:/bin",
+            "GPUFLEET_ROOT": str(node.root),
+            "FAKE_STATE": str(node.state_file),
+            "FAKE_LOG": str(node.log_file),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
     assert setup.returncode == 0, setup.stderr
@@ -89,9 +100,15 @@ def test_a_failing_setup_script_does_not_stop_the_others(node, tmp_path):
     run_user_data(node, tmp_path)
     node.set_state(drives=[], gpus=[], supported_clocks="")
 
-    setup = node.run(node.root / "opt/gpufleet/node/run-setup.sh", check=False,
-                     GPUFLEET_SETUP_SCRIPTS="gpu-clocks efa-env", GPUFLEET_MAX_CLOCKS="1", GPUFLEET_GPU_COUNT="8",
-                     GPUFLEET_GPU_COMPUTE_CAPABILITY="8.0", GPUFLEET_EFA="0")
+    setup = node.run(
+        node.root / "opt/gpufleet/node/run-setup.sh",
+        check=False,
+        GPUFLEET_SETUP_SCRIPTS="gpu-clocks efa-env",
+        GPUFLEET_MAX_CLOCKS="1",
+        GPUFLEET_GPU_COUNT="8",
+        GPUFLEET_GPU_COMPUTE_CAPABILITY="8.0",
+        GPUFLEET_EFA="0",
+    )
 
     assert setup.returncode == 1
     assert "node-setup: running efa-env" in setup.stdout

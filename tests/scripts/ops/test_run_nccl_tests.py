@@ -29,9 +29,16 @@ def write_efa_environment(root: Path, layout: str, manifest: dict) -> None:
     (root / "etc/gpufleet").mkdir(parents=True, exist_ok=True)
     (root / "etc/gpufleet/versions.json").write_text(json.dumps(manifest))
     subprocess.run(
-        [str(EFA_ENV)], check=True, capture_output=True, text=True,
-        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "GPUFLEET_ROOT": str(root),
-             "GPUFLEET_EFA": "1", "GPUFLEET_GPUDIRECT_RDMA": "1"},
+        [str(EFA_ENV)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={
+            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+            "GPUFLEET_ROOT": str(root),
+            "GPUFLEET_EFA": "1",
+            "GPUFLEET_GPUDIRECT_RDMA": "1",
+        },
     )
 
 

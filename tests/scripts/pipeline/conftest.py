@@ -34,9 +34,15 @@ class Tools:
 
     def env(self, **settings: str) -> dict[str, str]:
         """A clean environment: the fake tools first on PATH, then the system's (bash, python3, sha256sum, grep)."""
-        return {"PATH": f"{self.bin_dir}:/usr/local/bin:/usr/bin:/bin", "HOME": str(self.tmp_dir),
-                "TMPDIR": str(self.tmp_dir), "FAKE_STATE": str(self.state_file), "FAKE_LOG": str(self.log_file),
-                "FAKE_BIN": str(self.bin_dir), **settings}
+        return {
+            "PATH": f"{self.bin_dir}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(self.tmp_dir),
+            "TMPDIR": str(self.tmp_dir),
+            "FAKE_STATE": str(self.state_file),
+            "FAKE_LOG": str(self.log_file),
+            "FAKE_BIN": str(self.bin_dir),
+            **settings,
+        }
 
     def run(self, script: Path | str, **settings: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["bash", str(script)], env=self.env(**settings), capture_output=True, text=True)
@@ -55,4 +61,3 @@ def tools(tmp_path: Path) -> Tools:
     fake = Tools(bin_dir, tmp_path / "state.json", tmp_path / "calls.log", tmp_dir)
     fake.set_state()
     return fake
-

@@ -42,8 +42,10 @@ def curl(args: list[str]) -> int:
         Path(out).write_bytes(zip_bytes)
     elif url.endswith("_SHA256SUMS"):
         # The real file lists every platform's zip; the linux_amd64 line holds the digest of the genuine zip.
-        Path(out).write_text(f"{'0' * 64}  packer_1.11.2_darwin_arm64.zip\n"
-                             f"{hashlib.sha256(PACKER_ZIP).hexdigest()}  packer_1.11.2_linux_amd64.zip\n")
+        Path(out).write_text(
+            f"{'0' * 64}  packer_1.11.2_darwin_arm64.zip\n"
+            f"{hashlib.sha256(PACKER_ZIP).hexdigest()}  packer_1.11.2_linux_amd64.zip\n"
+        )
     else:
         Path(out).write_text(f"downloaded from {url}\n")
     return 0
@@ -91,12 +93,23 @@ def packer(args: list[str]) -> int:
     if command == "build":
         variables = dict(arg.split("=", 1) for arg in args if "=" in arg and not arg.startswith("-"))
         # The manifest post-processor's format (strip_path, custom_data): one entry per run, artifact "REGION:AMI".
-        Path(variables["manifest_path"]).write_text(json.dumps({
-            "builds": [{"name": "gpufleet", "builder_type": "amazon-ebs", "build_time": 1795413600,
-                        "artifact_id": f"{variables['region']}:{BUILT_IMAGE}", "packer_run_uuid": "run-1",
-                        "custom_data": {"build_id": variables["build_id"]}}],
-            "last_run_uuid": "run-1",
-        }))
+        Path(variables["manifest_path"]).write_text(
+            json.dumps(
+                {
+                    "builds": [
+                        {
+                            "name": "gpufleet",
+                            "builder_type": "amazon-ebs",
+                            "build_time": 1795413600,
+                            "artifact_id": f"{variables['region']}:{BUILT_IMAGE}",
+                            "packer_run_uuid": "run-1",
+                            "custom_data": {"build_id": variables["build_id"]},
+                        }
+                    ],
+                    "last_run_uuid": "run-1",
+                }
+            )
+        )
     return 0
 
 
@@ -127,8 +140,15 @@ def aws(args: list[str]) -> int:
     return 0
 
 
-TOOLS = {"curl": curl, "gpg": gpg, "unzip": unzip, "dpkg": dpkg, "session-manager-plugin": session_manager_plugin,
-         "packer": packer, "aws": aws}
+TOOLS = {
+    "curl": curl,
+    "gpg": gpg,
+    "unzip": unzip,
+    "dpkg": dpkg,
+    "session-manager-plugin": session_manager_plugin,
+    "packer": packer,
+    "aws": aws,
+}
 
 if __name__ == "__main__":
     name, arguments = sys.argv[1], sys.argv[2:]

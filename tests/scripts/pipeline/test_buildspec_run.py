@@ -57,10 +57,14 @@ def run_build(spec: dict, source: Path, env: dict[str, str]) -> dict[str, str]:
 def source_files() -> list[str]:
     """The files and symlinks of the source asset: the working tree's (tracked, or new and not ignored), less the
     stack's excludes (asset staging and git both drop build output and local state)."""
-    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=REPO,
-                            capture_output=True, text=True, check=True).stdout.split("\0")
-    return [name for name in listed
-            if name and (REPO / name).exists() and name.split("/")[0] not in SOURCE_EXCLUDES]
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
+    return [name for name in listed if name and (REPO / name).exists() and name.split("/")[0] not in SOURCE_EXCLUDES]
 
 
 @pytest.fixture(scope="module")
@@ -82,9 +86,12 @@ def venv(tmp_path_factory) -> Path:
     """A virtualenv without gpufleet whose Python also sees the test's installed packages (pip among them)."""
     directory = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(directory)], check=True)
-    site_packages = subprocess.run([str(directory / "bin" / "python"), "-c",
-                                    "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                   capture_output=True, text=True, check=True).stdout.strip()
+    site_packages = subprocess.run(
+        [str(directory / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     Path(site_packages, "test-dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     return directory
 
@@ -97,11 +104,17 @@ def build(tools, uploaded, venv, tmp_path):
     def start(profile: str, spec: dict = SPEC) -> dict[str, str]:
         env = tools.env(
             # What CodeBuild sets, then the buildspec's variables, the project's and the build's override.
-            CODEBUILD_SRC_DIR=str(source), CODEBUILD_BUILD_ID=BUILD_ID, AWS_REGION=PIPELINE.region,
-            AWS_DEFAULT_REGION=PIPELINE.region, CODEBUILD_BUILD_SUCCEEDING="1",
-            **spec["env"]["variables"], **{BUILD_INSTANCE_PROFILE_VARIABLE: INSTANCE_PROFILE}, PROFILE=profile,
+            CODEBUILD_SRC_DIR=str(source),
+            CODEBUILD_BUILD_ID=BUILD_ID,
+            AWS_REGION=PIPELINE.region,
+            AWS_DEFAULT_REGION=PIPELINE.region,
+            CODEBUILD_BUILD_SUCCEEDING="1",
+            **spec["env"]["variables"],
+            **{BUILD_INSTANCE_PROFILE_VARIABLE: INSTANCE_PROFILE},
+            PROFILE=profile,
             # The test's own: where install-tools.sh unpacks packer, the virtualenv, pip's configuration.
-            TOOLS_BIN_DIR=str(tmp_path / "tools"), GPUFLEET_VENV=str(venv),
+            TOOLS_BIN_DIR=str(tmp_path / "tools"),
+            GPUFLEET_VENV=str(venv),
             **{key: value for key, value in os.environ.items() if key.startswith("PIP_")},
         )
         env["PATH"] = f"{tmp_path / 'tools'}:{env['PATH']}"
@@ -124,8 +137,19 @@ def steps(tools) -> list[str]:
     return named
 
 
-INSTALL = ["curl", "curl", "curl", "curl", "gpg", "gpg", "unzip -o", "packer version", "curl", "dpkg -i",
-           "session-manager-plugin --version"]
+INSTALL = [
+    "curl",
+    "curl",
+    "curl",
+    "curl",
+    "gpg",
+    "gpg",
+    "unzip -o",
+    "packer version",
+    "curl",
+    "dpkg -i",
+    "session-manager-plugin --version",
+]
 
 
 def test_every_command_is_a_self_contained_pipeline_script():
@@ -138,14 +162,27 @@ def test_every_command_is_a_self_contained_pipeline_script():
 
 def test_build_installs_checks_renders_builds_copies_and_publishes_in_order(build, tools, venv):
     assert build("ubuntu2204-cuda12") == {"install": "SUCCEEDED", "build": "SUCCEEDED"}
-    assert steps(tools) == [*INSTALL, "packer init", "packer build", "aws ec2 describe-images us-east-1",
-                            "aws ec2 copy-image us-west-2", "aws ssm put-parameter us-east-1",
-                            "aws ssm add-tags-to-resource us-east-1", "aws ec2 wait us-west-2",
-                            "aws ssm put-parameter us-west-2", "aws ssm add-tags-to-resource us-west-2"]
+    assert steps(tools) == [
+        *INSTALL,
+        "packer init",
+        "packer build",
+        "aws ec2 describe-images us-east-1",
+        "aws ec2 copy-image us-west-2",
+        "aws ssm put-parameter us-east-1",
+        "aws ssm add-tags-to-resource us-east-1",
+        "aws ec2 wait us-west-2",
+        "aws ssm put-parameter us-west-2",
+        "aws ssm add-tags-to-resource us-west-2",
+    ]
     # gpufleet came from the uploaded sources into the build's virtualenv, and rendered what packer ran.
     assert (venv / "bin" / "gpufleet").exists()
-    imported_from = subprocess.run([str(venv / "bin" / "python"), "-c", "import gpufleet; print(gpufleet.__file__)"],
-                                   cwd=venv, capture_output=True, text=True, check=True).stdout.strip()
+    imported_from = subprocess.run(
+        [str(venv / "bin" / "python"), "-c", "import gpufleet; print(gpufleet.__file__)"],
+        cwd=venv,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert imported_from.startswith(str(venv)), imported_from
     rendered = build.source / "build" / "ubuntu2204-cuda12"
     (init,) = [call for call in tools.calls("packer") if call[1] == "init"]
@@ -153,10 +190,15 @@ def test_build_installs_checks_renders_builds_copies_and_publishes_in_order(buil
     assert init[-1] == packer_build[-1] == "build/ubuntu2204-cuda12"
     assert json.loads((rendered / "gpufleet.auto.pkrvars.json").read_text())["instance_profile"] == INSTANCE_PROFILE
     assert [arg for arg in packer_build if arg.startswith(("region=", "build_id=", "manifest_path="))] == [
-        "region=us-east-1", f"build_id={BUILD_ID}", f"manifest_path={build.source}/build/image-manifest.json"]
+        "region=us-east-1",
+        f"build_id={BUILD_ID}",
+        f"manifest_path={build.source}/build/image-manifest.json",
+    ]
     puts = [call for call in tools.calls("aws") if call[2] == "put-parameter"]
     assert [(call[call.index("--region") + 1], call[call.index("--value") + 1]) for call in puts] == [
-        ("us-east-1", BUILT_IMAGE), ("us-west-2", copy_id("us-west-2"))]
+        ("us-east-1", BUILT_IMAGE),
+        ("us-west-2", copy_id("us-west-2")),
+    ]
 
 
 def test_a_failing_check_builds_and_publishes_nothing(build, tools):
@@ -174,8 +216,12 @@ def test_a_failing_packer_build_publishes_nothing(build, tools):
 def test_a_failing_copy_publishes_nothing_in_that_region_but_the_build_region_still_gets_the_image(build, tools):
     tools.set_state(fail=["aws ec2 copy-image us-west-2"])
     assert build("ubuntu2204-cuda12") == {"install": "SUCCEEDED", "build": "FAILED"}
-    assert steps(tools)[-4:] == ["aws ec2 describe-images us-east-1", "aws ec2 copy-image us-west-2",
-                                 "aws ssm put-parameter us-east-1", "aws ssm add-tags-to-resource us-east-1"]
+    assert steps(tools)[-4:] == [
+        "aws ec2 describe-images us-east-1",
+        "aws ec2 copy-image us-west-2",
+        "aws ssm put-parameter us-east-1",
+        "aws ssm add-tags-to-resource us-east-1",
+    ]
 
 
 def test_a_failed_install_skips_the_build(build, tools):

@@ -11,8 +11,12 @@ from tests.scripts.pipeline.fake_tools import FINGERPRINT, PACKER_ZIP
 
 SCRIPT = SCRIPTS_DIR / "install-tools.sh"
 RELEASES = "https://releases.hashicorp.com/packer/1.11.2"
-SETTINGS = {"PACKER_VERSION": "1.11.2", "PACKER_SHA256": "", "HASHICORP_KEY_FINGERPRINT": FINGERPRINT,
-            "SESSION_MANAGER_PLUGIN_VERSION": "1.2.764.0"}
+SETTINGS = {
+    "PACKER_VERSION": "1.11.2",
+    "PACKER_SHA256": "",
+    "HASHICORP_KEY_FINGERPRINT": FINGERPRINT,
+    "SESSION_MANAGER_PLUGIN_VERSION": "1.2.764.0",
+}
 
 
 def install(tools, tmp_path, **overrides):
@@ -31,8 +35,11 @@ def test_downloads_verifies_then_installs_packer_and_the_plugin(tools, tmp_path)
         "https://www.hashicorp.com/.well-known/pgp-key.txt",
         "https://s3.amazonaws.com/session-manager-downloads/plugin/1.2.764.0/ubuntu_64bit/session-manager-plugin.deb",
     ]
-    order = [call[0] if call[0] != "gpg" else next(f"gpg {a}" for a in call if a in ("--import", "--verify"))
-             for call in calls if call[0] != "curl"]
+    order = [
+        call[0] if call[0] != "gpg" else next(f"gpg {a}" for a in call if a in ("--import", "--verify"))
+        for call in calls
+        if call[0] != "curl"
+    ]
     assert order == ["gpg --import", "gpg --verify", "unzip", "packer", "dpkg", "session-manager-plugin"]
     (unzip,) = tools.calls("unzip")
     assert unzip[1:4] == ["-o", "-d", str(tmp_path / "tools")]
@@ -42,15 +49,25 @@ def test_downloads_verifies_then_installs_packer_and_the_plugin(tools, tmp_path)
     assert list(tools.tmp_dir.iterdir()) == []
 
 
-@pytest.mark.parametrize(("state", "settings", "message"), [
-    ({"packer_zip": "a tampered zip"}, {},
-     "install-tools: packer_1.11.2_linux_amd64.zip does not match packer_1.11.2_SHA256SUMS"),
-    ({}, {"PACKER_SHA256": "0" * 64},
-     "install-tools: packer_1.11.2_linux_amd64.zip does not match PACKER_SHA256 (packer.sha256 of ami/pipeline.yaml)"),
-    ({"fail": ["gpg --verify"]}, {}, "install-tools: the signature of packer_1.11.2_SHA256SUMS does not verify"),
-    ({"signer": "B" * 40}, {}, f"install-tools: packer_1.11.2_SHA256SUMS is not signed by {FINGERPRINT}"),
-    ({"fail": [f"curl {RELEASES}/packer_1.11.2_SHA256SUMS.sig"]}, {}, "curl: (22)"),
-])
+@pytest.mark.parametrize(
+    ("state", "settings", "message"),
+    [
+        (
+            {"packer_zip": "a tampered zip"},
+            {},
+            "install-tools: packer_1.11.2_linux_amd64.zip does not match packer_1.11.2_SHA256SUMS",
+        ),
+        (
+            {},
+            {"PACKER_SHA256": "0" * 64},
+            "install-tools: packer_1.11.2_linux_amd64.zip does not match PACKER_SHA256 (packer.sha256 of "
+            "ami/pipeline.yaml)",
+        ),
+        ({"fail": ["gpg --verify"]}, {}, "install-tools: the signature of packer_1.11.2_SHA256SUMS does not verify"),
+        ({"signer": "B" * 40}, {}, f"install-tools: packer_1.11.2_SHA256SUMS is not signed by {FINGERPRINT}"),
+        ({"fail": [f"curl {RELEASES}/packer_1.11.2_SHA256SUMS.sig"]}, {}, "curl: (22)"),
+    ],
+)
 def test_nothing_is_unpacked_unless_every_check_passes(tools, tmp_path, state, settings, message):
     tools.set_state(**state)
     result = install(tools, tmp_path, **settings)

@@ -8,15 +8,17 @@ from stacks.constructs.node_network_interfaces import node_network_interfaces
 
 def layout(instance, efa):
     interfaces = node_network_interfaces(instance=instance, efa=efa, subnet_id="subnet-1", security_group_id="sg-1")
-    return [
-        (i.network_card_index, i.device_index, i.interface_type, i.associate_public_ip_address) for i in interfaces
-    ]
+    return [(i.network_card_index, i.device_index, i.interface_type, i.associate_public_ip_address) for i in interfaces]
 
 
 def test_a_type_without_efa_only_gets_efa_interfaces_at_device_1_on_further_cards():
     p4d = load_catalog()["p4d.24xlarge"].model_copy(update={"efa_only_interfaces": False})
-    assert layout(p4d, efa=True) == [(0, 0, "efa", False), (1, 1, "efa", False), (2, 1, "efa", False),
-                                     (3, 1, "efa", False)]
+    assert layout(p4d, efa=True) == [
+        (0, 0, "efa", False),
+        (1, 1, "efa", False),
+        (2, 1, "efa", False),
+        (3, 1, "efa", False),
+    ]
 
 
 def test_without_efa_a_node_has_one_plain_interface():

@@ -1,0 +1,92 @@
+"""What every configuration rule builds on: the Problem it reports, the Validator base class, and the checks that
+environments (gpufleet.validators) and the AMI pipeline (gpufleet.ami.pipeline) share.
+
+It imports no configuration model, so the modules that define the models and those that check them can all import
+it without importing each other.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar, Generic, Literal, TypeVar
+
+Severity = Literal["error", "warning"]
+
+# CloudWatch Logs retention periods, in days, with the name aws_cdk.aws_logs.RetentionDays gives each.
+LOG_RETENTION_DAYS = {
+    1: "ONE_DAY",
+    3: "THREE_DAYS",
+    5: "FIVE_DAYS",
+    7: "ONE_WEEK",
+    14: "TWO_WEEKS",
+    30: "ONE_MONTH",
+    60: "TWO_MONTHS",
+    90: "THREE_MONTHS",
+    120: "FOUR_MONTHS",
+    150: "FIVE_MONTHS",
+    180: "SIX_MONTHS",
+    365: "ONE_YEAR",
+    400: "THIRTEEN_MONTHS",
+    545: "EIGHTEEN_MONTHS",
+    731: "TWO_YEARS",
+    1096: "THREE_YEARS",
+    1827: "FIVE_YEARS",
+    2192: "SIX_YEARS",
+    2557: "SEVEN_YEARS",
+    2922: "EIGHT_YEARS",
+    3288: "NINE_YEARS",
+    3653: "TEN_YEARS",
+}
+
+
+@dataclass(frozen=True)
+class Problem:
+    field: str
+    message: str
+    severity: Severity = "error"
+
+    def line(self, path: Path) -> str:
+        """The line `gpufleet validate` prints: FILE: FIELD: MESSAGE, a warning marked as one."""
+        marker = "warning: " if self.severity == "warning" else ""
+        return f"{path}: {self.field}: {marker}{self.message}"
+
+
+Subject = TypeVar("Subject")
+Context = TypeVar("Context")
+
+
+class Validator(Generic[Subject, Context]):
+    """A rule: ``check`` returns the problems it finds in the subject (an environment, the pipeline
+    configuration), an empty list when the subject satisfies it."""
+
+    field: ClassVar[str]
+    severity: ClassVar[Severity] = "error"
+
+    def check(self, subject: Subject, context: Context) -> list[Problem]:
+        raise NotImplementedError
+
+    def problem(self, message: str) -> list[Problem]:
+        return [Problem(self.field, message, self.severity)]
+
+    def problem_if(self, message: str | None) -> list[Problem]:
+        return self.problem(message) if message else []
+
+
+def account_id_problem(account: str) -> str | None:
+    if not re.fullmatch(r"\d{12}", account):
+        return f"'{account}' is not an AWS account id (exactly 12 digits, quoted)"
+    return None
+
+
+def region_problem(region: str) -> str | None:
+    if not re.fullmatch(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d", region):
+        return f"'{region}' is not a region name (for example us-east-1, eu-west-2)"
+    return None
+
+
+def log_retention_problem(days: int) -> str | None:
+    if days not in LOG_RETENTION_DAYS:
+        return f"{days} is not a CloudWatch Logs retention (allowed: {', '.join(map(str, LOG_RETENTION_DAYS))})"
+    return None

@@ -1,0 +1,68 @@
+"""The shared rule base: what environment and pipeline rules report, and the import order that keeps the models and
+their checks from importing each other."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpufleet.rules import Problem, Validator, account_id_problem, log_retention_problem, region_problem
+
+
+def loaded_gpufleet_modules(module: str) -> list[str]:
+    """The gpufleet modules that importing `module` in a fresh interpreter loads."""
+    code = f"import sys, {module}; print(' '.join(sorted(n for n in sys.modules if n.startswith('gpufleet.'))))"
+    return subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout.split()
+
+
+def test_the_rules_module_imports_no_other_gpufleet_module():
+    assert loaded_gpufleet_modules("gpufleet.rules") == ["gpufleet.rules"]
+
+
+def test_the_environment_rules_load_without_the_environment_model():
+    assert "gpufleet.environment" not in loaded_gpufleet_modules("gpufleet.validators")
+
+
+def test_a_problem_line_names_file_and_field_and_marks_a_warning():
+    assert Problem("fleet.valid_until", "is past").line(Path("environments/dev.yaml")) == (
+        "environments/dev.yaml: fleet.valid_until: is past"
+    )
+    assert Problem("fleet.valid_until", "is past", "warning").line(Path("dev.yaml")) == (
+        "dev.yaml: fleet.valid_until: warning: is past"
+    )
+
+
+def test_a_validator_reports_under_its_field_and_severity():
+    class Positive(Validator[int, None]):
+        field = "count"
+        severity = "warning"
+
+        def check(self, subject, context):
+            return self.problem_if(None if subject > 0 else f"{subject} is not positive")
+
+    assert Positive().check(1, None) == []
+    assert Positive().check(0, None) == [Problem("count", "0 is not positive", "warning")]
+
+
+@pytest.mark.parametrize(
+    ("problem", "expected"),
+    [
+        (account_id_problem("12345"), "'12345' is not an AWS account id (exactly 12 digits, quoted)"),
+        (account_id_problem("123456789012"), None),
+        (region_problem("useast1"), "'useast1' is not a region name (for example us-east-1, eu-west-2)"),
+        (region_problem("us-gov-west-1"), None),
+        (log_retention_problem(30), None),
+    ],
+)
+def test_the_shared_checks(problem, expected):
+    assert problem == expected
+
+
+def test_a_log_retention_outside_cloudwatchs_periods_lists_them():
+    assert log_retention_problem(31) == (
+        "31 is not a CloudWatch Logs retention (allowed: 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, "
+        "731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)"
+    )
