@@ -24,6 +24,10 @@ ENVIRONMENTS_DIR_VARIABLE = "GPUFLEET_ENVIRONMENTS_DIR"
 WHERE_ENVIRONMENTS_ARE = f"run gpufleet where environments/ is, or set {ENVIRONMENTS_DIR_VARIABLE}"
 # Tag on every resource and node of an environment; operator tools and IAM conditions select by it.
 ENVIRONMENT_TAG_KEY = "gpufleet:environment"
+# How a new node image reaches a fleet (fleet.rollout): see Fleet.image_rollout.
+ROLLOUT_MANUAL = "manual"
+ROLLOUT_REPLACE_ALL = "replace-all"
+ROLLOUTS = (ROLLOUT_MANUAL, ROLLOUT_REPLACE_ALL)
 
 
 class _Section(BaseModel):
@@ -80,6 +84,20 @@ class Fleet(_Section):
         None, description="Time (UTC) after which the fleet stops; its nodes are terminated."
     )
     replace_unhealthy_instances: StrictBool = Field(True, description="Replace nodes that fail EC2 status checks.")
+    rollout: StrictStr | None = Field(
+        None,
+        description="What a new node image does to a maintain fleet: manual (the default: a new launch template "
+        "version; running nodes keep their image until they are replaced) | replace-all (a deploy that resolves a "
+        "new image replaces the whole fleet, new nodes before the old ones go). A request fleet cannot be modified: "
+        "every change replaces it, a new image included (replace-all, the only value it takes).",
+    )
+
+    @property
+    def image_rollout(self) -> str:
+        """manual or replace-all: what a deploy that resolves a new image does to this fleet."""
+        if self.type == "request":
+            return ROLLOUT_REPLACE_ALL
+        return self.rollout or ROLLOUT_MANUAL
 
 
 class Ami(_Section):

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from gpufleet.catalog import load_catalog
-from gpufleet.environment import Environment
+from gpufleet.environment import ROLLOUT_MANUAL, ROLLOUT_REPLACE_ALL, ROLLOUTS, Environment
 from gpufleet.errors import GpufleetError
 from gpufleet.user_data import user_data_size_problem
 
@@ -354,6 +354,23 @@ class ReplacementStrategyValidator(_ChoiceValidator):
     value = staticmethod(lambda env: env.fleet.capacity_rebalance and env.fleet.capacity_rebalance.replacement_strategy)
 
 
+class RolloutValidator(_ChoiceValidator):
+    field = "fleet.rollout"
+    choices = ROLLOUTS
+    what = "an image rollout"
+    value = staticmethod(lambda env: env.fleet.rollout)
+
+    def check(self, env, context):
+        if env.fleet.type == "request" and env.fleet.rollout == ROLLOUT_MANUAL:
+            # source: EC2 API reference, ModifySpotFleetRequest: "You can only modify a Spot Fleet request of type
+            # maintain." (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifySpotFleetRequest.html)
+            return self.problem(
+                "a request fleet cannot be modified, so every change replaces it, a new image included "
+                f"(remove rollout, or set it to {ROLLOUT_REPLACE_ALL})"
+            )
+        return super().check(env, context)
+
+
 class CapacityRebalanceValidator(Validator):
     field = "fleet.capacity_rebalance"
 
@@ -571,6 +588,7 @@ VALIDATORS: tuple[Validator, ...] = (
     AllocationStrategyValidator(),
     OnDemandAllocationStrategyValidator(),
     ReplacementStrategyValidator(),
+    RolloutValidator(),
     CapacityRebalanceValidator(),
     ValidUntilValidator(),
     AmiSourceValidator(),

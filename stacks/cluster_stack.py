@@ -52,7 +52,7 @@ class ClusterStack(cdk.Stack):
             "Fleet",
             environment=environment,
             launch_template=launch_template.launch_template,
-            fleet_tags=environment.resource_tags,
+            image_id=launch_template.image_id,
         )
         FleetTeardown(
             self,

@@ -1,15 +1,40 @@
-"""The Spot Fleet that keeps the nodes running: on-demand floor, spot for the rest, terminate on interruption."""
+"""The Spot Fleet that keeps the nodes running: on-demand floor, spot for the rest, terminate on interruption.
+
+What a deploy does to a deployed fleet follows from AWS::EC2::SpotFleet's resource schema (cfn-lint's bundled copy:
+cfnlint/data/schemas, AWS::EC2::SpotFleet; createOnlyProperties and handlers.update): TargetCapacity,
+OnDemandTargetCapacity, LaunchTemplateConfigs, ExcessCapacityTerminationPolicy, Context and TargetCapacityUnitType
+are updated in place with ModifySpotFleetRequest; a change to any other property (TagSpecifications among them)
+replaces the fleet, and CloudFormation creates the new fleet before it deletes the old one. ModifySpotFleetRequest
+works only on maintain fleets (EC2 API reference: "You can only modify a Spot Fleet request of type maintain.",
+https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifySpotFleetRequest.html).
+
+So the fleet request's tags (TagSpecifications, the only place they live: the schema says the resource is not
+taggable, and cdk.Tags does not reach them) are the fixed environment tag plus tags that change exactly when the
+fleet must be replaced:
+- a request fleet: the launch template version and a digest of the rest of its configuration, so any change
+  replaces it instead of failing in ModifySpotFleetRequest;
+- a maintain fleet with fleet.rollout replace-all: the node image, resolved by CloudFormation at deploy time, so
+  a deploy that resolves a new image replaces the fleet while every other change stays in place.
+The environment's own tags go to the nodes, volumes and interfaces through the launch template, which takes them
+as a new version in place.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
+import json
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from gpufleet.environment import Environment
+from gpufleet.environment import ENVIRONMENT_TAG_KEY, ROLLOUT_REPLACE_ALL, Environment
+
+IMAGE_TAG_KEY = "gpufleet:image"
+LAUNCH_TEMPLATE_VERSION_TAG_KEY = "gpufleet:launch-template-version"
+REQUEST_DIGEST_TAG_KEY = "gpufleet:request-digest"
 
 
 class GpuSpotFleet(Construct):
@@ -20,8 +45,9 @@ class GpuSpotFleet(Construct):
         *,
         environment: Environment,
         launch_template: ec2.CfnLaunchTemplate,
-        fleet_tags: dict[str, str],
+        image_id: str,
     ) -> None:
+        """image_id: the image the launch template resolves (a token when it comes from SSM at deploy time)."""
         super().__init__(scope, construct_id)
         self.fleet_role = iam.Role(
             self,
@@ -42,42 +68,54 @@ class GpuSpotFleet(Construct):
         )
         fleet = environment.fleet
         maintains = fleet.type == "maintain"
+        config = dict(
+            iam_fleet_role=self.fleet_role.role_arn,
+            type=fleet.type,
+            target_capacity=environment.capacity.target,
+            on_demand_target_capacity=environment.capacity.on_demand,
+            on_demand_allocation_strategy=fleet.on_demand_allocation_strategy,
+            allocation_strategy=fleet.allocation_strategy,
+            # Placement groups refuse spot instances that stop or hibernate on interruption.
+            instance_interruption_behavior="terminate",
+            replace_unhealthy_instances=fleet.replace_unhealthy_instances if maintains else None,
+            excess_capacity_termination_policy="default" if maintains else None,
+            terminate_instances_with_expiration=True,
+            valid_until=_utc_iso(fleet.valid_until),
+            spot_maintenance_strategies=self._maintenance_strategies(environment),
+            launch_template_configs=[
+                ec2.CfnSpotFleet.LaunchTemplateConfigProperty(
+                    launch_template_specification=ec2.CfnSpotFleet.FleetLaunchTemplateSpecificationProperty(
+                        launch_template_id=launch_template.ref,
+                        version=launch_template.attr_latest_version_number,
+                    ),
+                    overrides=[ec2.CfnSpotFleet.LaunchTemplateOverridesProperty(instance_type=environment.instance_type)],
+                )
+            ],
+        )
+        tags = {ENVIRONMENT_TAG_KEY: environment.name}
+        if not maintains:
+            tags[LAUNCH_TEMPLATE_VERSION_TAG_KEY] = launch_template.attr_latest_version_number
+            tags[REQUEST_DIGEST_TAG_KEY] = self._digest(config)
+        elif fleet.image_rollout == ROLLOUT_REPLACE_ALL:
+            tags[IMAGE_TAG_KEY] = image_id
         self.spot_fleet = ec2.CfnSpotFleet(
             self,
             "Resource",
             spot_fleet_request_config_data=ec2.CfnSpotFleet.SpotFleetRequestConfigDataProperty(
-                iam_fleet_role=self.fleet_role.role_arn,
-                type=fleet.type,
-                target_capacity=environment.capacity.target,
-                on_demand_target_capacity=environment.capacity.on_demand,
-                on_demand_allocation_strategy=fleet.on_demand_allocation_strategy,
-                allocation_strategy=fleet.allocation_strategy,
-                # Placement groups refuse spot instances that stop or hibernate on interruption.
-                instance_interruption_behavior="terminate",
-                replace_unhealthy_instances=fleet.replace_unhealthy_instances if maintains else None,
-                excess_capacity_termination_policy="default" if maintains else None,
-                terminate_instances_with_expiration=True,
-                valid_until=_utc_iso(fleet.valid_until),
-                spot_maintenance_strategies=self._maintenance_strategies(environment),
-                launch_template_configs=[
-                    ec2.CfnSpotFleet.LaunchTemplateConfigProperty(
-                        launch_template_specification=ec2.CfnSpotFleet.FleetLaunchTemplateSpecificationProperty(
-                            launch_template_id=launch_template.ref,
-                            version=launch_template.attr_latest_version_number,
-                        ),
-                        overrides=[
-                            ec2.CfnSpotFleet.LaunchTemplateOverridesProperty(instance_type=environment.instance_type)
-                        ],
-                    )
-                ],
+                **config,
                 tag_specifications=[
                     ec2.CfnSpotFleet.SpotFleetTagSpecificationProperty(
                         resource_type="spot-fleet-request",
-                        tags=[cdk.CfnTag(key=key, value=value) for key, value in sorted(fleet_tags.items())],
+                        tags=[cdk.CfnTag(key=key, value=value) for key, value in sorted(tags.items())],
                     )
                 ],
             ),
         )
+
+    def _digest(self, config: dict) -> str:
+        """A digest of the configuration as synthesized (references to other resources as their logical ids)."""
+        resolved = cdk.Stack.of(self).resolve(ec2.CfnSpotFleet.SpotFleetRequestConfigDataProperty(**config))
+        return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[:16]
 
     @staticmethod
     def _maintenance_strategies(environment: Environment) -> ec2.CfnSpotFleet.SpotMaintenanceStrategiesProperty | None:

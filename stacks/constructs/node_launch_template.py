@@ -61,12 +61,14 @@ class NodeLaunchTemplate(Construct):
             )
         instance_profile = iam.InstanceProfile(self, "NodeInstanceProfile", role=self.role)
 
+        # The image the nodes launch from: a fixed ami.id, or the SSM parameter's value at deploy time.
+        self.image_id = self._image_id(environment)
         tags = [cdk.CfnTag(key=key, value=value) for key, value in sorted(node_tags.items())]
         self.launch_template = ec2.CfnLaunchTemplate(
             self,
             "Resource",
             launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
-                image_id=self._image_id(environment),
+                image_id=self.image_id,
                 instance_type=environment.instance_type,
                 key_name=environment.key_pair,
                 ebs_optimized=True,

@@ -148,6 +148,11 @@ RULES = [
         "on-demand allocation strategy (allowed: lowestPrice, prioritized)",
     ),
     (
+        "fleet.rollout",
+        "rolling",
+        "fleet.rollout: 'rolling' is not an image rollout (allowed: manual, replace-all)",
+    ),
+    (
         "fleet.capacity_rebalance",
         {"replacement_strategy": "relaunch"},
         "fleet.capacity_rebalance.replacement_strategy:"
@@ -237,6 +242,11 @@ def test_rule_reports_exact_message(tmp_path, field, value, expected):
             {"fleet.type": "request", "fleet.capacity_rebalance": {"replacement_strategy": "launch"}},
             "fleet.capacity_rebalance: capacity rebalance needs a fleet that maintains capacity (set fleet.type: "
             "maintain or remove capacity_rebalance)",
+        ),
+        (
+            {"fleet.type": "request", "fleet.rollout": "manual"},
+            "fleet.rollout: a request fleet cannot be modified, so every change replaces it, a new image included "
+            "(remove rollout, or set it to replace-all)",
         ),
     ],
 )
@@ -556,3 +566,16 @@ def test_a_hook_that_would_end_the_user_data_heredoc_is_a_validation_problem(tmp
     assert problems_of(tmp_path, document) == [
         "node: /etc/gpufleet/node.env: a line of its content is 'GPUFLEET_END_OF_FILE', which would end the heredoc "
         "early"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "rollout"),
+    [
+        ({}, "manual"),
+        ({"fleet.rollout": "replace-all"}, "replace-all"),
+        ({"fleet.type": "request"}, "replace-all"),
+        ({"fleet.type": "request", "fleet.rollout": "replace-all"}, "replace-all"),
+    ],
+)
+def test_image_rollout_of_a_fleet(tmp_path, changes, rollout):
+    assert load_environment(write(tmp_path, changed(changes))).fleet.image_rollout == rollout
