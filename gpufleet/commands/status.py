@@ -46,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
             "on_demand_target_capacity": fleet.on_demand_target_capacity,
             "on_demand_fulfilled_capacity": fleet.on_demand_fulfilled_capacity,
             "instances": [instance.as_dict() for instance in fleet.instances],
+            "images": fleet.images,
+            "mixed_images": len(fleet.images) > 1,
             "events": [event.as_dict() for event in events],
             "events_note": events_note,
         }
@@ -66,11 +68,17 @@ def run(args: argparse.Namespace) -> int:
             i.private_ip or "-",
             i.launch_time.strftime("%Y-%m-%d %H:%M:%SZ"),
             i.state,
+            i.image_id,
         )
         for i in sorted(fleet.instances, key=lambda i: (i.launch_time, i.instance_id))
     ]
-    headers = ["INSTANCE", "LIFECYCLE", "AZ", "PLACEMENT GROUP", "PRIVATE IP", "LAUNCHED (UTC)", "STATE"]
+    headers = ["INSTANCE", "LIFECYCLE", "AZ", "PLACEMENT GROUP", "PRIVATE IP", "LAUNCHED (UTC)", "STATE", "IMAGE"]
     print(format_table(headers, instance_rows) if instance_rows else "no instances")
+    if len(fleet.images) > 1:
+        print(
+            f"mixed images: the nodes run {', '.join(fleet.images)}; a new image reached the fleet in place "
+            "(fleet.rollout: manual): replace the older nodes to run one image"
+        )
     print()
     if events_note:
         print(events_note)

@@ -26,6 +26,7 @@ class FleetInstance:
     private_ip: str
     launch_time: dt.datetime
     state: str
+    image_id: str
 
     def as_dict(self) -> dict[str, str]:
         return {**vars(self), "launch_time": self.launch_time.isoformat()}
@@ -59,6 +60,13 @@ class Fleet:
         """Running instances in a deterministic order: launch time, then private IP (numerically)."""
         running = [instance for instance in self.instances if instance.state == "running" and instance.private_ip]
         return sorted(running, key=lambda i: (i.launch_time, ipaddress.ip_address(i.private_ip)))
+
+    @property
+    def images(self) -> list[str]:
+        """The images the fleet's pending and running nodes were launched from; more than one after a new image
+        reached a fleet in place (fleet.rollout: manual) and only some nodes were replaced since."""
+        live = {instance.image_id for instance in self.instances if instance.state in ("pending", "running")}
+        return sorted(live)
 
 
 def cluster_stack_name(env: Environment) -> str:
@@ -124,6 +132,7 @@ def _describe_instances(ec2: Any, instance_ids: list[str]) -> list[FleetInstance
             private_ip=instance.get("PrivateIpAddress", ""),
             launch_time=instance["LaunchTime"],
             state=instance["State"]["Name"],
+            image_id=instance["ImageId"],
         )
         for page in pages
         for reservation in page["Reservations"]

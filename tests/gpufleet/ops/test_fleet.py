@@ -17,6 +17,7 @@ from botocore.stub import Stubber
 
 from gpufleet.ops import fleet as fleet_module
 from gpufleet.ops.fleet import Fleet, FleetEvent, FleetInstance, recent_events
+from tests.gpufleet.ops.conftest import make_subnet
 
 NOW = dt.datetime(2025, 1, 1, 12, tzinfo=dt.UTC)
 
@@ -49,6 +50,64 @@ def test_status_with_fleet_id(spot_fleet, events: list[FleetEvent], run_json) ->
     assert {i["availability_zone"] for i in document["instances"]} == {"us-east-1a"}
     assert sorted(i["private_ip"] for i in document["instances"]) == sorted(fleet_ips(fleet_id))
     assert document["events"][0]["sub_type"] == "terminated"
+
+
+def test_status_shows_each_node_image(spot_fleet, node_image_id, events, run_json, run_cli) -> None:
+    fleet_id = spot_fleet(2)
+    code, document = run_json("status", "dev", "--fleet-id", fleet_id)
+    assert code == 0
+    assert [i["image_id"] for i in document["instances"]] == [node_image_id, node_image_id]
+    assert (document["images"], document["mixed_images"]) == ([node_image_id], False)
+    code, out, err = run_cli("status", "dev", "--fleet-id", fleet_id)
+    assert out.count(f" {node_image_id}\n") == 2
+    assert "mixed images" not in out
+
+
+def fleet_on_two_images(image_ids: list[str]) -> str:
+    """A fleet whose two nodes run different images, as after a new image reached a fleet in place (fleet.rollout:
+    manual) and one node was replaced since. moto launches a new launch template version only at creation, so
+    the stand-in is one launch template per image and the diversified strategy, which moto spreads over them."""
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    subnet_id = make_subnet(ec2)
+    configs = []
+    for number, image_id in enumerate(image_ids):
+        template_id = ec2.create_launch_template(
+            LaunchTemplateName=f"gpufleet-dev-nodes-{number}",
+            LaunchTemplateData={"ImageId": image_id, "InstanceType": "p4d.24xlarge"},
+        )["LaunchTemplate"]["LaunchTemplateId"]
+        configs.append(
+            {
+                "LaunchTemplateSpecification": {"LaunchTemplateId": template_id, "Version": "$Latest"},
+                "Overrides": [{"SubnetId": subnet_id, "InstanceType": "p4d.24xlarge"}],
+            }
+        )
+    return ec2.request_spot_fleet(
+        SpotFleetRequestConfig={
+            "IamFleetRole": "arn:aws:iam::123456789012:role/gpufleet-dev-fleet",
+            "TargetCapacity": len(image_ids),
+            "AllocationStrategy": "diversified",
+            "Type": "maintain",
+            "LaunchTemplateConfigs": configs,
+        }
+    )["SpotFleetRequestId"]
+
+
+def test_status_flags_nodes_on_different_images(node_image_id, events, run_json, run_cli) -> None:
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    new_image = ec2.copy_image(Name="gpufleet-test-node-2", SourceImageId=node_image_id, SourceRegion="us-east-1")[
+        "ImageId"
+    ]
+    fleet_id = fleet_on_two_images([node_image_id, new_image])
+    both = sorted([node_image_id, new_image])
+    code, document = run_json("status", "dev", "--fleet-id", fleet_id)
+    assert (document["images"], document["mixed_images"]) == (both, True)
+    assert sorted(i["image_id"] for i in document["instances"]) == both
+    code, out, err = run_cli("status", "dev", "--fleet-id", fleet_id)
+    assert code == 0
+    assert (
+        f"mixed images: the nodes run {both[0]}, {both[1]}; a new image reached the fleet in place "
+        "(fleet.rollout: manual): replace the older nodes to run one image\n"
+    ) in out
 
 
 def test_status_finds_the_fleet_from_the_stack_output(spot_fleet, cluster_stack, events, run_cli) -> None:
@@ -138,8 +197,8 @@ def test_hosts_without_running_instances(spot_fleet, run_cli) -> None:
     assert err.startswith(f"fleet {fleet_id} (dev) has no running instances") and err.count("\n") == 1
 
 
-def instance(ip: str, minute: int, state: str = "running") -> FleetInstance:
-    return FleetInstance(f"i-{ip}", "spot", "us-east-1a", "pg", ip, NOW + dt.timedelta(minutes=minute), state)
+def instance(ip: str, minute: int, state: str = "running", image: str = "ami-1") -> FleetInstance:
+    return FleetInstance(f"i-{ip}", "spot", "us-east-1a", "pg", ip, NOW + dt.timedelta(minutes=minute), state, image)
 
 
 def test_running_order_is_launch_time_then_numeric_ip() -> None:
@@ -202,3 +261,13 @@ def test_status_without_history_permission_still_reports(spot_fleet, monkeypatch
     code, out, _ = run_cli("status", "dev", "--fleet-id", spot_fleet(1))
     assert code == 0
     assert "events unavailable: access denied to DescribeSpotFleetRequestHistory" in out
+
+
+def test_images_are_those_of_pending_and_running_nodes() -> None:
+    nodes = (
+        instance("10.0.0.1", 0, image="ami-new"),
+        instance("10.0.0.2", 0, "pending", image="ami-new"),
+        instance("10.0.0.3", 0, "terminated", image="ami-old"),
+        instance("10.0.0.4", 0, "shutting-down", image="ami-older"),
+    )
+    assert Fleet("sfr-1", "active", "fulfilled", 2, 2, 0, 0, nodes).images == ["ami-new"]
