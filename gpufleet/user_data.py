@@ -62,6 +62,9 @@ def watches_spot(env: Environment) -> bool:
 
 def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
     """The GPUFLEET_* variables the node scripts read (documented in scripts/node/README.md)."""
+    # Imported here: gpufleet.ami.pipeline reaches gpufleet.validators, which imports this module.
+    from gpufleet.ami.pipeline import published_profile
+
     scripts = setup_scripts(env, instance)
     return {
         "GPUFLEET_ENVIRONMENT": env.name,
@@ -79,6 +82,9 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         "GPUFLEET_GPUDIRECT_RDMA": _flag(instance.gpudirect_rdma),
         "GPUFLEET_SPOT_WATCHER": _flag(watches_spot(env)),
         "GPUFLEET_CHECKPOINT_HOOK": env.node.checkpoint_hook or "",
+        # scripts/ops/node-health-check.sh: the profile the node's image must be built from (its versions.json);
+        # empty for an image given by ami.id or by a parameter the AMI pipeline does not write.
+        "GPUFLEET_AMI_PROFILE": published_profile(env.ami.ssm_parameter) or "",
     }
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Health of one GPU node before it joins a job: GPU count, driver version against the image's versions manifest,
-# Fabric Manager on NVSwitch types, EFA devices, GPU health and the GPU/NIC topology.
+# Health of one GPU node before it joins a job: the image's profile and driver version against its versions
+# manifest (/etc/gpufleet/versions.json, written by the image build's scripts/ami/15-validate.sh), Fabric Manager on NVSwitch types, EFA devices, GPU health and the GPU/NIC topology.
 # Prints one PASS/FAIL line per check (every check runs either way). gpu-health follows it with one line per GPU:
 #   ok       nothing to do
 #   reset    a row remap is pending, uncorrectable ECC errors since the driver loaded, or an Xid whose NVIDIA action
@@ -13,7 +13,8 @@
 #
 # Required: GPUFLEET_EXPECTED_GPUS (e.g. 8), GPUFLEET_EXPECTED_EFA (EFA devices, 0 to skip the check),
 #           GPUFLEET_NVSWITCH (1 | 0), GPUFLEET_INSTANCE_TYPE (e.g. p4d.24xlarge, for `gpufleet topo-check`).
-# Optional: GPUFLEET_ROOT (prefix of /etc/gpufleet/versions.json, for tests), GPUFLEET_CLI (default `gpufleet`;
+# Optional: GPUFLEET_AMI_PROFILE (the profile the environment's image comes from, as the user data writes it to
+#           /etc/gpufleet/node.env; empty: image-profile is not checked), GPUFLEET_ROOT (prefix of /etc/gpufleet/versions.json, for tests), GPUFLEET_CLI (default `gpufleet`;
 #           may hold several words, e.g. `python3 -m gpufleet`).
 set -euo pipefail
 
@@ -46,6 +47,22 @@ check_gpu_count() {
   local status=0
   [[ "$count" -eq "$GPUFLEET_EXPECTED_GPUS" ]] || status=1
   report gpu-count "$status" "$count GPUs visible (expected $GPUFLEET_EXPECTED_GPUS)"
+}
+
+check_image_profile() {
+  local actual
+  if [[ -z "${GPUFLEET_AMI_PROFILE:-}" ]]; then
+    report image-profile 0 "not checked (GPUFLEET_AMI_PROFILE is empty: the environment names no AMI pipeline profile)"
+    return
+  fi
+  if [[ ! -r "$manifest" ]]; then
+    report image-profile 1 "$manifest not found: was this node built from a gpufleet image?"
+    return
+  fi
+  actual=$(jq -r '.profile // empty' "$manifest")
+  local status=0
+  [[ "$actual" == "$GPUFLEET_AMI_PROFILE" ]] || status=1
+  report image-profile "$status" "image built from profile ${actual:-unknown} (environment: $GPUFLEET_AMI_PROFILE)"
 }
 
 check_driver() {
@@ -269,6 +286,7 @@ check_topology() {
 }
 
 check_gpu_count
+check_image_profile
 check_driver
 check_fabric_manager
 check_efa

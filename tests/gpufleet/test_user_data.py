@@ -146,6 +146,20 @@ def test_node_scripts_get_the_compute_capability_of_the_catalog(instance_type, c
     assert settings["GPUFLEET_GPU_COMPUTE_CAPABILITY"] == capability
 
 
+@pytest.mark.parametrize(
+    ("ami", "profile"),
+    [
+        ({"ssm_parameter": "/gpufleet/ami/ubuntu2204-cuda12"}, "ubuntu2204-cuda12"),
+        ({"ssm_parameter": "/team/images/gpu"}, ""),
+        ({"ssm_parameter": None, "id": "ami-0123456789abcdef0"}, ""),
+    ],
+)
+def test_node_health_check_gets_the_profile_of_the_image_parameter(ami, profile):
+    env = everything_on()
+    env = env.model_copy(update={"ami": env.ami.model_copy(update=ami)})
+    assert node_settings(env, load_catalog()[env.instance_type])["GPUFLEET_AMI_PROFILE"] == profile
+
+
 def test_no_efa_leaves_the_efa_environment_out():
     env = everything_on().model_copy(update={"efa": False})
 

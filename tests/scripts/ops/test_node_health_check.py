@@ -14,7 +14,7 @@ NODE = {
     "GPUFLEET_NVSWITCH": "1",
     "GPUFLEET_INSTANCE_TYPE": "p4d.24xlarge",
 }
-CHECKS = ["gpu-count", "driver", "fabric-manager", "efa", "gpu-health", "topology"]
+CHECKS = ["gpu-count", "image-profile", "driver", "fabric-manager", "efa", "gpu-health", "topology"]
 BUSES = ["0000:10:1c", "0000:10:1d", "0000:20:1c", "0000:20:1d", "0000:90:1c", "0000:90:1d", "0000:a0:1c", "0000:a0:1d"]
 REMAP_OK = "0:0:No:No"
 REMAP_QUERY = (
@@ -67,6 +67,12 @@ def test_healthy_node(run_script, calls, tmp_path: Path) -> None:
     ("failing", "env", "message", "status"),
     [
         ("gpu-count", {"STUB_GPUS": "7"}, "FAIL gpu-count: 7 GPUs visible (expected 8)", 1),
+        (
+            "image-profile",
+            {"GPUFLEET_AMI_PROFILE": "p5-ubuntu2204-cuda12"},
+            "FAIL image-profile: image built from profile p4d-ubuntu1804-cuda11 (environment: p5-ubuntu2204-cuda12)",
+            1,
+        ),
         ("driver", {"STUB_DRIVER": "470.57.02"}, "FAIL driver: driver 470.57.02 (image manifest: 450.80.02)", 1),
         ("fabric-manager", {"STUB_FM_STATE": "inactive"}, "FAIL fabric-manager: nvidia-fabricmanager is inactive", 1),
         ("efa", {"STUB_EFA": "3"}, "FAIL efa: 3 EFA devices (expected 4)", 1),
@@ -85,6 +91,23 @@ def test_each_failure_is_reported_alone(
     assert message in done.stdout
     last = "node unhealthy: GPU reset needed (reboot the node)" if status == 3 else "node unhealthy: 1 check(s) failed"
     assert done.stdout.splitlines()[-1] == last
+
+
+def test_image_profile_matches_the_environment(run_script) -> None:
+    done = run_script("node-health-check.sh", **NODE, GPUFLEET_AMI_PROFILE="p4d-ubuntu1804-cuda11")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "PASS image-profile: image built from profile p4d-ubuntu1804-cuda11 (environment: p4d-ubuntu1804-cuda11)" in (
+        done.stdout.splitlines()
+    )
+
+
+def test_image_profile_is_not_checked_without_one(run_script) -> None:
+    done = run_script("node-health-check.sh", **NODE, GPUFLEET_AMI_PROFILE="")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (
+        "PASS image-profile: not checked (GPUFLEET_AMI_PROFILE is empty: the environment names no AMI pipeline profile)"
+        in done.stdout.splitlines()
+    )
 
 
 def test_failed_row_remap_means_replace(run_script) -> None:
