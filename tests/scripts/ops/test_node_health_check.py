@@ -96,8 +96,9 @@ def test_each_failure_is_reported_alone(
 def test_image_profile_matches_the_environment(run_script) -> None:
     done = run_script("node-health-check.sh", **NODE, GPUFLEET_AMI_PROFILE="p4d-ubuntu1804-cuda11")
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "PASS image-profile: image built from profile p4d-ubuntu1804-cuda11 (environment: p4d-ubuntu1804-cuda11)" in (
-        done.stdout.splitlines()
+    assert (
+        "PASS image-profile: image built from profile p4d-ubuntu1804-cuda11 (environment: p4d-ubuntu1804-cuda11)"
+        in done.stdout.splitlines()
     )
 
 
