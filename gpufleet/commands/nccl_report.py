@@ -1,17 +1,21 @@
 """gpufleet nccl-report LOG... [--json] [--plot FILE.png] [--min-busbw GBPS]: judge nccl-tests logs.
 
-Reads each LOG (``-`` or no LOG: stdin), finds every results table (one per collective run) and prints per
-message size the out-of-place and in-place time, algbw, busbw and #wrong, the peak busbw, the average the log
-states on its "Avg bus bandwidth" line, and a verdict.
+Reads each LOG (``-`` or no LOG: stdin), finds every results table (one per collective run), also behind
+launcher prefixes (Open MPI --tag-output, srun --label, SkyPilot/Ray), and prints per message size the
+out-of-place and in-place time, algbw, busbw and #wrong, the peak busbw, the average the log states on its "Avg
+bus bandwidth" line (or, where a finished run's log lost that line, the average computed from the rows, marked
+as computed), and a verdict.
 
 A table fails when it has wrong elements (or, in the old nccl-tests layout, out-of-bounds checks), when it was
-cut short (no "Avg bus bandwidth" line: the run died), or when its peak busbw is below ``--min-busbw`` (applied
+cut short (neither an "Avg bus bandwidth" nor a "Collective test concluded" line: the run died), or when its
+peak busbw is below ``--min-busbw`` (applied
 to every table). Exit codes: 0 every table passed; 1 a table failed; 2 unusable input (unreadable file, or a
 file with no nccl-tests table: its name is printed).
 
 ``--json`` prints one object. It always has ``collectives`` (one entry per table, in order, each with
-``source``, ``collective``, ``layout``, ``ranks``, ``hosts``, ``rows``, ``avg_busbw``, ``peak_busbw``,
-``peak_size_bytes``, ``wrong``, ``out_of_bounds``, ``truncated``, ``problems``, ``passed``) and the totals
+``source``, ``collective``, ``layout``, ``ranks``, ``hosts``, ``rows``, ``avg_busbw``, ``avg_busbw_computed``
+(true where avg_busbw is computed here, not stated by the log), ``peak_busbw``, ``peak_size_bytes``, ``wrong``,
+``out_of_bounds``, ``truncated``, ``problems``, ``passed``) and the totals
 ``wrong``, ``problems`` and ``passed``. When the input holds exactly one table (the common case) that table's
 fields are also copied to the top level, so ``jq .peak_busbw`` works without indexing.
 """
@@ -98,6 +102,7 @@ def _table_json(source: str, table: CollectiveTable, problems: tuple[str, ...]) 
             for row in table.rows
         ],
         "avg_busbw": table.avg_busbw,
+        "avg_busbw_computed": table.avg_busbw_computed,
         "peak_busbw": peak[0] if peak else None,
         "peak_size_bytes": peak[1] if peak else None,
         "wrong": table.wrong,
@@ -145,8 +150,13 @@ def _print_text(found: list[tuple[str, CollectiveTable]], problems: dict[int, tu
         peak = table.peak
         if peak:
             print(f"peak busbw: {peak[0]:.2f} GB/s at {human_size(peak[1])}")
-        avg = f"{table.avg_busbw:g} GB/s" if table.avg_busbw is not None else "not stated (log truncated)"
-        print(f"avg busbw (as the log states it): {avg}")
+        if table.avg_busbw_computed:
+            source = "computed from the rows: the log has no 'Avg bus bandwidth' line"
+            avg = f"{table.avg_busbw:g} GB/s"
+        else:
+            source = "as the log states it"
+            avg = f"{table.avg_busbw:g} GB/s" if table.avg_busbw is not None else "not stated (log truncated)"
+        print(f"avg busbw ({source}): {avg}")
         print(f"wrong: {table.wrong}")
         table_problems_ = problems[id(table)]
         print("verdict: " + ("PASS" if not table_problems_ else "FAIL: " + "; ".join(table_problems_)))

@@ -2,7 +2,17 @@
 
 ``parse_nccl_log(text)`` returns one ``CollectiveTable`` per results table in the log. A table starts at its
 column-name line (``#       size         count      type   redop    root     time ...``) and ends at the
-``# Avg bus bandwidth`` line; a table with no such line is marked ``truncated`` (the run was cut short).
+``# Avg bus bandwidth`` line, or at ``# Collective test concluded: NAME`` (nccl-tests >= 2.16.7) when a log has
+that line but lost the average (a filtered copy): the run finished, so the table is complete and its average is
+computed the way nccl-tests computes it and marked ``avg_busbw_computed``. A table with neither line is marked
+``truncated`` (the run was cut short). The collective's name comes from ``# Collective test starting: NAME`` or
+the ``..._perf`` command line, else it is inferred from the rows.
+
+source (nccl-tests v2.19.6, a0b82b2, src/util.cu writeDeviceReport / writeResultFooter): the run prints
+``# Collective test starting: %s`` (program_invocation_short_name, e.g. ``all_reduce_perf``) before the
+``# nThread`` line and, after the table, ``# Out of bounds values``, ``# Avg bus bandwidth``, ``#`` and
+``# Collective test concluded: %s``; both name lines came in dafb704 "Print the name of the program being
+executed" (first tag v2.16.7).
 
 Both layouts nccl-tests has printed are understood:
 
@@ -12,9 +22,20 @@ Both layouts nccl-tests has printed are understood:
   largest deviation seen (``2e-06`` is normal for float sums), so a row carries ``max_error`` and no count; the
   count of failed checks then comes from the ``# Out of bounds values : N`` line.
 
-Lines may carry launcher prefixes, which are removed first: Open MPI ``--tag-output`` (``[1,0]<stdout>:``),
-``[host:pid]`` and Slurm ``srun --label`` (``0: ``). Anything that is not part of a table (NCCL INFO lines,
-warnings, banners) is ignored, also between the rows of a table.
+Lines may carry launcher prefixes, stacked in any order, which are removed first (with ANSI colour codes):
+
+* Open MPI ``--tag-output``: ``[1,0]<stdout>:`` (``[jobid,rank]<stream>:``);
+* ``[host:pid]``;
+* Slurm ``srun --label``: the task id right-aligned to the width of the highest one, then ``": "``, so
+  `` 0: `` beside ``12: ``; a heterogeneous job step puts ``P0 `` before it. source: SchedMD/slurm
+  src/common/write_labelled_message.c _build_label (``"%*d: "``, ``"P%u %*d: "``), src/api/step_io.c _wid
+  (width = digits of num_tasks - 1), doc/man/man1/srun.1 ``--label``;
+* SkyPilot (and Ray, whose log lines it follows): ``(head, rank=0, pid=3808) `` and
+  ``(worker1, rank=1, pid=2769, ip=10.100.10.12) ``, in cyan on a terminal, before the ``[1,0]<stdout>:`` tag.
+  source: skypilot-org/skypilot examples/gcp_gpu_direct_tcpx/README.md (nccl_rdma_gke_h200 run output).
+
+Anything that is not part of a table (NCCL INFO lines, warnings, banners) is ignored, also between the rows of a
+table.
 """
 
 from __future__ import annotations
@@ -22,15 +43,24 @@ from __future__ import annotations
 import dataclasses
 import re
 
-# Launchers put these in front of every line of a rank's output.
-_LAUNCHER_PREFIX = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\[[\w.-]+:\d+\]\s?|\d+: )")
+# Launchers put these in front of every line of a rank's output (see the module docstring for each one's source).
+_LAUNCHER_PREFIX = re.compile(
+    r"^(?:\[\d+,\d+\]<std(?:out|err)>:"  # Open MPI --tag-output
+    r"|\[[\w.-]+:\d+\]\s?"  # [host:pid]
+    r"|(?:P\d+ )?\s*\d+: "  # srun --label, padded to the widest task id
+    r"|\([^()]*\bpid=\d+[^()]*\)\s?)"  # SkyPilot / Ray: (head, rank=0, pid=3808)
+)
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _COLUMN_NAMES = re.compile(r"^#\s+size\s+count\s+type\s+(?P<rest>.*)$")
 _DEVICE_LINE = re.compile(r"^#\s+Rank\s+(?P<rank>\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(?P<host>\S+)\s+device")
 _AVG_BUSBW = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<value>\S+)")
 _OUT_OF_BOUNDS = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<count>\d+)")
 _RUN_HEADER = re.compile(r"^#\s*nThread\s+\d+")
+_TEST_STARTING = re.compile(r"^#\s*Collective test starting:\s*(?P<program>\S+)")
+_TEST_CONCLUDED = re.compile(r"^#\s*Collective test concluded:\s*(?P<program>\S+)")
 _BINARY = re.compile(
-    r"\b(?P<name>all_reduce|all_gather|reduce_scatter|broadcast|reduce|alltoall|sendrecv|gather|scatter|hypercube)"
+    r"\b(?P<name>all_reduce|all_gather|reduce_scatter|broadcast|reduce|alltoallv|alltoall|sendrecv|gather|scatter"
+    r"|hypercube)"
     r"_perf(?:_mpi)?\b"
 )
 _NUMBER = re.compile(r"^-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?$")
@@ -68,11 +98,12 @@ class CollectiveTable:
     collective: str | None  # all_reduce, all_gather, ... when the log names or implies it
     layout: str  # "current" or "old"
     rows: tuple[Row, ...]
-    avg_busbw: float | None  # as the log states it; None when the line is missing
+    avg_busbw: float | None  # as the log states it, or computed (see avg_busbw_computed); None when truncated
     out_of_bounds: int | None  # the "# Out of bounds values" count, when present
     ranks: int | None  # from the "#  Rank N ... on HOST device" lines
     hosts: int | None
     truncated: bool
+    avg_busbw_computed: bool = False  # True: the log lost its "Avg bus bandwidth" line, avg_busbw is ours
 
     @property
     def peak(self) -> tuple[float, int] | None:
@@ -93,7 +124,11 @@ class NoTableError(ValueError):
 
 
 def strip_launcher_prefix(line: str) -> str:
-    return _LAUNCHER_PREFIX.sub("", line, count=1)
+    """``line`` as the program printed it: colour codes and every stacked launcher prefix removed."""
+    line = _ANSI.sub("", line)
+    while (stripped := _LAUNCHER_PREFIX.sub("", line, count=1)) != line:
+        line = stripped
+    return line
 
 
 def parse_nccl_log(text: str) -> tuple[CollectiveTable, ...]:
@@ -101,12 +136,14 @@ def parse_nccl_log(text: str) -> tuple[CollectiveTable, ...]:
     tables: list[CollectiveTable] = []
     builder: _TableBuilder | None = None
     context = _RunContext()
-    named_binary: str | None = None  # the last "..._perf" command line seen outside a table
+    named_binary: str | None = None  # from the last "..._perf" command or "Collective test starting" line
     for raw_line in text.splitlines():
         line = strip_launcher_prefix(raw_line)
         if not line.startswith("#") and (binary := _BINARY.search(line)):
             named_binary = binary.group("name")
-        if _RUN_HEADER.match(line):
+        if starting := _TEST_STARTING.match(line):
+            named_binary = _collective_of(starting.group("program")) or named_binary
+        elif _RUN_HEADER.match(line):
             if builder:
                 tables.append(builder.build(truncated=True))
                 builder = None
@@ -127,6 +164,11 @@ def parse_nccl_log(text: str) -> tuple[CollectiveTable, ...]:
         elif avg := _AVG_BUSBW.match(line):
             builder.avg_busbw = float(avg.group("value"))
             tables.append(builder.build(truncated=False))
+            builder = None
+            context = _RunContext()
+        elif concluded := _TEST_CONCLUDED.match(line):
+            context.collective = context.collective or _collective_of(concluded.group("program"))
+            tables.append(builder.build(truncated=False, average_lost=True))
             builder = None
             context = _RunContext()
         elif not line.startswith("#"):
@@ -188,19 +230,43 @@ class _TableBuilder:
                 wrong = int(float(check))
         return Measurement(float(time_us), float(algbw), float(busbw), wrong, max_error)
 
-    def build(self, truncated: bool) -> CollectiveTable:
+    def build(self, truncated: bool, average_lost: bool = False) -> CollectiveTable:
+        """The table; ``average_lost``: the run concluded but the log has no "Avg bus bandwidth" line."""
         rows = tuple(self.rows)
         collective = self.context.collective or _infer_collective(rows, len(self.context.ranks))
+        avg_busbw = _average_busbw(rows) if average_lost else self.avg_busbw
         return CollectiveTable(
             collective=collective,
             layout=self.layout,
             rows=rows,
-            avg_busbw=self.avg_busbw,
+            avg_busbw=avg_busbw,
             out_of_bounds=self.out_of_bounds,
             ranks=len(self.context.ranks) or None,
             hosts=len(self.context.hosts) or None,
             truncated=truncated,
+            avg_busbw_computed=average_lost and avg_busbw is not None,
         )
+
+
+def _average_busbw(rows: tuple[Row, ...]) -> float | None:
+    """The "Avg bus bandwidth" nccl-tests would have printed: the mean busbw over every timing, out-of-place and
+    in-place, of every size, printed with %g (6 significant digits).
+
+    source: nccl-tests v2.19.6 src/common.cu: BenchTime runs once out-of-place and once in-place per size and
+    adds each busBw to bw[0] (``args->bw[0] += busBw; args->bw_count[0]++``); the end divides
+    (``bw[0] /= bw_count[0]``) and util.cu writeResultFooter prints it with ``%g``. The log shows each busbw
+    rounded to 2 decimals, so this can differ from the program's own figure in the last digits.
+    """
+    busbw = [m.busbw for row in rows for m in (row.out_of_place, row.in_place)]
+    if not busbw:
+        return None
+    return float(f"{sum(busbw) / len(busbw):.6g}")
+
+
+def _collective_of(program: str) -> str | None:
+    """``all_reduce`` for ``all_reduce_perf`` / ``all_reduce_perf_mpi``; None for a program not known here."""
+    binary = _BINARY.fullmatch(program)
+    return binary.group("name") if binary else None
 
 
 def _infer_collective(rows: tuple[Row, ...], ranks: int) -> str | None:

@@ -22,6 +22,11 @@ from gpufleet.cli import main
         (["p4d_all_reduce_truncated.log"], [], 1),
         (["no_table.log"], [], 2),
         (["p4d_2node_all_reduce.log", "no_table.log"], [], 2),
+        (["p4d_all_reduce_srun_label.log"], [], 0),
+        (["p4d_all_reduce_skypilot_mpi.log"], [], 0),
+        (["p4d_all_reduce_skypilot_srun.log"], ["--min-busbw", "75"], 0),
+        (["p4d_all_reduce_skypilot_srun.log"], ["--min-busbw", "80"], 1),
+        (["p4d_all_reduce_no_avg.log"], [], 0),
     ],
 )
 def test_exit_codes(fixture_path, capsys, names, extra, code):
@@ -62,6 +67,22 @@ def test_json_two_collectives(fixture_path, capsys):
     assert [c["collective"] for c in report["collectives"]] == ["all_gather", "alltoall"]
     assert [c["passed"] for c in report["collectives"]] == [True, False]
     assert report["collectives"][1]["rows"][-1]["in_place"]["wrong"] is None
+
+
+def test_json_average_computed_where_a_finished_log_lost_it(fixture_path, capsys):
+    assert main(["nccl-report", fixture_path("nccl", "p4d_all_reduce_no_avg.log"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["avg_busbw"], report["avg_busbw_computed"], report["truncated"], report["passed"]) == (27.4279, True, False, True)
+    assert main(["nccl-report", fixture_path("nccl", "p4d_all_reduce_srun_label.log"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["avg_busbw"], report["avg_busbw_computed"], report["collective"]) == (27.4285, False, "all_reduce")
+
+
+def test_text_report_marks_computed_average(fixture_path, capsys):
+    assert main(["nccl-report", fixture_path("nccl", "p4d_all_reduce_no_avg.log")]) == 0
+    out = capsys.readouterr().out
+    assert "avg busbw (computed from the rows: the log has no 'Avg bus bandwidth' line): 27.4279 GB/s" in out
+    assert "verdict: PASS" in out
 
 
 def test_json_truncated_and_wrong(fixture_path, capsys):
