@@ -1,5 +1,8 @@
 """gpufleet topo-check [FILE] --instance-type TYPE [--json]: check ``nvidia-smi topo -m`` against the catalog.
 
+``--json`` lists every NIC column of the matrix under ``nics`` as ``{"nic": "NIC0", "device": "rdmap16s27"}``;
+``device`` is null where the capture has no "NIC Legend" line for that column.
+
 Exit codes: 0 the matrix matches the catalog; 1 problems found (a non-NVLink pair on an NVSwitch type, fewer
 NVLinks on one pair, missing GPUs or EFA devices); 2 unusable input (unreadable file, no matrix, a matrix cut
 short) or an instance type the catalog does not know.
@@ -70,7 +73,7 @@ def _as_json(check: TopologyCheck, topology: Topology) -> dict:
         "expected_gpus": check.expected_gpus,
         "links": dict(check.links),
         "nvlink_pairs": check.nvlink_pairs,
-        "nics": [{"nic": nic, "device": device} for nic, device in topology.nic_legend],
+        "nics": [{"nic": nic, "device": device} for nic, device in topology.nic_devices],
         "cpu_affinity": dict(topology.cpu_affinity),
         "numa_affinity": dict(topology.numa_affinity),
         "problems": list(check.problems),
@@ -85,8 +88,9 @@ def _print_text(name: str, check: TopologyCheck, topology: Topology) -> None:
     summary = ", ".join(f"{count} x {link}" for link, count in sorted(kinds.items()))
     print(f"{name}: {check.gpus} GPUs ({check.expected_gpus} expected for {check.instance_type})")
     print(f"GPU pairs: {len(check.links)} ({summary}); NVLink pairs: {check.nvlink_pairs}")
-    nics = ", ".join(f"{nic}={device}" for nic, device in topology.nic_legend) or "none"
-    print(f"NICs: {len(topology.nics)} ({nics})")
+    nics = ", ".join(f"{nic}={device}" if device else nic for nic, device in topology.nic_devices) or "none"
+    unknown = any(device is None for _, device in topology.nic_devices)
+    print(f"NICs: {len(topology.nics)} ({nics})" + ("; device names unknown: no NIC Legend" if unknown else ""))
     for problem in check.problems:
         print(f"problem: {problem}")
     count = len(check.problems)

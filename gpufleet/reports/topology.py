@@ -5,6 +5,12 @@ mlx5_0, then CPU Affinity / NUMA Affinity / GPU NUMA ID), one row per device and
 (``NIC0: rdmap16s27`` for EFA, ``mlx5_0`` for Mellanox). ANSI colour/underline codes are removed first; cells may
 be separated by tabs (what nvidia-smi writes) or by runs of spaces (what a terminal copy gives).
 
+``Topology.nic_devices`` names each NIC column's device: from the legend for a ``NIC0`` column, the column
+itself where an old driver wrote the device name there (``mlx5_0``: NVIDIA/nccl-tests issue #78), and None (not
+known) for a ``NIC0`` column the capture has no legend line for: a matrix copied without the lines after it,
+as the matrices in NVIDIA/nccl issue #933 and deepseek-ai/DeepEP issue #128 are. Such a matrix is still a whole
+matrix: its NICs are counted and reported.
+
 A capture that was cut short (a device row with fewer link cells than the header has device columns, a device
 in the header with no row) raises ``TopologyParseError``: it is the capture that is broken, not the node, so the
 command reports it as unusable input (exit 2). A GPU the node does not show at all (the header itself has fewer
@@ -22,6 +28,7 @@ from gpufleet.catalog import InstanceType
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _LINK = re.compile(r"^(?:X|SYS|SOC|NODE|PHB|PXB|PIX|PSB|NV\d+)$")
 _GPU = re.compile(r"^GPU\d+$")
+_NIC_COLUMN = re.compile(r"^NIC\d+$")
 _NIC_LEGEND = re.compile(r"^\s*(?P<nic>NIC\d+):\s*(?P<device>\S+)\s*$")
 _AFFINITY_COLUMNS = ("CPU Affinity", "NUMA Affinity", "GPU NUMA ID")
 
@@ -41,6 +48,12 @@ class Topology:
     @property
     def nics(self) -> tuple[str, ...]:
         return tuple(d for d in self.devices if not _GPU.match(d))
+
+    @property
+    def nic_devices(self) -> tuple[tuple[str, str | None], ...]:
+        """(column, device) per NIC column; device None where a NIC# column has no legend line."""
+        legend = dict(self.nic_legend)
+        return tuple((nic, legend.get(nic) if _NIC_COLUMN.match(nic) else nic) for nic in self.nics)
 
     def link(self, a: str, b: str) -> str:
         return self.matrix[self.devices.index(a)][self.devices.index(b)]

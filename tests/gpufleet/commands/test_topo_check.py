@@ -17,6 +17,7 @@ from gpufleet.cli import main
         ("p4d_degraded.txt", "p4d.24xlarge", 1),
         ("p4d.txt", "p5.48xlarge", 1),
         ("p4d_truncated.txt", "p4d.24xlarge", 2),
+        ("p4d_no_nic_legend.txt", "p4d.24xlarge", 0),
     ],
 )
 def test_exit_codes(fixture_path, capsys, name, instance_type, code):
@@ -53,3 +54,23 @@ def test_truncated_is_one_line_naming_file(fixture_path, capsys):
     path = fixture_path("topo", "p4d_truncated.txt")
     assert main(["topo-check", path, "--instance-type", "p4d.24xlarge"]) == 2
     assert capsys.readouterr().err.strip() == f"{path}: row GPU5 has 1 of 12 link cells (capture cut short?)"
+
+
+@pytest.mark.parametrize(
+    "name, nics",
+    [
+        ("p4d_no_nic_legend.txt", [{"nic": f"NIC{i}", "device": None} for i in range(4)]),
+        ("p4d.txt", [{"nic": "NIC0", "device": "rdmap16s27"}, {"nic": "NIC1", "device": "rdmap32s27"},
+                     {"nic": "NIC2", "device": "rdmap144s27"}, {"nic": "NIC3", "device": "rdmap160s27"}]),
+    ],
+)  # fmt: skip
+def test_json_nics_with_and_without_legend(fixture_path, capsys, name, nics):
+    assert main(["topo-check", fixture_path("topo", name), "--instance-type", "p4d.24xlarge", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert (report["nics"], report["ok"], report["problems"]) == (nics, True, [])
+
+
+def test_text_says_nic_devices_are_unknown(fixture_path, capsys):
+    assert main(["topo-check", fixture_path("topo", "p4d_no_nic_legend.txt"), "--instance-type", "p4d.24xlarge"]) == 0
+    out = capsys.readouterr().out
+    assert "NICs: 4 (NIC0, NIC1, NIC2, NIC3); device names unknown: no NIC Legend" in out.splitlines()

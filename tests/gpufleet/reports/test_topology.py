@@ -92,3 +92,36 @@ def test_missing_rows_are_a_parse_error(topo_fixture):
     lines = topo_fixture("p4d.txt").splitlines()
     with pytest.raises(TopologyParseError, match="no row for GPU6, GPU7, NIC0, NIC1, NIC2, NIC3"):
         parse_topology("\n".join(lines[:7]))
+
+
+# nic_devices: the legend's name for a NIC# column, None where the capture has no legend line for it, the column
+# itself where an old driver wrote the device name there.
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("p4d.txt", (("NIC0", "rdmap16s27"), ("NIC1", "rdmap32s27"), ("NIC2", "rdmap144s27"), ("NIC3", "rdmap160s27"))),
+        ("p4d_no_nic_legend.txt", (("NIC0", None), ("NIC1", None), ("NIC2", None), ("NIC3", None))),
+    ],
+)  # fmt: skip
+def test_nic_devices(topo_fixture, text, expected):
+    topology = parse_topology(topo_fixture(text))
+    assert topology.nic_devices == expected
+    assert topology.link("GPU0", "NIC0") == "PXB" and topology.link("NIC3", "GPU7") == "PXB"
+
+
+def test_nic_legend_cut_after_two_lines(topo_fixture):
+    text = topo_fixture("p4d.txt").split("  NIC2:")[0]
+    expected = (("NIC0", "rdmap16s27"), ("NIC1", "rdmap32s27"), ("NIC2", None), ("NIC3", None))
+    assert parse_topology(text).nic_devices == expected
+
+
+def test_device_named_nic_columns_name_themselves():
+    # Old drivers print the device names as columns and no NIC Legend (NVIDIA/nccl-tests issue #78, DGX-2)
+    text = (
+        "        GPU0    GPU1    mlx5_0  mlx5_1  CPU Affinity\n"
+        "GPU0     X      NV6     PIX     PXB     0-23,48-71\n"
+        "GPU1    NV6      X      PIX     PXB     0-23,48-71\n"
+        "mlx5_0  PIX     PIX      X      PXB\n"
+        "mlx5_1  PXB     PXB     PXB      X\n"
+    )
+    assert parse_topology(text).nic_devices == (("mlx5_0", "mlx5_0"), ("mlx5_1", "mlx5_1"))
