@@ -93,6 +93,12 @@ def region_problem(region: str) -> str | None:
     return None
 
 
+def choice_problem(value: str, what: str, choices: tuple[str, ...]) -> str | None:
+    if value not in choices:
+        return f"'{value}' is not {what} (allowed: {', '.join(choices)})"
+    return None
+
+
 def log_retention_problem(days: int) -> str | None:
     if days not in LOG_RETENTION_DAYS:
         return f"{days} is not a CloudWatch Logs retention (allowed: {', '.join(map(str, LOG_RETENTION_DAYS))})"
