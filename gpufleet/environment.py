@@ -1,7 +1,7 @@
 """Environment files (environments/NAME.yaml) parsed into frozen, typed objects.
 
-Parsing checks shape and types (pydantic, unknown keys rejected everywhere); the rules that need more than one
-field or outside knowledge live in gpufleet.validators, one class per rule.
+Parsing checks shape, types and the values a choice field allows (pydantic, unknown keys rejected everywhere); the
+rules that need more than one field or outside knowledge live in gpufleet.validators, one class per rule.
 """
 
 from __future__ import annotations
@@ -10,13 +10,23 @@ import datetime as dt
 import ipaddress
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from gpufleet.config_file import read_model
 from gpufleet.errors import GpufleetError
-from gpufleet.validators import ROLLOUT_MANUAL, ROLLOUT_REPLACE_ALL, validate_environment
+from gpufleet.rules import choice_problem
+from gpufleet.validators import (
+    ALLOCATION_STRATEGIES,
+    FLEET_TYPES,
+    ON_DEMAND_ALLOCATION_STRATEGIES,
+    REPLACEMENT_STRATEGIES,
+    ROLLOUT_MANUAL,
+    ROLLOUT_REPLACE_ALL,
+    ROLLOUTS,
+    validate_environment,
+)
 
 if TYPE_CHECKING:
     from gpufleet.ami.pipeline import Pipeline
@@ -26,6 +36,18 @@ WHERE_ENVIRONMENTS_ARE = f"run gpufleet where environments/ is, or set {ENVIRONM
 # Tag on every resource and node of an environment; operator tools and IAM conditions select by it.
 ENVIRONMENT_TAG_KEY = "gpufleet:environment"
 # How a new node image reaches a fleet (fleet.rollout): see Fleet.image_rollout.
+
+
+def _one_of(what: str, choices: tuple[str, ...]) -> AfterValidator:
+    """A choice field's check while parsing, with the line a validator would print (FILE: FIELD: MESSAGE)."""
+
+    def check(value: str) -> str:
+        problem = choice_problem(value, what, choices)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    return AfterValidator(check)
 
 
 class _Section(BaseModel):
@@ -61,20 +83,24 @@ class Capacity(_Section):
 
 
 class CapacityRebalance(_Section):
-    replacement_strategy: StrictStr = Field(
-        "launch", description="launch | launch-before-terminate (as the EC2 API spells them)."
-    )
+    replacement_strategy: Annotated[
+        StrictStr, _one_of("a capacity rebalance replacement strategy", REPLACEMENT_STRATEGIES)
+    ] = Field("launch", description="launch | launch-before-terminate (as the EC2 API spells them).")
     termination_delay_seconds: StrictInt | None = Field(
         None, description="120-7200; only with launch-before-terminate."
     )
 
 
 class Fleet(_Section):
-    type: StrictStr = Field("maintain", description="maintain (replace interrupted nodes) | request (one-shot).")
-    allocation_strategy: StrictStr = Field(
+    type: Annotated[StrictStr, _one_of("a fleet type", FLEET_TYPES)] = Field(
+        "maintain", description="maintain (replace interrupted nodes) | request (one-shot)."
+    )
+    allocation_strategy: Annotated[StrictStr, _one_of("a spot allocation strategy", ALLOCATION_STRATEGIES)] = Field(
         "priceCapacityOptimized", description="Spot allocation strategy, spelled as the EC2 Spot Fleet API spells it."
     )
-    on_demand_allocation_strategy: StrictStr = Field("lowestPrice", description="lowestPrice | prioritized.")
+    on_demand_allocation_strategy: Annotated[
+        StrictStr, _one_of("an on-demand allocation strategy", ON_DEMAND_ALLOCATION_STRATEGIES)
+    ] = Field("lowestPrice", description="lowestPrice | prioritized.")
     capacity_rebalance: CapacityRebalance | None = Field(
         None, description="Launch a replacement when EC2 signals an elevated interruption risk (maintain only)."
     )
@@ -82,7 +108,7 @@ class Fleet(_Section):
         None, description="Time (UTC) after which the fleet stops; its nodes are terminated."
     )
     replace_unhealthy_instances: StrictBool = Field(True, description="Replace nodes that fail EC2 status checks.")
-    rollout: StrictStr | None = Field(
+    rollout: Annotated[StrictStr, _one_of("an image rollout", ROLLOUTS)] | None = Field(
         None,
         description="What a new node image does to a maintain fleet: manual (the default: a new launch template "
         "version; running nodes keep their image until they are replaced) | replace-all (a deploy that resolves a "

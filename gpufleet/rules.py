@@ -1,5 +1,6 @@
-"""What every configuration rule builds on: the Problem it reports, the Validator base class, and the checks that
-environments (gpufleet.validators) and the AMI pipeline (gpufleet.ami.pipeline) share.
+"""What every configuration rule builds on: the Rule base class, the Problem a Validator (a Rule on a configuration
+file) reports, and the checks that environments (gpufleet.validators) and the AMI pipeline (gpufleet.ami.pipeline)
+share. The compatibility gate's rules (gpufleet.ami.compatibility) are Rules too, reporting Verdicts.
 
 It imports no configuration model, so the modules that define the models and those that check them can all import
 it without importing each other.
@@ -55,17 +56,23 @@ class Problem:
 
 Subject = TypeVar("Subject")
 Context = TypeVar("Context")
+Finding = TypeVar("Finding")
 
 
-class Validator(Generic[Subject, Context]):
-    """A rule: ``check`` returns the problems it finds in the subject (an environment, the pipeline
-    configuration), an empty list when the subject satisfies it."""
+class Rule(Generic[Subject, Context, Finding]):
+    """One fact a subject (an environment, the pipeline configuration, an AMI profile) must satisfy: ``check``
+    returns what it finds in the subject, given what else the rule needs to know (the context)."""
+
+    def check(self, subject: Subject, context: Context) -> list[Finding]:
+        raise NotImplementedError
+
+
+class Validator(Rule[Subject, Context, Problem]):
+    """A rule on a configuration file: ``check`` returns the problems it finds, each naming the field it concerns,
+    an empty list when the subject satisfies it."""
 
     field: ClassVar[str]
     severity: ClassVar[Severity] = "error"
-
-    def check(self, subject: Subject, context: Context) -> list[Problem]:
-        raise NotImplementedError
 
     def problem(self, message: str) -> list[Problem]:
         return [Problem(self.field, message, self.severity)]
@@ -83,6 +90,12 @@ def account_id_problem(account: str) -> str | None:
 def region_problem(region: str) -> str | None:
     if not re.fullmatch(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d", region):
         return f"'{region}' is not a region name (for example us-east-1, eu-west-2)"
+    return None
+
+
+def choice_problem(value: str, what: str, choices: tuple[str, ...]) -> str | None:
+    if value not in choices:
+        return f"'{value}' is not {what} (allowed: {', '.join(choices)})"
     return None
 
 

@@ -1,7 +1,8 @@
 """One small validator per rule an environment must satisfy beyond its types.
 
 Each validator returns Problems naming the field and saying what is wrong and what is allowed; the caller
-prefixes the file name. validate_environment runs them all so a user sees every problem at once.
+prefixes the file name. validate_environment runs them all so a user sees every problem at once, once the file
+parses (gpufleet.environment checks types and the values of choice fields, such as fleet.type, while parsing).
 
 A problem is an error or a warning. Errors stop synthesis. Warnings are rules about launching capacity that a file
 can come to break with no edit, by the clock alone: synthesis goes on, because `cdk destroy` synthesizes first and
@@ -18,11 +19,18 @@ import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING
 
 from gpufleet.catalog import load_catalog
 from gpufleet.errors import GpufleetError
-from gpufleet.rules import Problem, Validator, account_id_problem, log_retention_problem, region_problem
+from gpufleet.rules import (
+    Problem,
+    Validator,
+    account_id_problem,
+    choice_problem,
+    log_retention_problem,
+    region_problem,
+)
 from gpufleet.user_data import user_data_size_problem
 
 if TYPE_CHECKING:
@@ -248,71 +256,8 @@ class OnDemandCapacityValidator(EnvironmentValidator):
         return []
 
 
-class _ChoiceValidator(EnvironmentValidator):
-    choices: ClassVar[tuple[str, ...]]
-    what: ClassVar[str]
-
-    @staticmethod
-    def value(env: Environment) -> str | None:
-        """The checked field's value in env."""
-        raise NotImplementedError
-
-    def check(self, env, context):
-        value = self.value(env)
-        if value is not None and value not in self.choices:
-            return self.problem(f"'{value}' is not {self.what} (allowed: {', '.join(self.choices)})")
-        return []
-
-
-class FleetTypeValidator(_ChoiceValidator):
-    field = "fleet.type"
-    choices = FLEET_TYPES
-    what = "a fleet type"
-
-    @staticmethod
-    def value(env: Environment) -> str | None:
-        return env.fleet.type
-
-
-class AllocationStrategyValidator(_ChoiceValidator):
-    field = "fleet.allocation_strategy"
-    choices = ALLOCATION_STRATEGIES
-    what = "a spot allocation strategy"
-
-    @staticmethod
-    def value(env: Environment) -> str | None:
-        return env.fleet.allocation_strategy
-
-
-class OnDemandAllocationStrategyValidator(_ChoiceValidator):
-    field = "fleet.on_demand_allocation_strategy"
-    choices = ON_DEMAND_ALLOCATION_STRATEGIES
-    what = "an on-demand allocation strategy"
-
-    @staticmethod
-    def value(env: Environment) -> str | None:
-        return env.fleet.on_demand_allocation_strategy
-
-
-class ReplacementStrategyValidator(_ChoiceValidator):
-    field = "fleet.capacity_rebalance.replacement_strategy"
-    choices = REPLACEMENT_STRATEGIES
-    what = "a capacity rebalance replacement strategy"
-
-    @staticmethod
-    def value(env: Environment) -> str | None:
-        rebalance = env.fleet.capacity_rebalance
-        return rebalance.replacement_strategy if rebalance else None
-
-
-class RolloutValidator(_ChoiceValidator):
+class RolloutValidator(EnvironmentValidator):
     field = "fleet.rollout"
-    choices = ROLLOUTS
-    what = "an image rollout"
-
-    @staticmethod
-    def value(env: Environment) -> str | None:
-        return env.fleet.rollout
 
     def check(self, env, context):
         if env.fleet.type == "request" and env.fleet.rollout == ROLLOUT_MANUAL:
@@ -322,7 +267,7 @@ class RolloutValidator(_ChoiceValidator):
                 "a request fleet cannot be modified, so every change replaces it, a new image included "
                 f"(remove rollout, or set it to {ROLLOUT_REPLACE_ALL})"
             )
-        return super().check(env, context)
+        return []
 
 
 class CapacityRebalanceValidator(EnvironmentValidator):
@@ -470,19 +415,15 @@ class MigProfileValidator(EnvironmentValidator):
         return []
 
 
-class MigPurposeValidator(_ChoiceValidator):
+class MigPurposeValidator(EnvironmentValidator):
     field = "node.mig_purpose"
-    choices = MIG_PURPOSES
-    what = "a MIG purpose"
-
-    @staticmethod
-    def value(env: Environment) -> str | None:
-        return env.node.mig_purpose
 
     def check(self, env, context):
-        if env.node.mig_purpose is not None and env.node.mig_profile is None:
+        if env.node.mig_purpose is None:
+            return []
+        if env.node.mig_profile is None:
             return self.problem("only applies with node.mig_profile (remove it, or set mig_profile)")
-        return super().check(env, context)
+        return self.problem_if(choice_problem(env.node.mig_purpose, "a MIG purpose", MIG_PURPOSES))
 
 
 class ScratchMountValidator(EnvironmentValidator):
@@ -541,10 +482,6 @@ VALIDATORS: tuple[Validator, ...] = (
     EfaSupportValidator(),
     TargetCapacityValidator(),
     OnDemandCapacityValidator(),
-    FleetTypeValidator(),
-    AllocationStrategyValidator(),
-    OnDemandAllocationStrategyValidator(),
-    ReplacementStrategyValidator(),
     RolloutValidator(),
     CapacityRebalanceValidator(),
     ValidUntilValidator(),

@@ -19,6 +19,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError, field_validator
 
+from gpufleet import rules
 from gpufleet.ami import COMPATIBILITY_FILE
 from gpufleet.ami.profile import Profile
 from gpufleet.catalog import load_catalog
@@ -189,8 +190,8 @@ class CheckContext:
     today: dt.date
 
 
-class Rule:
-    """One fact about a stack; ``check`` returns at least one Verdict."""
+class Rule(rules.Rule[Profile, CheckContext, Verdict]):
+    """One fact about a stack; ``check`` returns at least one Verdict, PASS included."""
 
     rule_id: ClassVar[str]
 

@@ -387,12 +387,21 @@ def test_shape_errors_name_the_field(tmp_path, field, value, expected):
 
 
 def test_every_problem_is_reported_at_once(tmp_path):
-    document = with_change("capacity.target", 0)
-    document["fleet"] = {"type": "once"}
+    document = changed({"capacity.target": 0, "root_volume_gib": 20})
     assert problems_of(tmp_path, document) == [
         "capacity.target: 0 nodes is too few (at least 1)",
         "capacity.on_demand: 1 is outside the target capacity (0 to capacity.target, which is 0)",
+        "root_volume_gib: 20 GiB is out of range (50 to 16384: the CUDA stack alone needs tens of GiB)",
+    ]
+
+
+def test_every_choice_outside_its_values_is_reported_at_once_while_parsing(tmp_path):
+    # Choice fields are checked while parsing, so the rules that need a parsed file wait until they are fixed.
+    document = changed({"capacity.target": 0, "fleet.type": "once", "fleet.on_demand_allocation_strategy": "cheapest"})
+    assert problems_of(tmp_path, document) == [
         "fleet.type: 'once' is not a fleet type (allowed: maintain, request)",
+        "fleet.on_demand_allocation_strategy: 'cheapest' is not an on-demand allocation strategy "
+        "(allowed: lowestPrice, prioritized)",
     ]
 
 
