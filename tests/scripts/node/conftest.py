@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripts.fake_bin import install_fakes
+
 SCRIPTS_DIR = Path(__file__).resolve().parents[3] / "scripts" / "node"
 FAKE_COMMANDS = Path(__file__).with_name("fake_commands.py")
 FAKED = ("lsblk", "udevadm", "mdadm", "blkid", "mkfs.xfs", "mountpoint", "mount", "nvidia-smi", "curl", "systemctl")
@@ -59,10 +61,7 @@ class FakeNode:
 def node(tmp_path: Path) -> FakeNode:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for command in FAKED:
-        wrapper = bin_dir / command
-        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "{FAKE_COMMANDS}" {command} "$@"\n')
-        wrapper.chmod(0o755)
+    install_fakes(bin_dir, FAKE_COMMANDS, FAKED)
     # efa-env.sh reads the versions manifest with python3; the node image provides it, here the test's Python does.
     python3 = bin_dir / "python3"
     python3.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')

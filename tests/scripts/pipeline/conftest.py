@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.scripts.fake_bin import install_fakes
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPTS_DIR = REPO / "scripts" / "pipeline"
@@ -52,10 +53,7 @@ class Tools:
 def tools(tmp_path: Path) -> Tools:
     bin_dir = tmp_path / "fake-bin"
     bin_dir.mkdir()
-    for tool in TOOLS:
-        wrapper = bin_dir / tool
-        wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "{FAKE_TOOLS}" {tool} "$@"\n')
-        wrapper.chmod(0o755)
+    install_fakes(bin_dir, FAKE_TOOLS, TOOLS)
     tmp_dir = tmp_path / "tmp"
     tmp_dir.mkdir()
     fake = Tools(bin_dir, tmp_path / "state.json", tmp_path / "calls.log", tmp_dir)
