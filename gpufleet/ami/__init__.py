@@ -47,7 +47,6 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "14-cleanup.sh",
     "15-validate.sh",
 )
-REBOOT_SUFFIX = "-reboot.sh"
 
 # What the build instance's SSM agent needs for Packer's Session Manager tunnel: the templates' temporary instance
 # profile grants these, and the AMI pipeline's build instance role grants exactly these.

@@ -11,7 +11,7 @@ import hcl2
 import pytest
 from hcl2.utils import SerializationOptions
 
-from gpufleet.ami import COMPONENT_KEYS, PACKER_DIR, REBOOT_SUFFIX, SCRIPT_NAMES, SCRIPTS_DIR, SSM_AGENT_ACTIONS
+from gpufleet.ami import COMPONENT_KEYS, PACKER_DIR, SCRIPT_NAMES, SCRIPTS_DIR, SSM_AGENT_ACTIONS
 from gpufleet.ami.profile import load_profile, profile_files
 from gpufleet.ami.render import BUILD_FILES, PACKER_FILES, VARIABLES_FILE, build_files, packer_variables, render_profile
 from gpufleet.cli import main
@@ -257,7 +257,7 @@ def test_build_runs_exactly_the_contract_scripts_in_order():
 
 def test_reboot_barrier_and_the_wait_and_retry_after_it():
     steps = dict(zip(SCRIPT_NAMES, _script_steps(), strict=True))
-    assert [name for name in SCRIPT_NAMES if name.endswith(REBOOT_SUFFIX)] == ["03-reboot.sh"]
+    assert [name for name in SCRIPT_NAMES if name.endswith("-reboot.sh")] == ["03-reboot.sh"]
     assert steps["03-reboot.sh"]["expect_disconnect"] is True and steps["03-reboot.sh"]["skip_clean"] is True
     after = steps["04-fabric-manager.sh"]
     assert after["pause_before"] == "${var.reboot_pause}"
