@@ -36,7 +36,8 @@ def read_model(path: Path, model: type[Model], *, reference: str) -> Model:
 
 
 def describe_error(model: type[BaseModel], error: ErrorDetails) -> str:
-    location = tuple(error["loc"])
+    # pydantic places an error in a mapping's key under the key and "[key]"; the key names the field well enough.
+    location = tuple(part for part in error["loc"] if part != "[key]")
     field = ".".join(str(part) for part in location) or "(file)"
     if error["type"] == "extra_forbidden":
         return f"{field}: unknown key (allowed here: {', '.join(allowed_keys(model, location[:-1]))})"

@@ -1,7 +1,8 @@
 """Environment files (environments/NAME.yaml) parsed into frozen, typed objects.
 
-Parsing checks shape, types and the values a choice field allows (pydantic, unknown keys rejected everywhere); the
-rules that need more than one field or outside knowledge live in gpufleet.validators, one class per rule.
+Parsing checks shape, types and every rule about one field alone (allowed values, ranges, id patterns; pydantic,
+unknown keys rejected everywhere); the rules that need more than one field or outside knowledge live in
+gpufleet.validators, one class per rule.
 """
 
 from __future__ import annotations
@@ -9,14 +10,16 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
+import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from gpufleet.config_file import read_model
 from gpufleet.errors import GpufleetError
-from gpufleet.rules import choice_problem
+from gpufleet.rules import AccountId, LogRetentionDays, RegionName, checked, one_of
 from gpufleet.validators import (
     ALLOCATION_STRATEGIES,
     FLEET_TYPES,
@@ -36,18 +39,91 @@ WHERE_ENVIRONMENTS_ARE = f"run gpufleet where environments/ is, or set {ENVIRONM
 # Tag on every resource and node of an environment; operator tools and IAM conditions select by it.
 ENVIRONMENT_TAG_KEY = "gpufleet:environment"
 # How a new node image reaches a fleet (fleet.rollout): see Fleet.image_rollout.
+SMALLEST_VPC_PREFIX = 24
+LARGEST_VPC_PREFIX = 16
+PATH_PATTERN = re.compile(r"(/[A-Za-z0-9_.\-]+)+")
+# source: "Tag naming limits and requirements" (https://docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html):
+# keys 1-128 characters, values 0-256, the aws: prefix reserved for AWS.
+UNUSABLE_TAG = "not a usable tag (keys 1-128 characters, not starting with aws:, values at most 256 characters)"
 
 
-def _one_of(what: str, choices: tuple[str, ...]) -> AfterValidator:
-    """A choice field's check while parsing, with the line a validator would print (FILE: FIELD: MESSAGE)."""
+# The rules about one field alone, checked while parsing (gpufleet.rules.checked): each returns the problem or None.
 
-    def check(value: str) -> str:
-        problem = choice_problem(value, what, choices)
-        if problem:
-            raise ValueError(problem)
-        return value
 
-    return AfterValidator(check)
+def _name_problem(name: str) -> str | None:
+    if not re.fullmatch(r"[a-z][a-z0-9-]{0,23}", name):
+        return (
+            f"'{name}' is not a valid name (lower-case letters, digits and '-', starting with a letter, "
+            "at most 24 characters)"
+        )
+    return None
+
+
+def _cidr_problem(cidr: str) -> str | None:
+    try:
+        network = ipaddress.IPv4Network(cidr, strict=True)
+    except ValueError as error:
+        return f"'{cidr}' is not an IPv4 network in CIDR notation ({error}; e.g. 10.40.0.0/16)"
+    if not LARGEST_VPC_PREFIX <= network.prefixlen <= SMALLEST_VPC_PREFIX:
+        return (
+            f"/{network.prefixlen} is outside the sizes allowed (/{LARGEST_VPC_PREFIX} to /{SMALLEST_VPC_PREFIX}: "
+            "the VPC holds a node subnet, endpoint addresses and, with NAT, a public subnet)"
+        )
+    return None
+
+
+def _resource_id_problem(prefix: str) -> Callable[[str], str | None]:
+    """EC2 resource ids: the type's prefix and 8 or 17 hex digits
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/resource-ids.html)."""
+    what = {"ami": "an AMI id"}.get(prefix, f"a {prefix} id")
+
+    def problem(value: str) -> str | None:
+        if not re.fullmatch(prefix + r"-[0-9a-f]{8}([0-9a-f]{9})?", value):
+            return f"'{value}' is not {what} ({prefix}- followed by 8 or 17 hex digits)"
+        return None
+
+    return problem
+
+
+def _target_problem(target: int) -> str | None:
+    return f"{target} nodes is too few (at least 1)" if target < 1 else None
+
+
+def _termination_delay_problem(delay: int) -> str | None:
+    # source: EC2 API reference, SpotCapacityRebalance TerminationDelay: "Minimum value of 120 seconds. Maximum value
+    # of 7200 seconds." (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_SpotCapacityRebalance.html)
+    return None if 120 <= delay <= 7200 else f"{delay} is out of range (120 to 7200)"
+
+
+def _ssm_parameter_problem(name: str) -> str | None:
+    if not PATH_PATTERN.fullmatch(name):
+        return f"'{name}' is not an SSM parameter name (a path such as /gpufleet/ami/p4d-ubuntu2204)"
+    return None
+
+
+def _root_device_problem(device: str) -> str | None:
+    if not re.fullmatch(r"/dev/(sda1|xvda|nvme0n1)", device):
+        return f"'{device}' is not a root device name (/dev/sda1 for Ubuntu, /dev/xvda for Amazon Linux)"
+    return None
+
+
+def _root_volume_problem(gib: int) -> str | None:
+    # 16384 GiB: the largest gp3 volume, 16 TiB (https://docs.aws.amazon.com/ebs/latest/userguide/general-purpose.html).
+    if not 50 <= gib <= 16384:
+        return f"{gib} GiB is out of range (50 to 16384: the CUDA stack alone needs tens of GiB)"
+    return None
+
+
+def _scratch_mount_problem(path: str) -> str | None:
+    return None if PATH_PATTERN.fullmatch(path) else f"'{path}' is not an absolute path (e.g. /scratch)"
+
+
+def _tag_key_problem(key: str) -> str | None:
+    return UNUSABLE_TAG if key.lower().startswith("aws:") or not 1 <= len(key) <= 128 else None
+
+
+def _tag_value_problem(value: str) -> str | None:
+    return UNUSABLE_TAG if len(value) > 256 else None
 
 
 class _Section(BaseModel):
@@ -57,11 +133,17 @@ class _Section(BaseModel):
 class Network(_Section):
     """Either a new VPC (cidr) or an existing VPC and subnet (vpc_id + subnet_id)."""
 
-    cidr: StrictStr | None = Field(None, description="CIDR of a new VPC, e.g. 10.40.0.0/16 (at least /24).")
+    cidr: Annotated[StrictStr, checked(_cidr_problem)] | None = Field(
+        None, description="CIDR of a new VPC, e.g. 10.40.0.0/16 (at least /24)."
+    )
     nat_gateway: StrictBool = Field(False, description="Add a public subnet and one NAT gateway for outbound internet.")
-    flow_log_retention_days: StrictInt = Field(90, description="Days to keep VPC flow logs in CloudWatch Logs.")
-    vpc_id: StrictStr | None = Field(None, description="Existing VPC id (vpc-...), instead of cidr.")
-    subnet_id: StrictStr | None = Field(None, description="Existing private subnet id (subnet-...) in the cluster AZ.")
+    flow_log_retention_days: LogRetentionDays = Field(90, description="Days to keep VPC flow logs in CloudWatch Logs.")
+    vpc_id: Annotated[StrictStr, checked(_resource_id_problem("vpc"))] | None = Field(
+        None, description="Existing VPC id (vpc-...), instead of cidr."
+    )
+    subnet_id: Annotated[StrictStr, checked(_resource_id_problem("subnet"))] | None = Field(
+        None, description="Existing private subnet id (subnet-...) in the cluster AZ."
+    )
 
     @property
     def creates_vpc(self) -> bool:
@@ -74,7 +156,9 @@ class Network(_Section):
 
 
 class Capacity(_Section):
-    target: StrictInt = Field(description="Number of nodes the fleet keeps running.")
+    target: Annotated[StrictInt, checked(_target_problem)] = Field(
+        description="Number of nodes the fleet keeps running."
+    )
     on_demand: StrictInt = Field(0, description="How many of the target nodes are on-demand (the rest are spot).")
 
     @property
@@ -84,22 +168,22 @@ class Capacity(_Section):
 
 class CapacityRebalance(_Section):
     replacement_strategy: Annotated[
-        StrictStr, _one_of("a capacity rebalance replacement strategy", REPLACEMENT_STRATEGIES)
+        StrictStr, one_of("a capacity rebalance replacement strategy", REPLACEMENT_STRATEGIES)
     ] = Field("launch", description="launch | launch-before-terminate (as the EC2 API spells them).")
-    termination_delay_seconds: StrictInt | None = Field(
+    termination_delay_seconds: Annotated[StrictInt, checked(_termination_delay_problem)] | None = Field(
         None, description="120-7200; only with launch-before-terminate."
     )
 
 
 class Fleet(_Section):
-    type: Annotated[StrictStr, _one_of("a fleet type", FLEET_TYPES)] = Field(
+    type: Annotated[StrictStr, one_of("a fleet type", FLEET_TYPES)] = Field(
         "maintain", description="maintain (replace interrupted nodes) | request (one-shot)."
     )
-    allocation_strategy: Annotated[StrictStr, _one_of("a spot allocation strategy", ALLOCATION_STRATEGIES)] = Field(
+    allocation_strategy: Annotated[StrictStr, one_of("a spot allocation strategy", ALLOCATION_STRATEGIES)] = Field(
         "priceCapacityOptimized", description="Spot allocation strategy, spelled as the EC2 Spot Fleet API spells it."
     )
     on_demand_allocation_strategy: Annotated[
-        StrictStr, _one_of("an on-demand allocation strategy", ON_DEMAND_ALLOCATION_STRATEGIES)
+        StrictStr, one_of("an on-demand allocation strategy", ON_DEMAND_ALLOCATION_STRATEGIES)
     ] = Field("lowestPrice", description="lowestPrice | prioritized.")
     capacity_rebalance: CapacityRebalance | None = Field(
         None, description="Launch a replacement when EC2 signals an elevated interruption risk (maintain only)."
@@ -108,7 +192,7 @@ class Fleet(_Section):
         None, description="Time (UTC) after which the fleet stops; its nodes are terminated."
     )
     replace_unhealthy_instances: StrictBool = Field(True, description="Replace nodes that fail EC2 status checks.")
-    rollout: Annotated[StrictStr, _one_of("an image rollout", ROLLOUTS)] | None = Field(
+    rollout: Annotated[StrictStr, one_of("an image rollout", ROLLOUTS)] | None = Field(
         None,
         description="What a new node image does to a maintain fleet: manual (the default: a new launch template "
         "version; running nodes keep their image until they are replaced) | replace-all (a deploy that resolves a "
@@ -127,18 +211,22 @@ class Fleet(_Section):
 class Ami(_Section):
     """The node image: exactly one of ssm_parameter and id."""
 
-    ssm_parameter: StrictStr | None = Field(
+    ssm_parameter: Annotated[StrictStr, checked(_ssm_parameter_problem)] | None = Field(
         None, description="SSM parameter holding the AMI id, resolved by CloudFormation at deploy time."
     )
-    id: StrictStr | None = Field(None, description="A fixed AMI id (ami-...).")
-    root_device_name: StrictStr = Field(
+    id: Annotated[StrictStr, checked(_resource_id_problem("ami"))] | None = Field(
+        None, description="A fixed AMI id (ami-...)."
+    )
+    root_device_name: Annotated[StrictStr, checked(_root_device_problem)] = Field(
         "/dev/sda1", description="Root device of the AMI: /dev/sda1 (Ubuntu) or /dev/xvda (Amazon Linux)."
     )
 
 
 class Node(_Section):
     raid0_nvme: StrictBool = Field(True, description="Stripe all NVMe instance-store drives (RAID0, XFS).")
-    scratch_mount: StrictStr = Field("/scratch", description="Where the RAID0 volume is mounted.")
+    scratch_mount: Annotated[StrictStr, checked(_scratch_mount_problem)] = Field(
+        "/scratch", description="Where the RAID0 volume is mounted."
+    )
     max_clocks: StrictBool = Field(True, description="Persistence mode and clocks locked at the highest supported.")
     mig_profile: StrictStr | None = Field(None, description="MIG profile applied to every GPU, e.g. 3g.20gb.")
     mig_purpose: StrictStr | None = Field(
@@ -154,9 +242,11 @@ class Node(_Section):
 
 
 class Environment(_Section):
-    name: StrictStr = Field(description="Environment name; must equal the file name without .yaml.")
-    account: StrictStr = Field(description='AWS account id, 12 digits, quoted ("123456789012").')
-    region: StrictStr = Field(description="AWS region, e.g. us-east-1.")
+    name: Annotated[StrictStr, checked(_name_problem)] = Field(
+        description="Environment name; must equal the file name without .yaml."
+    )
+    account: AccountId = Field(description='AWS account id, 12 digits, quoted ("123456789012").')
+    region: RegionName = Field(description="AWS region, e.g. us-east-1.")
     availability_zone: StrictStr = Field(description="The single AZ of the cluster (placement groups live in one AZ).")
     network: Network = Field(
         description="Where the nodes live: a new VPC (cidr) or an existing one (vpc_id, subnet_id)."
@@ -166,9 +256,13 @@ class Environment(_Section):
     capacity: Capacity = Field(description="How many nodes, and how many of them on-demand.")
     fleet: Fleet = Field(Fleet(), description="How the Spot Fleet keeps the nodes running.")
     ami: Ami = Field(description="The node image: exactly one of ssm_parameter and id.")
-    root_volume_gib: StrictInt = Field(200, description="Size of the encrypted gp3 root volume.")
+    root_volume_gib: Annotated[StrictInt, checked(_root_volume_problem)] = Field(
+        200, description="Size of the encrypted gp3 root volume."
+    )
     key_pair: StrictStr | None = Field(None, description="EC2 key pair name; nodes are reached with SSM without one.")
-    tags: dict[StrictStr, StrictStr] = Field(default_factory=dict, description="Tags on every resource and node.")
+    tags: dict[Annotated[StrictStr, checked(_tag_key_problem)], Annotated[StrictStr, checked(_tag_value_problem)]] = (
+        Field(default_factory=dict, description="Tags on every resource and node.")
+    )
     node: Node = Field(Node(), description="What the node does at boot (user data).")
 
     @property

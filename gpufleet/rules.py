@@ -2,16 +2,21 @@
 file) reports, and the checks that environments (gpufleet.validators) and the AMI pipeline (gpufleet.ami.pipeline)
 share. The compatibility gate's rules (gpufleet.ami.compatibility) are Rules too, reporting Verdicts.
 
-It imports no configuration model, so the modules that define the models and those that check them can all import
-it without importing each other.
+Rules about one field alone are checked while parsing (``checked`` turns a problem function into a pydantic
+validator), with the message a Validator would report; Validators are for rules that need more than one field or
+outside knowledge. It imports no configuration model, so the modules that define the models and those that check
+them can all import it without importing each other.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Generic, Literal, TypeVar
+from typing import Annotated, ClassVar, Generic, Literal, TypeVar
+
+from pydantic import AfterValidator, StrictInt, StrictStr
 
 Severity = Literal["error", "warning"]
 
@@ -103,3 +108,31 @@ def log_retention_problem(days: int) -> str | None:
     if days not in LOG_RETENTION_DAYS:
         return f"{days} is not a CloudWatch Logs retention (allowed: {', '.join(map(str, LOG_RETENTION_DAYS))})"
     return None
+
+
+Value = TypeVar("Value")
+
+
+def checked(problem_of: Callable[[Value], str | None]) -> AfterValidator:
+    """A one-field rule run while parsing: the problem becomes the field's error (config_file prints it as
+    FILE: FIELD: MESSAGE, the line a Validator's Problem gives)."""
+
+    def check(value: Value) -> Value:
+        problem = problem_of(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    return AfterValidator(check)
+
+
+def one_of(what: str, choices: tuple[str, ...]) -> AfterValidator:
+    def problem(value: str) -> str | None:
+        return choice_problem(value, what, choices)
+
+    return checked(problem)
+
+
+AccountId = Annotated[StrictStr, checked(account_id_problem)]
+RegionName = Annotated[StrictStr, checked(region_problem)]
+LogRetentionDays = Annotated[StrictInt, checked(log_retention_problem)]

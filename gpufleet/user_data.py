@@ -20,6 +20,7 @@ import shlex
 from typing import TYPE_CHECKING
 
 from gpufleet import shipped_path
+from gpufleet.ami import published_profile
 from gpufleet.catalog import InstanceType
 from gpufleet.errors import GpufleetError
 
@@ -66,9 +67,6 @@ def watches_spot(env: Environment) -> bool:
 
 def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
     """The GPUFLEET_* variables the node scripts read (documented in scripts/node/README.md)."""
-    # Imported here: gpufleet.ami.pipeline reaches gpufleet.validators, which imports this module.
-    from gpufleet.ami.pipeline import published_profile
-
     scripts = setup_scripts(env, instance)
     return {
         "GPUFLEET_ENVIRONMENT": env.name,

@@ -1,8 +1,10 @@
-"""One small validator per rule an environment must satisfy beyond its types.
+"""One small validator per rule an environment must satisfy that needs more than one field or outside knowledge
+(the instance catalog, the AMI pipeline, the node scripts, the clock).
 
 Each validator returns Problems naming the field and saying what is wrong and what is allowed; the caller
 prefixes the file name. validate_environment runs them all so a user sees every problem at once, once the file
-parses (gpufleet.environment checks types and the values of choice fields, such as fleet.type, while parsing).
+parses (gpufleet.environment checks types and every rule about one field alone while parsing, with the same kind of
+message).
 
 A problem is an error or a warning. Errors stop synthesis. Warnings are rules about launching capacity that a file
 can come to break with no edit, by the clock alone: synthesis goes on, because `cdk destroy` synthesizes first and
@@ -15,22 +17,15 @@ capacity and subnet-size rules included: a file that passed at deploy passes at 
 from __future__ import annotations
 
 import datetime as dt
-import ipaddress
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpufleet.ami import published_profile
 from gpufleet.catalog import load_catalog
 from gpufleet.errors import GpufleetError
-from gpufleet.rules import (
-    Problem,
-    Validator,
-    account_id_problem,
-    choice_problem,
-    log_retention_problem,
-    region_problem,
-)
+from gpufleet.rules import Problem, Validator, choice_problem
 from gpufleet.user_data import user_data_size_problem
 
 if TYPE_CHECKING:
@@ -56,8 +51,6 @@ ROLLOUTS = (ROLLOUT_MANUAL, ROLLOUT_REPLACE_ALL)
 # currently not supported with MIG"; "P2P between MIG instances on different GPUs, or between MIG instances to
 # non-MIG mode GPU devices are not supported".
 MIG_PURPOSES = ("single-node-inference", "independent-jobs")
-SMALLEST_VPC_PREFIX = 24
-LARGEST_VPC_PREFIX = 16
 
 
 @dataclass(frozen=True)
@@ -74,34 +67,14 @@ class EnvironmentValidator(Validator["Environment", ValidationContext]):
 
 class EnvironmentNameValidator(EnvironmentValidator):
     field = "name"
-    pattern = re.compile(r"^[a-z][a-z0-9-]{0,23}$")
 
     def check(self, env, context):
-        if not self.pattern.match(env.name):
-            return self.problem(
-                f"'{env.name}' is not a valid name (lower-case letters, digits and '-', "
-                "starting with a letter, at most 24 characters)"
-            )
         if env.name != context.path.stem:
             return self.problem(
                 f"'{env.name}' differs from the file name (name it '{context.path.stem}' "
                 f"or rename the file to {env.name}.yaml)"
             )
         return []
-
-
-class AccountIdValidator(EnvironmentValidator):
-    field = "account"
-
-    def check(self, env, context):
-        return self.problem_if(account_id_problem(env.account))
-
-
-class RegionValidator(EnvironmentValidator):
-    field = "region"
-
-    def check(self, env, context):
-        return self.problem_if(region_problem(env.region))
 
 
 class AvailabilityZoneValidator(EnvironmentValidator):
@@ -134,27 +107,6 @@ class NetworkChoiceValidator(EnvironmentValidator):
         return []
 
 
-class CidrValidator(EnvironmentValidator):
-    field = "network.cidr"
-
-    def check(self, env, context):
-        if env.network.cidr is None:
-            return []
-        try:
-            network = ipaddress.IPv4Network(env.network.cidr, strict=True)
-        except ValueError as error:
-            return self.problem(
-                f"'{env.network.cidr}' is not an IPv4 network in CIDR notation ({error}; e.g. 10.40.0.0/16)"
-            )
-        if not LARGEST_VPC_PREFIX <= network.prefixlen <= SMALLEST_VPC_PREFIX:
-            return self.problem(
-                f"/{network.prefixlen} is outside the sizes allowed "
-                f"(/{LARGEST_VPC_PREFIX} to /{SMALLEST_VPC_PREFIX}: the VPC holds a node subnet, "
-                "endpoint addresses and, with NAT, a public subnet)"
-            )
-        return []
-
-
 class NodeSubnetCapacityValidator(EnvironmentValidator):
     """Every interface with an ENA device takes a private address (`efa-only` interfaces take none: see
     InstanceType.interface_types); the node subnet also loses the 5 addresses AWS reserves and one per interface
@@ -166,7 +118,7 @@ class NodeSubnetCapacityValidator(EnvironmentValidator):
 
     def check(self, env, context):
         instance = load_catalog().get(env.instance_type)
-        if instance is None or CidrValidator().check(env, context) or env.network.cidr is None:
+        if instance is None or env.network.cidr is None:
             return []
         per_node = instance.addresses_per_node(env.efa)
         # Capacity rebalance launches replacements for spot nodes before the old ones go.
@@ -185,29 +137,6 @@ class NodeSubnetCapacityValidator(EnvironmentValidator):
 
     def addresses(self, subnet_prefix: int) -> int:
         return 2 ** (32 - subnet_prefix) - self.reserved_per_subnet
-
-
-class ExistingNetworkIdsValidator(EnvironmentValidator):
-    field = "network"
-
-    def check(self, env, context):
-        problems = []
-        for key, prefix in (("vpc_id", "vpc"), ("subnet_id", "subnet")):
-            value = getattr(env.network, key)
-            if value is not None and not re.fullmatch(prefix + r"-[0-9a-f]{8}([0-9a-f]{9})?", value):
-                problems.append(
-                    Problem(
-                        f"network.{key}", f"'{value}' is not a {prefix} id ({prefix}- followed by 8 or 17 hex digits)"
-                    )
-                )
-        return problems
-
-
-class FlowLogRetentionValidator(EnvironmentValidator):
-    field = "network.flow_log_retention_days"
-
-    def check(self, env, context):
-        return self.problem_if(log_retention_problem(env.network.flow_log_retention_days))
 
 
 class InstanceTypeValidator(EnvironmentValidator):
@@ -232,15 +161,6 @@ class EfaSupportValidator(EnvironmentValidator):
             return self.problem(
                 f"EFA requested but {env.instance_type} has no EFA (set efa: false or choose an EFA instance type)"
             )
-        return []
-
-
-class TargetCapacityValidator(EnvironmentValidator):
-    field = "capacity.target"
-
-    def check(self, env, context):
-        if env.capacity.target < 1:
-            return self.problem(f"{env.capacity.target} nodes is too few (at least 1)")
         return []
 
 
@@ -290,8 +210,6 @@ class CapacityRebalanceValidator(EnvironmentValidator):
                     "only applies to replacement_strategy: launch-before-terminate (remove it)",
                 )
             ]
-        if delay is not None and not 120 <= delay <= 7200:
-            return [Problem(f"{self.field}.termination_delay_seconds", f"{delay} is out of range (120 to 7200)")]
         return []
 
 
@@ -326,15 +244,6 @@ class AmiSourceValidator(EnvironmentValidator):
             return self.problem(
                 "set exactly one of ssm_parameter and id (e.g. ssm_parameter: /gpufleet/ami/p4d-ubuntu2204)"
             )
-        if ami.id is not None and not re.fullmatch(r"ami-[0-9a-f]{8}([0-9a-f]{9})?", ami.id):
-            return [Problem("ami.id", f"'{ami.id}' is not an AMI id (ami- followed by 8 or 17 hex digits)")]
-        if ami.ssm_parameter is not None and not re.fullmatch(r"(/[A-Za-z0-9_.\-]+)+", ami.ssm_parameter):
-            return [
-                Problem(
-                    "ami.ssm_parameter",
-                    f"'{ami.ssm_parameter}' is not an SSM parameter name (a path such as /gpufleet/ami/p4d-ubuntu2204)",
-                )
-            ]
         return []
 
 
@@ -349,8 +258,6 @@ class PublishedImageValidator(EnvironmentValidator):
     field = "ami.ssm_parameter"
 
     def check(self, env, context):
-        from gpufleet.ami.pipeline import published_profile
-
         pipeline = context.ami_pipeline
         profile = published_profile(env.ami.ssm_parameter)
         if pipeline is None or profile is None:
@@ -364,29 +271,6 @@ class PublishedImageValidator(EnvironmentValidator):
             return self.problem(
                 f"{env.ami.ssm_parameter} is published in account {pipeline.account}, not in {env.account} "
                 f"(deploy in {pipeline.account}, or set ami.id to an image shared with {env.account})"
-            )
-        return []
-
-
-class RootDeviceValidator(EnvironmentValidator):
-    field = "ami.root_device_name"
-
-    def check(self, env, context):
-        if not re.fullmatch(r"/dev/(sda1|xvda|nvme0n1)", env.ami.root_device_name):
-            return self.problem(
-                f"'{env.ami.root_device_name}' is not a root device name "
-                "(/dev/sda1 for Ubuntu, /dev/xvda for Amazon Linux)"
-            )
-        return []
-
-
-class RootVolumeValidator(EnvironmentValidator):
-    field = "root_volume_gib"
-
-    def check(self, env, context):
-        if not 50 <= env.root_volume_gib <= 16384:
-            return self.problem(
-                f"{env.root_volume_gib} GiB is out of range (50 to 16384: the CUDA stack alone needs tens of GiB)"
             )
         return []
 
@@ -426,15 +310,6 @@ class MigPurposeValidator(EnvironmentValidator):
         return self.problem_if(choice_problem(env.node.mig_purpose, "a MIG purpose", MIG_PURPOSES))
 
 
-class ScratchMountValidator(EnvironmentValidator):
-    field = "node.scratch_mount"
-
-    def check(self, env, context):
-        if not re.fullmatch(r"(/[A-Za-z0-9_.\-]+)+", env.node.scratch_mount):
-            return self.problem(f"'{env.node.scratch_mount}' is not an absolute path (e.g. /scratch)")
-        return []
-
-
 class UserDataSizeValidator(EnvironmentValidator):
     """EC2's user-data limit, checked on the compressed user data this environment's nodes get, so that
     `gpufleet validate` refuses what a deploy would."""
@@ -451,49 +326,22 @@ class UserDataSizeValidator(EnvironmentValidator):
             return [Problem(self.field, line) for line in error.problems]
 
 
-class TagsValidator(EnvironmentValidator):
-    field = "tags"
-
-    def check(self, env, context):
-        problems = []
-        for key, value in env.tags.items():
-            if key.lower().startswith("aws:") or not 1 <= len(key) <= 128 or len(value) > 256:
-                problems.append(
-                    Problem(
-                        f"tags.{key}",
-                        "not a usable tag (keys 1-128 characters, not starting "
-                        "with aws:, values at most 256 characters)",
-                    )
-                )
-        return problems
-
-
 VALIDATORS: tuple[Validator, ...] = (
     EnvironmentNameValidator(),
-    AccountIdValidator(),
-    RegionValidator(),
     AvailabilityZoneValidator(),
     NetworkChoiceValidator(),
-    CidrValidator(),
     NodeSubnetCapacityValidator(),
-    ExistingNetworkIdsValidator(),
-    FlowLogRetentionValidator(),
     InstanceTypeValidator(),
     EfaSupportValidator(),
-    TargetCapacityValidator(),
     OnDemandCapacityValidator(),
     RolloutValidator(),
     CapacityRebalanceValidator(),
     ValidUntilValidator(),
     AmiSourceValidator(),
     PublishedImageValidator(),
-    RootDeviceValidator(),
-    RootVolumeValidator(),
     MigProfileValidator(),
     MigPurposeValidator(),
-    ScratchMountValidator(),
     UserDataSizeValidator(),
-    TagsValidator(),
 )
 
 

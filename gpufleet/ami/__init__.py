@@ -13,6 +13,8 @@ PROFILES_DIR = AMI_DIR / "profiles"
 PACKER_DIR = AMI_DIR / "packer"
 COMPATIBILITY_FILE = AMI_DIR / "compatibility.yaml"
 SCRIPTS_DIR = shipped_path("scripts", "ami")
+# Where a build publishes the id of the image of PROFILE; cluster environments read it (ami.ssm_parameter).
+AMI_PARAMETER_PREFIX = "/gpufleet/ami/"
 
 COMPONENT_KEYS: tuple[str, ...] = (
     "driver",
@@ -57,3 +59,10 @@ SSM_AGENT_ACTIONS: tuple[str, ...] = (
     "ssmmessages:OpenControlChannel",
     "ssmmessages:OpenDataChannel",
 )
+
+
+def published_profile(parameter: str | None) -> str | None:
+    """The profile whose image the SSM parameter holds, when it is one the pipeline writes (/gpufleet/ami/PROFILE)."""
+    if parameter is None or not parameter.startswith(AMI_PARAMETER_PREFIX):
+        return None
+    return parameter.removeprefix(AMI_PARAMETER_PREFIX)

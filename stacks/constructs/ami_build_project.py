@@ -17,8 +17,8 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
-from gpufleet.ami import SSM_AGENT_ACTIONS
-from gpufleet.ami.pipeline import AMI_PARAMETER_PREFIX, Pipeline
+from gpufleet.ami import AMI_PARAMETER_PREFIX, SSM_AGENT_ACTIONS
+from gpufleet.ami.pipeline import Pipeline
 from gpufleet.rules import LOG_RETENTION_DAYS
 
 PROFILE_TAG_KEY = "gpufleet:profile"

@@ -26,6 +26,12 @@ def test_the_environment_rules_load_without_the_environment_model():
     assert "gpufleet.environment" not in loaded_gpufleet_modules("gpufleet.validators")
 
 
+def test_the_environment_model_loads_without_the_ami_pipeline():
+    # The pipeline's model reads environments (publish_regions); what the environment side needs of the pipeline
+    # (the /gpufleet/ami/PROFILE names) lives in gpufleet.ami, so neither imports the other at run time.
+    assert "gpufleet.ami.pipeline" not in loaded_gpufleet_modules("gpufleet.environment")
+
+
 def test_a_problem_line_names_file_and_field_and_marks_a_warning():
     assert Problem("fleet.valid_until", "is past").line(Path("environments/dev.yaml")) == (
         "environments/dev.yaml: fleet.valid_until: is past"

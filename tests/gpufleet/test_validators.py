@@ -254,6 +254,94 @@ def test_rules_that_combine_fields(tmp_path, changes, expected):
     assert problems_of(tmp_path, changed(changes)) == [expected]
 
 
+UNUSABLE_TAG = "not a usable tag (keys 1-128 characters, not starting with aws:, values at most 256 characters)"
+DELAY_OUT_OF_RANGE = "fleet.capacity_rebalance.termination_delay_seconds: {} is out of range (120 to 7200)"
+REBALANCE = "fleet.capacity_rebalance"
+BEFORE_TERMINATE = "launch-before-terminate"
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {"name": "a" * 24},
+            "name: 'aaaaaaaaaaaaaaaaaaaaaaaa' differs from the file name (name it 'lab' or rename "
+            "the file to aaaaaaaaaaaaaaaaaaaaaaaa.yaml)",
+        ),
+        (
+            {"name": "a" * 25},
+            "name: 'aaaaaaaaaaaaaaaaaaaaaaaaa' is not a valid name (lower-case letters, digits and "
+            "'-', starting with a letter, at most 24 characters)",
+        ),
+        (
+            {"name": "9lab"},
+            "name: '9lab' is not a valid name (lower-case letters, digits and '-', starting with a "
+            "letter, at most 24 characters)",
+        ),
+        ({"region": "useast1"}, "region: 'useast1' is not a region name (for example us-east-1, eu-west-2)"),
+        ({"capacity.target": 1, "capacity.on_demand": 0}, None),
+        ({"capacity.target": 0, "capacity.on_demand": 0}, "capacity.target: 0 nodes is too few (at least 1)"),
+        ({REBALANCE: {"replacement_strategy": BEFORE_TERMINATE, "termination_delay_seconds": 120}}, None),
+        (
+            {REBALANCE: {"replacement_strategy": BEFORE_TERMINATE, "termination_delay_seconds": 119}},
+            DELAY_OUT_OF_RANGE.format(119),
+        ),
+        ({REBALANCE: {"replacement_strategy": BEFORE_TERMINATE, "termination_delay_seconds": 7200}}, None),
+        (
+            {REBALANCE: {"replacement_strategy": BEFORE_TERMINATE, "termination_delay_seconds": 7201}},
+            DELAY_OUT_OF_RANGE.format(7201),
+        ),
+        ({"root_volume_gib": 50}, None),
+        (
+            {"root_volume_gib": 49},
+            "root_volume_gib: 49 GiB is out of range (50 to 16384: the CUDA stack alone needs tens of GiB)",
+        ),
+        ({"root_volume_gib": 16384}, None),
+        (
+            {"root_volume_gib": 16385},
+            "root_volume_gib: 16385 GiB is out of range (50 to 16384: the CUDA stack alone needs tens of GiB)",
+        ),
+        ({"network.cidr": "10.40.0.0/16"}, None),
+        (
+            {"network.cidr": "10.40.0.0/15"},
+            "network.cidr: /15 is outside the sizes allowed (/16 to /24: the VPC holds "
+            "a node subnet, endpoint addresses and, with NAT, a public subnet)",
+        ),
+        ({"network.cidr": "10.40.0.0/24", "capacity.target": 1}, None),
+        ({"ami": {"id": "ami-0123456789abcdef0"}}, None),
+        (
+            {"ami": {"id": "ami-0123456789abcdef"}},
+            "ami.id: 'ami-0123456789abcdef' is not an AMI id (ami- followed by 8 or 17 hex digits)",
+        ),
+        (
+            {"ami": {"id": "ami-0A1B2C3D"}},
+            "ami.id: 'ami-0A1B2C3D' is not an AMI id (ami- followed by 8 or 17 hex digits)",
+        ),
+        (
+            {"network.cidr": None, "network.vpc_id": "vpc-0a1b2c3d4e5f60718", "network.subnet_id": "subnet-0a1b2c3d"},
+            None,
+        ),
+        (
+            {"network.cidr": None, "network.vpc_id": "vpc-0a1b2c3", "network.subnet_id": "subnet-0a1b2c3d"},
+            "network.vpc_id: 'vpc-0a1b2c3' is not a vpc id (vpc- followed by 8 or 17 hex digits)",
+        ),
+        ({"ami.root_device_name": "/dev/xvda"}, None),
+        ({"node.scratch_mount": "/mnt/scratch-1"}, None),
+        ({"node.scratch_mount": "/"}, "node.scratch_mount: '/' is not an absolute path (e.g. /scratch)"),
+        ({"tags": {"k" * 128: "v" * 256}}, None),
+        ({"tags": {"k" * 129: "v"}}, f"tags.{'k' * 129}: {UNUSABLE_TAG}"),
+        ({"tags": {"owner": "v" * 257}}, f"tags.owner: {UNUSABLE_TAG}"),
+        ({"tags": {"AWS:owner": "me"}}, f"tags.AWS:owner: {UNUSABLE_TAG}"),
+    ],
+)
+def test_one_field_rules_on_both_sides_of_their_bounds(tmp_path, changes, expected):
+    path = write(tmp_path, changed(changes), name=changes.get("name", "lab"))
+    if expected is None:
+        load_environment(path)
+    else:
+        assert problems_of(tmp_path, changed(changes), name="lab") == [expected]
+
+
 @pytest.mark.parametrize(
     ("changes", "expected"),
     [
@@ -386,22 +474,32 @@ def test_shape_errors_name_the_field(tmp_path, field, value, expected):
     assert problems_of(tmp_path, with_change(field, value)) == [expected]
 
 
-def test_every_problem_is_reported_at_once(tmp_path):
-    document = changed({"capacity.target": 0, "root_volume_gib": 20})
+def test_every_rule_problem_is_reported_at_once(tmp_path):
+    document = changed({"availability_zone": "us-west-2a", "capacity.on_demand": 3})
     assert problems_of(tmp_path, document) == [
-        "capacity.target: 0 nodes is too few (at least 1)",
-        "capacity.on_demand: 1 is outside the target capacity (0 to capacity.target, which is 0)",
-        "root_volume_gib: 20 GiB is out of range (50 to 16384: the CUDA stack alone needs tens of GiB)",
+        "availability_zone: 'us-west-2a' is not an availability zone of us-east-1 "
+        "(the region name followed by one letter, e.g. us-east-1a)",
+        "capacity.on_demand: 3 is outside the target capacity (0 to capacity.target, which is 2)",
     ]
 
 
-def test_every_choice_outside_its_values_is_reported_at_once_while_parsing(tmp_path):
-    # Choice fields are checked while parsing, so the rules that need a parsed file wait until they are fixed.
-    document = changed({"capacity.target": 0, "fleet.type": "once", "fleet.on_demand_allocation_strategy": "cheapest"})
+def test_every_one_field_problem_is_reported_at_once_while_parsing(tmp_path):
+    # Rules about one field alone are checked while parsing, so the rules that combine fields (here: on_demand
+    # within target) wait until the file parses.
+    document = changed(
+        {
+            "capacity.target": 0,
+            "fleet.type": "once",
+            "fleet.on_demand_allocation_strategy": "cheapest",
+            "root_volume_gib": 20,
+        }
+    )
     assert problems_of(tmp_path, document) == [
+        "capacity.target: 0 nodes is too few (at least 1)",
         "fleet.type: 'once' is not a fleet type (allowed: maintain, request)",
         "fleet.on_demand_allocation_strategy: 'cheapest' is not an on-demand allocation strategy "
         "(allowed: lowestPrice, prioritized)",
+        "root_volume_gib: 20 GiB is out of range (50 to 16384: the CUDA stack alone needs tens of GiB)",
     ]
 
 
@@ -492,13 +590,13 @@ def test_cli_validate_with_errors_elsewhere_exits_1_and_lists_the_warning_too(tm
 
 
 def test_cli_validate_exits_1_with_one_line_per_problem_and_no_traceback(tmp_path, capsys):
-    bad = write(tmp_path, with_change("capacity.target", 0))
+    bad = write(tmp_path, changed({"capacity.target": 0, "root_volume_gib": 20}))
     good = write(tmp_path, with_change("name", "good"), name="good")
     assert main(["validate", str(bad), str(good)]) == 1
     captured = capsys.readouterr()
     assert captured.err.splitlines() == [
         f"{bad}: capacity.target: 0 nodes is too few (at least 1)",
-        f"{bad}: capacity.on_demand: 1 is outside the target capacity (0 to capacity.target, which is 0)",
+        f"{bad}: root_volume_gib: 20 GiB is out of range (50 to 16384: the CUDA stack alone needs tens of GiB)",
     ]
     assert "Traceback" not in captured.err + captured.out
 

@@ -7,12 +7,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpufleet.ami import published_profile
 from gpufleet.ami.pipeline import (
     PIPELINE_FILE_VARIABLE,
     load_pipeline,
     pipeline_file,
     publish_regions,
-    published_profile,
 )
 from gpufleet.environment import Environment, environment_files, load_environments
 from gpufleet.errors import GpufleetError
@@ -137,9 +137,48 @@ def test_valid_alternatives_pass(tmp_path):
     assert load_pipeline(path).schedule is None
 
 
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"packer__version": "1.7.0"}, None),
+        (
+            {"packer__version": "1.6.99"},
+            "packer.version: 1.6.99 is too old: the rendered templates need Packer 1.7 or newer "
+            "(packer init, required_plugins)",
+        ),
+        ({"session_manager_plugin__version": "1.2.764.0"}, None),
+        (
+            {"session_manager_plugin__version": "1.2.763.99"},
+            "session_manager_plugin.version: 1.2.763.99 is older than 1.2.764.0, the oldest release Session Manager "
+            "supports (use 1.2.764.0 or newer; releases: https://docs.aws.amazon.com/systems-manager/latest/userguide/"
+            "plugin-version-history.html)",
+        ),
+        ({"schedule": "cron(0 6 1 * ? *)"}, None),
+        (
+            {"schedule": "cron(0 6 ? * ? *)"},
+            "schedule: 'cron(0 6 ? * ? *)' needs '?' in exactly one of day-of-month and day-of-week "
+            "(e.g. cron(0 6 ? * SUN *) or cron(0 6 1 * ? *))",
+        ),
+    ],
+)
+def test_version_and_schedule_rules_on_both_sides_of_their_bounds(tmp_path, changes, expected):
+    path = write(tmp_path, **changes)
+    if expected is None:
+        load_pipeline(path)
+    else:
+        assert problems(path) == [expected]
+
+
 def test_every_problem_is_reported_at_once(tmp_path):
     path = write(tmp_path, account="1", region="x", log_retention_days=2)
     assert [line.split(":")[0] for line in problems(path)] == ["account", "region", "log_retention_days"]
+    # Rules about one field alone are checked while parsing; the profiles rule (it reads ami/profiles) waits.
+    path = write(tmp_path, profiles=["p4d-al2-cuda11", "p4d-al2-cuda11"], packer__sha256="ABC")
+    assert problems(path) == [
+        "profiles.1: 'p4d-al2-cuda11' is listed twice (list each profile once)",
+        "packer.sha256: 'ABC' is not a SHA-256 digest (64 lower-case hex digits, from packer_1.11.2_SHA256SUMS; "
+        "or null)",
+    ]
 
 
 def test_missing_key_and_bad_yaml(tmp_path):
