@@ -40,7 +40,7 @@ synth: setup
 
 # The static checks bind: make test runs them first and fails on any finding.
 test: lint
-	pytest -n 2 --dist loadgroup
+	pytest -n 2
 
 # mypy keeps its cache in .mypy_cache (the [tool.mypy] settings in pyproject.toml): a re-run takes seconds.
 lint: setup

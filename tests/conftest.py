@@ -1,9 +1,9 @@
 """Settings and fixtures every test folder shares.
 
 `assembly` is one synthesis of every shipped environment (cdk-nag attached, cdk.json's context, as `cdk synth`
-does it) per test worker; every test that uses it runs in the xdist group "cdk-synth", so it is built once.
-`installed_wheel` is gpufleet built into a wheel and installed into a virtualenv of its own (InstalledWheel);
-every test that uses it runs in the xdist group "wheel", so it too is built once.
+does it); `installed_wheel` is gpufleet built into a wheel and installed into a virtualenv of its own
+(InstalledWheel). Each is built once: the tests that use it form a group that runs on one pytest-xdist worker
+(tests/worker_groups.py).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.worker_groups import GroupScheduling, misplaced
+
 # jsii warns on every start that Node 20 is past its end of life; the project pins Node 20 (the target machines').
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
@@ -28,13 +30,15 @@ CDK_CONTEXT = json.loads((REPOSITORY / "cdk.json").read_text())["context"]
 WHEEL_SOURCES = ("pyproject.toml", "README.md", "gpufleet", "ami", "scripts")
 
 
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    return GroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(items):
-    for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        if "assembly" in fixtures or "tests/stacks" in str(item.fspath):
-            item.add_marker(pytest.mark.xdist_group("cdk-synth"))
-        elif "installed_wheel" in fixtures:
-            item.add_marker(pytest.mark.xdist_group("wheel"))
+    problems = [line for item in items for line in misplaced(item.nodeid, list(getattr(item, "fixturenames", ())))]
+    if problems:
+        raise pytest.UsageError("\n".join(problems))
 
 
 class Assembly:

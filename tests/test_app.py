@@ -29,7 +29,6 @@ def run_app(tmp_path: Path, context: dict, environments_dir: Path | None = None)
     return subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True)
 
 
-@pytest.mark.xdist_group("cdk-synth")
 def test_env_context_narrows_synthesis_to_one_environment_without_credentials(tmp_path):
     result = run_app(tmp_path, {"env": "dev"})
     assert result.returncode == 0, result.stderr
@@ -86,7 +85,6 @@ def stack_names(tmp_path: Path) -> list[str]:
     return sorted(n for n, a in manifest["artifacts"].items() if a["type"] == "aws:cloudformation:stack")
 
 
-@pytest.mark.xdist_group("cdk-synth")
 @pytest.mark.parametrize(
     ("context", "expected"),
     [
