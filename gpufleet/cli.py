@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "gpufleet.commands.ami",
     "gpufleet.commands.preflight",
     "gpufleet.commands.plan",
+    "gpufleet.commands.cost",
     "gpufleet.commands.status",
     "gpufleet.commands.hosts",
     "gpufleet.commands.nccl_report",

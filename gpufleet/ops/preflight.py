@@ -14,7 +14,14 @@ from typing import Any, Literal
 
 from botocore.exceptions import ClientError
 
-from gpufleet.aws import error_code, error_message, is_unavailable
+from gpufleet.aws import (
+    EXPIRED_CODES,
+    INVALID_CREDENTIAL_CODES,
+    THROTTLING_CODES,
+    error_code,
+    error_message,
+    is_unavailable,
+)
 from gpufleet.catalog import InstanceType
 from gpufleet.environment import Environment
 from gpufleet.validators import valid_until_problem
@@ -361,8 +368,166 @@ def check_valid_until(env: Environment, now: dt.datetime) -> Check:
     return Check("valid-until", "pass", f"the fleet stops at {env.fleet.valid_until.isoformat()}")
 
 
+# --- The account's rules (issue 11 item 5): is the call that keeps the nodes running allowed at all? ---
+
+AUTO_SCALING_BACKEND = "auto-scaling"
+# AWS Control Tower's control CT.EC2.PV.6 is a service control policy that denies ec2:RequestSpotFleet and
+# ec2:RequestSpotInstances to every IAM principal of the organisation's accounts.
+# source: https://docs.aws.amazon.com/controltower/latest/controlreference/ct-ec2-pv-6.html
+SPOT_FLEET_POLICY_HINT = (
+    "a service control policy such as AWS Control Tower's CT.EC2.PV.6 denies it to every principal of the account, "
+    "and then every deploy of this environment fails: set fleet.backend: auto-scaling (or, if only your own IAM "
+    "policy lacks it, grant ec2:RequestSpotFleet)"
+)
+# DryRun: "Checks whether you have the required permissions for the action, without actually making the request [...]
+# If you have the required permissions, the error response is DryRunOperation. Otherwise, it is UnauthorizedOperation."
+# source: botocore/data/ec2/2016-11-15/service-2.json, RequestSpotFleetRequest.DryRun
+DRY_RUN_ALLOWED = "DryRunOperation"
+DRY_RUN_DENIED = "UnauthorizedOperation"
+# The role a Spot Fleet made in the EC2 console uses ("a role named aws-ec2-spot-fleet-tagging-role");
+# source: https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-fleet-prerequisites.html. Whether EC2 looks at the
+# role (or at iam:PassRole) before it answers a dry run is (unconfirmed); any answer other than the two above is a warn.
+DRY_RUN_FLEET_ROLE = "aws-ec2-spot-fleet-tagging-role"
+# Auto Scaling has no DryRun. What the deploy of an Auto Scaling group needs: CreateAutoScalingGroup and
+# UpdateAutoScalingGroup, and ec2:RunInstances, which Auto Scaling checks for the caller when a group with a launch
+# template is created or updated.
+# source: https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-launch-template-permissions.html
+AUTO_SCALING_ACTIONS = (
+    "autoscaling:CreateAutoScalingGroup",
+    "autoscaling:UpdateAutoScalingGroup",
+    "ec2:RunInstances",
+)
+# iam:SimulatePrincipalPolicy sees the service control policies: "The IAM policy simulator evaluates statements in
+# identity-based policies, service control policies (SCPs) including their condition keys and resource scoping";
+# each result's OrganizationsDecisionDetail.AllowedByOrganizations says whether the SCPs allow the action.
+# source: botocore/data/iam/2010-05-08/service-2.json (SimulatePrincipalPolicy, OrganizationsDecisionDetail)
+# A dry-run RunInstances would meet the SCPs as well, but only RunInstances: the autoscaling actions cannot be tried.
+FAILURES_THAT_STOP_THE_COMMAND = EXPIRED_CODES | INVALID_CREDENTIAL_CODES | THROTTLING_CODES
+
+
+def fleet_backend(env: Environment) -> str:
+    # fleet.backend comes with the Auto Scaling work (issue 11); until it is merged every fleet is a Spot Fleet.
+    return str(getattr(env.fleet, "backend", "spot-fleet"))
+
+
+def partition_of(region: str) -> str:
+    """The ARN partition of a region. source: botocore/data/endpoints.json (partitions aws, aws-cn, aws-us-gov)."""
+    if region.startswith("cn-"):
+        return "aws-cn"
+    if region.startswith("us-gov-"):
+        return "aws-us-gov"
+    return "aws"
+
+
+def dry_run_spot_fleet_config(env: Environment) -> dict[str, Any]:
+    """The smallest Spot Fleet request of the environment's type and AZ: one node, a one-shot request. It is only
+    ever sent with DryRun=True (check_spot_fleet_policy)."""
+    return {
+        "IamFleetRole": f"arn:{partition_of(env.region)}:iam::{env.account}:role/{DRY_RUN_FLEET_ROLE}",
+        "TargetCapacity": 1,
+        "Type": "request",
+        "AllocationStrategy": env.fleet.allocation_strategy,
+        "LaunchSpecifications": [
+            {"InstanceType": env.instance_type, "Placement": {"AvailabilityZone": env.availability_zone}}
+        ],
+    }
+
+
+def check_spot_fleet_policy(ec2: Any, env: Environment) -> Check:
+    """Dry-run RequestSpotFleet: an account whose policies deny it cannot deploy the spot-fleet backend."""
+    name = "spot-fleet-api"
+    if fleet_backend(env) != "spot-fleet":
+        return Check(name, "pass", f"skipped: fleet.backend is {fleet_backend(env)}")
+    try:
+        answer = ec2.request_spot_fleet(DryRun=True, SpotFleetRequestConfig=dry_run_spot_fleet_config(env))
+    except ClientError as error:
+        code = error_code(error)
+        if code == DRY_RUN_ALLOWED:
+            return Check(name, "pass", "ec2:RequestSpotFleet is allowed (dry run)")
+        if code == DRY_RUN_DENIED:
+            return Check(
+                name,
+                "fail",
+                f"ec2:RequestSpotFleet is denied to this caller ({code}): {SPOT_FLEET_POLICY_HINT}; "
+                f"EC2 said: {error_message(error)}",
+            )
+        if code in FAILURES_THAT_STOP_THE_COMMAND:
+            raise
+        return _unavailable(name, error)
+    # EC2 made the request although it was asked for a dry run: say so, so that nobody pays for it unknowingly.
+    request_id = answer.get("SpotFleetRequestId", "?")
+    return Check(
+        name,
+        "fail",
+        f"EC2 answered the dry run with Spot Fleet request {request_id}: cancel it with `aws ec2 "
+        f"cancel-spot-fleet-requests --terminate-instances --spot-fleet-request-ids {request_id}`",
+    )
+
+
+def caller_principal_arn(sts: Any, iam: Any) -> str | None:
+    """The IAM user or role behind the credentials, as SimulatePrincipalPolicy wants it; None for the root user.
+    An assumed-role session (arn:...:sts::ACCOUNT:assumed-role/NAME/SESSION) is simulated as its role, whose ARN
+    (with its path) comes from iam:GetRole."""
+    arn = str(sts.get_caller_identity()["Arn"])
+    resource = arn.split(":", 5)[5]
+    if resource.startswith("assumed-role/"):
+        return str(iam.get_role(RoleName=resource.split("/")[1])["Role"]["Arn"])
+    if resource.startswith("user/"):
+        return arn
+    return None
+
+
+def check_auto_scaling_policy(iam: Any, sts: Any, env: Environment) -> Check:
+    """Simulate the Auto Scaling deploy's actions for the caller; a denial by a service control policy fails (it
+    denies every principal, the deploy's too), a denial by the caller's own IAM policies warns (the deploy may run
+    under another role, CloudFormation's)."""
+    name = "autoscaling-api"
+    if fleet_backend(env) != AUTO_SCALING_BACKEND:
+        return Check(name, "pass", f"skipped: fleet.backend is {fleet_backend(env)}")
+    try:
+        principal = caller_principal_arn(sts, iam)
+        if principal is None:
+            return Check(name, "warn", "could not check: the root user cannot be simulated; run preflight as a role")
+        pages = iam.get_paginator("simulate_principal_policy").paginate(
+            PolicySourceArn=principal, ActionNames=list(AUTO_SCALING_ACTIONS)
+        )
+        results = [result for page in pages for result in page["EvaluationResults"]]
+    except ClientError as error:
+        if is_unavailable(error):
+            return _unavailable(name, error)
+        raise
+    by_organizations = [
+        r["EvalActionName"]
+        for r in results
+        if not r.get("OrganizationsDecisionDetail", {}).get("AllowedByOrganizations", True)
+    ]
+    by_iam = [
+        r["EvalActionName"]
+        for r in results
+        if r["EvalDecision"] != "allowed" and r["EvalActionName"] not in by_organizations
+    ]
+    if by_organizations:
+        return Check(
+            name,
+            "fail",
+            f"a service control policy denies {', '.join(by_organizations)} in account {env.account}: the "
+            "auto-scaling backend cannot deploy here; ask the organisation's administrators",
+        )
+    if by_iam:
+        return Check(
+            name,
+            "warn",
+            f"{principal} may not call {', '.join(by_iam)} (its IAM policies); fine if the deploy runs under a role "
+            "that may (CloudFormation's execution role)",
+        )
+    return Check(
+        name, "pass", f"{', '.join(AUTO_SCALING_ACTIONS)} allowed for {principal} (policy simulation, SCPs included)"
+    )
+
+
 def run_checks(aws: Any, env: Environment, spec: InstanceType, now: dt.datetime) -> list[Check]:
     ec2, quotas, ssm, iam = aws.client("ec2"), aws.client("service-quotas"), aws.client("ssm"), aws.client("iam")
+    sts = aws.client("sts")
     return [
         check_offering(ec2, env),
         check_efa(ec2, env, spec),
@@ -373,6 +538,8 @@ def run_checks(aws: Any, env: Environment, spec: InstanceType, now: dt.datetime)
         check_spot_price(ec2, env, now),
         check_spot_roles(iam, env),
         check_valid_until(env, now),
+        check_spot_fleet_policy(ec2, env),
+        check_auto_scaling_policy(iam, sts, env),
     ]
 
 

@@ -18,6 +18,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
+from moto.ec2.responses.spot_fleets import SpotFleets
 
 from gpufleet import cli
 from gpufleet.aws import CLIENT_CONFIG, Aws
@@ -99,6 +100,16 @@ def environments(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Callable[..
 def moto(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     # moto's thousands of default AMIs cost seconds per test; tests register the images they need.
     monkeypatch.setenv("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
+    # moto 5 ignores DryRun on RequestSpotFleet and would make the fleet; EC2 answers a permitted dry run with
+    # DryRunOperation (botocore/data/ec2/2016-11-15/service-2.json, RequestSpotFleetRequest.DryRun), as moto's own
+    # RunInstances does.
+    request_spot_fleet = SpotFleets.request_spot_fleet
+
+    def dry_run_first(self: SpotFleets) -> Any:
+        self.error_on_dryrun()
+        return request_spot_fleet(self)
+
+    monkeypatch.setattr(SpotFleets, "request_spot_fleet", dry_run_first)
     with mock_aws():
         yield
 
