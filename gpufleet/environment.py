@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,9 +20,13 @@ from gpufleet.errors import GpufleetError
 from gpufleet.rules import choice_problem
 from gpufleet.validators import (
     ALLOCATION_STRATEGIES,
+    CAPACITY_RESERVATION_ID,
+    CAPACITY_RESERVATION_RESOURCE_GROUP_ARN,
     FLEET_TYPES,
     ON_DEMAND_ALLOCATION_STRATEGIES,
     REPLACEMENT_STRATEGIES,
+    RESERVATION_PREFERENCE_ONLY,
+    RESERVATION_PREFERENCES,
     ROLLOUT_MANUAL,
     ROLLOUT_REPLACE_ALL,
     ROLLOUTS,
@@ -50,6 +55,22 @@ def _one_of(what: str, choices: tuple[str, ...]) -> AfterValidator:
     return AfterValidator(check)
 
 
+def _matching(what: str, pattern: re.Pattern[str], example: str) -> AfterValidator:
+    """A field's shape checked while parsing, with the line a validator would print (FILE: FIELD: MESSAGE)."""
+
+    def check(value: str) -> str:
+        if not pattern.fullmatch(value):
+            raise ValueError(f"'{value}' is not {what} (e.g. {example})")
+        return value
+
+    return AfterValidator(check)
+
+
+CapacityReservationId = Annotated[
+    StrictStr, _matching("a Capacity Reservation id", CAPACITY_RESERVATION_ID, "cr-0123456789abcdef0")
+]
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -73,9 +94,48 @@ class Network(_Section):
         return ipaddress.IPv4Network(self.cidr).prefixlen + 1
 
 
+class CapacityReservation(_Section):
+    """On-Demand Capacity Reservations the on-demand nodes launch into: exactly one of ids and resource_group_arn."""
+
+    ids: tuple[CapacityReservationId, ...] | None = Field(
+        None, description="Capacity Reservation ids (cr-...); more than one needs fleet.backend: auto-scaling."
+    )
+    resource_group_arn: (
+        Annotated[
+            StrictStr,
+            _matching(
+                "a resource group ARN",
+                CAPACITY_RESERVATION_RESOURCE_GROUP_ARN,
+                "arn:aws:resource-groups:us-west-2:123456789012:group/NAME",
+            ),
+        ]
+        | None
+    ) = Field(None, description="ARN of a resource group of Capacity Reservations, in the environment's region.")
+    preference: Annotated[StrictStr, _one_of("a capacity reservation preference", RESERVATION_PREFERENCES)] = Field(
+        RESERVATION_PREFERENCE_ONLY,
+        description="only: every node launches into the reservations, or does not launch (no spot nodes) | first: "
+        "the on-demand nodes go to the reservations while they have room, then to plain on-demand capacity "
+        "(needs fleet.backend: auto-scaling).",
+    )
+
+
+class CapacityBlock(_Section):
+    """An EC2 Capacity Block for ML: every node launches into it (market type capacity-block)."""
+
+    reservation_id: CapacityReservationId = Field(
+        description="The Capacity Block's reservation id (cr-...); needs fleet.backend: auto-scaling."
+    )
+
+
 class Capacity(_Section):
     target: StrictInt = Field(description="Number of nodes the fleet keeps running.")
     on_demand: StrictInt = Field(0, description="How many of the target nodes are on-demand (the rest are spot).")
+    reservation: CapacityReservation | None = Field(
+        None, description="On-Demand Capacity Reservations the on-demand nodes launch into."
+    )
+    capacity_block: CapacityBlock | None = Field(
+        None, description="An EC2 Capacity Block for ML that every node launches into (all on-demand)."
+    )
 
     @property
     def spot(self) -> int:
