@@ -362,6 +362,9 @@ def check_valid_until(env: Environment, now: dt.datetime) -> Check:
 
 
 def run_checks(aws: Any, env: Environment, spec: InstanceType, now: dt.datetime) -> list[Check]:
+    # Imported here: gpufleet.ops.reservations builds on this module's Check.
+    from gpufleet.ops.reservations import capacity_source_checks
+
     ec2, quotas, ssm, iam = aws.client("ec2"), aws.client("service-quotas"), aws.client("ssm"), aws.client("iam")
     return [
         check_offering(ec2, env),
@@ -373,6 +376,7 @@ def run_checks(aws: Any, env: Environment, spec: InstanceType, now: dt.datetime)
         check_spot_price(ec2, env, now),
         check_spot_roles(iam, env),
         check_valid_until(env, now),
+        *capacity_source_checks(ec2, aws.client("resource-groups"), env, now),
     ]
 
 
