@@ -172,3 +172,53 @@ def test_the_capacity_block_stack_launches_into_the_block(capacity_assembly):
     (name,) = [name for name in capacity_assembly.stack_names if name == "gpufleet-block-cluster"]
     (template,) = capacity_assembly.template(name).find_resources("AWS::EC2::LaunchTemplate").values()
     assert template["Properties"]["LaunchTemplateData"]["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+
+
+def test_the_capacity_block_expiration_warning_runs_the_node_script_on_this_environments_nodes(capacity_assembly):
+    template = capacity_assembly.template("gpufleet-block-cluster")
+    (rule,) = template.find_resources("AWS::Events::Rule").values()
+    assert rule["Properties"]["EventPattern"] == {
+        "source": ["aws.ec2"],
+        "detail-type": ["Capacity Block Expiration Warning", "Capacity Block Reservation Expiration Warning"],
+        "detail": {"capacity-reservation-id": [RESERVATION_ID]},
+    }
+    (target,) = rule["Properties"]["Targets"]
+    assert target["RunCommandParameters"] == {
+        "RunCommandTargets": [{"Key": "tag:gpufleet:environment", "Values": ["block"]}]
+    }
+    assert target["Arn"] == {
+        "Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ssm:us-east-1::document/AWS-RunShellScript"]]
+    }
+    assert target["InputTransformer"] == {
+        "InputPathsMap": {"reservation": "$.detail.capacity-reservation-id", "end": "$.detail.end-date"},
+        "InputTemplate": json.dumps(
+            {
+                "commands": [
+                    ". /etc/gpufleet/node.env && /opt/gpufleet/node/capacity-block-end.sh '<reservation>' '<end>'"
+                ]
+            }
+        ),
+    }
+
+
+def test_the_rule_may_send_commands_to_this_environments_nodes_only(capacity_assembly):
+    template = capacity_assembly.template("gpufleet-block-cluster")
+    roles = template.find_resources(
+        "AWS::IAM::Role", {"Properties": {"Policies": [{"PolicyName": "SendCommandToNodes"}]}}
+    )
+    ((_, role),) = roles.items()
+    assert role["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
+        "Service": "events.amazonaws.com"
+    }
+    (policy,) = role["Properties"]["Policies"]
+    document, instances = policy["PolicyDocument"]["Statement"]
+    assert document["Action"] == instances["Action"] == "ssm:SendCommand"
+    assert instances["Condition"] == {"StringEquals": {"ssm:resourceTag/gpufleet:environment": "block"}}
+    assert instances["Resource"] == {
+        "Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ec2:us-east-1:123456789012:instance/*"]]
+    }
+
+
+def test_environments_outside_a_capacity_block_get_no_rule(capacity_assembly):
+    for name in ("gpufleet-reserved-cluster", "gpufleet-grouped-cluster"):
+        assert capacity_assembly.template(name).find_resources("AWS::Events::Rule") == {}
