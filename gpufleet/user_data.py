@@ -93,7 +93,7 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         "GPUFLEET_SPOT_WATCHER": _flag(watches_spot(env)),
         "GPUFLEET_CHECKPOINT_HOOK": env.node.checkpoint_hook or "",
         # capacity-block-end.sh: the block this node runs in (empty outside one).
-        "GPUFLEET_CAPACITY_BLOCK": env.capacity.capacity_block.reservation_id if in_capacity_block(env) else "",
+        "GPUFLEET_CAPACITY_BLOCK": env.capacity.capacity_block.reservation_id if env.capacity.capacity_block else "",
         # scripts/ops/node-health-check.sh: the profile the node's image must be built from (its versions.json);
         # empty for an image given by ami.id or by a parameter the AMI pipeline does not write.
         "GPUFLEET_AMI_PROFILE": published_profile(env.ami.ssm_parameter) or "",

@@ -64,7 +64,8 @@ class ClusterStack(cdk.Stack):
             log_retention=logs.RetentionDays.ONE_MONTH,
         )
         if environment.capacity.capacity_block is not None:
-            CapacityBlockWarning(self, "CapacityBlockWarning", environment=environment)
+            block_id = environment.capacity.capacity_block.reservation_id
+            CapacityBlockWarning(self, "CapacityBlockWarning", environment=environment, block_id=block_id)
 
         outputs = {
             "FleetRequestId": fleet.spot_fleet.ref,

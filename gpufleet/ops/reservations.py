@@ -18,7 +18,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from gpufleet.aws import error_code, error_message, is_unavailable
-from gpufleet.environment import Environment
+from gpufleet.environment import CapacityReservation, Environment
 from gpufleet.ops.preflight import Check, _unavailable
 from gpufleet.validators import RESERVATION_PREFERENCE_ONLY
 
@@ -42,9 +42,9 @@ def capacity_source_checks(ec2: Any, resource_groups: Any, env: Environment, now
     """The checks of the environment's capacity source; none without one."""
     checks = []
     if env.capacity.reservation is not None:
-        checks.append(check_reservations(ec2, resource_groups, env, now))
+        checks.append(check_reservations(ec2, resource_groups, env, env.capacity.reservation, now))
     if env.capacity.capacity_block is not None:
-        checks.append(check_capacity_block(ec2, env, now))
+        checks.append(check_capacity_block(ec2, env, env.capacity.capacity_block.reservation_id, now))
     return checks
 
 
@@ -92,14 +92,15 @@ def reservation_mismatches(reservation: dict[str, Any], env: Environment, now: d
     return found
 
 
-def check_reservations(ec2: Any, resource_groups: Any, env: Environment, now: dt.datetime) -> Check:
+def check_reservations(
+    ec2: Any, resource_groups: Any, env: Environment, reservation: CapacityReservation, now: dt.datetime
+) -> Check:
     """The reservations must be usable by the nodes and have room for the on-demand nodes: all of them (only),
     or else the rest launch as plain on-demand (first)."""
-    reservation = env.capacity.reservation
     only = reservation.preference == RESERVATION_PREFERENCE_ONLY
-    source = reservation.resource_group_arn or ", ".join(reservation.ids)
+    source = reservation.resource_group_arn or ", ".join(reservation.ids or ())
     try:
-        ids = list(reservation.ids) if reservation.ids else group_reservation_ids(resource_groups, source)
+        ids = list(reservation.ids or ()) or group_reservation_ids(resource_groups, source)
         described = describe_reservations(ec2, ids) if ids else []
     except ClientError as error:
         code = error_code(error)
@@ -135,9 +136,8 @@ def check_reservations(ec2: Any, resource_groups: Any, env: Environment, now: dt
     return Check("reservation", "warn", f"{text}: {nodes - room} launch as plain on-demand (preference first)")
 
 
-def check_capacity_block(ec2: Any, env: Environment, now: dt.datetime) -> Check:
+def check_capacity_block(ec2: Any, env: Environment, block_id: str, now: dt.datetime) -> Check:
     """The block must be for this type and AZ, hold every node, and not be over; a scheduled one says when."""
-    block_id = env.capacity.capacity_block.reservation_id
     try:
         (block,) = describe_reservations(ec2, [block_id])
     except ClientError as error:
@@ -166,11 +166,8 @@ def check_capacity_block(ec2: Any, env: Environment, now: dt.datetime) -> Check:
         return Check("capacity-block", "fail", f"{text}: {'; '.join(problems)}")
     window = f"ends {_moment(end)}, instances terminated from {_moment(terminating)}"
     if state in BLOCK_COMING:
-        return Check(
-            "capacity-block",
-            "warn",
-            f"{text}: {state}, starts {_moment(start)}; nodes launch from then on; {window}",
-        )
+        starts = f"starts {_moment(start)}" if start else "start not known yet"
+        return Check("capacity-block", "warn", f"{text}: {state}, {starts}; nodes launch from then on; {window}")
     if block["AvailableInstanceCount"] < env.capacity.target:
         return Check(
             "capacity-block",

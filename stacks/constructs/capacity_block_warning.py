@@ -36,9 +36,9 @@ def node_command() -> str:
 
 
 class CapacityBlockWarning(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, environment: Environment) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, environment: Environment, block_id: str) -> None:
+        """block_id: the reservation id of the environment's Capacity Block."""
         super().__init__(scope, construct_id)
-        block = environment.capacity.capacity_block
         stack = cdk.Stack.of(self)
         document_arn = stack.format_arn(service="ssm", account="", resource="document", resource_name=RUN_SHELL_SCRIPT)
         instances_arn = stack.format_arn(service="ec2", resource="instance", resource_name="*")
@@ -73,12 +73,12 @@ class CapacityBlockWarning(Construct):
         self.rule = events.CfnRule(
             self,
             "Resource",
-            description=f"gpufleet {environment.name}: Capacity Block {block.reservation_id} expiration warning "
+            description=f"gpufleet {environment.name}: Capacity Block {block_id} expiration warning "
             "runs the checkpoint hook on the nodes",
             event_pattern={
                 "source": ["aws.ec2"],
                 "detail-type": list(EXPIRATION_WARNINGS),
-                "detail": {"capacity-reservation-id": [block.reservation_id]},
+                "detail": {"capacity-reservation-id": [block_id]},
             },
             targets=[
                 events.CfnRule.TargetProperty(
