@@ -41,6 +41,7 @@ class InstanceType(_Frozen):
     gpudirect_rdma: bool
     mig_profiles: tuple[str, ...]
     nccl_allreduce_busbw_gbs: float | None
+    usage_classes: tuple[str, ...]
 
     @property
     def efa_supported(self) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from gpufleet.config_file import read_model
 from gpufleet.errors import GpufleetError
@@ -25,6 +25,8 @@ from gpufleet.validators import (
     FLEET_TYPES,
     ON_DEMAND_ALLOCATION_STRATEGIES,
     REPLACEMENT_STRATEGIES,
+    RESERVATION_PREFERENCE_ONLY,
+    RESERVATION_PREFERENCES,
     ROLLOUT_MANUAL,
     ROLLOUT_REPLACE_ALL,
     ROLLOUTS,
@@ -45,6 +47,15 @@ PATH_PATTERN = re.compile(r"(/[A-Za-z0-9_.\-]+)+")
 # source: "Tag naming limits and requirements" (https://docs.aws.amazon.com/tag-editor/latest/userguide/tagging.html):
 # keys 1-128 characters, values 0-256, the aws: prefix reserved for AWS.
 UNUSABLE_TAG = "not a usable tag (keys 1-128 characters, not starting with aws:, values at most 256 characters)"
+# A Capacity Reservation id is cr- and 17 hex digits (source: the ids in the EC2 API reference, e.g.
+# API_CapacityReservation.html "cr-1234567890abcdef0"; botocore's model gives the shape no pattern). The resource group
+# ARN pattern is botocore's resource-groups GroupArn shape (botocore/data/resource-groups/2017-11-27/service-2.json;
+# tests/gpufleet/test_capacity_validators.py compares the two).
+CAPACITY_RESERVATION_ID = re.compile(r"cr-[0-9a-f]{17}")
+CAPACITY_RESERVATION_RESOURCE_GROUP_ARN = re.compile(
+    r"arn:aws(-[a-z]+)*:resource-groups:[a-z]{2}(-[a-z]+)+-\d{1}:[0-9]{12}:group/"
+    r"([a-zA-Z0-9_\.-]{1,300}|[a-zA-Z0-9_\.-]{1,150}/[a-z0-9]{26})"
+)
 
 
 # The rules about one field alone, checked while parsing (gpufleet.rules.checked): each returns the problem or None.
@@ -126,6 +137,18 @@ def _tag_value_problem(value: str) -> str | None:
     return UNUSABLE_TAG if len(value) > 256 else None
 
 
+def _matching(what: str, pattern: re.Pattern[str], example: str) -> AfterValidator:
+    def problem(value: str) -> str | None:
+        return None if pattern.fullmatch(value) else f"'{value}' is not {what} (e.g. {example})"
+
+    return checked(problem)
+
+
+CapacityReservationId = Annotated[
+    StrictStr, _matching("a Capacity Reservation id", CAPACITY_RESERVATION_ID, "cr-0123456789abcdef0")
+]
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -155,11 +178,50 @@ class Network(_Section):
         return ipaddress.IPv4Network(self.cidr).prefixlen + 1
 
 
+class CapacityReservation(_Section):
+    """On-Demand Capacity Reservations the on-demand nodes launch into: exactly one of ids and resource_group_arn."""
+
+    ids: tuple[CapacityReservationId, ...] | None = Field(
+        None, description="Capacity Reservation ids (cr-...); more than one needs fleet.backend: auto-scaling."
+    )
+    resource_group_arn: (
+        Annotated[
+            StrictStr,
+            _matching(
+                "a resource group ARN",
+                CAPACITY_RESERVATION_RESOURCE_GROUP_ARN,
+                "arn:aws:resource-groups:us-west-2:123456789012:group/NAME",
+            ),
+        ]
+        | None
+    ) = Field(None, description="ARN of a resource group of Capacity Reservations, in the environment's region.")
+    preference: Annotated[StrictStr, one_of("a capacity reservation preference", RESERVATION_PREFERENCES)] = Field(
+        RESERVATION_PREFERENCE_ONLY,
+        description="only: every node launches into the reservations, or does not launch (no spot nodes) | first: "
+        "the on-demand nodes go to the reservations while they have room, then to plain on-demand capacity "
+        "(needs fleet.backend: auto-scaling).",
+    )
+
+
+class CapacityBlock(_Section):
+    """An EC2 Capacity Block for ML: every node launches into it (market type capacity-block)."""
+
+    reservation_id: CapacityReservationId = Field(
+        description="The Capacity Block's reservation id (cr-...); needs fleet.backend: auto-scaling."
+    )
+
+
 class Capacity(_Section):
     target: Annotated[StrictInt, checked(_target_problem)] = Field(
         description="Number of nodes the fleet keeps running."
     )
     on_demand: StrictInt = Field(0, description="How many of the target nodes are on-demand (the rest are spot).")
+    reservation: CapacityReservation | None = Field(
+        None, description="On-Demand Capacity Reservations the on-demand nodes launch into."
+    )
+    capacity_block: CapacityBlock | None = Field(
+        None, description="An EC2 Capacity Block for ML that every node launches into (all on-demand)."
+    )
 
     @property
     def spot(self) -> int:

@@ -65,6 +65,12 @@ def watches_spot(env: Environment) -> bool:
     return env.capacity.spot > 0
 
 
+def in_capacity_block(env: Environment) -> bool:
+    """Nodes of a Capacity Block get capacity-block-end.sh, which the block's expiration warning runs through SSM
+    Run Command (stacks/constructs/capacity_block_warning.py); it needs no unit of its own."""
+    return env.capacity.capacity_block is not None
+
+
 def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
     """The GPUFLEET_* variables the node scripts read (documented in scripts/node/README.md)."""
     scripts = setup_scripts(env, instance)
@@ -84,6 +90,8 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         "GPUFLEET_GPUDIRECT_RDMA": _flag(instance.gpudirect_rdma),
         "GPUFLEET_SPOT_WATCHER": _flag(watches_spot(env)),
         "GPUFLEET_CHECKPOINT_HOOK": env.node.checkpoint_hook or "",
+        # capacity-block-end.sh: the block this node runs in (empty outside one).
+        "GPUFLEET_CAPACITY_BLOCK": env.capacity.capacity_block.reservation_id if env.capacity.capacity_block else "",
         # scripts/ops/node-health-check.sh: the profile the node's image must be built from (its versions.json);
         # empty for an image given by ami.id or by a parameter the AMI pipeline does not write.
         "GPUFLEET_AMI_PROFILE": published_profile(env.ami.ssm_parameter) or "",
@@ -118,7 +126,12 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
     settings = node_settings(env, instance)
     scripts = setup_scripts(env, instance)
     units = ([WATCHER_UNIT] if watches_spot(env) else []) + ([SETUP_UNIT] if scripts else [])
-    installed = scripts + (["run-setup"] if scripts else []) + (["spot-watcher"] if watches_spot(env) else [])
+    installed = (
+        scripts
+        + (["run-setup"] if scripts else [])
+        + (["spot-watcher"] if watches_spot(env) else [])
+        + (["capacity-block-end"] if in_capacity_block(env) else [])
+    )
 
     parts = [
         "#!/bin/bash\n"

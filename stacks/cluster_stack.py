@@ -10,6 +10,7 @@ from constructs import Construct
 
 from gpufleet.catalog import InstanceType
 from gpufleet.environment import ENVIRONMENT_TAG_KEY, Environment
+from stacks.constructs.capacity_block_warning import CapacityBlockWarning
 from stacks.constructs.efa_security_group import EfaSecurityGroup
 from stacks.constructs.fleet_teardown import FleetTeardown
 from stacks.constructs.gpu_spot_fleet import GpuSpotFleet
@@ -62,6 +63,9 @@ class ClusterStack(cdk.Stack):
             guarded=[placement_group, efa_security_group, launch_template],
             log_retention=logs.RetentionDays.ONE_MONTH,
         )
+        if environment.capacity.capacity_block is not None:
+            block_id = environment.capacity.capacity_block.reservation_id
+            CapacityBlockWarning(self, "CapacityBlockWarning", environment=environment, block_id=block_id)
 
         outputs = {
             "FleetRequestId": fleet.spot_fleet.ref,

@@ -65,6 +65,8 @@ def _type_name(annotation: typing.Any) -> str:
     origin = typing.get_origin(annotation)
     if origin is dict:
         return "mapping of string to string"
+    if origin is tuple:
+        return f"list of {_type_name(typing.get_args(annotation)[0])}"
     base = typing.get_args(annotation)[0] if typing.get_origin(annotation) is typing.Annotated else annotation
     return {str: "string", int: "integer", bool: "boolean"}.get(base, getattr(base, "__name__", str(base)))
 

@@ -526,6 +526,9 @@ def check_auto_scaling_policy(iam: Any, sts: Any, env: Environment) -> Check:
 
 
 def run_checks(aws: Any, env: Environment, spec: InstanceType, now: dt.datetime) -> list[Check]:
+    # Imported here: gpufleet.ops.reservations builds on this module's Check.
+    from gpufleet.ops.reservations import capacity_source_checks
+
     ec2, quotas, ssm, iam = aws.client("ec2"), aws.client("service-quotas"), aws.client("ssm"), aws.client("iam")
     sts = aws.client("sts")
     return [
@@ -540,6 +543,7 @@ def run_checks(aws: Any, env: Environment, spec: InstanceType, now: dt.datetime)
         check_valid_until(env, now),
         check_spot_fleet_policy(ec2, env),
         check_auto_scaling_policy(iam, sts, env),
+        *capacity_source_checks(ec2, aws.client("resource-groups"), env, now),
     ]
 
 

@@ -1,4 +1,5 @@
-"""The node launch template: EFA interfaces per network card, IMDSv2, encrypted gp3 root, SSM-managed role."""
+"""The node launch template: EFA interfaces per network card, IMDSv2, encrypted gp3 root, SSM-managed role, and the
+capacity source (stacks/constructs/capacity_reservations.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ from constructs import Construct
 from gpufleet.catalog import InstanceType
 from gpufleet.environment import Environment
 from gpufleet.user_data import launch_template_user_data
+from stacks.constructs.capacity_reservations import (
+    launch_template_capacity_reservation,
+    launch_template_market_options,
+)
 from stacks.constructs.node_network_interfaces import node_network_interfaces
 
 # Containers (nvidia-docker) reach IMDSv2 through one extra network hop.
@@ -81,7 +86,9 @@ class NodeLaunchTemplate(Construct):
                     subnet_id=subnet.subnet_id,
                     security_group_id=security_group.security_group_id,
                 ),
-                placement=ec2.CfnLaunchTemplate.PlacementProperty(group_name=placement_group.placement_group_name),
+                placement=self._placement(environment, placement_group),
+                instance_market_options=launch_template_market_options(environment),
+                capacity_reservation_specification=launch_template_capacity_reservation(environment),
                 metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
                     http_endpoint="enabled",
                     http_tokens="required",
@@ -107,6 +114,18 @@ class NodeLaunchTemplate(Construct):
                 user_data=launch_template_user_data(environment, instance),
             ),
         )
+
+    @staticmethod
+    def _placement(
+        environment: Environment, placement_group: ec2.IPlacementGroup
+    ) -> ec2.CfnLaunchTemplate.PlacementProperty | None:
+        """The cluster placement group, except for a Capacity Block: its instances are already placed close together
+        (EC2 user guide, capacity-blocks-using.html: "there is no need to use a cluster placement group with a
+        Capacity Block"), and a placement constraint outside the block can fail launches while the block still has
+        room (ParallelCluster's PlacementGroupCapacityTypeValidator, cli/src/pcluster/validators/ec2_validators.py)."""
+        if environment.capacity.capacity_block is not None:
+            return None
+        return ec2.CfnLaunchTemplate.PlacementProperty(group_name=placement_group.placement_group_name)
 
     def _image_id(self, environment: Environment) -> str:
         if environment.ami.id is not None:

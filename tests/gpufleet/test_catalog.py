@@ -31,6 +31,7 @@ def test_catalog_entry_matches_describe_instance_types(name):
     assert entry.max_efa_interfaces == (network["EfaInfo"]["MaximumEfaInterfaces"] if network["EfaSupported"] else 0)
     assert (entry.nvme.count, entry.nvme.size_gb) == (disks["Count"], disks["SizeInGB"])
     assert ec2["InstanceStorageInfo"]["NvmeSupport"] == "required"
+    assert sorted(entry.usage_classes) == sorted(ec2["SupportedUsageClasses"])
     assert entry.efa_only_interfaces == all("efa-only" in card["InterfaceTypes"] for card in network["NetworkCards"])
 
 

@@ -452,7 +452,11 @@ def test_efa_requested_on_a_type_without_efa(tmp_path, monkeypatch):
             "colour: unknown key (allowed here: name, account, region, availability_zone, network, "
             "instance_type, efa, capacity, fleet, ami, root_volume_gib, key_pair, tags, node)",
         ),
-        ("capacity.spot", 1, "capacity.spot: unknown key (allowed here: target, on_demand)"),
+        (
+            "capacity.spot",
+            1,
+            "capacity.spot: unknown key (allowed here: target, on_demand, reservation, capacity_block)",
+        ),
         (
             "fleet.capacity_rebalance",
             {"strategy": "launch"},

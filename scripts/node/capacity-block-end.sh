@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Runs on a node of a Capacity Block when EC2 warns that the block is ending: logs the warning and runs
+# GPUFLEET_CHECKPOINT_HOOK, once per block end, before EC2 reclaims the node.
+# The timeline (EC2 user guide): forty minutes before the block's end EC2 emits the EventBridge event "Capacity
+# Block Expiration Warning" ("any instances running in the reservation will begin to terminate in 10 minutes",
+# capacity-blocks-monitor.html), and thirty minutes before the end it begins terminating them
+# (capacity-blocks-using.html). Instance metadata carries neither the block nor its end. The cluster stack's rule
+# on that event (stacks/constructs/capacity_block_warning.py) runs this script on every node of the environment
+# through SSM Run Command, with the event's reservation id and end date as arguments; so the hook has about ten
+# minutes. Output goes to the Run Command's output.
+set -euo pipefail
+
+readonly NOTICE_KIND=capacity-block-expiration
+
+log() { echo "capacity-block-end: $*"; }
+die() { echo "capacity-block-end: error: $*" >&2; exit 1; }
+
+(($# == 2)) || die "usage: capacity-block-end.sh RESERVATION_ID END_DATE (from the block's expiration warning)"
+reservation=$1 end=$2
+[[ $reservation =~ ^cr-[0-9a-f]{17}$ ]] || die "'$reservation' is not a Capacity Reservation id"
+# EventBridge's end-date: an ISO 8601 time, e.g. 2026-11-27T11:30:00Z.
+[[ $end =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+(Z|[+-][0-9:]+)$ ]] || die "'$end' is not an end date"
+block=${GPUFLEET_CAPACITY_BLOCK:-}
+[[ -n $block ]] || die "GPUFLEET_CAPACITY_BLOCK is not set: this node is not in a Capacity Block"
+hook=${GPUFLEET_CHECKPOINT_HOOK:-}
+# Shared with spot-watcher.sh: one record per notice kind the hook ran for.
+record=${GPUFLEET_ROOT:-}/var/lib/gpufleet/checkpoint-hook-runs/$NOTICE_KIND
+
+if [[ $reservation != "$block" ]]; then
+  log "warning for $reservation, but this node is in $block: nothing to do"
+  exit 0
+fi
+log "Capacity Block $block ends $end; EC2 terminates its instances from 30 minutes before that"
+if [[ -z $hook ]]; then
+  log "no checkpoint hook configured (node.checkpoint_hook)"
+elif [[ -f $record ]]; then
+  log "checkpoint hook already ran for this block's end: $(<"$record")"
+else
+  mkdir -p "$(dirname "$record")"
+  printf '%s %s\n' "$block" "$end" >"$record"
+  log "running checkpoint hook: $hook"
+  if GPUFLEET_NOTICE_PATH=$NOTICE_KIND GPUFLEET_NOTICE=$end bash -c "$hook"; then
+    log "checkpoint hook finished"
+  else
+    log "checkpoint hook failed with exit status $?"
+  fi
+fi

@@ -1,0 +1,188 @@
+"""Capacity sources (capacity.reservation, capacity.capacity_block): what parsing and the rules refuse, line by line."""
+
+from __future__ import annotations
+
+import botocore.session
+import pytest
+
+from gpufleet.environment import CAPACITY_RESERVATION_RESOURCE_GROUP_ARN, load_environment
+from gpufleet.validators import BACKEND_AUTO_SCALING
+from tests.gpufleet.test_validators import changed, problems_of, write
+
+RESERVATION_ID = "cr-0123456789abcdef0"
+OTHER_RESERVATION_ID = "cr-0fedcba9876543210"
+GROUP_ARN = "arn:aws:resource-groups:us-east-1:123456789012:group/gpu-reservations"
+ALL_ON_DEMAND = {"capacity.target": 2, "capacity.on_demand": 2}
+
+
+@pytest.fixture
+def auto_scaling(monkeypatch):
+    """fleet.backend: auto-scaling, before the environment model has the field (the rules read it with a default)."""
+    monkeypatch.setattr("gpufleet.validators.fleet_backend", lambda env: BACKEND_AUTO_SCALING)
+
+
+def test_resource_group_arn_pattern_is_botocores():
+    shape = botocore.session.get_session().get_service_model("resource-groups").shape_for("GroupArn")
+    assert CAPACITY_RESERVATION_RESOURCE_GROUP_ARN.pattern == shape.metadata["pattern"]
+
+
+def test_a_reservation_by_id_with_every_node_on_demand_is_accepted(tmp_path):
+    document = changed({**ALL_ON_DEMAND, "capacity.reservation": {"ids": [RESERVATION_ID], "preference": "only"}})
+    reservation = load_environment(write(tmp_path, document)).capacity.reservation
+    assert (reservation.ids, reservation.resource_group_arn, reservation.preference) == (
+        (RESERVATION_ID,),
+        None,
+        "only",
+    )
+
+
+def test_preference_defaults_to_only(tmp_path):
+    document = changed({**ALL_ON_DEMAND, "capacity.reservation": {"resource_group_arn": GROUP_ARN}})
+    assert load_environment(write(tmp_path, document)).capacity.reservation.preference == "only"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        (
+            "capacity.reservation.ids",
+            ["cr-123"],
+            "capacity.reservation.ids.0: 'cr-123' is not a Capacity Reservation id (e.g. cr-0123456789abcdef0)",
+        ),
+        (
+            "capacity.reservation.resource_group_arn",
+            "arn:aws:ec2:us-east-1:123456789012:capacity-reservation/cr-0123456789abcdef0",
+            "capacity.reservation.resource_group_arn: 'arn:aws:ec2:us-east-1:123456789012:capacity-reservation/"
+            "cr-0123456789abcdef0' is not a resource group ARN "
+            "(e.g. arn:aws:resource-groups:us-west-2:123456789012:group/NAME)",
+        ),
+        (
+            "capacity.reservation.preference",
+            "open",
+            "capacity.reservation.preference: 'open' is not a capacity reservation preference (allowed: only, first)",
+        ),
+        (
+            "capacity.reservation.zone",
+            "us-east-1a",
+            "capacity.reservation.zone: unknown key (allowed here: ids, resource_group_arn, preference)",
+        ),
+        (
+            "capacity.capacity_block.reservation_id",
+            "cb-0123456789abcdef0",
+            "capacity.capacity_block.reservation_id: 'cb-0123456789abcdef0' is not a Capacity Reservation id "
+            "(e.g. cr-0123456789abcdef0)",
+        ),
+        (
+            "capacity.capacity_block.end",
+            "2026-12-01",
+            "capacity.capacity_block.end: unknown key (allowed here: reservation_id)",
+        ),
+    ],
+)
+def test_shapes_refused_while_parsing(tmp_path, field, value, expected):
+    assert expected in problems_of(tmp_path, changed({**ALL_ON_DEMAND, field: value}))
+
+
+@pytest.mark.parametrize(
+    ("reservation", "expected"),
+    [
+        (
+            {"preference": "only"},
+            "capacity.reservation: set exactly one of ids and resource_group_arn (e.g. ids: [cr-0123456789abcdef0])",
+        ),
+        (
+            {"ids": [RESERVATION_ID], "resource_group_arn": GROUP_ARN},
+            "capacity.reservation: set exactly one of ids and resource_group_arn (e.g. ids: [cr-0123456789abcdef0])",
+        ),
+        ({"ids": []}, "capacity.reservation.ids: is empty (list at least one Capacity Reservation id)"),
+        (
+            {"ids": [RESERVATION_ID, RESERVATION_ID]},
+            "capacity.reservation.ids: lists an id twice (list each reservation once)",
+        ),
+        (
+            {"resource_group_arn": GROUP_ARN.replace("us-east-1", "us-west-2")},
+            "capacity.reservation.resource_group_arn: the group is in us-west-2, but the cluster is in us-east-1 "
+            "(a resource group holds the reservations of its own region: use a group in us-east-1)",
+        ),
+    ],
+)
+def test_reservation_targets_refused(tmp_path, reservation, expected):
+    assert problems_of(tmp_path, changed({**ALL_ON_DEMAND, "capacity.reservation": reservation})) == [expected]
+
+
+def test_several_ids_need_the_auto_scaling_backend(tmp_path):
+    document = changed({**ALL_ON_DEMAND, "capacity.reservation": {"ids": [RESERVATION_ID, OTHER_RESERVATION_ID]}})
+    assert problems_of(tmp_path, document) == [
+        "capacity.reservation.ids: 2 reservations, but a launch template targets one (list one id, put the "
+        "reservations in a resource group and set resource_group_arn, or set fleet.backend: auto-scaling)"
+    ]
+
+
+def test_several_ids_with_the_auto_scaling_backend(tmp_path, auto_scaling):
+    document = changed({**ALL_ON_DEMAND, "capacity.reservation": {"ids": [RESERVATION_ID, OTHER_RESERVATION_ID]}})
+    assert load_environment(write(tmp_path, document)).capacity.reservation.ids == (
+        RESERVATION_ID,
+        OTHER_RESERVATION_ID,
+    )
+
+
+def test_only_refuses_spot_nodes(tmp_path, auto_scaling):
+    document = changed(
+        {"capacity.target": 3, "capacity.on_demand": 1, "capacity.reservation": {"ids": [RESERVATION_ID]}}
+    )
+    assert problems_of(tmp_path, document) == [
+        "capacity.reservation.preference: only puts every node in the reservations, but 2 of the 3 nodes are spot "
+        "(set capacity.on_demand to 3, or preference: first)"
+    ]
+
+
+def test_first_is_refused_with_a_spot_fleet(tmp_path):
+    document = changed({"capacity.reservation": {"ids": [RESERVATION_ID], "preference": "first"}})
+    assert problems_of(tmp_path, document) == [
+        "capacity.reservation.preference: first needs an Auto Scaling group: a Spot Fleet cannot launch into "
+        "reservations first and then into plain on-demand capacity (set fleet.backend: auto-scaling, or "
+        "preference: only)"
+    ]
+
+
+def test_first_with_spot_nodes_and_the_auto_scaling_backend(tmp_path, auto_scaling):
+    document = changed({"capacity.reservation": {"resource_group_arn": GROUP_ARN, "preference": "first"}})
+    assert load_environment(write(tmp_path, document)).capacity.spot == 1
+
+
+def test_a_capacity_block_with_the_auto_scaling_backend(tmp_path, auto_scaling):
+    document = changed({**ALL_ON_DEMAND, "capacity.capacity_block": {"reservation_id": RESERVATION_ID}})
+    assert load_environment(write(tmp_path, document)).capacity.capacity_block.reservation_id == RESERVATION_ID
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {"capacity.reservation": {"ids": [OTHER_RESERVATION_ID]}},
+            "capacity.capacity_block: a Capacity Block and capacity.reservation both set (an instance launches "
+            "into one reservation target: keep one of the two)",
+        ),
+        (
+            {"capacity.on_demand": 1},
+            "capacity.capacity_block: 1 of the 2 nodes are spot, but every node in a Capacity Block is a "
+            "capacity-block instance (set capacity.on_demand to 2)",
+        ),
+        (
+            {"instance_type": "g5.48xlarge"},
+            "instance_type: Capacity Blocks do not sell g5.48xlarge (in the catalog they sell p4d.24xlarge, "
+            "p4de.24xlarge, p5.48xlarge; choose one of those, or remove capacity.capacity_block)",
+        ),
+    ],
+)
+def test_capacity_blocks_refused(tmp_path, auto_scaling, changes, expected):
+    document = changed({**ALL_ON_DEMAND, "capacity.capacity_block": {"reservation_id": RESERVATION_ID}, **changes})
+    assert problems_of(tmp_path, document) == [expected]
+
+
+def test_a_capacity_block_is_refused_with_a_spot_fleet(tmp_path):
+    document = changed({**ALL_ON_DEMAND, "capacity.capacity_block": {"reservation_id": RESERVATION_ID}})
+    assert problems_of(tmp_path, document) == [
+        "capacity.capacity_block: a Spot Fleet cannot launch into a Capacity Block (AWS documents RunInstances, "
+        "EC2 Fleets of type instant and Auto Scaling groups for them): set fleet.backend: auto-scaling"
+    ]

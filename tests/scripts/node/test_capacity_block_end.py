@@ -1,0 +1,144 @@
+"""capacity-block-end.sh: the checkpoint hook runs once per block end, on the nodes of that block only; and the
+command the EventBridge rule sends through Run Command (its input template, filled as EventBridge fills it)
+runs it with the node's settings."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from gpufleet.catalog import load_catalog
+from gpufleet.environment import Environment
+from gpufleet.user_data import INSTALL_DIR, SETTINGS_FILE, render_user_data
+from stacks.constructs.capacity_block_warning import node_command
+from tests.scripts.node.conftest import SCRIPTS_DIR
+from tests.stacks.constructs.conftest import ENVIRONMENT
+
+BLOCK = "cr-0123456789abcdef0"
+END = "2026-11-27T11:30:00Z"
+
+
+@pytest.fixture
+def end_of_block(node, tmp_path):
+    hook_log = tmp_path / "hook.log"
+
+    def run(*args: str, check: bool = True, **settings: str):
+        env = {
+            "PATH": f"{node.bin_dir}:/usr/bin:/bin",
+            "GPUFLEET_ROOT": str(node.root),
+            "GPUFLEET_CAPACITY_BLOCK": BLOCK,
+            "GPUFLEET_CHECKPOINT_HOOK": f'echo "$GPUFLEET_NOTICE_PATH $GPUFLEET_NOTICE" >> {hook_log}',
+            **settings,
+        }
+        result = subprocess.run(
+            [str(SCRIPTS_DIR / "capacity-block-end.sh"), *args], env=env, capture_output=True, text=True, timeout=30
+        )
+        assert (result.returncode == 0) == check, result.stdout + result.stderr
+        runs = hook_log.read_text().splitlines() if hook_log.exists() else []
+        return result, runs
+
+    return run
+
+
+def test_the_warning_for_the_nodes_block_runs_the_hook(end_of_block, tmp_path):
+    result, runs = end_of_block(BLOCK, END)
+
+    assert runs == [f"capacity-block-expiration {END}"]
+    assert result.stdout.splitlines() == [
+        f"capacity-block-end: Capacity Block {BLOCK} ends {END}; EC2 terminates its instances from 30 minutes "
+        "before that",
+        f'capacity-block-end: running checkpoint hook: echo "$GPUFLEET_NOTICE_PATH $GPUFLEET_NOTICE" >> '
+        f"{tmp_path / 'hook.log'}",
+        "capacity-block-end: checkpoint hook finished",
+    ]
+
+
+def test_a_second_warning_does_not_run_the_hook_again(end_of_block):
+    end_of_block(BLOCK, END)
+
+    result, runs = end_of_block(BLOCK, END)
+
+    assert len(runs) == 1
+    assert f"capacity-block-end: checkpoint hook already ran for this block's end: {BLOCK} {END}" in result.stdout
+
+
+def test_a_warning_for_another_block_does_nothing(end_of_block):
+    result, runs = end_of_block("cr-0fedcba9876543210", END)
+
+    assert runs == []
+    assert result.stdout == (
+        f"capacity-block-end: warning for cr-0fedcba9876543210, but this node is in {BLOCK}: nothing to do\n"
+    )
+
+
+def test_without_a_hook_the_warning_is_logged(end_of_block):
+    result, runs = end_of_block(BLOCK, END, GPUFLEET_CHECKPOINT_HOOK="")
+
+    assert runs == []
+    assert result.stdout.splitlines()[-1] == "capacity-block-end: no checkpoint hook configured (node.checkpoint_hook)"
+
+
+def test_a_failing_hook_is_reported_not_fatal(end_of_block):
+    result, _ = end_of_block(BLOCK, END, GPUFLEET_CHECKPOINT_HOOK="exit 3")
+
+    assert result.stdout.splitlines()[-1] == "capacity-block-end: checkpoint hook failed with exit status 3"
+
+
+@pytest.mark.parametrize(
+    ("args", "settings", "error"),
+    [
+        ((BLOCK,), {}, "usage: capacity-block-end.sh RESERVATION_ID END_DATE (from the block's expiration warning)"),
+        (("cr-1; reboot", END), {}, "'cr-1; reboot' is not a Capacity Reservation id"),
+        ((BLOCK, "soon"), {}, "'soon' is not an end date"),
+        (
+            (BLOCK, END),
+            {"GPUFLEET_CAPACITY_BLOCK": ""},
+            "GPUFLEET_CAPACITY_BLOCK is not set: this node is not in a Capacity Block",
+        ),
+    ],
+)
+def test_bad_input_is_one_clear_line(end_of_block, args, settings, error):
+    result, runs = end_of_block(*args, check=False, **settings)
+
+    assert result.stderr == f"capacity-block-end: error: {error}\n"
+    assert runs == []
+
+
+def test_the_run_command_from_the_rule_runs_the_hook_with_the_nodes_settings(node, tmp_path):
+    """The user data of a Capacity Block environment installs the script and its settings (run on the fake node);
+    then the rule's command, with EventBridge's placeholders filled from the event, runs it."""
+    hook_log = tmp_path / "hook.log"
+    document = {
+        **yaml.safe_load(ENVIRONMENT),
+        "instance_type": "p5.48xlarge",
+        "capacity": {"target": 2, "on_demand": 2, "capacity_block": {"reservation_id": BLOCK}},
+        "node": {"checkpoint_hook": f'echo "$GPUFLEET_NOTICE" >> {hook_log}', "raid0_nvme": False, "max_clocks": False},
+        "efa": False,
+    }
+    env = Environment.model_validate(document)
+    user_data = tmp_path / "user-data.sh"
+    user_data.write_text(render_user_data(env, load_catalog()[env.instance_type]))
+    user_data.chmod(0o755)
+    node.run(user_data)
+    event = {"detail": {"capacity-reservation-id": BLOCK, "end-date": END}}
+    template = json.dumps({"commands": [node_command()]})
+    filled = template.replace("<reservation>", event["detail"]["capacity-reservation-id"]).replace(
+        "<end>", event["detail"]["end-date"]
+    )
+    (command,) = json.loads(filled)["commands"]
+    on_node = command.replace(SETTINGS_FILE, f"{node.root}{SETTINGS_FILE}").replace(
+        f"{INSTALL_DIR}/", f"{node.root}{INSTALL_DIR}/"
+    )
+
+    result = subprocess.run(
+        ["sh", "-c", on_node],
+        env={"PATH": "/usr/bin:/bin", "GPUFLEET_ROOT": str(node.root)},
+        capture_output=True,
+        text=True,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert hook_log.read_text() == f"{END}\n"
