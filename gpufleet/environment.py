@@ -19,6 +19,8 @@ from gpufleet.errors import GpufleetError
 from gpufleet.rules import choice_problem
 from gpufleet.validators import (
     ALLOCATION_STRATEGIES,
+    BACKEND_SPOT_FLEET,
+    FLEET_BACKENDS,
     FLEET_TYPES,
     ON_DEMAND_ALLOCATION_STRATEGIES,
     REPLACEMENT_STRATEGIES,
@@ -92,6 +94,12 @@ class CapacityRebalance(_Section):
 
 
 class Fleet(_Section):
+    backend: Annotated[StrictStr, _one_of("a fleet backend", FLEET_BACKENDS)] = Field(
+        BACKEND_SPOT_FLEET,
+        description="What keeps the nodes running: spot-fleet (an EC2 Spot Fleet request) | auto-scaling (an EC2 Auto "
+        "Scaling group with a termination lifecycle hook; no request type, valid_until, launch-before-terminate or "
+        "diversified strategy).",
+    )
     type: Annotated[StrictStr, _one_of("a fleet type", FLEET_TYPES)] = Field(
         "maintain", description="maintain (replace interrupted nodes) | request (one-shot)."
     )
