@@ -37,6 +37,9 @@ ENVIRONMENTS_DIR_VARIABLE = "GPUFLEET_ENVIRONMENTS_DIR"
 WHERE_ENVIRONMENTS_ARE = f"run gpufleet where environments/ is, or set {ENVIRONMENTS_DIR_VARIABLE}"
 # Tag on every resource and node of an environment; operator tools and IAM conditions select by it.
 ENVIRONMENT_TAG_KEY = "gpufleet:environment"
+# The termination lifecycle hook of an Auto Scaling group (fleet.backend auto-scaling), which the node watcher
+# completes (stacks/constructs/gpu_auto_scaling_group.py, scripts/node/spot-watcher.sh).
+TERMINATION_HOOK_NAME = "gpufleet-checkpoint"
 # How a new node image reaches a fleet (fleet.rollout): see Fleet.image_rollout.
 
 
@@ -182,6 +185,12 @@ class Environment(_Section):
     @property
     def stack_prefix(self) -> str:
         return f"gpufleet-{self.name}"
+
+    @property
+    def auto_scaling_group_prefix(self) -> str:
+        """The name of the environment's Auto Scaling group; under fleet.rollout replace-all followed by "-" and the
+        node image id (stacks/constructs/gpu_auto_scaling_group.py says why)."""
+        return f"{self.stack_prefix}-nodes"
 
     @property
     def resource_tags(self) -> dict[str, str]:

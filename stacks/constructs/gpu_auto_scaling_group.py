@@ -41,7 +41,7 @@ from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from gpufleet.environment import ENVIRONMENT_TAG_KEY, Environment
+from gpufleet.environment import ENVIRONMENT_TAG_KEY, TERMINATION_HOOK_NAME, Environment
 from gpufleet.validators import (
     AUTO_SCALING_ON_DEMAND_ALLOCATION_STRATEGIES,
     AUTO_SCALING_SPOT_ALLOCATION_STRATEGIES,
@@ -49,8 +49,6 @@ from gpufleet.validators import (
 )
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
 
-# The hook's name; the node watcher completes the lifecycle action of the hook it is told (GPUFLEET_LIFECYCLE_HOOK).
-TERMINATION_HOOK_NAME = "gpufleet-checkpoint"
 # Time a terminating node has for the checkpoint hook before the termination goes on. The API allows 30 to 7200
 # seconds (PutLifecycleHook HeartbeatTimeout: "The range is from 30 to 7200 seconds. The default value is 3600";
 # the same range in the LifecycleHookSpecification of the group's schema). A spot interruption gives two minutes
@@ -60,7 +58,7 @@ HEARTBEAT_TIMEOUT = cdk.Duration.minutes(10)
 
 def group_name(environment: Environment, image_id: str) -> str:
     """The group's name: fixed, and under fleet.rollout replace-all carrying the node image (see the module doc)."""
-    name = f"{environment.stack_prefix}-nodes"
+    name = environment.auto_scaling_group_prefix
     if environment.fleet.image_rollout == ROLLOUT_REPLACE_ALL:
         return cdk.Fn.join("-", [name, image_id])
     return name
@@ -155,7 +153,7 @@ class GpuAutoScalingGroup(Construct):
         # tests/stacks/test_iam_resources.py matches it against parliament's copy). Under replace-all two groups
         # of the environment live for a moment (the name carries the image): the name prefix covers both, and the
         # environment tag condition keeps other environments' groups out.
-        prefix = f"{environment.stack_prefix}-nodes"
+        prefix = environment.auto_scaling_group_prefix
         names = [f"{prefix}-ami-*"] if environment.fleet.image_rollout == ROLLOUT_REPLACE_ALL else [prefix]
         arns = [
             f"arn:{stack.partition}:autoscaling:{stack.region}:{stack.account}:autoScalingGroup:*:"
