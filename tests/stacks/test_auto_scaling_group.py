@@ -185,3 +185,22 @@ def test_cfn_lint_passes_the_auto_scaling_templates(auto_scaling_assembly):
         [CFN_LINT, "--config-file", ".cfnlintrc.yaml", "--", *templates], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_cdk_nag_passed_with_reasoned_acknowledgements_of_the_group(auto_scaling_assembly):
+    """The assembly was synthesized with cdk-nag attached (an unacknowledged finding fails synthesis); the group's
+    own acknowledgements name their rule and say why (EC26 as cdk-nag names a rule that could not evaluate)."""
+    found = [
+        rule
+        for name in auto_scaling_assembly.stack_names
+        for logical_id, resource in auto_scaling_assembly.template_json(name)["Resources"].items()
+        if logical_id.startswith("NodeGroup")
+        for rule in resource.get("Metadata", {}).get("cdk_nag", {}).get("rules_to_suppress", [])
+    ]
+    assert {rule["id"].split("[")[0] for rule in found} == {
+        "AwsSolutions-AS3",
+        "AwsSolutions::AwsSolutions-EC26",
+        "AwsSolutions-IAM5",
+    }
+    for rule in found:
+        assert len(rule["reason"]) >= 60, rule
