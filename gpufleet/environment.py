@@ -175,7 +175,9 @@ class Environment(_Section):
     instance_type: StrictStr = Field(description="An instance type of the catalog (gpufleet/instance_types.yaml).")
     efa: StrictBool = Field(True, description="One EFA interface per network card.")
     capacity: Capacity = Field(description="How many nodes, and how many of them on-demand.")
-    fleet: Fleet = Field(Fleet(), description="How the Spot Fleet keeps the nodes running.")
+    fleet: Fleet = Field(
+        Fleet(), description="How the node group (a Spot Fleet or an Auto Scaling group) keeps the nodes running."
+    )
     ami: Ami = Field(description="The node image: exactly one of ssm_parameter and id.")
     root_volume_gib: StrictInt = Field(200, description="Size of the encrypted gp3 root volume.")
     key_pair: StrictStr | None = Field(None, description="EC2 key pair name; nodes are reached with SSM without one.")
