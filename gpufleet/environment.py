@@ -22,6 +22,8 @@ from gpufleet.errors import GpufleetError
 from gpufleet.rules import AccountId, LogRetentionDays, RegionName, checked, one_of
 from gpufleet.validators import (
     ALLOCATION_STRATEGIES,
+    BACKEND_SPOT_FLEET,
+    FLEET_BACKENDS,
     FLEET_TYPES,
     ON_DEMAND_ALLOCATION_STRATEGIES,
     REPLACEMENT_STRATEGIES,
@@ -40,6 +42,9 @@ ENVIRONMENTS_DIR_VARIABLE = "GPUFLEET_ENVIRONMENTS_DIR"
 WHERE_ENVIRONMENTS_ARE = f"run gpufleet where environments/ is, or set {ENVIRONMENTS_DIR_VARIABLE}"
 # Tag on every resource and node of an environment; operator tools and IAM conditions select by it.
 ENVIRONMENT_TAG_KEY = "gpufleet:environment"
+# The termination lifecycle hook of an Auto Scaling group (fleet.backend auto-scaling), which the node watcher
+# completes (stacks/constructs/gpu_auto_scaling_group.py, scripts/node/spot-watcher.sh).
+TERMINATION_HOOK_NAME = "gpufleet-checkpoint"
 # How a new node image reaches a fleet (fleet.rollout): see Fleet.image_rollout.
 SMALLEST_VPC_PREFIX = 24
 LARGEST_VPC_PREFIX = 16
@@ -238,6 +243,12 @@ class CapacityRebalance(_Section):
 
 
 class Fleet(_Section):
+    backend: Annotated[StrictStr, one_of("a fleet backend", FLEET_BACKENDS)] = Field(
+        BACKEND_SPOT_FLEET,
+        description="What keeps the nodes running: spot-fleet (an EC2 Spot Fleet request) | auto-scaling (an EC2 Auto "
+        "Scaling group with a termination lifecycle hook; no request type, valid_until, launch-before-terminate or "
+        "diversified strategy).",
+    )
     type: Annotated[StrictStr, one_of("a fleet type", FLEET_TYPES)] = Field(
         "maintain", description="maintain (replace interrupted nodes) | request (one-shot)."
     )
@@ -316,7 +327,9 @@ class Environment(_Section):
     instance_type: StrictStr = Field(description="An instance type of the catalog (gpufleet/instance_types.yaml).")
     efa: StrictBool = Field(True, description="One EFA interface per network card.")
     capacity: Capacity = Field(description="How many nodes, and how many of them on-demand.")
-    fleet: Fleet = Field(Fleet(), description="How the Spot Fleet keeps the nodes running.")
+    fleet: Fleet = Field(
+        Fleet(), description="How the node group (a Spot Fleet or an Auto Scaling group) keeps the nodes running."
+    )
     ami: Ami = Field(description="The node image: exactly one of ssm_parameter and id.")
     root_volume_gib: Annotated[StrictInt, checked(_root_volume_problem)] = Field(
         200, description="Size of the encrypted gp3 root volume."
@@ -330,6 +343,12 @@ class Environment(_Section):
     @property
     def stack_prefix(self) -> str:
         return f"gpufleet-{self.name}"
+
+    @property
+    def auto_scaling_group_prefix(self) -> str:
+        """The name of the environment's Auto Scaling group; under fleet.rollout replace-all followed by "-" and the
+        node image id (stacks/constructs/gpu_auto_scaling_group.py says why)."""
+        return f"{self.stack_prefix}-nodes"
 
     @property
     def resource_tags(self) -> dict[str, str]:

@@ -62,7 +62,24 @@ def setup_scripts(env: Environment, instance: InstanceType) -> list[str]:
 
 
 def watches_spot(env: Environment) -> bool:
-    return env.capacity.spot > 0
+    """Spot nodes watch for interruption notices; every node of an Auto Scaling group for its termination."""
+    from gpufleet.validators import BACKEND_AUTO_SCALING  # imported here: gpufleet.validators imports this module
+
+    return env.capacity.spot > 0 or env.fleet.backend == BACKEND_AUTO_SCALING
+
+
+def auto_scaling_settings(env: Environment) -> dict[str, str]:
+    """What the node watcher needs to complete the group's termination lifecycle action; none for a Spot Fleet."""
+    from gpufleet.environment import TERMINATION_HOOK_NAME
+    from gpufleet.validators import BACKEND_AUTO_SCALING, ROLLOUT_REPLACE_ALL
+
+    if env.fleet.backend != BACKEND_AUTO_SCALING:
+        return {}
+    return {
+        "GPUFLEET_LIFECYCLE_HOOK": TERMINATION_HOOK_NAME,
+        "GPUFLEET_AUTO_SCALING_GROUP": env.auto_scaling_group_prefix,
+        "GPUFLEET_GROUP_NAME_HAS_IMAGE": _flag(env.fleet.image_rollout == ROLLOUT_REPLACE_ALL),
+    }
 
 
 def in_capacity_block(env: Environment) -> bool:
@@ -95,6 +112,7 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         # scripts/ops/node-health-check.sh: the profile the node's image must be built from (its versions.json);
         # empty for an image given by ami.id or by a parameter the AMI pipeline does not write.
         "GPUFLEET_AMI_PROFILE": published_profile(env.ami.ssm_parameter) or "",
+        **auto_scaling_settings(env),
     }
 
 

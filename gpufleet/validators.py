@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     from gpufleet.environment import Environment
 
 FLEET_TYPES = ("maintain", "request")
+# What keeps the nodes running (fleet.backend): an EC2 Spot Fleet request or an EC2 Auto Scaling group.
+BACKEND_SPOT_FLEET = "spot-fleet"
+BACKEND_AUTO_SCALING = "auto-scaling"
+FLEET_BACKENDS = (BACKEND_SPOT_FLEET, BACKEND_AUTO_SCALING)
 ALLOCATION_STRATEGIES = (
     "priceCapacityOptimized",
     "capacityOptimized",
@@ -41,6 +45,18 @@ ALLOCATION_STRATEGIES = (
     "lowestPrice",
 )
 ON_DEMAND_ALLOCATION_STRATEGIES = ("lowestPrice", "prioritized")
+# The same strategies as an Auto Scaling group's InstancesDistribution spells them; Spot Fleet's diversified has no
+# counterpart. source: cfn-lint 1.58's bundled AWS::AutoScaling::AutoScalingGroup schema (cfnlint.schema
+# PROVIDER_SCHEMA_MANAGER, definitions.InstancesDistribution): SpotAllocationStrategy "capacity-optimized",
+# "capacity-optimized-prioritized", "lowest-price", "price-capacity-optimized"; OnDemandAllocationStrategy
+# "lowest-price", "prioritized" (tests/gpufleet/test_validators.py reads the schema).
+AUTO_SCALING_SPOT_ALLOCATION_STRATEGIES = {
+    "priceCapacityOptimized": "price-capacity-optimized",
+    "capacityOptimized": "capacity-optimized",
+    "capacityOptimizedPrioritized": "capacity-optimized-prioritized",
+    "lowestPrice": "lowest-price",
+}
+AUTO_SCALING_ON_DEMAND_ALLOCATION_STRATEGIES = {"lowestPrice": "lowest-price", "prioritized": "prioritized"}
 REPLACEMENT_STRATEGIES = ("launch", "launch-before-terminate")
 # What a new node image does to a maintain fleet (fleet.rollout; gpufleet.environment.Fleet.image_rollout).
 ROLLOUT_MANUAL = "manual"
@@ -383,6 +399,102 @@ class ValidUntilValidator(EnvironmentValidator):
         return self.problem_if(valid_until_problem(env.fleet.valid_until, context.now))
 
 
+class AutoScalingValidator(EnvironmentValidator):
+    """A rule of fleet.backend auto-scaling: what a Spot Fleet offers and an Auto Scaling group does not."""
+
+    def check(self, env, context):
+        if env.fleet.backend != BACKEND_AUTO_SCALING:
+            return []
+        return self.problem_if(self.auto_scaling_problem(env.fleet))
+
+    def auto_scaling_problem(self, fleet) -> str | None:
+        raise NotImplementedError
+
+
+class AutoScalingFleetTypeValidator(AutoScalingValidator):
+    field = "fleet.type"
+
+    def auto_scaling_problem(self, fleet):
+        if fleet.type == "request":
+            return (
+                "an Auto Scaling group always maintains its desired capacity; it has no one-shot request "
+                "(remove type, or set backend: spot-fleet)"
+            )
+        return None
+
+
+class AutoScalingValidUntilValidator(AutoScalingValidator):
+    field = "fleet.valid_until"
+
+    def auto_scaling_problem(self, fleet):
+        if fleet.valid_until is not None:
+            return (
+                "an Auto Scaling group has no end time; its nodes run until the stack is deleted "
+                "(remove valid_until, or set backend: spot-fleet)"
+            )
+        return None
+
+
+class AutoScalingReplaceUnhealthyValidator(AutoScalingValidator):
+    """An Auto Scaling group replaces instances that fail their health checks; CloudFormation offers no property to
+    stop it (AWS::AutoScaling::AutoScalingGroup has no SuspendedProcesses)."""
+
+    field = "fleet.replace_unhealthy_instances"
+
+    def auto_scaling_problem(self, fleet):
+        if not fleet.replace_unhealthy_instances:
+            return (
+                "an Auto Scaling group always replaces nodes that fail EC2 status checks "
+                "(remove replace_unhealthy_instances, or set backend: spot-fleet)"
+            )
+        return None
+
+
+class AutoScalingReplacementStrategyValidator(EnvironmentValidator):
+    """An Auto Scaling group's CapacityRebalance is on or off: it launches the replacement, then terminates the old
+    node itself, with no launch-before-terminate strategy and no termination delay. source: cfn-lint 1.58's bundled
+    AWS::AutoScaling::AutoScalingGroup schema, properties.CapacityRebalance ("type": "boolean": "After launching a
+    new instance, it then terminates an old instance")."""
+
+    field = "fleet.capacity_rebalance"
+
+    def check(self, env, context):
+        rebalance = env.fleet.capacity_rebalance
+        if env.fleet.backend != BACKEND_AUTO_SCALING or rebalance is None:
+            return []
+        problems = []
+        if rebalance.replacement_strategy != "launch":
+            problems.append(
+                Problem(
+                    f"{self.field}.replacement_strategy",
+                    f"'{rebalance.replacement_strategy}' is not available with an Auto Scaling group, whose capacity "
+                    "rebalancing launches a replacement and then terminates the old node (remove "
+                    "replacement_strategy, or set backend: spot-fleet)",
+                )
+            )
+        if rebalance.termination_delay_seconds is not None:
+            problems.append(
+                Problem(
+                    f"{self.field}.termination_delay_seconds",
+                    "an Auto Scaling group has no termination delay; its termination lifecycle hook gives the node "
+                    "time to checkpoint (remove termination_delay_seconds, or set backend: spot-fleet)",
+                )
+            )
+        return problems
+
+
+class AutoScalingAllocationStrategyValidator(AutoScalingValidator):
+    field = "fleet.allocation_strategy"
+
+    def auto_scaling_problem(self, fleet):
+        if fleet.allocation_strategy not in AUTO_SCALING_SPOT_ALLOCATION_STRATEGIES:
+            return (
+                f"'{fleet.allocation_strategy}' has no Auto Scaling counterpart (allowed with backend: auto-scaling: "
+                f"{', '.join(AUTO_SCALING_SPOT_ALLOCATION_STRATEGIES)}; or set backend: spot-fleet)"
+            )
+        return None
+
+
 class AmiSourceValidator(EnvironmentValidator):
     field = "ami"
 
@@ -491,6 +603,11 @@ VALIDATORS: tuple[Validator, ...] = (
     CapacityBlockValidator(),
     ReservedInstanceTypeValidator(),
     ValidUntilValidator(),
+    AutoScalingFleetTypeValidator(),
+    AutoScalingValidUntilValidator(),
+    AutoScalingReplaceUnhealthyValidator(),
+    AutoScalingReplacementStrategyValidator(),
+    AutoScalingAllocationStrategyValidator(),
     AmiSourceValidator(),
     PublishedImageValidator(),
     MigProfileValidator(),

@@ -1,19 +1,17 @@
-"""The GPU cluster of one environment: EFA security group, cluster placement group, node launch template,
-Spot Fleet, and the teardown guarantee."""
+"""The GPU cluster of one environment: EFA security group, cluster placement group, node launch template, and the
+node group of its fleet.backend (a Spot Fleet or an Auto Scaling group) with its teardown guarantee."""
 
 from __future__ import annotations
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
-from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from gpufleet.catalog import InstanceType
-from gpufleet.environment import ENVIRONMENT_TAG_KEY, Environment
+from gpufleet.environment import Environment
 from stacks.constructs.capacity_block_warning import CapacityBlockWarning
 from stacks.constructs.efa_security_group import EfaSecurityGroup
-from stacks.constructs.fleet_teardown import FleetTeardown
-from stacks.constructs.gpu_spot_fleet import GpuSpotFleet
+from stacks.constructs.node_group import node_group
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
 
 
@@ -48,27 +46,19 @@ class ClusterStack(cdk.Stack):
             placement_group=placement_group,
             node_tags=node_tags,
         )
-        fleet = GpuSpotFleet(
+        nodes = node_group(
             self,
-            "Fleet",
             environment=environment,
-            launch_template=launch_template.launch_template,
-            image_id=launch_template.image_id,
-        )
-        FleetTeardown(
-            self,
-            "FleetTeardown",
-            fleet=fleet.spot_fleet,
-            environment_tag=(ENVIRONMENT_TAG_KEY, environment.name),
+            launch_template=launch_template,
+            subnet_id=node_subnet.subnet_id,
             guarded=[placement_group, efa_security_group, launch_template],
-            log_retention=logs.RetentionDays.ONE_MONTH,
         )
         if environment.capacity.capacity_block is not None:
             block_id = environment.capacity.capacity_block.reservation_id
             CapacityBlockWarning(self, "CapacityBlockWarning", environment=environment, block_id=block_id)
 
         outputs = {
-            "FleetRequestId": fleet.spot_fleet.ref,
+            nodes.output_key: nodes.id,
             "PlacementGroupName": placement_group.placement_group_name,
             "SecurityGroupId": efa_security_group.security_group.security_group_id,
             "LaunchTemplateId": launch_template.launch_template.ref,

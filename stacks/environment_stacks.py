@@ -7,6 +7,7 @@ from cdk_nag import AwsSolutionsChecks
 
 from gpufleet.catalog import load_catalog
 from gpufleet.environment import ENVIRONMENT_TAG_KEY, Environment
+from gpufleet.validators import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET
 from stacks.cluster_stack import ClusterStack
 from stacks.network_stack import NetworkStack
 
@@ -14,6 +15,9 @@ from stacks.network_stack import NetworkStack
 # environment's tags would replace them, and a replaced placement group takes every node with it. They carry only
 # the environment tag, which never changes (tests/stacks/test_fleet_updates.py checks every resource's schema).
 TAGS_CREATE_ONLY = ["AWS::EC2::PlacementGroup"]
+
+# What keeps the nodes running, by fleet.backend, as the cluster stack's description says it.
+NODE_GROUP_NAMES = {BACKEND_SPOT_FLEET: "Spot Fleet", BACKEND_AUTO_SCALING: "Auto Scaling group"}
 
 
 def add_compliance_checks(app: cdk.App) -> None:
@@ -45,11 +49,14 @@ def add_environment_stacks(app: cdk.App, environment: Environment) -> list[cdk.S
         node_subnet=network_stack.node_subnet if network_stack else None,
         env=aws_env,
         description=f"gpufleet {environment.name}: {environment.capacity.target} x {environment.instance_type} "
-        "EFA cluster (placement group, launch template, Spot Fleet)",
+        f"EFA cluster (placement group, launch template, {NODE_GROUP_NAMES[environment.fleet.backend]})",
     )
     stacks.append(cluster)
+    # An Auto Scaling group keeps its tags to itself (PropagateAtLaunch false): the launch template tags the nodes.
     for stack in stacks:
         for key, value in environment.tags.items():
-            cdk.Tags.of(stack).add(key, value, exclude_resource_types=TAGS_CREATE_ONLY)
-        cdk.Tags.of(stack).add(ENVIRONMENT_TAG_KEY, environment.name)
+            cdk.Tags.of(stack).add(
+                key, value, exclude_resource_types=TAGS_CREATE_ONLY, apply_to_launched_instances=False
+            )
+        cdk.Tags.of(stack).add(ENVIRONMENT_TAG_KEY, environment.name, apply_to_launched_instances=False)
     return stacks

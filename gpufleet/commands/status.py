@@ -1,4 +1,5 @@
-"""gpufleet status ENV [--fleet-id ID] [--json]: the fleet's state, capacity, instances and last 24h of events."""
+"""gpufleet status ENV [--fleet-id ID | --group-name NAME] [--json]: the node group's state, capacity, instances and
+last 24h of events (Spot Fleet history, or the Auto Scaling group's scaling activities)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ import json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("status", help="fleet request state, capacity, instances and recent events")
+    parser = subparsers.add_parser("status", help="node group state, capacity, instances and recent events")
     parser.add_argument("env", metavar="ENV", help="environment name (environments/ENV.yaml)")
     parser.add_argument("--fleet-id", help="Spot Fleet request id (default: output FleetRequestId of the stack)")
+    parser.add_argument(
+        "--group-name",
+        help="Auto Scaling group name (fleet.backend auto-scaling; default: output AutoScalingGroupName)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
     parser.set_defaults(handler=run)
 
@@ -20,16 +25,16 @@ def run(args: argparse.Namespace) -> int:
 
     from gpufleet.aws import Aws, aws_errors, describe_failure, is_unavailable
     from gpufleet.environment import load_named_environment
-    from gpufleet.ops.fleet import find_fleet, recent_events
+    from gpufleet.ops import fleet as node_groups
     from gpufleet.table import format_table
 
     env = load_named_environment(args.env)
     aws = Aws(env.region)
     events_note = ""
     with aws_errors(env.region):
-        fleet = find_fleet(aws, env, args.fleet_id)
+        fleet = node_groups.find_node_group(aws, env, node_groups.group_id_option(args, env))
         try:
-            events = recent_events(aws.client("ec2"), fleet.request_id, dt.datetime.now(dt.UTC))
+            events = node_groups.node_group_events(aws, fleet, dt.datetime.now(dt.UTC))
         except ClientError as error:
             if not is_unavailable(error):
                 raise
@@ -38,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
         document = {
             "environment": env.name,
             "region": env.region,
-            "fleet_request_id": fleet.request_id,
+            "backend": fleet.kind,
+            node_groups.NODE_GROUP_ID_KEYS[fleet.kind]: fleet.id,
             "state": fleet.state,
             "activity_status": fleet.activity_status,
             "target_capacity": fleet.target_capacity,
@@ -54,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(document, indent=2))
         return 0
     print(
-        f"Fleet {fleet.request_id} ({env.name}, {env.region}): {fleet.state}, activity {fleet.activity_status}, "
+        f"{fleet.label.capitalize()} ({env.name}, {env.region}): {fleet.state}, activity {fleet.activity_status}, "
         f"fulfilled {fleet.fulfilled_capacity:g}/{fleet.target_capacity} "
         f"(on-demand {fleet.on_demand_fulfilled_capacity:g}/{fleet.on_demand_target_capacity})"
     )
@@ -90,5 +96,5 @@ def run(args: argparse.Namespace) -> int:
         ]
         print(format_table(["TIME (UTC)", "TYPE", "SUBTYPE", "INSTANCE", "DESCRIPTION"], event_rows))
     else:
-        print("no fleet events in the last 24h")
+        print(f"no {node_groups.NODE_GROUP_WORDS[fleet.kind]} events in the last 24h")
     return 0

@@ -1,9 +1,12 @@
-"""The cluster's Spot Fleet request: found from the cluster stack output, its capacity, instances and recent events."""
+"""The cluster's node group, whatever fleet.backend keeps the nodes running (a Spot Fleet request or an Auto Scaling
+group): found from the cluster stack output, its capacity, instances and recent events, one describe function per
+backend behind find_node_group and node_group_events."""
 
 from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,8 +15,12 @@ from botocore.exceptions import ClientError
 from gpufleet.aws import error_code
 from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
+from gpufleet.validators import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET
 
 FLEET_OUTPUT_KEY = "FleetRequestId"
+AUTO_SCALING_GROUP_OUTPUT_KEY = "AutoScalingGroupName"
+# The cluster stack output that names the node group, by fleet.backend (stacks/constructs/node_group.py writes it).
+NODE_GROUP_OUTPUTS = {BACKEND_SPOT_FLEET: FLEET_OUTPUT_KEY, BACKEND_AUTO_SCALING: AUTO_SCALING_GROUP_OUTPUT_KEY}
 EVENT_WINDOW = dt.timedelta(hours=24)
 
 
@@ -45,8 +52,8 @@ class FleetEvent:
 
 
 @dataclass(frozen=True)
-class Fleet:
-    request_id: str
+class NodeGroup:
+    id: str  # the fleet request id, or the group name
     state: str
     activity_status: str
     target_capacity: int
@@ -54,6 +61,11 @@ class Fleet:
     on_demand_target_capacity: int
     on_demand_fulfilled_capacity: float
     instances: tuple[FleetInstance, ...]
+    kind: str = BACKEND_SPOT_FLEET  # the fleet.backend
+
+    @property
+    def label(self) -> str:
+        return f"{NODE_GROUP_WORDS[self.kind]} {self.id}"
 
     @property
     def running(self) -> list[FleetInstance]:
@@ -69,31 +81,41 @@ class Fleet:
         return sorted(live)
 
 
+# How a node group is named in messages, and the command-line option that names one instead of the stack output.
+NODE_GROUP_WORDS = {BACKEND_SPOT_FLEET: "fleet", BACKEND_AUTO_SCALING: "group"}
+NODE_GROUP_OPTIONS = {BACKEND_SPOT_FLEET: "--fleet-id", BACKEND_AUTO_SCALING: "--group-name"}
+# The key of the node group's id in the JSON of gpufleet status and hosts.
+NODE_GROUP_ID_KEYS = {BACKEND_SPOT_FLEET: "fleet_request_id", BACKEND_AUTO_SCALING: "auto_scaling_group_name"}
+
+
 def cluster_stack_name(env: Environment) -> str:
     return f"{env.stack_prefix}-cluster"
 
 
-def fleet_request_id(cloudformation: Any, env: Environment) -> str:
-    """The FleetRequestId output of the environment's cluster stack."""
+def node_group_id(cloudformation: Any, env: Environment) -> str:
+    """The output of the environment's cluster stack that names its node group (FleetRequestId or
+    AutoScalingGroupName, by fleet.backend)."""
+    output_key = NODE_GROUP_OUTPUTS[env.fleet.backend]
+    option = NODE_GROUP_OPTIONS[env.fleet.backend]
     stack_name = cluster_stack_name(env)
     try:
         stack = cloudformation.describe_stacks(StackName=stack_name)["Stacks"][0]
     except ClientError as error:
         if error_code(error) == "ValidationError" and "does not exist" in str(error):
             raise GpufleetError(
-                f"stack {stack_name} not found in {env.region}: deploy the cluster (cdk deploy) or pass --fleet-id"
+                f"stack {stack_name} not found in {env.region}: deploy the cluster (cdk deploy) or pass {option}"
             ) from None
         raise
     outputs = {output["OutputKey"]: output["OutputValue"] for output in stack.get("Outputs", [])}
-    if FLEET_OUTPUT_KEY not in outputs:
+    if output_key not in outputs:
         raise GpufleetError(
-            f"stack {stack_name} ({stack['StackStatus']}) has no {FLEET_OUTPUT_KEY} output: "
-            "wait for the deployment to finish or pass --fleet-id"
+            f"stack {stack_name} ({stack['StackStatus']}) has no {output_key} output: "
+            f"wait for the deployment to finish or pass {option}"
         )
-    return outputs[FLEET_OUTPUT_KEY]
+    return outputs[output_key]
 
 
-def describe_fleet(ec2: Any, request_id: str, region: str) -> Fleet:
+def describe_fleet(ec2: Any, request_id: str, region: str) -> NodeGroup:
     not_found = GpufleetError(f"fleet request {request_id} not found in {region}: check --fleet-id or the stack")
     try:
         configs = ec2.describe_spot_fleet_requests(SpotFleetRequestIds=[request_id])["SpotFleetRequestConfigs"]
@@ -107,8 +129,8 @@ def describe_fleet(ec2: Any, request_id: str, region: str) -> Fleet:
     config = request["SpotFleetRequestConfig"]
     pages = ec2.get_paginator("describe_spot_fleet_instances").paginate(SpotFleetRequestId=request_id)
     instance_ids = [active["InstanceId"] for page in pages for active in page["ActiveInstances"]]
-    return Fleet(
-        request_id=request_id,
+    return NodeGroup(
+        id=request_id,
         state=request["SpotFleetRequestState"],
         activity_status=request.get("ActivityStatus", "-"),
         target_capacity=int(config["TargetCapacity"]),
@@ -162,7 +184,76 @@ def recent_events(ec2: Any, request_id: str, now: dt.datetime) -> list[FleetEven
         arguments["NextToken"] = page["NextToken"]
 
 
-def find_fleet(aws: Any, env: Environment, fleet_id: str | None) -> Fleet:
-    """The fleet given by --fleet-id, else the one named by the cluster stack's output."""
-    request_id = fleet_id or fleet_request_id(aws.client("cloudformation"), env)
-    return describe_fleet(aws.client("ec2"), request_id, env.region)
+def describe_auto_scaling_group(autoscaling: Any, ec2: Any, name: str, region: str) -> NodeGroup:
+    """The group's capacity and instances. Every instance the group holds counts, whatever its lifecycle state
+    (InService, Pending, Terminating:Wait...); fulfilled counts only InService ones."""
+    groups = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[name])["AutoScalingGroups"]
+    if not groups:
+        raise GpufleetError(f"Auto Scaling group {name} not found in {region}: check --group-name or the stack")
+    group = groups[0]
+    distribution = group.get("MixedInstancesPolicy", {}).get("InstancesDistribution", {})
+    in_service = {i["InstanceId"] for i in group.get("Instances", []) if i["LifecycleState"] == "InService"}
+    instances = tuple(_describe_instances(ec2, [i["InstanceId"] for i in group.get("Instances", [])]))
+    desired = int(group["DesiredCapacity"])
+    return NodeGroup(
+        id=name,
+        # Status is set only while the group is being deleted ("Delete in progress").
+        state=group.get("Status", "active"),
+        activity_status="fulfilled" if len(in_service) >= desired else "pending_fulfillment",
+        target_capacity=desired,
+        fulfilled_capacity=float(len(in_service)),
+        on_demand_target_capacity=int(distribution.get("OnDemandBaseCapacity", 0)),
+        on_demand_fulfilled_capacity=float(
+            sum(1 for i in instances if i.instance_id in in_service and i.lifecycle == "on-demand")
+        ),
+        instances=instances,
+        kind=BACKEND_AUTO_SCALING,
+    )
+
+
+def recent_activities(autoscaling: Any, name: str, now: dt.datetime) -> list[FleetEvent]:
+    """The group's scaling activities of the last 24 hours (launches, terminations, failures), oldest first."""
+    since = now - EVENT_WINDOW
+    events = [
+        FleetEvent(
+            timestamp=activity["StartTime"],
+            event_type="activity",
+            sub_type=activity.get("StatusCode", "-"),
+            instance_id=_activity_instance(activity.get("Description", "")),
+            description=" ".join(filter(None, (activity.get("Description"), activity.get("StatusMessage")))),
+        )
+        for page in autoscaling.get_paginator("describe_scaling_activities").paginate(AutoScalingGroupName=name)
+        for activity in page["Activities"]
+        if activity["StartTime"] >= since
+    ]
+    return sorted(events, key=lambda event: event.timestamp)
+
+
+def _activity_instance(description: str) -> str:
+    """The instance an activity names ("Launching a new EC2 instance: i-0abc..."), else "-"."""
+    match = re.search(r"\bi-[0-9a-f]+\b", description)
+    return match.group(0) if match else "-"
+
+
+def find_node_group(aws: Any, env: Environment, group_id: str | None) -> NodeGroup:
+    """The node group given on the command line (--fleet-id, --group-name), else the one the stack output names."""
+    group_id = group_id or node_group_id(aws.client("cloudformation"), env)
+    if env.fleet.backend == BACKEND_AUTO_SCALING:
+        return describe_auto_scaling_group(aws.client("autoscaling"), aws.client("ec2"), group_id, env.region)
+    return describe_fleet(aws.client("ec2"), group_id, env.region)
+
+
+def node_group_events(aws: Any, group: NodeGroup, now: dt.datetime) -> list[FleetEvent]:
+    if group.kind == BACKEND_AUTO_SCALING:
+        return recent_activities(aws.client("autoscaling"), group.id, now)
+    return recent_events(aws.client("ec2"), group.id, now)
+
+
+def group_id_option(args: Any, env: Environment) -> str | None:
+    """The node group named on the command line: --fleet-id for a Spot Fleet, --group-name for an Auto Scaling
+    group; the other one is refused."""
+    wanted = NODE_GROUP_OPTIONS[env.fleet.backend]
+    for option, value in (("--fleet-id", args.fleet_id), ("--group-name", args.group_name)):
+        if value is not None and option != wanted:
+            raise GpufleetError(f"{option}: {env.name} uses fleet.backend {env.fleet.backend}; pass {wanted} instead")
+    return args.fleet_id or args.group_name

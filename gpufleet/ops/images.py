@@ -2,7 +2,9 @@
 
 An image is in use when an SSM parameter under /gpufleet/ami/ holds its id, or when the default or latest version
 of ANY launch template in the region names it (all templates, not only gpufleet's: an image someone else launches
-from must not vanish either). Pruning never touches an image in use, nor one still being built.
+from must not vanish either). Both fleet backends launch from the environment's launch template at the version its
+latest deploy made, so this covers a Spot Fleet and an Auto Scaling group alike. Pruning never touches an image in
+use, nor one still being built.
 
 Pruning goes on past a failure: each image and each snapshot gets an outcome, so the operator learns exactly what
 was deleted and what is left.

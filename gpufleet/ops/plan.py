@@ -8,8 +8,9 @@ every Ref, Fn::GetAtt and (across stacks) Fn::ImportValue of it changes value at
 them count as changed too, which can replace their resources in turn. A changed logical id is a removal and an
 addition.
 
-Node impact comes from where the nodes live: the Spot Fleet owns them, and the resources the fleet reaches through
-its references (launch template, placement group, security group, subnet, VPC) hold them.
+Node impact comes from where the nodes live: the node group (a Spot Fleet or an Auto Scaling group, by
+fleet.backend) owns them, and the resources it reaches through its references (launch template, placement group,
+security group, subnet, VPC) hold them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 FLEET_TYPE = "AWS::EC2::SpotFleet"
+AUTO_SCALING_GROUP_TYPE = "AWS::AutoScaling::AutoScalingGroup"
+# The resources that own running nodes, one per fleet.backend.
+NODE_GROUP_TYPES = frozenset({FLEET_TYPE, AUTO_SCALING_GROUP_TYPE})
 LAUNCH_TEMPLATE_TYPE = "AWS::EC2::LaunchTemplate"
 # Resources running instances sit in: replacing or removing one of those the fleet uses strands its nodes.
 NODE_HOSTING_TYPES = frozenset(
@@ -258,8 +262,8 @@ def _stack_changes(
 
 
 def _fleet_dependencies(pairs: list[StackPair]) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
-    """(stack, logical id) of every Spot Fleet, old or new, and of everything they reach through references,
-    across stacks through exports."""
+    """(stack, logical id) of every node group (Spot Fleet, Auto Scaling group), old or new, and of everything
+    they reach through references, across stacks through exports."""
     by_export: dict[str, set[tuple[str, str]]] = {}
     for pair in pairs:
         for template in (pair.old, pair.new):
@@ -274,7 +278,7 @@ def _fleet_dependencies(pairs: list[StackPair]) -> tuple[set[tuple[str, str]], s
         for pair in pairs
         for which in ("old", "new")
         for logical_id, resource in pair.resources(which).items()
-        if resource.get("Type") == FLEET_TYPE
+        if resource.get("Type") in NODE_GROUP_TYPES
     }
     reached, todo = set(fleets), list(fleets)
     templates = {pair.name: pair for pair in pairs}
@@ -301,7 +305,7 @@ def _judge_node_impact(changes: list[Change], pairs: list[StackPair]) -> None:
     templates = {pair.name: pair for pair in pairs}
     for change in changes:
         key = (change.stack, change.logical_id)
-        if change.resource_type == FLEET_TYPE:
+        if change.resource_type in NODE_GROUP_TYPES:
             change.node_impact = _fleet_impact(change, templates[change.stack])
         elif key not in fleet_uses:
             change.node_impact = NO_NODE_EFFECT
@@ -324,6 +328,8 @@ def _fleet_impact(change: Change, pair: StackPair) -> str:
         return TERMINATES_NODES
     if change.action == "added":
         return LAUNCHES_NODES
+    if change.resource_type == AUTO_SCALING_GROUP_TYPE:
+        return _group_impact(pair.resources("old")[change.logical_id], pair.resources("new")[change.logical_id])
     old = pair.resources("old")[change.logical_id]["Properties"]["SpotFleetRequestConfigData"]
     new = pair.resources("new")[change.logical_id]["Properties"]["SpotFleetRequestConfigData"]
     old_target, new_target = old.get("TargetCapacity"), new.get("TargetCapacity")
@@ -335,3 +341,29 @@ def _fleet_impact(change: Change, pair: StackPair) -> str:
         if new.get("ExcessCapacityTerminationPolicy", "default") != "noTermination":
             return f"{TERMINATES_NODES} (target capacity {old_target} -> {new_target})"
     return IN_PLACE
+
+
+def _group_impact(old: dict, new: dict) -> str:
+    """An Auto Scaling group updated in place: a new desired capacity launches or terminates nodes; a new on-demand
+    split replaces nodes gradually, new ones first (the AWS::AutoScaling::AutoScalingGroup schema's description of
+    InstancesDistribution.OnDemandBaseCapacity and OnDemandPercentageAboveBaseCapacity: "An update to this setting
+    means a gradual replacement of instances"); anything else, the launch template version included, leaves the
+    running nodes alone."""
+    old_properties, new_properties = old.get("Properties", {}), new.get("Properties", {})
+    old_target, new_target = old_properties.get("DesiredCapacity"), new_properties.get("DesiredCapacity")
+    if old_target != new_target and str(old_target).isdigit() and str(new_target).isdigit():
+        if int(new_target) > int(old_target):
+            return f"{IN_PLACE}; launches nodes (desired capacity {old_target} -> {new_target})"
+        return f"{TERMINATES_NODES} (desired capacity {old_target} -> {new_target})"
+    distribution_path = ("MixedInstancesPolicy", "InstancesDistribution")
+    old_split, new_split = (_on_demand_split(p, distribution_path) for p in (old_properties, new_properties))
+    if old_split != new_split:
+        return f"{REPLACES_NODES} (on-demand base and share {old_split} -> {new_split}, new nodes first)"
+    return IN_PLACE
+
+
+def _on_demand_split(properties: dict, path: tuple[str, ...]) -> tuple:
+    distribution = properties
+    for key in path:
+        distribution = distribution.get(key, {})
+    return distribution.get("OnDemandBaseCapacity"), distribution.get("OnDemandPercentageAboveBaseCapacity")

@@ -7,13 +7,25 @@
 # awsdocs/amazon-ec2-user-guide doc_source/spot-instance-termination-notices.md): spot/instance-action answers
 # 404 until EC2 marks the instance for interruption, then {"action": "terminate", "time": "..."} (two minutes'
 # warning); events/recommendations/rebalance answers {"noticeTime": "..."} once a recommendation was issued.
+# On a node of an Auto Scaling group (fleet.backend auto-scaling: GPUFLEET_LIFECYCLE_HOOK names the group's
+# termination lifecycle hook) it also polls autoscaling/target-lifecycle-state, which Auto Scaling sets to
+# Terminated when the node is about to be terminated (EC2 Auto Scaling user guide,
+# retrieving-target-lifecycle-state-through-imds: the primary steady states are InService and Terminated), runs the
+# hook once for that too, then completes the lifecycle action (CONTINUE) so the termination need not wait for the
+# hook's heartbeat timeout. That call needs the AWS CLI on the node; without it the termination goes on when the
+# timeout passes.
 # Runs as gpufleet-spot-watcher.service; stdout goes to the journal.
 set -euo pipefail
 
 readonly INTERRUPTION=spot/instance-action REBALANCE=events/recommendations/rebalance
-# The interruption is polled first: when both notices are there at once, the hook runs for the interruption (the
-# last checkpoint there is time for) and the rebalance recommendation is only logged.
-readonly NOTICE_PATHS=("$INTERRUPTION" "$REBALANCE")
+readonly LIFECYCLE=autoscaling/target-lifecycle-state TERMINATED=Terminated
+lifecycle_hook=${GPUFLEET_LIFECYCLE_HOOK:-}
+# The interruption is polled first: when it is there with another notice, the hook runs for the interruption (the
+# last checkpoint there is time for) and the others are only logged.
+notice_paths=("$INTERRUPTION")
+[[ -z $lifecycle_hook ]] || notice_paths+=("$LIFECYCLE")
+notice_paths+=("$REBALANCE")
+readonly NOTICE_PATHS=("${notice_paths[@]}")
 
 log() { echo "spot-watcher: $*"; }
 die() { echo "spot-watcher: error: $*" >&2; exit 1; }
@@ -31,6 +43,13 @@ hook=${GPUFLEET_CHECKPOINT_HOOK:-}
 # One record per notice kind the hook ran for, kept on the root volume, so a restart of the service does not run
 # the hook again for the same kind.
 hook_runs=${GPUFLEET_ROOT:-}/var/lib/gpufleet/checkpoint-hook-runs
+
+# The group's name: GPUFLEET_AUTO_SCALING_GROUP, followed by "-" and the node's image id when
+# GPUFLEET_GROUP_NAME_HAS_IMAGE is 1 (fleet.rollout replace-all; stacks/constructs/gpu_auto_scaling_group.py).
+group=${GPUFLEET_AUTO_SCALING_GROUP:-}
+group_has_image=${GPUFLEET_GROUP_NAME_HAS_IMAGE:-0}
+[[ -z $lifecycle_hook || -n $group ]] || die "GPUFLEET_AUTO_SCALING_GROUP must name the group of GPUFLEET_LIFECYCLE_HOOK"
+[[ $group_has_image =~ ^[01]$ ]] || die "GPUFLEET_GROUP_NAME_HAS_IMAGE must be 1 or 0, got '$group_has_image'"
 
 [[ $poll_seconds =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "GPUFLEET_POLL_SECONDS must be a number of seconds, got '$poll_seconds'"
 [[ $iterations =~ ^[0-9]+$ ]] || die "GPUFLEET_WATCH_ITERATIONS must be a whole number (0: forever), got '$iterations'"
@@ -70,8 +89,8 @@ metadata() {
 hook_record() { echo "$hook_runs/${1//\//_}"; }
 
 # Runs the hook for notice path $1 (body $2) unless it already ran for that kind, or, for a rebalance
-# recommendation, already ran for the interruption. One run at a time: an interruption notice that comes while a
-# rebalance-triggered run is still going is handled on the next poll after it.
+# recommendation or a lifecycle termination, already ran for the interruption. One run at a time: an interruption
+# notice that comes while a rebalance-triggered run is still going is handled on the next poll after it.
 run_hook() {
   local path=$1 notice=$2 record
   record=$(hook_record "$path")
@@ -79,7 +98,7 @@ run_hook() {
     log "no checkpoint hook configured (node.checkpoint_hook)"
   elif [[ -f $record ]]; then
     log "checkpoint hook already ran for $path: $(<"$record")"
-  elif [[ $path == "$REBALANCE" && -f $(hook_record "$INTERRUPTION") ]]; then
+  elif [[ $path != "$INTERRUPTION" && -f $(hook_record "$INTERRUPTION") ]]; then
     log "checkpoint hook already ran for $INTERRUPTION; not running it for $path"
   else
     mkdir -p "$hook_runs"
@@ -91,6 +110,27 @@ run_hook() {
       log "checkpoint hook failed with exit status $?"
     fi
   fi
+}
+
+# Lets the group terminate the node now instead of at the hook's heartbeat timeout.
+complete_lifecycle_action() {
+  local instance_id region name=$group image_id
+  if ! command -v aws >/dev/null; then
+    log "no AWS CLI on the node: the termination goes on when lifecycle hook $lifecycle_hook times out"
+    return 0
+  fi
+  if ! instance_id=$(metadata instance-id) || ! region=$(metadata placement/region); then
+    log "cannot read the instance id and region from $imds: the termination goes on when $lifecycle_hook times out"
+    return 0
+  fi
+  if [[ $group_has_image == 1 ]]; then
+    image_id=$(metadata ami-id) || { log "cannot read the image id from $imds"; return 0; }
+    name=$group-$image_id
+  fi
+  log "completing lifecycle action $lifecycle_hook of $name for $instance_id"
+  aws autoscaling complete-lifecycle-action --region "$region" --auto-scaling-group-name "$name" \
+    --lifecycle-hook-name "$lifecycle_hook" --instance-id "$instance_id" --lifecycle-action-result CONTINUE ||
+    log "complete-lifecycle-action failed; the termination goes on when $lifecycle_hook times out"
 }
 
 log "watching $imds every ${poll_seconds}s for ${NOTICE_PATHS[*]}"
@@ -108,10 +148,13 @@ while ((iterations == 0 || iteration < iterations)); do
       token=""
     fi
     ((status == 0)) || continue
+    # The target lifecycle state is there all along (InService); only Terminated is a notice.
+    [[ $path != "$LIFECYCLE" || $notice == "$TERMINATED" ]] || continue
     [[ ${last_notice[$path]:-} != "$notice" ]] || continue
     last_notice[$path]=$notice
     log "notice at $path: $notice"
     run_hook "$path" "$notice"
+    [[ $path != "$LIFECYCLE" ]] || complete_lifecycle_action
   done
   ((iterations != 0 && iteration >= iterations)) || sleep "$poll_seconds"
 done

@@ -231,3 +231,28 @@ def test_the_limit_is_on_the_compressed_size(hook_length, fits):
 def test_a_line_that_would_end_a_heredoc_is_refused():
     with pytest.raises(GpufleetError, match="would end the heredoc early"):
         render(with_node(everything_on(), checkpoint_hook="x\nGPUFLEET_END_OF_FILE\ny"))
+
+
+def with_fleet(env, **fleet):
+    return env.model_copy(update={"fleet": env.fleet.model_copy(update=fleet)})
+
+
+@pytest.mark.parametrize(("rollout", "has_image"), [(None, "0"), ("replace-all", "1")])
+def test_every_node_of_an_auto_scaling_group_watches_for_its_termination(rollout, has_image):
+    """h100 is all on-demand: as a Spot Fleet its nodes run no watcher; as a group they wait for its termination."""
+    h100 = load_named_environment("h100")
+    assert "spot-watcher" not in installed_scripts(render(h100))
+    group = with_fleet(h100, backend="auto-scaling", type="maintain", rollout=rollout)
+    user_data = render(group)
+    assert "spot-watcher" in installed_scripts(user_data)
+    found = settings(user_data)
+    assert {key: found[key] for key in found if "LIFECYCLE" in key or "GROUP" in key or key.endswith("WATCHER")} == {
+        "GPUFLEET_SPOT_WATCHER": "1",
+        "GPUFLEET_LIFECYCLE_HOOK": "gpufleet-checkpoint",
+        "GPUFLEET_AUTO_SCALING_GROUP": "gpufleet-h100-nodes",
+        "GPUFLEET_GROUP_NAME_HAS_IMAGE": has_image,
+    }
+
+
+def test_a_spot_fleet_node_gets_no_auto_scaling_settings():
+    assert not [key for key in settings(render(load_named_environment("dev"))) if "LIFECYCLE" in key or "GROUP" in key]

@@ -702,3 +702,119 @@ def test_a_hook_that_would_end_the_user_data_heredoc_is_a_validation_problem(tmp
 )
 def test_image_rollout_of_a_fleet(tmp_path, changes, rollout):
     assert load_environment(write(tmp_path, changed(changes))).fleet.image_rollout == rollout
+
+
+AUTO_SCALING = {"fleet.backend": "auto-scaling"}
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {"fleet.type": "request"},
+            [
+                "fleet.type: an Auto Scaling group always maintains its desired capacity; it has no one-shot request "
+                "(remove type, or set backend: spot-fleet)"
+            ],
+        ),
+        (
+            {"fleet.valid_until": "2099-01-01T00:00:00Z"},
+            [
+                "fleet.valid_until: an Auto Scaling group has no end time; its nodes run until the stack is deleted "
+                "(remove valid_until, or set backend: spot-fleet)"
+            ],
+        ),
+        (
+            {"fleet.replace_unhealthy_instances": False},
+            [
+                "fleet.replace_unhealthy_instances: an Auto Scaling group always replaces nodes that fail EC2 status "
+                "checks (remove replace_unhealthy_instances, or set backend: spot-fleet)"
+            ],
+        ),
+        (
+            {
+                "fleet.capacity_rebalance": {
+                    "replacement_strategy": "launch-before-terminate",
+                    "termination_delay_seconds": 300,
+                }
+            },
+            [
+                "fleet.capacity_rebalance.replacement_strategy: 'launch-before-terminate' is not available with an "
+                "Auto Scaling group, whose capacity rebalancing launches a replacement and then terminates the old "
+                "node (remove replacement_strategy, or set backend: spot-fleet)",
+                "fleet.capacity_rebalance.termination_delay_seconds: an Auto Scaling group has no termination delay; "
+                "its termination lifecycle hook gives the node time to checkpoint (remove termination_delay_seconds, "
+                "or set backend: spot-fleet)",
+            ],
+        ),
+        (
+            {"fleet.allocation_strategy": "diversified"},
+            [
+                "fleet.allocation_strategy: 'diversified' has no Auto Scaling counterpart (allowed with backend: "
+                "auto-scaling: priceCapacityOptimized, capacityOptimized, capacityOptimizedPrioritized, lowestPrice; "
+                "or set backend: spot-fleet)"
+            ],
+        ),
+    ],
+)
+def test_what_an_auto_scaling_group_cannot_do_is_refused(tmp_path, changes, expected):
+    assert problems_of(tmp_path, changed(AUTO_SCALING | changes)) == expected
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"fleet.type": "request"},
+        {"fleet.valid_until": "2099-01-01T00:00:00Z"},
+        {"fleet.replace_unhealthy_instances": False},
+        {"fleet.capacity_rebalance": {"replacement_strategy": "launch-before-terminate"}},
+        {"fleet.allocation_strategy": "diversified"},
+    ],
+)
+def test_the_same_settings_are_valid_for_a_spot_fleet(tmp_path, changes):
+    assert load_environment(write(tmp_path, changed(changes))).fleet.backend == "spot-fleet"
+
+
+def test_an_auto_scaling_environment_with_rebalancing_is_valid(tmp_path):
+    document = changed(AUTO_SCALING | {"fleet.capacity_rebalance": {"replacement_strategy": "launch"}})
+    assert load_environment(write(tmp_path, document)).fleet.backend == "auto-scaling"
+
+
+def test_an_unknown_backend_is_refused_while_parsing(tmp_path):
+    assert problems_of(tmp_path, with_change("fleet.backend", "ec2-fleet")) == [
+        "fleet.backend: 'ec2-fleet' is not a fleet backend (allowed: spot-fleet, auto-scaling)"
+    ]
+
+
+def test_the_auto_scaling_spellings_are_those_of_the_group_schema():
+    """Each mapped strategy is one the AWS::AutoScaling::AutoScalingGroup schema's InstancesDistribution describes
+    as a valid value (cfn-lint's bundled schema lists them in the property descriptions, as `+ value`)."""
+    import re
+
+    from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
+
+    from gpufleet.validators import (
+        ALLOCATION_STRATEGIES,
+        AUTO_SCALING_ON_DEMAND_ALLOCATION_STRATEGIES,
+        AUTO_SCALING_SPOT_ALLOCATION_STRATEGIES,
+        ON_DEMAND_ALLOCATION_STRATEGIES,
+    )
+
+    schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-east-1", "AWS::AutoScaling::AutoScalingGroup").schema
+    distribution = schema["definitions"]["InstancesDistribution"]["properties"]
+
+    def documented(name):
+        return set(re.findall(r"\+ ([a-z-]+) ", distribution[name]["description"]))
+
+    assert documented("SpotAllocationStrategy") == {
+        "capacity-optimized",
+        "capacity-optimized-prioritized",
+        "lowest-price",
+        "price-capacity-optimized",
+    }
+    assert set(AUTO_SCALING_SPOT_ALLOCATION_STRATEGIES.values()) == documented("SpotAllocationStrategy")
+    assert set(AUTO_SCALING_SPOT_ALLOCATION_STRATEGIES) == set(ALLOCATION_STRATEGIES) - {"diversified"}
+    assert documented("OnDemandAllocationStrategy") == {"lowest-price", "prioritized"}
+    assert set(AUTO_SCALING_ON_DEMAND_ALLOCATION_STRATEGIES.values()) == documented("OnDemandAllocationStrategy")
+    assert set(AUTO_SCALING_ON_DEMAND_ALLOCATION_STRATEGIES) == set(ON_DEMAND_ALLOCATION_STRATEGIES)
+    assert schema["properties"]["CapacityRebalance"]["type"] == "boolean"

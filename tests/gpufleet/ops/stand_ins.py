@@ -21,7 +21,9 @@ def with_fleet(env: Environment, **keys: Any) -> Environment:
 def with_capacity(env: Environment, **keys: Any) -> Environment:
     """ENV whose capacity section also has KEYS (capacity_block=capacity_block(...))."""
     capacity = env.capacity
-    return env.model_copy(update={"capacity": SimpleNamespace(**{**capacity.model_dump(), "spot": capacity.spot, **keys})})
+    return env.model_copy(
+        update={"capacity": SimpleNamespace(**{**capacity.model_dump(), "spot": capacity.spot, **keys})}
+    )
 
 
 def fallback(max_extra_on_demand: int | None, after_minutes: int = 15, restore_after_minutes: int = 60) -> Any:

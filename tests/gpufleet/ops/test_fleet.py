@@ -16,7 +16,7 @@ import pytest
 from botocore.stub import Stubber
 
 from gpufleet.ops import fleet as fleet_module
-from gpufleet.ops.fleet import Fleet, FleetEvent, FleetInstance, recent_events
+from gpufleet.ops.fleet import FleetEvent, FleetInstance, NodeGroup, recent_events
 from tests.gpufleet.ops.conftest import make_subnet
 
 NOW = dt.datetime(2025, 1, 1, 12, tzinfo=dt.UTC)
@@ -202,7 +202,7 @@ def instance(ip: str, minute: int, state: str = "running", image: str = "ami-1")
 
 
 def test_running_order_is_launch_time_then_numeric_ip() -> None:
-    fleet = Fleet(
+    fleet = NodeGroup(
         "sfr-1",
         "active",
         "fulfilled",
@@ -270,4 +270,4 @@ def test_images_are_those_of_pending_and_running_nodes() -> None:
         instance("10.0.0.3", 0, "terminated", image="ami-old"),
         instance("10.0.0.4", 0, "shutting-down", image="ami-older"),
     )
-    assert Fleet("sfr-1", "active", "fulfilled", 2, 2, 0, 0, nodes).images == ["ami-new"]
+    assert NodeGroup("sfr-1", "active", "fulfilled", 2, 2, 0, 0, nodes).images == ["ami-new"]

@@ -409,6 +409,11 @@ def systemctl(args: list[str], state: dict) -> int:
     return 0
 
 
+def aws(args: list[str], state: dict) -> int:
+    """The AWS CLI: the call is logged; it succeeds unless the state says aws_exit."""
+    return state.get("aws_exit", 0)
+
+
 COMMANDS = {
     "lsblk": lsblk,
     "udevadm": udevadm,
@@ -420,6 +425,7 @@ COMMANDS = {
     "nvidia-smi": nvidia_smi,
     "curl": curl,
     "systemctl": systemctl,
+    "aws": aws,
 }
 
 if __name__ == "__main__":

@@ -202,3 +202,106 @@ def test_bad_setting_is_a_clear_error(node, watch, name, value):
 
     assert result.returncode == 1
     assert name in result.stderr
+
+
+# Auto Scaling nodes (fleet.backend auto-scaling): the target lifecycle state (EC2 Auto Scaling user guide,
+# retrieving-target-lifecycle-state-through-imds) is InService until the group terminates the node.
+LIFECYCLE = "autoscaling/target-lifecycle-state"
+GROUP_SETTINGS = {"GPUFLEET_LIFECYCLE_HOOK": "gpufleet-checkpoint", "GPUFLEET_AUTO_SCALING_GROUP": "gpufleet-lab-nodes"}
+NODE_METADATA = {
+    "instance-id": [[200, "i-0123456789abcdef0"]],
+    "placement/region": [[200, "us-east-1"]],
+    "ami-id": [[200, "ami-0fedcba9876543210"]],
+}
+
+
+def complete_call(group: str) -> list[str]:
+    return [
+        "autoscaling",
+        "complete-lifecycle-action",
+        "--region",
+        "us-east-1",
+        "--auto-scaling-group-name",
+        group,
+        "--lifecycle-hook-name",
+        "gpufleet-checkpoint",
+        "--instance-id",
+        "i-0123456789abcdef0",
+        "--lifecycle-action-result",
+        "CONTINUE",
+    ]
+
+
+@pytest.fixture
+def aws_cli(node):
+    from tests.scripts.fake_bin import install_fakes
+    from tests.scripts.node.conftest import FAKE_COMMANDS
+
+    install_fakes(node.bin_dir, FAKE_COMMANDS, ("aws",))
+
+
+def test_a_terminating_group_node_checkpoints_once_then_completes_the_lifecycle_action(node, watch, aws_cli):
+    node.set_state(imds={LIFECYCLE: [[200, "InService"]] * 2 + [[200, "Terminated"]], **NODE_METADATA})
+
+    result, runs = watch(iterations=5, **GROUP_SETTINGS)
+
+    assert runs == [f"{LIFECYCLE} Terminated"]
+    assert node.calls("aws") == [complete_call("gpufleet-lab-nodes")]
+    assert "notice at autoscaling/target-lifecycle-state: InService" not in result.stdout
+
+
+def test_a_replace_all_group_is_named_after_the_nodes_image(node, watch, aws_cli):
+    node.set_state(imds={LIFECYCLE: [[200, "Terminated"]], **NODE_METADATA})
+
+    watch(iterations=2, GPUFLEET_GROUP_NAME_HAS_IMAGE="1", **GROUP_SETTINGS)
+
+    assert node.calls("aws") == [complete_call("gpufleet-lab-nodes-ami-0fedcba9876543210")]
+
+
+def test_without_the_aws_cli_the_termination_waits_for_the_hook_timeout(node, watch):
+    node.set_state(imds={LIFECYCLE: [[200, "Terminated"]], **NODE_METADATA})
+
+    result, runs = watch(iterations=2, **GROUP_SETTINGS)
+
+    assert runs == [f"{LIFECYCLE} Terminated"]
+    assert node.calls("aws") == []
+    assert (
+        "spot-watcher: no AWS CLI on the node: the termination goes on when lifecycle hook gpufleet-checkpoint "
+        "times out" in result.stdout
+    )
+
+
+def test_a_spot_interruption_in_a_group_checkpoints_once_and_still_completes_the_action(node, watch, aws_cli):
+    node.set_state(
+        imds={
+            INTERRUPTION_PATH: [[200, INTERRUPTION]],
+            LIFECYCLE: [NOT_YET_STATE, [200, "Terminated"]],
+            **NODE_METADATA,
+        }
+    )
+
+    result, runs = watch(iterations=3, **GROUP_SETTINGS)
+
+    assert runs == [f"spot/instance-action {INTERRUPTION}"]
+    assert f"checkpoint hook already ran for spot/instance-action; not running it for {LIFECYCLE}" in result.stdout
+    assert node.calls("aws") == [complete_call("gpufleet-lab-nodes")]
+
+
+INTERRUPTION_PATH = "spot/instance-action"
+NOT_YET_STATE = [200, "InService"]
+
+
+def test_a_spot_fleet_node_never_asks_for_the_lifecycle_state(node, watch):
+    node.set_state(imds={LIFECYCLE: [[200, "Terminated"]]})
+
+    _, runs = watch(iterations=2)
+
+    assert runs == [] and metadata_gets(node, LIFECYCLE) == []
+
+
+def test_a_lifecycle_hook_without_its_group_is_refused(node, watch):
+    result, _ = watch(iterations=1, check=False, GPUFLEET_LIFECYCLE_HOOK="gpufleet-checkpoint")
+    assert (result.returncode, result.stderr) == (
+        1,
+        "spot-watcher: error: GPUFLEET_AUTO_SCALING_GROUP must name the group of GPUFLEET_LIFECYCLE_HOOK\n",
+    )

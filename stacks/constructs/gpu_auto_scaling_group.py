@@ -1,0 +1,188 @@
+"""The Auto Scaling group that keeps the nodes running (fleet.backend: auto-scaling): an on-demand base, spot for the
+rest, in the one node subnet, on the node launch template (which carries the placement group and tags the nodes).
+
+What a deploy does to a deployed group follows from AWS::AutoScaling::AutoScalingGroup's resource schema (cfn-lint's
+bundled copy, read with cfnlint.schema.PROVIDER_SCHEMA_MANAGER): only AutoScalingGroupName and InstanceId are
+createOnlyProperties, so capacity, tags, the mixed instances policy and the launch template version all update in
+place. The group has no UpdatePolicy: CloudFormation's AutoScalingReplacingUpdate and AutoScalingRollingUpdate act
+on every change of LaunchTemplate, VPCZoneIdentifier or PlacementGroup (CloudFormation template reference,
+"UpdatePolicy attribute", https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/
+aws-attribute-updatepolicy.html), and the launch template changes with any node setting, not only the image.
+
+Image roll-out follows fleet.rollout, as for the Spot Fleet (stacks/constructs/gpu_spot_fleet.py):
+- manual: the group takes the new launch template version in place; running nodes keep their image, new nodes
+  (replacements, capacity rebalancing) get the new one;
+- replace-all: the group's name carries the node image, resolved by CloudFormation at deploy time. A deploy that
+  resolves a new image changes the create-only AutoScalingGroupName, so CloudFormation creates a new group, and
+  deletes the old one (and with it its nodes) only after the new one is created; every other change stays in place.
+
+A change of OnDemandBaseCapacity (capacity.on_demand) replaces nodes gradually, new ones first (the schema's
+description of InstancesDistribution.OnDemandBaseCapacity: "An update to this setting means a gradual replacement of
+instances"); `gpufleet plan` says so.
+
+Termination lifecycle hook: every node the group terminates (scale-in, rebalancing, replacement, the group's
+deletion) waits in Terminating:Wait until the node watcher (scripts/node/spot-watcher.sh) has run the checkpoint
+hook and completed the lifecycle action, or until HEARTBEAT_TIMEOUT passes, after which the termination goes on
+(DefaultResult CONTINUE). The node role may complete lifecycle actions of this group only.
+
+Deleting the group terminates its nodes: "When you delete an Auto Scaling group, its desired, minimum, and maximum
+values are set to 0. As a result, the instances are terminated." (EC2 Auto Scaling user guide, "Delete your Auto
+Scaling infrastructure", https://docs.aws.amazon.com/autoscaling/ec2/userguide/as-process-shutdown.html); the
+schema's delete handler has the permissions for it (autoscaling:UpdateAutoScalingGroup, DeleteAutoScalingGroup)
+and runs up to 240 minutes. A node waits at most HEARTBEAT_TIMEOUT in Terminating:Wait, so the hook adds at most
+that to a deletion, far inside the handler's time. The group depends on the placement group, security group and
+launch template it uses, so CloudFormation deletes it, with its nodes, before any of them.
+"""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_autoscaling as autoscaling
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from gpufleet.environment import ENVIRONMENT_TAG_KEY, TERMINATION_HOOK_NAME, Environment
+from gpufleet.validators import (
+    AUTO_SCALING_ON_DEMAND_ALLOCATION_STRATEGIES,
+    AUTO_SCALING_SPOT_ALLOCATION_STRATEGIES,
+    ROLLOUT_REPLACE_ALL,
+)
+from stacks.constructs.node_launch_template import NodeLaunchTemplate
+
+# Time a terminating node has for the checkpoint hook before the termination goes on. The API allows 30 to 7200
+# seconds (PutLifecycleHook HeartbeatTimeout: "The range is from 30 to 7200 seconds. The default value is 3600";
+# the same range in the LifecycleHookSpecification of the group's schema). A spot interruption gives two minutes
+# whatever the hook says; a termination the group decides (scale-in, rebalancing, replacement, deletion) gets this.
+HEARTBEAT_TIMEOUT = cdk.Duration.minutes(10)
+
+
+def group_name(environment: Environment, image_id: str) -> str:
+    """The group's name: fixed, and under fleet.rollout replace-all carrying the node image (see the module doc)."""
+    name = environment.auto_scaling_group_prefix
+    if environment.fleet.image_rollout == ROLLOUT_REPLACE_ALL:
+        return cdk.Fn.join("-", [name, image_id])
+    return name
+
+
+class GpuAutoScalingGroup(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: Environment,
+        launch_template: NodeLaunchTemplate,
+        subnet_id: str,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        fleet = environment.fleet
+        template = launch_template.launch_template
+        name = group_name(environment, launch_template.image_id)
+        self.group = autoscaling.CfnAutoScalingGroup(
+            self,
+            "Resource",
+            auto_scaling_group_name=name,
+            min_size=str(environment.capacity.target),
+            max_size=str(environment.capacity.target),
+            desired_capacity=str(environment.capacity.target),
+            # The one node subnet: EFA traffic stays inside one subnet. The placement group comes with the launch
+            # template (Placement.GroupName), as for the Spot Fleet.
+            vpc_zone_identifier=[subnet_id],
+            capacity_rebalance=fleet.capacity_rebalance is not None,
+            mixed_instances_policy=autoscaling.CfnAutoScalingGroup.MixedInstancesPolicyProperty(
+                launch_template=autoscaling.CfnAutoScalingGroup.LaunchTemplateProperty(
+                    launch_template_specification=autoscaling.CfnAutoScalingGroup.LaunchTemplateSpecificationProperty(
+                        launch_template_id=template.ref, version=template.attr_latest_version_number
+                    ),
+                    overrides=[
+                        autoscaling.CfnAutoScalingGroup.LaunchTemplateOverridesProperty(
+                            instance_type=environment.instance_type
+                        )
+                    ],
+                ),
+                instances_distribution=autoscaling.CfnAutoScalingGroup.InstancesDistributionProperty(
+                    on_demand_base_capacity=environment.capacity.on_demand,
+                    on_demand_percentage_above_base_capacity=0,
+                    on_demand_allocation_strategy=AUTO_SCALING_ON_DEMAND_ALLOCATION_STRATEGIES[
+                        fleet.on_demand_allocation_strategy
+                    ],
+                    spot_allocation_strategy=AUTO_SCALING_SPOT_ALLOCATION_STRATEGIES[fleet.allocation_strategy],
+                ),
+            ),
+            lifecycle_hook_specification_list=[
+                autoscaling.CfnAutoScalingGroup.LifecycleHookSpecificationProperty(
+                    lifecycle_hook_name=TERMINATION_HOOK_NAME,
+                    lifecycle_transition="autoscaling:EC2_INSTANCE_TERMINATING",
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT.to_seconds(),
+                    default_result="CONTINUE",
+                )
+            ],
+            # The launch template tags the nodes, their volumes and interfaces with every environment tag; the group
+            # carries the environment tag for operator tools and the node role's condition, not copied to nodes
+            # (PropagateAtLaunch false), so a node has each tag once, from one place.
+            tags=[
+                autoscaling.CfnAutoScalingGroup.TagPropertyProperty(
+                    key=ENVIRONMENT_TAG_KEY, value=environment.name, propagate_at_launch=False
+                )
+            ],
+        )
+        for rule, reason in (
+            (
+                "AwsSolutions-AS3",
+                "gpufleet status reads the group's scaling activities (DescribeScalingActivities) and the node "
+                "watcher sees terminations through instance metadata; an SNS topic per environment would add a "
+                "resource nobody subscribes to",
+            ),
+            (
+                # The rule cannot follow the launch template reference (it reports "Rule threw an error").
+                "AwsSolutions::AwsSolutions-EC26",
+                "the node launch template, the group's only source of volumes, encrypts the gp3 root volume "
+                "(NodeLaunchTemplate; tests/stacks/test_cluster_stack.py checks it) and nodes attach no others",
+            ),
+        ):
+            cdk.Validations.of(self.group).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
+        self._let_nodes_complete_their_lifecycle_action(launch_template.role, environment)
+
+    def _let_nodes_complete_their_lifecycle_action(self, role: iam.IRole, environment: Environment) -> None:
+        """autoscaling:CompleteLifecycleAction on this group only. The statement names the group by its name, not by
+        a reference to it, and the policy outlives the group: CloudFormation deletes the group, whose nodes complete
+        their lifecycle actions as they go, before the policy (the group depends on it)."""
+        stack = cdk.Stack.of(self)
+        # ARN of an Auto Scaling group: arn:${Partition}:autoscaling:${Region}:${Account}:autoScalingGroup:
+        # ${GroupId}:autoScalingGroupName/${GroupFriendlyName} (Service Authorization Reference, EC2 Auto Scaling;
+        # tests/stacks/test_iam_resources.py matches it against parliament's copy). Under replace-all two groups
+        # of the environment live for a moment (the name carries the image): the name prefix covers both, and the
+        # environment tag condition keeps other environments' groups out.
+        prefix = environment.auto_scaling_group_prefix
+        names = [f"{prefix}-ami-*"] if environment.fleet.image_rollout == ROLLOUT_REPLACE_ALL else [prefix]
+        arns = [
+            f"arn:{stack.partition}:autoscaling:{stack.region}:{stack.account}:autoScalingGroup:*:"
+            f"autoScalingGroupName/{name}"
+            for name in names
+        ]
+        policy = iam.Policy(
+            self,
+            "CompleteLifecycleAction",
+            statements=[
+                iam.PolicyStatement(
+                    actions=["autoscaling:CompleteLifecycleAction"],
+                    resources=arns,
+                    conditions={"StringEquals": {f"aws:ResourceTag/{ENVIRONMENT_TAG_KEY}": environment.name}},
+                )
+            ],
+        )
+        policy.attach_to_role(role)
+        self.group.node.add_dependency(policy)
+        for name in names:
+            finding = (
+                f"Resource::arn:<AWS::Partition>:autoscaling:{stack.region}:{stack.account}:autoScalingGroup:*:"
+                f"autoScalingGroupName/{name}"
+            )
+            cdk.Validations.of(policy).acknowledge(
+                cdk.Acknowledgment(
+                    id=f"AwsSolutions-IAM5[{finding}]",
+                    reason="the group id in an Auto Scaling group ARN is known only once the group exists; the "
+                    f"name and the condition aws:ResourceTag/{ENVIRONMENT_TAG_KEY}={environment.name} limit the "
+                    "nodes to completing lifecycle actions of their own environment's group",
+                )
+            )

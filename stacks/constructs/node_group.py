@@ -1,0 +1,72 @@
+"""The one seam for "the thing that keeps N nodes running": node_group builds the environment's fleet.backend.
+
+Each backend brings its teardown guarantee and names its CloudFormation output, which the operator commands read
+(gpufleet.ops.fleet.NODE_GROUP_OUTPUTS):
+- spot-fleet: the Spot Fleet (stacks/constructs/gpu_spot_fleet.py) and the FleetTeardown custom resource that
+  cancels it and waits for its nodes before the resources they sit in are deleted;
+- auto-scaling: the Auto Scaling group (stacks/constructs/gpu_auto_scaling_group.py), whose own deletion terminates
+  its nodes; it depends on those resources directly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import aws_cdk as cdk
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from gpufleet.environment import ENVIRONMENT_TAG_KEY, Environment
+from gpufleet.ops.fleet import NODE_GROUP_OUTPUTS
+from gpufleet.validators import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET
+from stacks.constructs.fleet_teardown import FleetTeardown
+from stacks.constructs.gpu_auto_scaling_group import GpuAutoScalingGroup
+from stacks.constructs.gpu_spot_fleet import GpuSpotFleet
+from stacks.constructs.node_launch_template import NodeLaunchTemplate
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    kind: str  # the fleet.backend that built it
+    resource: cdk.CfnResource
+    id: str  # a token: the fleet request id or the group name
+
+    @property
+    def output_key(self) -> str:
+        return NODE_GROUP_OUTPUTS[self.kind]
+
+
+def node_group(
+    scope: Construct,
+    *,
+    environment: Environment,
+    launch_template: NodeLaunchTemplate,
+    subnet_id: str,
+    guarded: list[Construct],
+) -> NodeGroup:
+    """The environment's node group; guarded: the resources its nodes sit in, deleted only after the nodes are gone."""
+    backend = environment.fleet.backend
+    if backend == BACKEND_AUTO_SCALING:
+        group = GpuAutoScalingGroup(
+            scope, "NodeGroup", environment=environment, launch_template=launch_template, subnet_id=subnet_id
+        )
+        for construct in guarded:
+            group.group.node.add_dependency(construct)
+        return NodeGroup(backend, group.group, group.group.ref)
+    assert backend == BACKEND_SPOT_FLEET, f"fleet.backend {backend}: the environment's parsing allows no other"
+    fleet = GpuSpotFleet(
+        scope,
+        "Fleet",
+        environment=environment,
+        launch_template=launch_template.launch_template,
+        image_id=launch_template.image_id,
+    )
+    FleetTeardown(
+        scope,
+        "FleetTeardown",
+        fleet=fleet.spot_fleet,
+        environment_tag=(ENVIRONMENT_TAG_KEY, environment.name),
+        guarded=guarded,
+        log_retention=logs.RetentionDays.ONE_MONTH,
+    )
+    return NodeGroup(backend, fleet.spot_fleet, fleet.spot_fleet.ref)

@@ -1,0 +1,49 @@
+"""Environments with fleet.backend auto-scaling, built here rather than shipped: one in a new VPC that takes new
+images in place (rollout manual) with capacity rebalancing, one in an existing VPC that replaces its nodes on a new
+image (replace-all), synthesized once per session like `cdk synth` (cdk-nag attached)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from tests.conftest import Assembly, synthesize
+
+AUTO_SCALING_ENVIRONMENTS = {
+    "asg": {
+        "name": "asg",
+        "account": "123456789012",
+        "region": "us-east-1",
+        "availability_zone": "us-east-1a",
+        "network": {"cidr": "10.42.0.0/16"},
+        "instance_type": "p4d.24xlarge",
+        "capacity": {"target": 4, "on_demand": 1},
+        "fleet": {
+            "backend": "auto-scaling",
+            "allocation_strategy": "capacityOptimized",
+            "capacity_rebalance": {"replacement_strategy": "launch"},
+        },
+        "ami": {"ssm_parameter": "/gpufleet/ami/p4d-ubuntu2204"},
+        "tags": {"team": "research"},
+        "node": {"checkpoint_hook": "/opt/train/checkpoint.sh"},
+    },
+    "asgp5": {
+        "name": "asgp5",
+        "account": "123456789012",
+        "region": "us-east-1",
+        "availability_zone": "us-east-1b",
+        "network": {"vpc_id": "vpc-0a1b2c3d", "subnet_id": "subnet-0a1b2c3d"},
+        "instance_type": "p5.48xlarge",
+        "capacity": {"target": 2, "on_demand": 2},
+        "fleet": {"backend": "auto-scaling", "rollout": "replace-all", "on_demand_allocation_strategy": "prioritized"},
+        "ami": {"id": "ami-0123456789abcdef0"},
+    },
+}
+
+
+@pytest.fixture(scope="session")
+def auto_scaling_assembly(tmp_path_factory) -> Assembly:
+    environments = tmp_path_factory.mktemp("auto-scaling-environments")
+    for name, document in AUTO_SCALING_ENVIRONMENTS.items():
+        (environments / f"{name}.yaml").write_text(yaml.safe_dump(document))
+    return synthesize(tmp_path_factory.mktemp("cdk.out"), environments)

@@ -1,0 +1,87 @@
+"""gpufleet plan on an auto-scaling environment: which edits of the group's template touch running nodes. Pairs of
+templates come from the auto-scaling assembly (tests/stacks/conftest.py), edited the way a changed environment
+would synthesize."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from gpufleet.ops.plan import StackPair, plan_changes
+
+CLUSTER = "gpufleet-asgp5-cluster"
+
+
+@pytest.fixture
+def templates(auto_scaling_assembly):
+    old = auto_scaling_assembly.template_json(CLUSTER)
+    return old, copy.deepcopy(old)
+
+
+def group_change(old, new):
+    changes = plan_changes([StackPair(CLUSTER, old, new)], "us-east-1")
+    ((logical_id, _),) = [(k, r) for k, r in new["Resources"].items() if r["Type"].startswith("AWS::AutoScaling::")]
+    return next(c for c in changes if c.logical_id == logical_id), changes
+
+
+def group_properties(template):
+    (resource,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::AutoScaling::AutoScalingGroup"]
+    return resource["Properties"]
+
+
+def test_a_new_image_under_replace_all_replaces_the_group_and_its_nodes(templates):
+    old, new = templates
+    group_properties(new)["AutoScalingGroupName"] = "gpufleet-asgp5-nodes-ami-0fedcba9876543210"
+    change, _ = group_change(old, new)
+    assert (change.action, change.replacing, change.node_impact) == (
+        "replacement",
+        ["AutoScalingGroupName"],
+        "replaces running nodes",
+    )
+    assert change.affects_running_nodes
+
+
+def test_more_desired_capacity_launches_nodes_in_place(templates):
+    old, new = templates
+    group_properties(new).update(MinSize="3", MaxSize="3", DesiredCapacity="3")
+    change, _ = group_change(old, new)
+    assert (change.action, change.node_impact) == (
+        "in place",
+        "in place: running nodes unaffected; launches nodes (desired capacity 2 -> 3)",
+    )
+    assert not change.affects_running_nodes
+
+
+def test_less_desired_capacity_terminates_nodes(templates):
+    old, new = templates
+    group_properties(new).update(MinSize="1", MaxSize="1", DesiredCapacity="1")
+    change, _ = group_change(old, new)
+    assert change.node_impact == "terminates nodes (desired capacity 2 -> 1)" and change.affects_running_nodes
+
+
+def test_a_new_on_demand_base_replaces_nodes_gradually(templates):
+    old, new = templates
+    group_properties(new)["MixedInstancesPolicy"]["InstancesDistribution"]["OnDemandBaseCapacity"] = 1
+    change, _ = group_change(old, new)
+    assert change.node_impact == ("replaces running nodes (on-demand base and share (2, 0) -> (1, 0), new nodes first)")
+
+
+def test_a_launch_template_change_is_a_new_version_and_the_group_takes_it_in_place(templates):
+    old, new = templates
+    (template,) = [r for r in new["Resources"].values() if r["Type"] == "AWS::EC2::LaunchTemplate"]
+    template["Properties"]["LaunchTemplateData"]["UserData"] = "changed"
+    change, changes = group_change(old, new)
+    assert (change.action, change.node_impact) == ("in place", "in place: running nodes unaffected")
+    launch_template = next(c for c in changes if c.resource_type == "AWS::EC2::LaunchTemplate")
+    assert launch_template.node_impact == "in place: new launch template version, new nodes only"
+    assert not [c for c in changes if c.affects_running_nodes]
+
+
+def test_a_replaced_placement_group_strands_the_groups_nodes(templates):
+    old, new = templates
+    (group,) = [r for r in new["Resources"].values() if r["Type"] == "AWS::EC2::PlacementGroup"]
+    group["Properties"]["Strategy"] = "spread"
+    _, changes = group_change(old, new)
+    placement = next(c for c in changes if c.resource_type == "AWS::EC2::PlacementGroup")
+    assert (placement.action, placement.node_impact) == ("replacement", "terminates nodes")
