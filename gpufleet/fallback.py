@@ -128,9 +128,9 @@ def decide(settings: FallbackSettings, observation: Observation, state: Fallback
     shortfall = max(spot_wanted - observation.spot_running, 0)
 
     def decision(action: str, on_demand: int, reason: str, **changes: Any) -> Decision:
-        changed = {"changed_at": now} if action != HOLD else {}
+        changed_at = state.changed_at if action == HOLD else now
         new_state = replace(
-            state, on_demand=on_demand, checked_at=now, action=action, reason=reason, **changed, **changes
+            state, on_demand=on_demand, checked_at=now, changed_at=changed_at, action=action, reason=reason, **changes
         )
         return Decision(action, on_demand, reason, new_state)
 
