@@ -91,6 +91,20 @@ class CapacityRebalance(_Section):
     )
 
 
+class Fallback(_Section):
+    """Spot first, on-demand when spot is not there, spot again when it returns (gpufleet.fallback says how)."""
+
+    after_minutes: StrictInt = Field(
+        15, description="A spot shortfall lasting this long raises the on-demand part by the shortfall."
+    )
+    restore_after_minutes: StrictInt = Field(
+        30,
+        description="Spot capacity back this long gives one extra on-demand node back to spot; one node per period, "
+        "down to capacity.on_demand.",
+    )
+    max_extra_on_demand: StrictInt = Field(2, description="Ceiling on the extra on-demand nodes.")
+
+
 class Fleet(_Section):
     type: Annotated[StrictStr, _one_of("a fleet type", FLEET_TYPES)] = Field(
         "maintain", description="maintain (replace interrupted nodes) | request (one-shot)."
@@ -114,6 +128,11 @@ class Fleet(_Section):
         "version; running nodes keep their image until they are replaced) | replace-all (a deploy that resolves a "
         "new image replaces the whole fleet, new nodes before the old ones go). A request fleet cannot be modified: "
         "every change replaces it, a new image included (replace-all, the only value it takes).",
+    )
+    fallback: Fallback | None = Field(
+        None,
+        description="Move missing spot nodes to on-demand and back: a scheduled function raises the on-demand part "
+        "when spot stays short and lowers it again when spot returns (maintain fleets with spot in the mix).",
     )
 
     @property

@@ -77,6 +77,7 @@ class FallbackState:
     failures: dict[str, int] = field(default_factory=dict)  # failure kinds seen during the running shortfall
     changed_at: dt.datetime | None = None  # when the fallback last changed the on-demand part
     checked_at: dt.datetime | None = None
+    history_read_until: dt.datetime | None = None  # the fleet history is read from here on the next run
     action: str = ""  # the last decision
     reason: str = ""
 
@@ -91,7 +92,7 @@ class FallbackState:
         """The state a parameter holds; fields it lacks take their defaults (an empty document is a fresh state)."""
         document = json.loads(text or "{}")
         known = {name: value for name, value in document.items() if name in cls.__dataclass_fields__}
-        for name in ("short_since", "healthy_since", "changed_at", "checked_at"):
+        for name in ("short_since", "healthy_since", "changed_at", "checked_at", "history_read_until"):
             if known.get(name):
                 known[name] = dt.datetime.fromisoformat(known[name])
         return cls(**known)

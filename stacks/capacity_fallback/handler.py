@@ -26,7 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import boto3
@@ -82,6 +82,7 @@ class NodeGroup:
 
     target: int
     observation: Observation
+    history_read_until: dt.datetime  # where the next run reads the history from
     busy: str = ""  # why it cannot be changed now ("" when it can)
 
 
@@ -115,6 +116,7 @@ class SpotFleet:
         instance_ids = [active["InstanceId"] for page in pages for active in page["ActiveInstances"]]
         spot, on_demand = _live_lifecycles(self.ec2, instance_ids)
         state = request["SpotFleetRequestState"]
+        failures, read_until = self._failures(since)
         return NodeGroup(
             target=int(config["TargetCapacity"]),
             observation=Observation(
@@ -122,13 +124,19 @@ class SpotFleet:
                 on_demand_target=int(config.get("OnDemandTargetCapacity", 0)),
                 spot_running=spot,
                 on_demand_running=on_demand,
-                failures=tuple(self._failures(since)),
+                failures=tuple(failures),
             ),
+            history_read_until=read_until or since,
             busy="" if state == "active" else f"fleet request is {state}",
         )
 
-    def _failures(self, since: dt.datetime) -> list[LaunchFailure]:
+    def _failures(self, since: dt.datetime) -> tuple[list[LaunchFailure], dt.datetime | None]:
+        """The failures recorded since `since`, and the time up to which the history was read. "Spot Fleet events
+        are delayed by up to 30 seconds before they can be described. This ensures that you can query by the last
+        evaluated time and not miss a recorded event. Spot Fleet events are available for 48 hours."
+        (DescribeSpotFleetRequestHistory, botocore's ec2 service model): the next run starts at LastEvaluatedTime."""
         failures = []
+        read_until = None
         arguments: dict[str, Any] = {"SpotFleetRequestId": self.request_id, "StartTime": since}
         while True:
             page = self.ec2.describe_spot_fleet_request_history(**arguments)
@@ -144,8 +152,9 @@ class SpotFleet:
                             f"{information['EventSubType']}: {description}",
                         )
                     )
+            read_until = page.get("LastEvaluatedTime", read_until)
             if not page.get("NextToken"):
-                return failures
+                return failures, read_until
             arguments["NextToken"] = page["NextToken"]
 
     def apply(self, target: int, on_demand: int) -> None:
@@ -173,6 +182,7 @@ class AutoScalingGroup:
                 on_demand_running=on_demand,
                 failures=tuple(self._failures(since)),
             ),
+            history_read_until=now,
         )
 
     def _failures(self, since: dt.datetime) -> list[LaunchFailure]:
@@ -230,17 +240,18 @@ def run(backend: str, node_group_id: str, parameter: str, clients: dict[str, Any
     stored = read_state(clients["ssm"], parameter)
     state = stored.for_node_group(node_group_id)
     group = node_group(backend, node_group_id, clients)
-    observed = group.observe(since=state.checked_at or now - FIRST_LOOK_BACK, now=now)
+    observed = group.observe(since=state.history_read_until or now - FIRST_LOOK_BACK, now=now)
     observation = observed.observation
     settings = settings_from_environment(observed.target)
     if observed.busy:
+        # The state stays as it was: the next run reads this run's history again and decides on it.
         reason = f"{observed.busy}: nothing changes until it is active"
         decision = Decision(HOLD, observation.on_demand_target, reason, state)
     else:
         decision = decide(settings, observation, state)
         if decision.action != HOLD:
             group.apply(observed.target, decision.on_demand)
-    write_state(clients["ssm"], parameter, decision.state)
+        write_state(clients["ssm"], parameter, replace(decision.state, history_read_until=observed.history_read_until))
     line = {
         "event": "capacity-fallback",
         "backend": backend,

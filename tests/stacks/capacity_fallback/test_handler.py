@@ -127,10 +127,15 @@ def fleet_responses(stubber, *, on_demand: int, spot: int, on_demand_running: in
     return instances
 
 
-def history_response(stubber, since: dt.datetime, records=()):
+def history_response(stubber, since: dt.datetime, records=(), read_until: dt.datetime = NOW):
     stubber.add_response(
         "describe_spot_fleet_request_history",
-        {"SpotFleetRequestId": FLEET, "StartTime": since, "HistoryRecords": list(records)},
+        {
+            "SpotFleetRequestId": FLEET,
+            "StartTime": since,
+            "LastEvaluatedTime": read_until,
+            "HistoryRecords": list(records),
+        },
         {"SpotFleetRequestId": FLEET, "StartTime": since},
     )
 
@@ -162,7 +167,8 @@ def fleet_clients(aws):
 def test_a_spot_shortfall_waits_then_raises_the_fleets_on_demand_part(fleet_clients, capsys):
     clients, stubber = fleet_clients
     fleet_responses(stubber, on_demand=2, spot=4, on_demand_running=2)
-    history_response(stubber, minutes(-60), [LAUNCHED_RECORD, NO_CAPACITY_RECORD])
+    # EC2 describes events up to 30 seconds late: the next run reads from where this one's reading ended.
+    history_response(stubber, minutes(-60), [LAUNCHED_RECORD, NO_CAPACITY_RECORD], read_until=minutes(-0.5))
     first = handler.run(handler.SPOT_FLEET, FLEET, PARAMETER, clients, NOW)
     assert (first["action"], first["on_demand_after"]) == ("hold", 2)
     assert first["failures"] == [
@@ -174,15 +180,16 @@ def test_a_spot_shortfall_waits_then_raises_the_fleets_on_demand_part(fleet_clie
         }
     ]
     state = stored_state(clients["ssm"])
-    assert (state.node_group_id, state.on_demand, state.short_since, state.failures) == (
+    assert (state.node_group_id, state.on_demand, state.short_since, state.failures, state.history_read_until) == (
         FLEET,
         2,
         NOW,
         {"no-capacity": 1},
+        minutes(-0.5),
     )
 
     fleet_responses(stubber, on_demand=2, spot=4, on_demand_running=2)
-    history_response(stubber, NOW)
+    history_response(stubber, minutes(-0.5), read_until=minutes(14.5))
     stubber.add_response(
         "modify_spot_fleet_request",
         {"Return": True},
@@ -201,11 +208,17 @@ def test_a_spot_shortfall_waits_then_raises_the_fleets_on_demand_part(fleet_clie
 
 def test_a_deploy_that_reset_the_on_demand_part_is_noticed_and_the_raise_applied_again(fleet_clients, capsys):
     clients, stubber = fleet_clients
-    raised = FallbackState(node_group_id=FLEET, on_demand=4, changed_at=minutes(-30), checked_at=minutes(-5))
+    raised = FallbackState(
+        node_group_id=FLEET,
+        on_demand=4,
+        changed_at=minutes(-30),
+        checked_at=minutes(-5),
+        history_read_until=minutes(-5.5),
+    )
     handler.write_state(clients["ssm"], PARAMETER, raised)
     # The deploy wrote OnDemandTargetCapacity 2 back; four on-demand and four spot nodes still run.
     fleet_responses(stubber, on_demand=2, spot=4, on_demand_running=4)
-    history_response(stubber, minutes(-5))
+    history_response(stubber, minutes(-5.5))
     stubber.add_response(
         "modify_spot_fleet_request",
         {"Return": True},
@@ -234,7 +247,9 @@ def test_a_fleet_being_modified_is_left_alone(fleet_clients):
 def test_a_state_about_a_replaced_fleet_starts_afresh(fleet_clients):
     clients, stubber = fleet_clients
     handler.write_state(
-        clients["ssm"], PARAMETER, FallbackState(node_group_id="sfr-old", on_demand=4, checked_at=minutes(-5))
+        clients["ssm"],
+        PARAMETER,
+        FallbackState(node_group_id="sfr-old", on_demand=4, checked_at=minutes(-5), history_read_until=minutes(-5)),
     )
     fleet_responses(stubber, on_demand=2, spot=6, on_demand_running=2)
     history_response(stubber, minutes(-60))
@@ -349,7 +364,7 @@ def test_a_group_with_spot_back_gives_one_on_demand_node_back_after_restore_afte
     handler.write_state(
         clients["ssm"],
         PARAMETER,
-        FallbackState(node_group_id=GROUP, on_demand=3, healthy_since=minutes(-30), checked_at=minutes(-5)),
+        FallbackState(node_group_id=GROUP, on_demand=3, healthy_since=minutes(-30), history_read_until=minutes(-5)),
     )
     group_responses(stubber, spot + on_demand, base=3)
     stubber.add_response(
