@@ -29,6 +29,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 RAISE, LOWER, HOLD = "raise", "lower", "hold"
+# How often the Lambda looks (its EventBridge schedule, rate(5 minutes)): EventBridge rate expressions count in whole
+# minutes at the finest ("Valid values: minute | minutes | hour | hours | day | days", EventBridge user guide, Rate
+# expressions reference, https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-rate-expressions.html). A time
+# bound shorter than this cannot be honoured: the validators refuse one.
+CHECK_INTERVAL_MINUTES = 5
 # What stopped a spot launch, as read from a Spot Fleet's history or an Auto Scaling group's activities.
 NO_CAPACITY, PRICE, ERROR = "no-capacity", "price", "error"
 
@@ -110,6 +115,11 @@ class Decision:
     reason: str
     state: FallbackState  # what to remember for the next run
     reapplied: bool = False  # a raise that puts back what a deploy reset
+
+
+def parameter_name(environment_name: str) -> str:
+    """The SSM parameter that holds an environment's fallback state (written by the Lambda, read by status)."""
+    return f"/gpufleet/{environment_name}/fallback"
 
 
 def minutes(delta: dt.timedelta) -> str:

@@ -10,6 +10,7 @@ from constructs import Construct
 
 from gpufleet.catalog import InstanceType
 from gpufleet.environment import ENVIRONMENT_TAG_KEY, Environment
+from stacks.constructs.capacity_fallback import SPOT_FLEET, CapacityFallback
 from stacks.constructs.efa_security_group import EfaSecurityGroup
 from stacks.constructs.fleet_teardown import FleetTeardown
 from stacks.constructs.gpu_spot_fleet import GpuSpotFleet
@@ -62,6 +63,18 @@ class ClusterStack(cdk.Stack):
             guarded=[placement_group, efa_security_group, launch_template],
             log_retention=logs.RetentionDays.ONE_MONTH,
         )
+        # fleet.backend comes with the auto-scaling backend (issue 11); until then every fleet is a Spot Fleet.
+        if environment.fleet.fallback is not None and getattr(environment.fleet, "backend", SPOT_FLEET) == SPOT_FLEET:
+            CapacityFallback(
+                self,
+                "CapacityFallback",
+                backend=SPOT_FLEET,
+                node_group_id=fleet.spot_fleet.ref,
+                environment_name=environment.name,
+                on_demand_floor=environment.capacity.on_demand,
+                fallback=environment.fleet.fallback,
+                log_retention=logs.RetentionDays.ONE_MONTH,
+            )
 
         outputs = {
             "FleetRequestId": fleet.spot_fleet.ref,
