@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from gpufleet.catalog import load_catalog
 from gpufleet.errors import GpufleetError
+from gpufleet.fallback import CHECK_INTERVAL_MINUTES
 from gpufleet.rules import (
     Problem,
     Validator,
@@ -295,6 +296,95 @@ class CapacityRebalanceValidator(EnvironmentValidator):
         return []
 
 
+# fleet.backend arrives with the auto-scaling backend (issue 11); until it is merged every fleet is a Spot Fleet.
+SPOT_FLEET_BACKEND = "spot-fleet"
+
+
+def fleet_backend(env: Environment) -> str:
+    return getattr(env.fleet, "backend", SPOT_FLEET_BACKEND)
+
+
+class FallbackNeedsSpotValidator(EnvironmentValidator):
+    field = "fleet.fallback"
+
+    def check(self, env, context):
+        if env.fleet.fallback is not None and env.capacity.spot < 1:
+            return self.problem(
+                f"there is no spot part to fall back from: capacity.on_demand ({env.capacity.on_demand}) is the whole "
+                f"target ({env.capacity.target}) (lower capacity.on_demand, or remove fallback)"
+            )
+        return []
+
+
+class FallbackNeedsMaintainValidator(EnvironmentValidator):
+    field = "fleet.fallback"
+
+    def check(self, env, context):
+        fallback_on_spot_fleet = env.fleet.fallback is not None and fleet_backend(env) == SPOT_FLEET_BACKEND
+        if fallback_on_spot_fleet and env.fleet.type != "maintain":
+            # source: EC2 API reference, ModifySpotFleetRequest: "You can only modify a Spot Fleet request of type
+            # maintain." (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifySpotFleetRequest.html)
+            return self.problem(
+                "the fallback changes the fleet's on-demand part, and only a maintain fleet can be modified "
+                "(set fleet.type: maintain, or remove fallback)"
+            )
+        return []
+
+
+class FallbackMinutesValidator(EnvironmentValidator):
+    """A time bound shorter than the fallback's check interval (gpufleet.fallback.CHECK_INTERVAL_MINUTES, the
+    EventBridge schedule) cannot be honoured: the function sees the fleet once per interval."""
+
+    field = "fleet.fallback"
+
+    def check(self, env, context):
+        fallback = env.fleet.fallback
+        if fallback is None:
+            return []
+        return [
+            Problem(
+                f"{self.field}.{name}",
+                f"{value} is shorter than the fallback's check interval (at least {CHECK_INTERVAL_MINUTES}: the "
+                f"fleet is checked every {CHECK_INTERVAL_MINUTES} minutes)",
+            )
+            for name, value in (
+                ("after_minutes", fallback.after_minutes),
+                ("restore_after_minutes", fallback.restore_after_minutes),
+            )
+            if value < CHECK_INTERVAL_MINUTES
+        ]
+
+
+class FallbackCeilingValidator(EnvironmentValidator):
+    field = "fleet.fallback.max_extra_on_demand"
+
+    def check(self, env, context):
+        fallback = env.fleet.fallback
+        if fallback is None or env.capacity.spot < 1:
+            return []
+        extra, spot = fallback.max_extra_on_demand, env.capacity.spot
+        if not 1 <= extra <= spot:
+            return self.problem(
+                f"{extra} is out of range (1 to the spot part, capacity.target - capacity.on_demand = {spot}: more "
+                "extra on-demand nodes than spot nodes would never be used)"
+            )
+        return []
+
+
+class FallbackCapacityBlockValidator(EnvironmentValidator):
+    """capacity.capacity_block arrives with the reservations work (issue 11); read with getattr until it is merged."""
+
+    field = "fleet.fallback"
+
+    def check(self, env, context):
+        if env.fleet.fallback is not None and getattr(env.capacity, "capacity_block", None) is not None:
+            return self.problem(
+                "a Capacity Block has no spot nodes to fall back from, and its nodes are not on-demand ones "
+                "(remove fallback, or capacity.capacity_block)"
+            )
+        return []
+
+
 def valid_until_problem(valid_until: dt.datetime | None, now: dt.datetime) -> str | None:
     """A fleet.valid_until that has passed (a time equal to now has): a fleet requested with it ends before it
     starts. A time without zone is UTC."""
@@ -494,6 +584,11 @@ VALIDATORS: tuple[Validator, ...] = (
     ScratchMountValidator(),
     UserDataSizeValidator(),
     TagsValidator(),
+    FallbackNeedsSpotValidator(),
+    FallbackNeedsMaintainValidator(),
+    FallbackMinutesValidator(),
+    FallbackCeilingValidator(),
+    FallbackCapacityBlockValidator(),
 )
 
 
