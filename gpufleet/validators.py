@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from gpufleet.catalog import load_catalog
 from gpufleet.errors import GpufleetError
-from gpufleet.fallback import CHECK_INTERVAL_MINUTES
+from gpufleet.fallback import CHECK_INTERVAL_MINUTES, SPOT_FLEET
 from gpufleet.rules import (
     Problem,
     Validator,
@@ -296,12 +296,10 @@ class CapacityRebalanceValidator(EnvironmentValidator):
         return []
 
 
-# fleet.backend arrives with the auto-scaling backend (issue 11); until it is merged every fleet is a Spot Fleet.
-SPOT_FLEET_BACKEND = "spot-fleet"
-
-
 def fleet_backend(env: Environment) -> str:
-    return getattr(env.fleet, "backend", SPOT_FLEET_BACKEND)
+    """fleet.backend arrives with the auto-scaling backend (issue 11); until it is merged every fleet is a Spot
+    Fleet."""
+    return getattr(env.fleet, "backend", SPOT_FLEET)
 
 
 class FallbackNeedsSpotValidator(EnvironmentValidator):
@@ -320,7 +318,7 @@ class FallbackNeedsMaintainValidator(EnvironmentValidator):
     field = "fleet.fallback"
 
     def check(self, env, context):
-        fallback_on_spot_fleet = env.fleet.fallback is not None and fleet_backend(env) == SPOT_FLEET_BACKEND
+        fallback_on_spot_fleet = env.fleet.fallback is not None and fleet_backend(env) == SPOT_FLEET
         if fallback_on_spot_fleet and env.fleet.type != "maintain":
             # source: EC2 API reference, ModifySpotFleetRequest: "You can only modify a Spot Fleet request of type
             # maintain." (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifySpotFleetRequest.html)

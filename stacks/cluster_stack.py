@@ -10,7 +10,9 @@ from constructs import Construct
 
 from gpufleet.catalog import InstanceType
 from gpufleet.environment import ENVIRONMENT_TAG_KEY, Environment
-from stacks.constructs.capacity_fallback import SPOT_FLEET, CapacityFallback
+from gpufleet.fallback import SPOT_FLEET
+from gpufleet.validators import fleet_backend
+from stacks.constructs.capacity_fallback import CapacityFallback
 from stacks.constructs.efa_security_group import EfaSecurityGroup
 from stacks.constructs.fleet_teardown import FleetTeardown
 from stacks.constructs.gpu_spot_fleet import GpuSpotFleet
@@ -63,8 +65,7 @@ class ClusterStack(cdk.Stack):
             guarded=[placement_group, efa_security_group, launch_template],
             log_retention=logs.RetentionDays.ONE_MONTH,
         )
-        # fleet.backend comes with the auto-scaling backend (issue 11); until then every fleet is a Spot Fleet.
-        if environment.fleet.fallback is not None and getattr(environment.fleet, "backend", SPOT_FLEET) == SPOT_FLEET:
+        if environment.fleet.fallback is not None and fleet_backend(environment) == SPOT_FLEET:
             CapacityFallback(
                 self,
                 "CapacityFallback",

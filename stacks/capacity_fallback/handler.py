@@ -33,10 +33,12 @@ import boto3
 from botocore.exceptions import ClientError
 
 from gpufleet.fallback import (
+    AUTO_SCALING,
     ERROR,
     HOLD,
     NO_CAPACITY,
     PRICE,
+    SPOT_FLEET,
     Decision,
     FallbackSettings,
     FallbackState,
@@ -45,7 +47,6 @@ from gpufleet.fallback import (
     decide,
 )
 
-SPOT_FLEET, AUTO_SCALING = "spot-fleet", "auto-scaling"
 # How far back the first run (no state yet) reads the history.
 FIRST_LOOK_BACK = dt.timedelta(hours=1)
 LIVE_STATES = ("pending", "running")

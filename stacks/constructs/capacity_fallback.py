@@ -23,10 +23,9 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from gpufleet.environment import Fallback
-from gpufleet.fallback import CHECK_INTERVAL_MINUTES, parameter_name
+from gpufleet.fallback import AUTO_SCALING, CHECK_INTERVAL_MINUTES, SPOT_FLEET, parameter_name
 
 HANDLER_DIR = Path(__file__).resolve().parent.parent / "capacity_fallback"
-SPOT_FLEET, AUTO_SCALING = "spot-fleet", "auto-scaling"
 # A run is a handful of describe calls and at most one change.
 HANDLER_TIMEOUT = cdk.Duration.minutes(1)
 
