@@ -11,7 +11,7 @@ import json
 
 import boto3
 import pytest
-from botocore.stub import Stubber
+from botocore.stub import ANY, Stubber
 from moto import mock_aws
 
 from gpufleet.fallback import FallbackState
@@ -390,3 +390,23 @@ def test_a_group_with_spot_back_gives_one_on_demand_node_back_after_restore_afte
 )
 def test_failure_kinds_from_their_text(text, kind):
     assert handler.failure_kind("error", text) == kind
+
+
+def test_the_scheduled_entry_point_reads_what_the_construct_sets(fleet_clients, monkeypatch):
+    clients, stubber = fleet_clients
+    for variable, value in {"BACKEND": "spot-fleet", "NODE_GROUP_ID": FLEET, "PARAMETER_NAME": PARAMETER}.items():
+        monkeypatch.setenv(variable, value)
+    fleet_responses(stubber, on_demand=2, spot=6, on_demand_running=2)
+    stubber.add_response(
+        "describe_spot_fleet_request_history",
+        {"SpotFleetRequestId": FLEET, "StartTime": NOW, "LastEvaluatedTime": NOW, "HistoryRecords": []},
+        {"SpotFleetRequestId": FLEET, "StartTime": ANY},
+    )
+    line = handler.on_schedule({"source": "aws.events"}, None, clients=clients)
+    assert (line["backend"], line["node_group"], line["action"], line["floor"], line["ceiling"]) == (
+        "spot-fleet",
+        FLEET,
+        "hold",
+        2,
+        4,
+    )
