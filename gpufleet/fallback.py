@@ -96,12 +96,16 @@ class FallbackState:
 
     @classmethod
     def from_json(cls, text: str) -> FallbackState:
-        """The state a parameter holds; fields it lacks take their defaults (an empty document is a fresh state)."""
-        document = json.loads(text or "{}")
-        known = {name: value for name, value in document.items() if name in cls.__dataclass_fields__}
-        for name in ("short_since", "healthy_since", "changed_at", "checked_at", "history_read_until"):
-            if known.get(name):
-                known[name] = dt.datetime.fromisoformat(known[name])
+        """The state a parameter holds; fields it lacks take their defaults (an empty document is a fresh state).
+        Raises ValueError for text that is not a state (someone edited the parameter)."""
+        try:
+            document = json.loads(text or "{}")
+            known = {name: value for name, value in document.items() if name in cls.__dataclass_fields__}
+            for name in ("short_since", "healthy_since", "changed_at", "checked_at", "history_read_until"):
+                if known.get(name):
+                    known[name] = dt.datetime.fromisoformat(known[name])
+        except (ValueError, TypeError, AttributeError) as error:
+            raise ValueError(f"not a fallback state ({error})") from None
         return cls(**known)
 
     def for_node_group(self, node_group_id: str) -> FallbackState:

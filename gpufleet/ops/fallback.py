@@ -20,6 +20,7 @@ class FallbackStatus:
     max_extra: int
     state: FallbackState | None  # None: the function has not run yet
     node_group_id: str  # the fleet request or group status looked at
+    unreadable: str = ""  # why the parameter holds no state ("" when it does, or when there is none)
 
     @property
     def about_another_fleet(self) -> bool:
@@ -27,6 +28,8 @@ class FallbackStatus:
 
     def line(self) -> str:
         prefix = f"Fallback ({self.parameter})"
+        if self.unreadable:
+            return f"{prefix}: {self.unreadable}: the fallback replaces it at its next run"
         if self.state is None:
             return (
                 f"{prefix}: not run yet (the function writes its state on its first run; it runs every "
@@ -50,6 +53,7 @@ class FallbackStatus:
             "floor": self.floor,
             "max_extra_on_demand": self.max_extra,
             "run": self.state is not None,
+            "unreadable": self.unreadable,
             "about_another_fleet": self.about_another_fleet,
         }
         if self.state is not None:
@@ -64,9 +68,15 @@ def fallback_status(ssm: Any, env: Environment, node_group_id: str) -> FallbackS
         return None
     name = parameter_name(env.name)
     try:
-        state: FallbackState | None = FallbackState.from_json(ssm.get_parameter(Name=name)["Parameter"]["Value"])
+        text = ssm.get_parameter(Name=name)["Parameter"]["Value"]
     except ClientError as error:
         if error_code(error) != "ParameterNotFound":
             raise
-        state = None
+        return FallbackStatus(name, env.capacity.on_demand, fallback.max_extra_on_demand, None, node_group_id)
+    try:
+        state = FallbackState.from_json(text)
+    except ValueError as error:
+        return FallbackStatus(
+            name, env.capacity.on_demand, fallback.max_extra_on_demand, None, node_group_id, unreadable=str(error)
+        )
     return FallbackStatus(name, env.capacity.on_demand, fallback.max_extra_on_demand, state, node_group_id)

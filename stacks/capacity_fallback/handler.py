@@ -207,12 +207,19 @@ class AutoScalingGroup:
 
 
 def read_state(ssm: Any, name: str) -> FallbackState:
+    """The stored state; a fresh one when there is none, or when the parameter holds something else (it is logged,
+    and the next write replaces it)."""
     try:
-        return FallbackState.from_json(ssm.get_parameter(Name=name)["Parameter"]["Value"])
+        text = ssm.get_parameter(Name=name)["Parameter"]["Value"]
     except ClientError as error:
         if error.response["Error"]["Code"] == "ParameterNotFound":
             return FallbackState()
         raise
+    try:
+        return FallbackState.from_json(text)
+    except ValueError as error:
+        print(json.dumps({"event": "capacity-fallback", "parameter": name, "unreadable_state": str(error)}), flush=True)
+        return FallbackState()
 
 
 def write_state(ssm: Any, name: str, state: FallbackState) -> None:

@@ -100,3 +100,14 @@ def test_a_state_about_a_replaced_fleet_is_flagged(spot_fleet, spotfirst, run_cl
         "Fallback (/gpufleet/spotfirst/fallback): state about sfr-old, not this fleet: the fallback starts afresh at "
         "its next run"
     )
+
+
+def test_an_unreadable_state_is_one_line_not_a_traceback(spot_fleet, spotfirst, run_cli) -> None:
+    fleet_id = spot_fleet(4)
+    boto3.client("ssm", region_name=REGION).put_parameter(Name=PARAMETER, Value="raised by hand", Type="String")
+    code, out, err = run_cli("status", spotfirst, "--fleet-id", fleet_id)
+    assert (code, err) == (0, "")
+    assert out.splitlines()[1] == (
+        "Fallback (/gpufleet/spotfirst/fallback): not a fallback state (Expecting value: line 1 column 1 (char 0)): "
+        "the fallback replaces it at its next run"
+    )

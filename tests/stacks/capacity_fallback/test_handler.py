@@ -410,3 +410,18 @@ def test_the_scheduled_entry_point_reads_what_the_construct_sets(fleet_clients, 
         2,
         4,
     )
+
+
+def test_an_unreadable_state_is_logged_and_replaced(fleet_clients, capsys):
+    clients, stubber = fleet_clients
+    clients["ssm"].put_parameter(Name=PARAMETER, Value='{"short_since": 5}', Type="String")
+    fleet_responses(stubber, on_demand=2, spot=6, on_demand_running=2)
+    history_response(stubber, minutes(-60))
+    line = handler.run(handler.SPOT_FLEET, FLEET, PARAMETER, clients, NOW)
+    assert line["action"] == "hold"
+    assert logged(capsys)[0] == {
+        "event": "capacity-fallback",
+        "parameter": PARAMETER,
+        "unreadable_state": "not a fallback state (fromisoformat: argument must be str)",
+    }
+    assert stored_state(clients["ssm"]).node_group_id == FLEET
