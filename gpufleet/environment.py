@@ -19,6 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, S
 
 from gpufleet.config_file import read_model
 from gpufleet.errors import GpufleetError
+from gpufleet.fallback import CHECK_INTERVAL_MINUTES
 from gpufleet.rules import AccountId, LogRetentionDays, RegionName, checked, one_of
 from gpufleet.validators import (
     ALLOCATION_STRATEGIES,
@@ -134,6 +135,16 @@ def _scratch_mount_problem(path: str) -> str | None:
     return None if PATH_PATTERN.fullmatch(path) else f"'{path}' is not an absolute path (e.g. /scratch)"
 
 
+def _fallback_minutes_problem(minutes: int) -> str | None:
+    """The function sees the fleet once per check interval (its EventBridge schedule): a shorter bound cannot hold."""
+    if minutes < CHECK_INTERVAL_MINUTES:
+        return (
+            f"{minutes} is shorter than the fallback's check interval (at least {CHECK_INTERVAL_MINUTES}: the fleet "
+            f"is checked every {CHECK_INTERVAL_MINUTES} minutes)"
+        )
+    return None
+
+
 def _tag_key_problem(key: str) -> str | None:
     return UNUSABLE_TAG if key.lower().startswith("aws:") or not 1 <= len(key) <= 128 else None
 
@@ -242,6 +253,20 @@ class CapacityRebalance(_Section):
     )
 
 
+class Fallback(_Section):
+    """Spot first, on-demand when spot is not there, spot again when it returns (gpufleet.fallback says how)."""
+
+    after_minutes: Annotated[StrictInt, checked(_fallback_minutes_problem)] = Field(
+        15, description="A spot shortfall lasting this long raises the on-demand part by the shortfall."
+    )
+    restore_after_minutes: Annotated[StrictInt, checked(_fallback_minutes_problem)] = Field(
+        30,
+        description="Spot capacity back this long gives one extra on-demand node back to spot; one node per period, "
+        "down to capacity.on_demand.",
+    )
+    max_extra_on_demand: StrictInt = Field(2, description="Ceiling on the extra on-demand nodes.")
+
+
 class Fleet(_Section):
     backend: Annotated[StrictStr, one_of("a fleet backend", FLEET_BACKENDS)] = Field(
         BACKEND_SPOT_FLEET,
@@ -271,6 +296,11 @@ class Fleet(_Section):
         "version; running nodes keep their image until they are replaced) | replace-all (a deploy that resolves a "
         "new image replaces the whole fleet, new nodes before the old ones go). A request fleet cannot be modified: "
         "every change replaces it, a new image included (replace-all, the only value it takes).",
+    )
+    fallback: Fallback | None = Field(
+        None,
+        description="Move missing spot nodes to on-demand and back: a scheduled function raises the on-demand part "
+        "when spot stays short and lowers it again when spot returns (maintain fleets with spot in the mix).",
     )
 
     @property

@@ -70,10 +70,6 @@ MIG_PURPOSES = ("single-node-inference", "independent-jobs")
 RESERVATION_PREFERENCE_ONLY = "only"
 RESERVATION_PREFERENCE_FIRST = "first"
 RESERVATION_PREFERENCES = (RESERVATION_PREFERENCE_ONLY, RESERVATION_PREFERENCE_FIRST)
-# fleet.backend (gpufleet.environment.Fleet, added with the Auto Scaling backend): read with a default so these rules
-# work whether or not the environment model has the field yet.
-BACKEND_SPOT_FLEET = "spot-fleet"
-BACKEND_AUTO_SCALING = "auto-scaling"
 # DescribeInstanceTypes' SupportedUsageClasses value of a type that Capacity Blocks sell (gpufleet/instance_types.yaml).
 CAPACITY_BLOCK_USAGE_CLASS = "capacity-block"
 
@@ -238,11 +234,6 @@ class CapacityRebalanceValidator(EnvironmentValidator):
         return []
 
 
-def fleet_backend(env: Environment) -> str:
-    """fleet.backend, spot-fleet where the environment model has no such field yet."""
-    return getattr(env.fleet, "backend", BACKEND_SPOT_FLEET)
-
-
 class ReservationTargetValidator(EnvironmentValidator):
     """Exactly one target: the EC2 API's CapacityReservationTarget takes an id or a resource group ARN, and
     AWS::AutoScaling::AutoScalingGroup's takes reservation ids or resource group ARNs (cfn-lint's bundled schemas)."""
@@ -273,7 +264,7 @@ class ReservationIdsBackendValidator(EnvironmentValidator):
     def check(self, env, context):
         reservation = env.capacity.reservation
         distinct = len(set(reservation.ids or ())) if reservation is not None else 0
-        if distinct > 1 and fleet_backend(env) == BACKEND_SPOT_FLEET:
+        if distinct > 1 and env.fleet.backend == BACKEND_SPOT_FLEET:
             return self.problem(
                 f"{distinct} reservations, but a launch template targets one (list one id, put the "
                 "reservations in a resource group and set resource_group_arn, or set fleet.backend: auto-scaling)"
@@ -314,7 +305,7 @@ class ReservationPreferenceValidator(EnvironmentValidator):
                 f"only puts every node in the reservations, but {env.capacity.spot} of the {env.capacity.target} "
                 f"nodes are spot (set capacity.on_demand to {env.capacity.target}, or preference: first)"
             )
-        if reservation.preference == RESERVATION_PREFERENCE_FIRST and fleet_backend(env) == BACKEND_SPOT_FLEET:
+        if reservation.preference == RESERVATION_PREFERENCE_FIRST and env.fleet.backend == BACKEND_SPOT_FLEET:
             # A launch template cannot say "reservations, then on-demand" for a targeted reservation (its
             # preference is capacity-reservations-only | open | none: cfn-lint's AWS::EC2::LaunchTemplate schema);
             # an Auto Scaling group can (capacity-reservations-first). Spot Fleet has no capacity reservation option
@@ -350,7 +341,7 @@ class CapacityBlockValidator(EnvironmentValidator):
                 f"{capacity.spot} of the {capacity.target} nodes are spot, but every node in a Capacity Block is a "
                 f"capacity-block instance (set capacity.on_demand to {capacity.target})"
             )
-        if fleet_backend(env) == BACKEND_SPOT_FLEET:
+        if env.fleet.backend == BACKEND_SPOT_FLEET:
             return self.problem(
                 "a Spot Fleet cannot launch into a Capacity Block (AWS documents RunInstances, EC2 Fleets of type "
                 "instant and Auto Scaling groups for them): set fleet.backend: auto-scaling"
@@ -373,6 +364,61 @@ class ReservedInstanceTypeValidator(EnvironmentValidator):
             return self.problem(
                 f"Capacity Blocks do not sell {env.instance_type} (in the catalog they sell {', '.join(sold)}; "
                 "choose one of those, or remove capacity.capacity_block)"
+            )
+        return []
+
+
+class FallbackNeedsSpotValidator(EnvironmentValidator):
+    field = "fleet.fallback"
+
+    def check(self, env, context):
+        if env.fleet.fallback is not None and env.capacity.spot < 1:
+            return self.problem(
+                f"there is no spot part to fall back from: capacity.on_demand ({env.capacity.on_demand}) is the whole "
+                f"target ({env.capacity.target}) (lower capacity.on_demand, or remove fallback)"
+            )
+        return []
+
+
+class FallbackNeedsMaintainValidator(EnvironmentValidator):
+    field = "fleet.fallback"
+
+    def check(self, env, context):
+        fallback_on_spot_fleet = env.fleet.fallback is not None and env.fleet.backend == BACKEND_SPOT_FLEET
+        if fallback_on_spot_fleet and env.fleet.type != "maintain":
+            # source: EC2 API reference, ModifySpotFleetRequest: "You can only modify a Spot Fleet request of type
+            # maintain." (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_ModifySpotFleetRequest.html)
+            return self.problem(
+                "the fallback changes the fleet's on-demand part, and only a maintain fleet can be modified "
+                "(set fleet.type: maintain, or remove fallback)"
+            )
+        return []
+
+
+class FallbackCeilingValidator(EnvironmentValidator):
+    field = "fleet.fallback.max_extra_on_demand"
+
+    def check(self, env, context):
+        fallback = env.fleet.fallback
+        if fallback is None or env.capacity.spot < 1:
+            return []
+        extra, spot = fallback.max_extra_on_demand, env.capacity.spot
+        if not 1 <= extra <= spot:
+            return self.problem(
+                f"{extra} is out of range (1 to the spot part, capacity.target - capacity.on_demand = {spot}: more "
+                "extra on-demand nodes than spot nodes would never be used)"
+            )
+        return []
+
+
+class FallbackCapacityBlockValidator(EnvironmentValidator):
+    field = "fleet.fallback"
+
+    def check(self, env, context):
+        if env.fleet.fallback is not None and env.capacity.capacity_block is not None:
+            return self.problem(
+                "a Capacity Block has no spot nodes to fall back from, and its nodes are not on-demand ones "
+                "(remove fallback, or capacity.capacity_block)"
             )
         return []
 
@@ -613,6 +659,10 @@ VALIDATORS: tuple[Validator, ...] = (
     MigProfileValidator(),
     MigPurposeValidator(),
     UserDataSizeValidator(),
+    FallbackNeedsSpotValidator(),
+    FallbackNeedsMaintainValidator(),
+    FallbackCeilingValidator(),
+    FallbackCapacityBlockValidator(),
 )
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from gpufleet.catalog import InstanceType
 from gpufleet.environment import Environment
 from stacks.constructs.capacity_block_warning import CapacityBlockWarning
+from stacks.constructs.capacity_fallback import CapacityFallback
 from stacks.constructs.efa_security_group import EfaSecurityGroup
 from stacks.constructs.node_group import node_group
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
@@ -56,6 +58,17 @@ class ClusterStack(cdk.Stack):
         if environment.capacity.capacity_block is not None:
             block_id = environment.capacity.capacity_block.reservation_id
             CapacityBlockWarning(self, "CapacityBlockWarning", environment=environment, block_id=block_id)
+        if environment.fleet.fallback is not None:
+            CapacityFallback(
+                self,
+                "CapacityFallback",
+                backend=nodes.kind,
+                node_group_id=nodes.id,
+                environment_name=environment.name,
+                on_demand_floor=environment.capacity.on_demand,
+                fallback=environment.fleet.fallback,
+                log_retention=logs.RetentionDays.ONE_MONTH,
+            )
 
         outputs = {
             nodes.output_key: nodes.id,

@@ -56,7 +56,8 @@ def test_invalid_environment_stops_synthesis_with_the_validate_messages(tmp_path
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         f"{environments / 'dev.yaml'}: fleet.tpye: unknown key (allowed here: backend, type, allocation_strategy, "
-        "on_demand_allocation_strategy, capacity_rebalance, valid_until, replace_unhealthy_instances, rollout)",
+        "on_demand_allocation_strategy, capacity_rebalance, valid_until, replace_unhealthy_instances, rollout, "
+        "fallback)",
     ]
     assert not (tmp_path / "cdk.out/manifest.json").exists()
 

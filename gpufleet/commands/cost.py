@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
             "region": env.region,
             "availability_zone": env.availability_zone,
             "instance_type": env.instance_type,
-            "backend": cost.fleet_backend(env),
+            "backend": env.fleet.backend,
             "currency": cost.CURRENCY,
             "hours_in_30_days": cost.HOURS_PER_30_DAYS,
             "complete": estimate.complete,
@@ -61,7 +61,7 @@ def run(args: argparse.Namespace) -> int:
         return exit_code
     print(
         f"Cost {env.name}: {env.capacity.target} x {env.instance_type} in {env.availability_zone} "
-        f"(fleet.backend {cost.fleet_backend(env)}), {cost.CURRENCY}"
+        f"(fleet.backend {env.fleet.backend}), {cost.CURRENCY}"
     )
     print(_table(estimate.configured))
     if estimate.after_fallback is not None:

@@ -26,6 +26,7 @@ def run(args: argparse.Namespace) -> int:
     from gpufleet.aws import Aws, aws_errors, describe_failure, is_unavailable
     from gpufleet.environment import load_named_environment
     from gpufleet.ops import fleet as node_groups
+    from gpufleet.ops.fallback import fallback_status
     from gpufleet.table import format_table
 
     env = load_named_environment(args.env)
@@ -39,6 +40,7 @@ def run(args: argparse.Namespace) -> int:
             if not is_unavailable(error):
                 raise
             events, events_note = [], f"events unavailable: {describe_failure(error, env.region)}"
+        fallback = fallback_status(aws.client("ssm"), env, fleet.id)
     if args.json:
         document = {
             "environment": env.name,
@@ -56,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
             "mixed_images": len(fleet.images) > 1,
             "events": [event.as_dict() for event in events],
             "events_note": events_note,
+            "fallback": fallback.as_dict() if fallback else None,
         }
         print(json.dumps(document, indent=2))
         return 0
@@ -64,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         f"fulfilled {fleet.fulfilled_capacity:g}/{fleet.target_capacity} "
         f"(on-demand {fleet.on_demand_fulfilled_capacity:g}/{fleet.on_demand_target_capacity})"
     )
+    if fallback:
+        print(fallback.line())
     print()
     instance_rows = [
         (

@@ -24,7 +24,6 @@ from botocore.exceptions import ClientError
 
 from gpufleet.aws import Aws, error_code, error_message, is_unavailable
 from gpufleet.environment import Environment
-from gpufleet.ops.preflight import fleet_backend as fleet_backend  # the cost command prints it
 from gpufleet.ops.preflight import latest_spot_prices
 
 HOURS_PER_30_DAYS = 720
@@ -138,18 +137,17 @@ def _number(value: Decimal | None) -> float | None:
 
 
 def capacity_block_id(env: Environment) -> str | None:
-    """The Capacity Block reservation the on-demand part runs in (capacity.capacity_block, issue 11), if any."""
-    block = getattr(env.capacity, "capacity_block", None)
-    return None if block is None else str(block.reservation_id)
+    """The Capacity Block reservation the on-demand part runs in (capacity.capacity_block), if any."""
+    block = env.capacity.capacity_block
+    return None if block is None else block.reservation_id
 
 
 def extra_on_demand_nodes(env: Environment) -> int:
     """How many spot nodes fallback may replace by on-demand ones at most (0 without fleet.fallback)."""
-    fallback = getattr(env.fleet, "fallback", None)
+    fallback = env.fleet.fallback
     if fallback is None:
         return 0
-    ceiling = getattr(fallback, "max_extra_on_demand", None)
-    return env.capacity.spot if ceiling is None else min(env.capacity.spot, int(ceiling))
+    return min(env.capacity.spot, fallback.max_extra_on_demand)
 
 
 def on_demand_price(pricing: Any, instance_type: str, region: str) -> Decimal:
@@ -250,7 +248,7 @@ def estimate(aws: Aws, env: Environment, now: dt.datetime) -> Estimate:
 
     configured = [CostLine(reserved_market, capacity.on_demand, *reserved), CostLine("spot", capacity.spot, *spot)]
     after_fallback = None
-    if getattr(env.fleet, "fallback", None) is not None:
+    if env.fleet.fallback is not None:
         after_fallback = _mix(
             CostLine(reserved_market, capacity.on_demand, *reserved),
             CostLine("spot", capacity.spot - extra, *spot),

@@ -24,7 +24,7 @@ from gpufleet.aws import (
 )
 from gpufleet.catalog import InstanceType
 from gpufleet.environment import Environment
-from gpufleet.validators import valid_until_problem
+from gpufleet.validators import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET, valid_until_problem
 
 Status = Literal["pass", "warn", "fail"]
 Lifecycle = Literal["on-demand", "spot"]
@@ -370,7 +370,6 @@ def check_valid_until(env: Environment, now: dt.datetime) -> Check:
 
 # --- The account's rules (issue 11 item 5): is the call that keeps the nodes running allowed at all? ---
 
-AUTO_SCALING_BACKEND = "auto-scaling"
 # AWS Control Tower's control CT.EC2.PV.6 is a service control policy that denies ec2:RequestSpotFleet and
 # ec2:RequestSpotInstances to every IAM principal of the organisation's accounts.
 # source: https://docs.aws.amazon.com/controltower/latest/controlreference/ct-ec2-pv-6.html
@@ -405,11 +404,6 @@ AUTO_SCALING_ACTIONS = (
 FAILURES_THAT_STOP_THE_COMMAND = EXPIRED_CODES | INVALID_CREDENTIAL_CODES | THROTTLING_CODES
 
 
-def fleet_backend(env: Environment) -> str:
-    # fleet.backend comes with the Auto Scaling work (issue 11); until it is merged every fleet is a Spot Fleet.
-    return str(getattr(env.fleet, "backend", "spot-fleet"))
-
-
 def partition_of(region: str) -> str:
     """The ARN partition of a region. source: botocore/data/endpoints.json (partitions aws, aws-cn, aws-us-gov)."""
     if region.startswith("cn-"):
@@ -436,8 +430,8 @@ def dry_run_spot_fleet_config(env: Environment) -> dict[str, Any]:
 def check_spot_fleet_policy(ec2: Any, env: Environment) -> Check:
     """Dry-run RequestSpotFleet: an account whose policies deny it cannot deploy the spot-fleet backend."""
     name = "spot-fleet-api"
-    if fleet_backend(env) != "spot-fleet":
-        return Check(name, "pass", f"skipped: fleet.backend is {fleet_backend(env)}")
+    if env.fleet.backend != BACKEND_SPOT_FLEET:
+        return Check(name, "pass", f"skipped: fleet.backend is {env.fleet.backend}")
     try:
         answer = ec2.request_spot_fleet(DryRun=True, SpotFleetRequestConfig=dry_run_spot_fleet_config(env))
     except ClientError as error:
@@ -482,8 +476,8 @@ def check_auto_scaling_policy(iam: Any, sts: Any, env: Environment) -> Check:
     denies every principal, the deploy's too), a denial by the caller's own IAM policies warns (the deploy may run
     under another role, CloudFormation's)."""
     name = "autoscaling-api"
-    if fleet_backend(env) != AUTO_SCALING_BACKEND:
-        return Check(name, "pass", f"skipped: fleet.backend is {fleet_backend(env)}")
+    if env.fleet.backend != BACKEND_AUTO_SCALING:
+        return Check(name, "pass", f"skipped: fleet.backend is {env.fleet.backend}")
     try:
         principal = caller_principal_arn(sts, iam)
         if principal is None:

@@ -32,7 +32,6 @@ from __future__ import annotations
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
 
-from gpufleet import validators
 from gpufleet.environment import Environment
 from gpufleet.validators import BACKEND_SPOT_FLEET
 
@@ -64,7 +63,7 @@ def launch_template_capacity_reservation(
             )
         )
     reservation = environment.capacity.reservation
-    if reservation is None or validators.fleet_backend(environment) != BACKEND_SPOT_FLEET:
+    if reservation is None or environment.fleet.backend != BACKEND_SPOT_FLEET:
         return None
     # gpufleet.validators leaves the spot-fleet backend preference only, with one id or a group.
     return ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(

@@ -47,6 +47,7 @@ from gpufleet.validators import (
     AUTO_SCALING_SPOT_ALLOCATION_STRATEGIES,
     ROLLOUT_REPLACE_ALL,
 )
+from stacks.constructs.capacity_reservations import auto_scaling_capacity_reservation
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
 
 # Time a terminating node has for the checkpoint hook before the termination goes on. The API allows 30 to 7200
@@ -109,6 +110,7 @@ class GpuAutoScalingGroup(Construct):
                     spot_allocation_strategy=AUTO_SCALING_SPOT_ALLOCATION_STRATEGIES[fleet.allocation_strategy],
                 ),
             ),
+            capacity_reservation_specification=auto_scaling_capacity_reservation(environment),
             lifecycle_hook_specification_list=[
                 autoscaling.CfnAutoScalingGroup.LifecycleHookSpecificationProperty(
                     lifecycle_hook_name=TERMINATION_HOOK_NAME,

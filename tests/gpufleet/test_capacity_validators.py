@@ -15,10 +15,7 @@ GROUP_ARN = "arn:aws:resource-groups:us-east-1:123456789012:group/gpu-reservatio
 ALL_ON_DEMAND = {"capacity.target": 2, "capacity.on_demand": 2}
 
 
-@pytest.fixture
-def auto_scaling(monkeypatch):
-    """fleet.backend: auto-scaling, before the environment model has the field (the rules read it with a default)."""
-    monkeypatch.setattr("gpufleet.validators.fleet_backend", lambda env: BACKEND_AUTO_SCALING)
+AUTO_SCALING = {"fleet.backend": BACKEND_AUTO_SCALING}
 
 
 def test_resource_group_arn_pattern_is_botocores():
@@ -118,17 +115,24 @@ def test_several_ids_need_the_auto_scaling_backend(tmp_path):
     ]
 
 
-def test_several_ids_with_the_auto_scaling_backend(tmp_path, auto_scaling):
-    document = changed({**ALL_ON_DEMAND, "capacity.reservation": {"ids": [RESERVATION_ID, OTHER_RESERVATION_ID]}})
+def test_several_ids_with_the_auto_scaling_backend(tmp_path):
+    document = changed(
+        {**AUTO_SCALING, **ALL_ON_DEMAND, "capacity.reservation": {"ids": [RESERVATION_ID, OTHER_RESERVATION_ID]}}
+    )
     assert load_environment(write(tmp_path, document)).capacity.reservation.ids == (
         RESERVATION_ID,
         OTHER_RESERVATION_ID,
     )
 
 
-def test_only_refuses_spot_nodes(tmp_path, auto_scaling):
+def test_only_refuses_spot_nodes(tmp_path):
     document = changed(
-        {"capacity.target": 3, "capacity.on_demand": 1, "capacity.reservation": {"ids": [RESERVATION_ID]}}
+        {
+            **AUTO_SCALING,
+            "capacity.target": 3,
+            "capacity.on_demand": 1,
+            "capacity.reservation": {"ids": [RESERVATION_ID]},
+        }
     )
     assert problems_of(tmp_path, document) == [
         "capacity.reservation.preference: only puts every node in the reservations, but 2 of the 3 nodes are spot "
@@ -145,13 +149,15 @@ def test_first_is_refused_with_a_spot_fleet(tmp_path):
     ]
 
 
-def test_first_with_spot_nodes_and_the_auto_scaling_backend(tmp_path, auto_scaling):
-    document = changed({"capacity.reservation": {"resource_group_arn": GROUP_ARN, "preference": "first"}})
+def test_first_with_spot_nodes_and_the_auto_scaling_backend(tmp_path):
+    document = changed(
+        {**AUTO_SCALING, "capacity.reservation": {"resource_group_arn": GROUP_ARN, "preference": "first"}}
+    )
     assert load_environment(write(tmp_path, document)).capacity.spot == 1
 
 
-def test_a_capacity_block_with_the_auto_scaling_backend(tmp_path, auto_scaling):
-    document = changed({**ALL_ON_DEMAND, "capacity.capacity_block": {"reservation_id": RESERVATION_ID}})
+def test_a_capacity_block_with_the_auto_scaling_backend(tmp_path):
+    document = changed({**AUTO_SCALING, **ALL_ON_DEMAND, "capacity.capacity_block": {"reservation_id": RESERVATION_ID}})
     assert load_environment(write(tmp_path, document)).capacity.capacity_block.reservation_id == RESERVATION_ID
 
 
@@ -175,8 +181,10 @@ def test_a_capacity_block_with_the_auto_scaling_backend(tmp_path, auto_scaling):
         ),
     ],
 )
-def test_capacity_blocks_refused(tmp_path, auto_scaling, changes, expected):
-    document = changed({**ALL_ON_DEMAND, "capacity.capacity_block": {"reservation_id": RESERVATION_ID}, **changes})
+def test_capacity_blocks_refused(tmp_path, changes, expected):
+    document = changed(
+        {**AUTO_SCALING, **ALL_ON_DEMAND, "capacity.capacity_block": {"reservation_id": RESERVATION_ID}, **changes}
+    )
     assert problems_of(tmp_path, document) == [expected]
 
 

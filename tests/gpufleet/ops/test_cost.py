@@ -4,7 +4,8 @@ spot price history is one fixed price that ignores the time window, so every pri
 The GetProducts answers are PriceList entries as AWS sends them: each a JSON string with product.attributes and
 terms.OnDemand/Reserved.<offer>.priceDimensions.<rate>.pricePerUnit.USD
 (shape: botocore/data/pricing/2017-10-15/examples-1.json, GetProducts). The expected figures are worked out by hand
-in each test. fleet.backend, fleet.fallback and capacity.capacity_block are stand-ins until those keys are merged.
+in each test. Environments with fleet.backend, fleet.fallback or capacity.capacity_block are shipped ones with those
+keys added (tests/gpufleet/ops/variants.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from botocore.stub import ANY, Stubber
 from gpufleet.aws import Aws
 from gpufleet.environment import load_named_environment
 from gpufleet.ops import cost
-from tests.gpufleet.ops.stand_ins import capacity_block, fallback, with_capacity, with_fleet
+from tests.gpufleet.ops.variants import capacity_block, fallback, with_capacity, with_fleet
 
 P4D_ON_DEMAND = "32.7726000000"
 P4D_SPOT_EARLIER, P4D_SPOT_LATEST = "11.9051", "11.5718"
@@ -166,7 +167,7 @@ def answer_capacity_blocks(ec2: Stubber, offerings: list[dict[str, Any]]) -> Non
 
 
 def use_environment(monkeypatch: pytest.MonkeyPatch, env: Any) -> None:
-    """`gpufleet cost` loads ENV (a stand-in with the keys not merged yet) instead of reading its file."""
+    """`gpufleet cost` loads ENV (a variant of a shipped environment) instead of reading its file."""
     import gpufleet.environment
 
     monkeypatch.setattr(gpufleet.environment, "load_named_environment", lambda name: env)
@@ -259,9 +260,9 @@ def test_worst_case_after_fallback(backend: str, environments, stubbed, monkeypa
     }
 
 
-@pytest.mark.parametrize(("ceiling", "extra"), [(None, 3), (5, 3), (0, 0)])
-def test_fallback_ceiling(ceiling: int | None, extra: int, environments) -> None:
-    """Fallback replaces at most the spot nodes; without a ceiling, all of them."""
+@pytest.mark.parametrize(("ceiling", "extra"), [(5, 3), (3, 3), (2, 2)])
+def test_fallback_ceiling(ceiling: int, extra: int, environments) -> None:
+    """Fallback replaces at most the spot nodes, and at most max_extra_on_demand of them."""
     env = load_named_environment(environments("big", target=4, on_demand=1))
     assert cost.extra_on_demand_nodes(with_fleet(env, fallback=fallback(max_extra_on_demand=ceiling))) == extra
 

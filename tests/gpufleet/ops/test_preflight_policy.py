@@ -2,8 +2,8 @@
 spot-fleet backend, an IAM policy simulation for the auto-scaling backend.
 
 Every Stubber response for request_spot_fleet pins the exact request, DryRun=True included: a request without it
-fails the test. The auto-scaling backend is a stand-in (tests/gpufleet/ops/stand_ins.py) until fleet.backend is
-merged.
+fails the test. The auto-scaling environment is dev with fleet.backend changed
+(tests/gpufleet/ops/variants.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from botocore.stub import Stubber
 
 from gpufleet.environment import load_named_environment
 from gpufleet.ops import preflight
-from tests.gpufleet.ops.stand_ins import with_fleet
+from tests.gpufleet.ops.variants import with_fleet
 
 # What EC2 says with UnauthorizedOperation: a fixed sentence, then an encoded message that
 # `aws sts decode-authorization-message` decodes (shortened here).

@@ -26,14 +26,11 @@ GROUP_ARN = "arn:aws:resource-groups:us-east-1:123456789012:group/gpu-reservatio
 ALL_ON_DEMAND = {"target": 2, "on_demand": 2}
 
 
-@pytest.fixture
-def auto_scaling(monkeypatch):
-    """fleet.backend: auto-scaling, before the environment model has the field (gpufleet.validators.fleet_backend)."""
-    monkeypatch.setattr("gpufleet.validators.fleet_backend", lambda env: BACKEND_AUTO_SCALING)
+AUTO_SCALING = {"backend": BACKEND_AUTO_SCALING}
 
 
-def with_capacity(**capacity):
-    return environment(capacity={**ALL_ON_DEMAND, **capacity})
+def with_capacity(fleet: dict | None = None, **capacity):
+    return environment(capacity={**ALL_ON_DEMAND, **capacity}, fleet=fleet or {})
 
 
 def test_without_a_capacity_source_the_template_leaves_reservations_to_ec2(stack):
@@ -60,15 +57,13 @@ def test_a_spot_fleet_launches_only_into_the_reservation_named_by_the_launch_tem
     assert data["Placement"] == {"GroupName": "probe-cluster"}
 
 
-def test_with_auto_scaling_the_group_targets_the_reservations_not_the_launch_template(stack, auto_scaling):
-    data = launch_template_data(stack, with_capacity(reservation={"ids": [RESERVATION_ID]}))
+def test_with_auto_scaling_the_group_targets_the_reservations_not_the_launch_template(stack):
+    data = launch_template_data(stack, with_capacity(AUTO_SCALING, reservation={"ids": [RESERVATION_ID]}))
     assert "CapacityReservationSpecification" not in data
 
 
-def test_a_capacity_block_node_launches_as_capacity_block_into_the_block_outside_any_placement_group(
-    stack, auto_scaling
-):
-    data = launch_template_data(stack, with_capacity(capacity_block={"reservation_id": RESERVATION_ID}))
+def test_a_capacity_block_node_launches_as_capacity_block_into_the_block_outside_any_placement_group(stack):
+    data = launch_template_data(stack, with_capacity(AUTO_SCALING, capacity_block={"reservation_id": RESERVATION_ID}))
     assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
     assert data["CapacityReservationSpecification"] == {
         "CapacityReservationTarget": {"CapacityReservationId": RESERVATION_ID}
@@ -136,7 +131,12 @@ ENVIRONMENTS = {
     "grouped": {"capacity": {**ALL_ON_DEMAND, "reservation": {"resource_group_arn": GROUP_ARN}}},
     "block": {
         "instance_type": "p5.48xlarge",
+        "fleet": AUTO_SCALING,
         "capacity": {**ALL_ON_DEMAND, "capacity_block": {"reservation_id": RESERVATION_ID}},
+    },
+    "first": {
+        "fleet": AUTO_SCALING,
+        "capacity": {"target": 4, "on_demand": 2, "reservation": {"ids": [RESERVATION_ID], "preference": "first"}},
     },
 }
 
@@ -144,19 +144,12 @@ ENVIRONMENTS = {
 @pytest.fixture(scope="module")
 def capacity_assembly(tmp_path_factory):
     """The stacks of an environment per capacity source, synthesized as `cdk synth` does: cdk-nag is attached and an
-    unacknowledged finding fails synthesis, so the fixture itself is the cdk-nag check. The Capacity Block one is
-    validated as an auto-scaling environment; its fleet stays the Spot Fleet until the Auto Scaling group is merged,
-    which leaves its launch template the same."""
+    unacknowledged finding fails synthesis, so the fixture itself is the cdk-nag check."""
     directory = tmp_path_factory.mktemp("environments")
     for name, changes in ENVIRONMENTS.items():
         document = {**yaml.safe_load(ENVIRONMENT), "name": name, **changes}
         (directory / f"{name}.yaml").write_text(yaml.safe_dump(document))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(
-            "gpufleet.validators.fleet_backend",
-            lambda env: BACKEND_AUTO_SCALING if env.name == "block" else "spot-fleet",
-        )
-        return synthesize(tmp_path_factory.mktemp("cdk.out"), directory)
+    return synthesize(tmp_path_factory.mktemp("cdk.out"), directory)
 
 
 def test_stacks_with_every_capacity_source_pass_cfn_lint(capacity_assembly):
@@ -172,6 +165,33 @@ def test_the_capacity_block_stack_launches_into_the_block(capacity_assembly):
     (name,) = [name for name in capacity_assembly.stack_names if name == "gpufleet-block-cluster"]
     (template,) = capacity_assembly.template(name).find_resources("AWS::EC2::LaunchTemplate").values()
     assert template["Properties"]["LaunchTemplateData"]["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+
+
+def test_the_capacity_block_group_leaves_the_block_to_the_launch_template(capacity_assembly):
+    (group,) = (
+        capacity_assembly.template("gpufleet-block-cluster")
+        .find_resources("AWS::AutoScaling::AutoScalingGroup")
+        .values()
+    )
+    assert "CapacityReservationSpecification" not in group["Properties"]
+    assert group["Properties"]["MixedInstancesPolicy"]["InstancesDistribution"]["OnDemandBaseCapacity"] == 2
+
+
+def test_reservations_first_go_on_the_auto_scaling_group_and_spot_stays_above_the_base(capacity_assembly):
+    template = capacity_assembly.template("gpufleet-first-cluster")
+    (group,) = template.find_resources("AWS::AutoScaling::AutoScalingGroup").values()
+    assert group["Properties"]["CapacityReservationSpecification"] == {
+        "CapacityReservationPreference": "capacity-reservations-first",
+        "CapacityReservationTarget": {"CapacityReservationIds": [RESERVATION_ID]},
+    }
+    assert group["Properties"]["MixedInstancesPolicy"]["InstancesDistribution"] == {
+        "OnDemandAllocationStrategy": "lowest-price",
+        "OnDemandBaseCapacity": 2,
+        "OnDemandPercentageAboveBaseCapacity": 0,
+        "SpotAllocationStrategy": "price-capacity-optimized",
+    }
+    (template_resource,) = template.find_resources("AWS::EC2::LaunchTemplate").values()
+    assert "CapacityReservationSpecification" not in template_resource["Properties"]["LaunchTemplateData"]
 
 
 def test_the_capacity_block_expiration_warning_runs_the_node_script_on_this_environments_nodes(capacity_assembly):
@@ -220,5 +240,5 @@ def test_the_rule_may_send_commands_to_this_environments_nodes_only(capacity_ass
 
 
 def test_environments_outside_a_capacity_block_get_no_rule(capacity_assembly):
-    for name in ("gpufleet-reserved-cluster", "gpufleet-grouped-cluster"):
+    for name in ("gpufleet-reserved-cluster", "gpufleet-grouped-cluster", "gpufleet-first-cluster"):
         assert capacity_assembly.template(name).find_resources("AWS::Events::Rule") == {}

@@ -1,0 +1,164 @@
+"""fleet.fallback: a Lambda on an EventBridge schedule that moves missing spot nodes to on-demand and back.
+
+The function (stacks/capacity_fallback/handler.py, deciding with gpufleet/fallback.py) reads the fleet or Auto Scaling
+group, changes only its on-demand part, and keeps its state in the SSM parameter /gpufleet/ENV/fallback, which it
+writes itself: the stack does not declare the parameter, so no deploy can write an old value back. Its role may
+change exactly this fleet request (or this group) and this parameter; the reads that AWS cannot scope
+(DescribeSpotFleetRequests, DescribeInstances, the Auto Scaling Describe calls) are read-only.
+
+Ready for both backends (fleet.backend, spot-fleet or auto-scaling): node_group_id is the Spot Fleet request id or
+the Auto Scaling group name.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aws_cdk as cdk
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from gpufleet.environment import Fallback
+from gpufleet.fallback import AUTO_SCALING, CHECK_INTERVAL_MINUTES, SPOT_FLEET, parameter_name
+
+HANDLER_DIR = Path(__file__).resolve().parent.parent / "capacity_fallback"
+# A run is a handful of describe calls and at most one change.
+HANDLER_TIMEOUT = cdk.Duration.minutes(1)
+
+
+class CapacityFallback(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        backend: str,
+        node_group_id: str,
+        environment_name: str,
+        on_demand_floor: int,
+        fallback: Fallback,
+        log_retention: logs.RetentionDays,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        if backend not in (SPOT_FLEET, AUTO_SCALING):
+            raise ValueError(f"backend {backend!r}: {SPOT_FLEET} or {AUTO_SCALING}")
+        stack = cdk.Stack.of(self)
+        parameter = parameter_name(environment_name)
+        log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=cdk.RemovalPolicy.DESTROY)
+        role = iam.Role(
+            self,
+            "Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"gpufleet {environment_name} capacity fallback: the fleet's on-demand part and its state",
+        )
+        log_group.grant_write(role)
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["ssm:GetParameter", "ssm:PutParameter"],
+                resources=[stack.format_arn(service="ssm", resource="parameter", resource_name=parameter.lstrip("/"))],
+            )
+        )
+        unscoped_reads = self._grant_node_group(role, backend, node_group_id)
+        cdk.Validations.of(role).acknowledge(
+            cdk.Acknowledgment(
+                id="AwsSolutions-IAM5[Resource::*]",
+                reason=f"{', '.join(unscoped_reads)} support no resource-level permissions (Service Authorization "
+                "Reference); the capacity fallback only reads the fleet's nodes and history with them",
+            )
+        )
+        self.function = lambda_.Function(
+            self,
+            "Function",
+            runtime=lambda_.Runtime.PYTHON_3_14,
+            handler="handler.on_schedule",
+            # The asset carries gpufleet/fallback.py through a link (stacks/capacity_fallback/gpufleet/fallback.py).
+            code=lambda_.Code.from_asset(
+                str(HANDLER_DIR), exclude=["__pycache__", "*.pyc"], follow_symlinks=cdk.SymlinkFollowMode.ALWAYS
+            ),
+            timeout=HANDLER_TIMEOUT,
+            role=role,
+            log_group=log_group,
+            description=f"gpufleet {environment_name}: spot first, on-demand when spot is missing, spot again",
+            environment={
+                "BACKEND": backend,
+                "NODE_GROUP_ID": node_group_id,
+                "PARAMETER_NAME": parameter,
+                "FLOOR": str(on_demand_floor),
+                "AFTER_MINUTES": str(fallback.after_minutes),
+                "RESTORE_AFTER_MINUTES": str(fallback.restore_after_minutes),
+                "MAX_EXTRA_ON_DEMAND": str(fallback.max_extra_on_demand),
+            },
+        )
+        self.rule = events.Rule(
+            self,
+            "Schedule",
+            schedule=events.Schedule.rate(cdk.Duration.minutes(CHECK_INTERVAL_MINUTES)),
+            description=f"gpufleet {environment_name}: check the fleet's spot capacity",
+            targets=[targets.LambdaFunction(self.function, retry_attempts=0)],
+        )
+
+    def _grant_node_group(self, role: iam.Role, backend: str, node_group_id: str) -> list[str]:
+        """Let the role change this one fleet request or group; return the read actions granted on "*"."""
+        stack = cdk.Stack.of(self)
+        if backend == SPOT_FLEET:
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=[
+                        "ec2:ModifySpotFleetRequest",
+                        "ec2:DescribeSpotFleetInstances",
+                        "ec2:DescribeSpotFleetRequestHistory",
+                    ],
+                    resources=[
+                        stack.format_arn(service="ec2", resource="spot-fleet-request", resource_name=node_group_id)
+                    ],
+                )
+            )
+            reads = ["ec2:DescribeSpotFleetRequests", "ec2:DescribeInstances"]
+        else:
+            # arn:${Partition}:autoscaling:${Region}:${Account}:autoScalingGroup:${GroupId}:autoScalingGroupName/NAME
+            # (Service Authorization Reference): the group id is a UUID AWS assigns, so it is the one wildcard.
+            group_arn = stack.format_arn(
+                service="autoscaling",
+                resource="autoScalingGroup",
+                resource_name=f"*:autoScalingGroupName/{node_group_id}",
+                arn_format=cdk.ArnFormat.COLON_RESOURCE_NAME,
+            )
+            role.add_to_policy(
+                iam.PolicyStatement(actions=["autoscaling:UpdateAutoScalingGroup"], resources=[group_arn])
+            )
+            cdk.Validations.of(role).acknowledge(
+                cdk.Acknowledgment(
+                    id=f"AwsSolutions-IAM5[Resource::{nag_rendering(stack, group_arn)}]",
+                    reason="the capacity fallback may update this one Auto Scaling group of the environment's nodes, "
+                    "named in full; the wildcard is the group id AWS assigns at creation",
+                )
+            )
+            reads = [
+                "autoscaling:DescribeAutoScalingGroups",
+                "autoscaling:DescribeScalingActivities",
+                "ec2:DescribeInstances",
+            ]
+        role.add_to_policy(iam.PolicyStatement(actions=reads, resources=["*"]))
+        return reads
+
+
+def nag_rendering(stack: cdk.Stack, value: str) -> str:
+    """A value as cdk-nag names it in a finding: the resolved string, a Ref as <LogicalId>, a pseudo parameter as
+    <AWS::Name>, a GetAtt as <LogicalId.Attribute>."""
+    resolved = stack.resolve(value)
+    if isinstance(resolved, str):
+        return resolved
+    separator, parts = resolved["Fn::Join"]
+    rendered = []
+    for part in parts:
+        if isinstance(part, str):
+            rendered.append(part)
+        elif "Ref" in part:
+            rendered.append(f"<{part['Ref']}>")
+        else:
+            rendered.append(f"<{'.'.join(part['Fn::GetAtt'])}>")
+    return separator.join(rendered)

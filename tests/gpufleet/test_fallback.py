@@ -1,0 +1,248 @@
+"""The capacity fallback's decision over fleet histories: each history is a list of checks, fed to decide one after
+the other with the state each leaves; the last decision is compared with a literal."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from gpufleet.fallback import (
+    ERROR,
+    HOLD,
+    LOWER,
+    NO_CAPACITY,
+    PRICE,
+    RAISE,
+    FallbackSettings,
+    FallbackState,
+    LaunchFailure,
+    Observation,
+    decide,
+)
+
+START = dt.datetime(2026, 11, 23, 6, 0, tzinfo=dt.UTC)
+# dev-like: 8 nodes, 2 on demand, raise after 15 min, restore after 30, at most 2 extra on-demand nodes.
+SETTINGS = FallbackSettings(
+    target=8,
+    floor=2,
+    after=dt.timedelta(minutes=15),
+    restore_after=dt.timedelta(minutes=30),
+    max_extra=2,
+)
+
+
+def at(minute: float) -> dt.datetime:
+    return START + dt.timedelta(minutes=minute)
+
+
+def check(minute, on_demand, spot, on_demand_running=None, failures=()):
+    """One check: the fleet's on-demand part, its live spot nodes and on-demand nodes (default: the on-demand part)."""
+    return Observation(
+        at=at(minute),
+        on_demand_target=on_demand,
+        spot_running=spot,
+        on_demand_running=on_demand if on_demand_running is None else on_demand_running,
+        failures=tuple(LaunchFailure(at(m), kind, "probe") for m, kind in failures),
+    )
+
+
+def run(history, settings=SETTINGS, state=None):
+    state = state or FallbackState(node_group_id="sfr-1")
+    decision = None
+    for observation in history:
+        decision = decide(settings, observation, state)
+        state = decision.state
+    return decision
+
+
+HISTORIES = [
+    pytest.param([check(0, 2, 6)], (HOLD, 2, "spot part full (6 of 6); on-demand part at its floor 2"), id="full"),
+    pytest.param(
+        [check(0, 2, 4, failures=[(0, NO_CAPACITY)]), check(14, 2, 4)],
+        (
+            HOLD,
+            2,
+            "2 of 6 spot nodes missing for 14 min (launch failures: no-capacity x1); on-demand part 2 rises after "
+            "15 min",
+        ),
+        id="short-14-minutes",
+    ),
+    pytest.param(
+        [check(0, 2, 4, failures=[(0, NO_CAPACITY)]), check(14.99, 2, 4)],
+        (
+            HOLD,
+            2,
+            "2 of 6 spot nodes missing for 14.99 min (launch failures: no-capacity x1); on-demand part 2 rises after "
+            "15 min",
+        ),
+        id="short-just-under-after",
+    ),
+    pytest.param(
+        [check(0, 2, 4, failures=[(0, NO_CAPACITY)]), check(5, 2, 4, failures=[(4, PRICE)]), check(15, 2, 4)],
+        (
+            RAISE,
+            4,
+            "2 of 6 spot nodes missing for 15 min (launch failures: no-capacity x1, price x1): on-demand part 2 -> 4",
+        ),
+        id="short-exactly-after-raises-by-shortfall",
+    ),
+    pytest.param(
+        [check(0, 2, 5), check(15, 2, 5)],
+        (
+            RAISE,
+            3,
+            "1 of 6 spot nodes missing for 15 min (the history reports no launch failure): on-demand part 2 -> 3",
+        ),
+        id="shortfall-without-failure-raises-too",
+    ),
+    pytest.param(
+        [check(0, 2, 3, failures=[(0, ERROR)]), check(15, 2, 3)],
+        (
+            RAISE,
+            4,
+            "3 of 6 spot nodes missing for 15 min (launch failures: error x1): on-demand part 2 -> 4 (capped at the "
+            "ceiling)",
+        ),
+        id="raise-capped-at-ceiling",
+    ),
+    pytest.param(
+        [check(0, 4, 3), check(15, 4, 3)],
+        (
+            HOLD,
+            4,
+            "1 of 4 spot nodes missing for 15 min (the history reports no launch failure); on-demand part 4 is at its "
+            "ceiling (capacity.on_demand 2 + max_extra_on_demand 2, at most the target 8)",
+        ),
+        id="at-ceiling-holds",
+    ),
+    pytest.param(
+        [check(0, 2, 4), check(5, 2, 6), check(10, 2, 4), check(20, 2, 4)],
+        (
+            HOLD,
+            2,
+            "2 of 6 spot nodes missing for 10 min (the history reports no launch failure); on-demand part 2 rises "
+            "after 15 min",
+        ),
+        id="a-full-check-restarts-the-shortfall-clock",
+    ),
+    pytest.param(
+        [check(0, 2, 5), check(15, 2, 5), check(20, 3, 4), check(34, 3, 4)],
+        (
+            HOLD,
+            3,
+            "1 of 5 spot nodes missing for 14 min (the history reports no launch failure); on-demand part 3 rises "
+            "after 15 min",
+        ),
+        id="after-a-raise-a-new-shortfall-waits-again",
+    ),
+    pytest.param(
+        [check(0, 4, 4), check(29, 4, 4)],
+        (HOLD, 4, "spot back for 29 min; one of 2 extra on-demand node(s) goes after 30 min"),
+        id="restore-just-before",
+    ),
+    pytest.param(
+        [check(0, 4, 4), check(30, 4, 4)],
+        (LOWER, 3, "spot back for 30 min: on-demand part 4 -> 3, one node for spot (floor 2)"),
+        id="restore-exactly-lowers-one",
+    ),
+    pytest.param(
+        [check(0, 4, 4), check(30, 4, 4), check(35, 3, 5), check(59, 3, 5)],
+        (HOLD, 3, "spot back for 29 min; one of 1 extra on-demand node(s) goes after 30 min"),
+        id="each-step-waits-restore-after-again",
+    ),
+    pytest.param(
+        [check(0, 4, 4), check(30, 4, 4), check(35, 3, 5), check(60, 3, 5)],
+        (LOWER, 2, "spot back for 30 min: on-demand part 3 -> 2, one node for spot (floor 2)"),
+        id="second-step-reaches-the-floor",
+    ),
+    pytest.param(
+        [check(0, 4, 4), check(10, 4, 4, failures=[(12, NO_CAPACITY)]), check(40, 4, 4)],
+        (HOLD, 4, "spot back for 28 min; one of 2 extra on-demand node(s) goes after 30 min"),
+        id="a-failure-restarts-the-restore-clock",
+    ),
+    pytest.param(
+        [check(0, 4, 4), check(10, 4, 4, failures=[(12, NO_CAPACITY)]), check(42, 4, 4)],
+        (LOWER, 3, "spot back for 30 min: on-demand part 4 -> 3, one node for spot (floor 2)"),
+        id="restore-counted-from-the-last-failure",
+    ),
+    pytest.param(
+        [check(0, 4, 4), check(30, 4, 4, on_demand_running=3)],
+        (
+            HOLD,
+            4,
+            "2 extra on-demand node(s); waiting for the fleet to reach its target (7 of 8) before replacing one",
+        ),
+        id="never-lowers-below-target",
+    ),
+    pytest.param(
+        [check(0, 4, 4), check(20, 4, 3), check(30, 4, 4), check(59, 4, 4)],
+        (HOLD, 4, "spot back for 29 min; one of 2 extra on-demand node(s) goes after 30 min"),
+        id="a-shortfall-restarts-the-restore-clock",
+    ),
+]
+
+
+@pytest.mark.parametrize(("history", "expected"), HISTORIES)
+def test_decision_over_a_fleet_history(history, expected):
+    decision = run(history)
+    assert (decision.action, decision.on_demand, decision.reason) == expected
+
+
+SMALL = FallbackSettings(
+    target=3, floor=2, after=dt.timedelta(minutes=15), restore_after=dt.timedelta(minutes=30), max_extra=2
+)
+
+
+@pytest.mark.parametrize(
+    ("history", "expected"),
+    [
+        pytest.param(
+            [check(0, 2, 0), check(15, 2, 0)],
+            (
+                RAISE,
+                3,
+                "1 of 1 spot nodes missing for 15 min (the history reports no launch failure): on-demand part 2 -> 3",
+            ),
+            id="ceiling-is-at-most-the-target",
+        ),
+    ],
+)
+def test_the_ceiling_never_passes_the_target(history, expected):
+    decision = run(history, settings=SMALL)
+    assert (decision.action, decision.on_demand, decision.reason) == expected
+    assert SMALL.ceiling == 3
+
+
+def test_a_deploy_that_resets_the_on_demand_part_is_noticed_and_the_raise_applied_again():
+    raised = run([check(0, 2, 4), check(15, 2, 4)])
+    assert (raised.action, raised.on_demand) == (RAISE, 4)
+    # The deploy wrote OnDemandTargetCapacity 2 back; the fleet still runs 4 on-demand and 4 spot nodes.
+    decision = decide(SETTINGS, check(20, 2, 4, on_demand_running=4), raised.state)
+    assert (decision.action, decision.on_demand, decision.reapplied) == (RAISE, 4, True)
+    assert decision.reason == (
+        "on-demand part is 2, the template's value, but the fallback had raised it to 4: a deploy reset it; "
+        "raising it to 4 again"
+    )
+    assert decision.state.short_since is None and decision.state.changed_at == at(20)
+
+
+def test_a_value_set_outside_the_fallback_is_followed():
+    raised = run([check(0, 2, 4), check(15, 2, 4)])
+    decision = decide(SETTINGS, check(20, 3, 5), raised.state)
+    assert (decision.action, decision.on_demand, decision.reapplied) == (HOLD, 3, False)
+    assert decision.state.on_demand == 3
+
+
+def test_state_survives_its_json_form():
+    decision = run([check(0, 2, 4, failures=[(0, NO_CAPACITY)]), check(5, 2, 4)])
+    text = decision.state.to_json()
+    assert FallbackState.from_json(text) == decision.state
+    assert FallbackState.from_json("{}") == FallbackState()
+    assert '"short_since": "2026-11-23T06:00:00+00:00"' in text
+
+
+def test_a_state_about_another_fleet_starts_afresh():
+    raised = run([check(0, 2, 4), check(15, 2, 4)]).state
+    assert raised.for_node_group("sfr-1") is raised
+    assert raised.for_node_group("sfr-2") == FallbackState(node_group_id="sfr-2")

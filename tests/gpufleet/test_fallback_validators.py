@@ -1,0 +1,119 @@
+"""The rules of fleet.fallback, each on both sides of its bound, with the exact line `gpufleet validate` prints."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.environment import Fallback, load_environment
+from tests.gpufleet.test_validators import changed, problems_of, write
+
+FALLBACK = {"after_minutes": 15, "restore_after_minutes": 30, "max_extra_on_demand": 2}
+
+
+def with_fallback(**changes) -> dict:
+    """The valid lab environment with four nodes, one on demand, and a fallback; dotted keys changed."""
+    return changed({"capacity.target": 4, "capacity.on_demand": 1, "fleet.fallback": dict(FALLBACK), **changes})
+
+
+def test_the_fallback_example_is_valid(tmp_path):
+    environment = load_environment(write(tmp_path, with_fallback()))
+    assert environment.fleet.fallback == Fallback(after_minutes=15, restore_after_minutes=30, max_extra_on_demand=2)
+
+
+def test_fallback_defaults(tmp_path):
+    environment = load_environment(write(tmp_path, with_fallback(**{"fleet.fallback": {}})))
+    assert environment.fleet.fallback == Fallback(after_minutes=15, restore_after_minutes=30, max_extra_on_demand=2)
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        pytest.param(
+            {"capacity.on_demand": 4},
+            [
+                "fleet.fallback: there is no spot part to fall back from: capacity.on_demand (4) is the whole target "
+                "(4) (lower capacity.on_demand, or remove fallback)"
+            ],
+            id="all-on-demand",
+        ),
+        pytest.param(
+            {"fleet.type": "request"},
+            [
+                "fleet.fallback: the fallback changes the fleet's on-demand part, and only a maintain fleet can be "
+                "modified (set fleet.type: maintain, or remove fallback)"
+            ],
+            id="request-fleet",
+        ),
+        pytest.param(
+            {"fleet.fallback.after_minutes": 4},
+            [
+                "fleet.fallback.after_minutes: 4 is shorter than the fallback's check interval (at least 5: the fleet "
+                "is checked every 5 minutes)"
+            ],
+            id="after-below-interval",
+        ),
+        pytest.param(
+            {"fleet.fallback.restore_after_minutes": 4},
+            [
+                "fleet.fallback.restore_after_minutes: 4 is shorter than the fallback's check interval (at least 5: "
+                "the fleet is checked every 5 minutes)"
+            ],
+            id="restore-below-interval",
+        ),
+        pytest.param(
+            {"fleet.fallback.max_extra_on_demand": 0},
+            [
+                "fleet.fallback.max_extra_on_demand: 0 is out of range (1 to the spot part, capacity.target - "
+                "capacity.on_demand = 3: more extra on-demand nodes than spot nodes would never be used)"
+            ],
+            id="ceiling-zero",
+        ),
+        pytest.param(
+            {"fleet.fallback.max_extra_on_demand": 4},
+            [
+                "fleet.fallback.max_extra_on_demand: 4 is out of range (1 to the spot part, capacity.target - "
+                "capacity.on_demand = 3: more extra on-demand nodes than spot nodes would never be used)"
+            ],
+            id="ceiling-above-spot",
+        ),
+    ],
+)
+def test_refused(tmp_path, changes, expected):
+    assert problems_of(tmp_path, with_fallback(**changes)) == expected
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        pytest.param({"capacity.on_demand": 3, "fleet.fallback.max_extra_on_demand": 1}, id="one-spot-node"),
+        pytest.param({"fleet.fallback.after_minutes": 5}, id="after-at-interval"),
+        pytest.param({"fleet.fallback.restore_after_minutes": 5}, id="restore-at-interval"),
+        pytest.param({"fleet.fallback.max_extra_on_demand": 1}, id="ceiling-one"),
+        pytest.param({"fleet.fallback.max_extra_on_demand": 3}, id="ceiling-at-spot"),
+        pytest.param({"capacity.on_demand": 0, "fleet.fallback.max_extra_on_demand": 4}, id="all-spot"),
+    ],
+)
+def test_accepted(tmp_path, changes):
+    assert load_environment(write(tmp_path, with_fallback(**changes))).fleet.fallback is not None
+
+
+def test_rules_stay_quiet_without_fallback(tmp_path):
+    document = changed({"capacity.target": 2, "capacity.on_demand": 2, "fleet.type": "request"})
+    assert load_environment(write(tmp_path, document)).fleet.fallback is None
+
+
+def test_a_capacity_block_refuses_fallback(tmp_path):
+    document = changed(
+        {
+            "instance_type": "p5.48xlarge",
+            "fleet.backend": "auto-scaling",
+            "fleet.fallback": {**FALLBACK, "max_extra_on_demand": 1},
+            "capacity.capacity_block": {"reservation_id": "cr-0123456789abcdef0"},
+        }
+    )
+    assert problems_of(tmp_path, document) == [
+        "capacity.capacity_block: 1 of the 2 nodes are spot, but every node in a Capacity Block is a "
+        "capacity-block instance (set capacity.on_demand to 2)",
+        "fleet.fallback: a Capacity Block has no spot nodes to fall back from, and its nodes are not on-demand ones "
+        "(remove fallback, or capacity.capacity_block)",
+    ]

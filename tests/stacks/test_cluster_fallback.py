@@ -1,0 +1,96 @@
+"""A cluster with fleet.fallback (an environment of the test's own, the shipped ones have none): the fallback is
+wired to the stack's Spot Fleet, and the templates pass cfn-lint, cdk-nag (with reasoned acknowledgements) and the
+Service Authorization Reference check; without fleet.fallback there is no fallback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gpufleet.environment import environment_files, load_environments
+from tests.conftest import REPOSITORY, synthesize
+from tests.stacks.test_iam_resources import StackContext, policy_statements, unmatched_pairs, unmatched_resources
+
+CFN_LINT = Path(sys.executable).with_name("cfn-lint")
+NAME = "spotfirst"
+
+
+@pytest.fixture(scope="module")
+def fallback_assembly(tmp_path_factory):
+    environments = tmp_path_factory.mktemp("environments")
+    document = yaml.safe_load((REPOSITORY / "environments/prod.yaml").read_text())
+    document["name"] = NAME
+    document["fleet"]["fallback"] = {"after_minutes": 20, "restore_after_minutes": 45, "max_extra_on_demand": 3}
+    (environments / f"{NAME}.yaml").write_text(yaml.safe_dump(document))
+    return synthesize(tmp_path_factory.mktemp("cdk.out"), environments)
+
+
+def test_the_fallback_runs_on_the_stacks_fleet_with_the_environments_settings(fallback_assembly):
+    template = fallback_assembly.template(f"gpufleet-{NAME}-cluster")
+    (fleet,) = template.find_resources("AWS::EC2::SpotFleet")
+    functions = template.find_resources(
+        "AWS::Lambda::Function", {"Properties": {"Handler": "handler.on_schedule"}}
+    ).values()
+    (function,) = functions
+    assert function["Properties"]["Environment"]["Variables"] == {
+        "BACKEND": "spot-fleet",
+        "NODE_GROUP_ID": {"Ref": fleet},
+        "PARAMETER_NAME": f"/gpufleet/{NAME}/fallback",
+        "FLOOR": "2",
+        "AFTER_MINUTES": "20",
+        "RESTORE_AFTER_MINUTES": "45",
+        "MAX_EXTRA_ON_DEMAND": "3",
+    }
+    template.resource_count_is("AWS::Events::Rule", 1)
+
+
+def test_shipped_environments_without_fallback_have_none(assembly):
+    for environment in load_environments(environment_files()):
+        if environment.fleet.fallback is None:
+            template = assembly.template(f"{environment.stack_prefix}-cluster")
+            template.resource_count_is("AWS::Events::Rule", 0)
+
+
+def test_cfn_lint_passes(fallback_assembly):
+    templates = [str(fallback_assembly.template_file(name)) for name in fallback_assembly.stack_names]
+    result = subprocess.run(
+        [CFN_LINT, "--config-file", str(REPOSITORY / ".cfnlintrc.yaml"), "--", *templates],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_policy_resource_matches_the_service_authorization_reference(fallback_assembly):
+    name = f"gpufleet-{NAME}-cluster"
+    template = fallback_assembly.template_json(name)
+    account, region = fallback_assembly.manifest["artifacts"][name]["environment"].removeprefix("aws://").split("/")
+    context = StackContext(
+        name, region, account, {logical_id: resource["Type"] for logical_id, resource in template["Resources"].items()}
+    )
+    problems = [
+        problem
+        for statement in policy_statements(template, context)
+        for problem in unmatched_resources(statement, context) + unmatched_pairs(statement, context)
+    ]
+    assert problems == []
+
+
+def test_cdk_nag_acknowledgements_of_the_fallback_give_reasons(fallback_assembly):
+    # Synthesis ran cdk-nag and would have failed on an unacknowledged finding.
+    template = fallback_assembly.template_json(f"gpufleet-{NAME}-cluster")
+    reasons = [
+        rule["reason"]
+        for logical_id, resource in template["Resources"].items()
+        if logical_id.startswith("CapacityFallback")
+        for rule in resource.get("Metadata", {}).get("cdk_nag", {}).get("rules_to_suppress", [])
+    ]
+    # Written on the role and on its default policy, where cdk-nag reports the finding.
+    assert set(reasons) == {
+        "ec2:DescribeSpotFleetRequests, ec2:DescribeInstances support no resource-level permissions (Service "
+        "Authorization Reference); the capacity fallback only reads the fleet's nodes and history with them"
+    }
