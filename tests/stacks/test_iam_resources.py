@@ -295,9 +295,11 @@ def test_every_stack_of_the_app_is_checked(templates):
         "gpufleet-dev-cluster",
         "gpufleet-dev-network",
         "gpufleet-h100-cluster",
+        "gpufleet-p5-block-cluster",
+        "gpufleet-p5-block-network",
         "gpufleet-prod-cluster",
         "gpufleet-prod-network",
-    } <= names
+    } == names
     checked = {stack.name for template, stack in templates if policy_statements(template, stack)}
     assert checked == names
 
