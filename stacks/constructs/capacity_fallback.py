@@ -160,6 +160,9 @@ class CapacityFallback(Construct):
         """Let the role change this one fleet request or group; return the read actions granted on "*"."""
         stack = cdk.Stack.of(self)
         if backend == SPOT_FLEET:
+            # All three act on the spot-fleet-request resource type in the Service Authorization Reference as
+            # parliament 1.6.4 bundles it (parliament/iam_definition.json), as the fleet teardown's calls do
+            # (stacks/constructs/fleet_teardown.py; tests/stacks/test_iam_resources.py holds both to it).
             role.add_to_policy(
                 iam.PolicyStatement(
                     actions=[

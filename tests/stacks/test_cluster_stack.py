@@ -284,8 +284,19 @@ def test_teardown_runs_before_fleet_placement_group_and_security_group_are_delet
     ]
     terminate = next(s for s in statements if s["Action"] == "ec2:TerminateInstances")
     assert terminate["Condition"] == {"StringEquals": {"aws:ResourceTag/gpufleet:environment": name}}
-    cancel = next(s for s in statements if s["Action"] == "ec2:CancelSpotFleetRequests")
-    assert "spot-fleet-request/" in str(cancel["Resource"])
+    cancel = next(s for s in statements if "ec2:CancelSpotFleetRequests" in s["Action"])
+    assert cancel["Action"] == ["ec2:CancelSpotFleetRequests", "ec2:DescribeSpotFleetInstances"]
+    assert cancel["Resource"] == {
+        "Fn::Join": [
+            "",
+            [
+                "arn:",
+                {"Ref": "AWS::Partition"},
+                f":ec2:{ENVIRONMENTS[name].region}:123456789012:spot-fleet-request/",
+                {"Ref": fleet},
+            ],
+        ]
+    }
     assert not template.find_resources("AWS::Logs::LogGroup", {"DeletionPolicy": "Retain"})
 
 
