@@ -40,7 +40,7 @@ def test_env_context_narrows_synthesis_to_one_environment_without_credentials(tm
 def test_unknown_environment_stops_synthesis_with_one_line(tmp_path):
     result = run_app(tmp_path, {"env": "staging"})
     assert result.returncode == 1
-    assert result.stderr.strip().endswith("unknown environment 'staging' (known: dev, h100, prod)")
+    assert result.stderr.strip().endswith("unknown environment 'staging' (known: dev, h100, p5-block, prod)")
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "cdk.out/manifest.json").exists()
 

@@ -39,6 +39,7 @@ def run(args: argparse.Namespace) -> int:
             "environment": env.name,
             "region": env.region,
             "availability_zone": env.availability_zone,
+            "backend": env.fleet.backend,
             "ok": not failed,
             "checks": [check.as_dict() for check in checks],
         }
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         return 1 if failed else 0
     print(
         f"Preflight {env.name}: {env.capacity.target} x {env.instance_type} ({env.capacity.on_demand} on-demand, "
-        f"{env.capacity.spot} spot) in {env.availability_zone}"
+        f"{env.capacity.spot} spot) in {env.availability_zone}, fleet.backend {env.fleet.backend}"
     )
     print(format_table(["RESULT", "CHECK", "DETAIL"], [(c.status, c.name, c.detail) for c in checks]))
     if args.suggest_az:

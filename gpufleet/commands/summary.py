@@ -10,6 +10,7 @@ from pathlib import Path
 from gpufleet.catalog import load_catalog
 from gpufleet.errors import GpufleetError
 from gpufleet.table import format_table
+from gpufleet.validators import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET
 
 CLUSTER_STACK_SUFFIX = "-cluster"
 
@@ -18,6 +19,7 @@ CLUSTER_STACK_SUFFIX = "-cluster"
 class ClusterSummary:
     environment: str
     stack: str
+    backend: str
     instance_type: str
     on_demand_nodes: int
     spot_nodes: int
@@ -40,10 +42,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([asdict(summary) for summary in summaries], indent=2))
         return 0
-    headers = ["ENVIRONMENT", "INSTANCE TYPE", "NODES OD/SPOT", "GPUS", "EFA/NODE", "PLACEMENT", "AZ"]
+    headers = ["ENVIRONMENT", "BACKEND", "INSTANCE TYPE", "NODES OD/SPOT", "GPUS", "EFA/NODE", "PLACEMENT", "AZ"]
     rows = [
         [
             s.environment,
+            s.backend,
             s.instance_type,
             f"{s.on_demand_nodes}/{s.spot_nodes}",
             f"{s.gpus} x {s.gpu_model}",
@@ -81,19 +84,41 @@ def _summarize_stack(cdk_out: Path, stack: str) -> ClusterSummary:
         return properties
 
     template_data = only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
-    fleet = only("AWS::EC2::SpotFleet")["SpotFleetRequestConfigData"]
+    backend, on_demand, target = _node_group(resources)
     instance = load_catalog()[template_data["InstanceType"]]
     interfaces = template_data["NetworkInterfaces"]
     return ClusterSummary(
         environment=stack.removeprefix("gpufleet-").removesuffix(CLUSTER_STACK_SUFFIX),
         stack=stack,
+        backend=backend,
         instance_type=instance.name,
-        on_demand_nodes=fleet["OnDemandTargetCapacity"],
-        spot_nodes=fleet["TargetCapacity"] - fleet["OnDemandTargetCapacity"],
-        gpus=fleet["TargetCapacity"] * instance.gpu.count,
+        on_demand_nodes=on_demand,
+        spot_nodes=target - on_demand,
+        gpus=target * instance.gpu.count,
         gpu_model=instance.gpu.model,
         # Both interface types give the node an EFA device; efa-only has no ENA device besides.
         efa_interfaces_per_node=sum(1 for i in interfaces if i["InterfaceType"] in ("efa", "efa-only")),
-        placement_strategy=only("AWS::EC2::PlacementGroup")["Strategy"],
+        placement_strategy=_placement(template_data, only("AWS::EC2::PlacementGroup")["Strategy"]),
         availability_zone=template["Outputs"]["AvailabilityZone"]["Value"],
     )
+
+
+def _node_group(resources: dict) -> tuple[str, int, int]:
+    """(fleet.backend, on-demand nodes, target) of the one Spot Fleet or Auto Scaling group of the stack."""
+    for resource in resources.values():
+        properties = resource.get("Properties", {})
+        if resource["Type"] == "AWS::EC2::SpotFleet":
+            fleet = properties["SpotFleetRequestConfigData"]
+            return BACKEND_SPOT_FLEET, fleet["OnDemandTargetCapacity"], fleet["TargetCapacity"]
+        if resource["Type"] == "AWS::AutoScaling::AutoScalingGroup":
+            distribution = properties["MixedInstancesPolicy"]["InstancesDistribution"]
+            return BACKEND_AUTO_SCALING, distribution["OnDemandBaseCapacity"], int(properties["DesiredCapacity"])
+    raise GpufleetError("the cluster stack holds neither a Spot Fleet nor an Auto Scaling group")
+
+
+def _placement(template_data: dict, placement_group_strategy: str) -> str:
+    """The placement group's strategy when the launch template names it; a Capacity Block's nodes are placed by EC2
+    (the launch template names no placement group then: stacks/constructs/node_launch_template.py)."""
+    if "GroupName" in template_data.get("Placement", {}):
+        return placement_group_strategy
+    return template_data["InstanceMarketOptions"]["MarketType"]

@@ -83,8 +83,10 @@ class ServiceLinkedRole:
         return f"aws iam create-service-linked-role --aws-service-name {self.service}"
 
 
-# The EC2 console creates these on first use; a fleet requested through the API (CloudFormation included) fails
-# until they exist. The Spot Fleet role is needed by every fleet, the Spot role only where the fleet asks for spot.
+# The service-linked roles each fleet.backend launches nodes with.
+# Spot Fleet: the EC2 console creates these on first use; a fleet requested through the API (CloudFormation included)
+# fails until they exist. The Spot Fleet role is needed by every fleet, the Spot role only where the fleet asks for
+# spot.
 # source (names, "If you use the AWS CLI or an API, you must ensure that these roles exist"):
 #   https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/spot-fleet-prerequisites.html
 # source (create commands, service names spotfleet.amazonaws.com / spot.amazonaws.com): the same page, section
@@ -93,6 +95,14 @@ class ServiceLinkedRole:
 #   https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/service-linked-roles-spot-instance-requests.html
 SPOT_FLEET_ROLE = ServiceLinkedRole("AWSServiceRoleForEC2SpotFleet", "spotfleet.amazonaws.com")
 SPOT_ROLE = ServiceLinkedRole("AWSServiceRoleForEC2Spot", "spot.amazonaws.com")
+# Auto Scaling group: no Spot Fleet role. The group runs as AWSServiceRoleForAutoScaling, which "Amazon EC2 Auto Scaling
+# creates ... for you the first time that you create an Auto Scaling group but do not specify a different
+# service-linked role" (EC2 Auto Scaling user guide, autoscaling-service-linked-role.html), when the creating
+# principal may iam:CreateServiceLinkedRole: missing, it warns. Its policy requests the spot nodes itself
+# (ec2:RequestSpotInstances, ec2:RunInstances) and may create the Spot role (statement EC2SpotManagement:
+# iam:CreateServiceLinkedRole for spot.amazonaws.com; AWS managed policy reference, AutoScalingServiceRolePolicy), so
+# the Spot role is not asked for.
+AUTO_SCALING_ROLE = ServiceLinkedRole("AWSServiceRoleForAutoScaling", "autoscaling.amazonaws.com")
 
 
 @dataclass(frozen=True)
@@ -331,9 +341,15 @@ def check_spot_price(ec2: Any, env: Environment, now: dt.datetime) -> Check:
     return Check("spot-price", "pass", f"latest spot price ${price:.4f}/h in {env.availability_zone}")
 
 
-def check_spot_roles(iam: Any, env: Environment) -> Check:
-    """The service-linked roles that Spot Fleet (always) and Spot (with spot capacity) need, by iam:GetRole."""
-    needed = [SPOT_FLEET_ROLE] + ([SPOT_ROLE] if env.capacity.spot > 0 else [])
+def check_service_roles(iam: Any, env: Environment) -> Check:
+    """The service-linked roles the environment's fleet.backend launches nodes with, by iam:GetRole: Spot Fleet's
+    (always) and Spot's (with spot capacity) for a Spot Fleet, which fail when missing; Auto Scaling's for a group,
+    which warns (the group's creation makes it)."""
+    name = "service-roles"
+    if env.fleet.backend == BACKEND_AUTO_SCALING:
+        needed = [AUTO_SCALING_ROLE]
+    else:
+        needed = [SPOT_FLEET_ROLE] + ([SPOT_ROLE] if env.capacity.spot > 0 else [])
     missing: list[ServiceLinkedRole] = []
     unchecked: list[str] = []
     for role in needed:
@@ -346,15 +362,29 @@ def check_spot_roles(iam: Any, env: Environment) -> Check:
                 unchecked.append(f"{role.name}: {error.operation_name} {error_code(error)}: {error_message(error)}")
             else:
                 raise
+    if missing and env.fleet.backend == BACKEND_AUTO_SCALING:
+        return Check(
+            name,
+            "warn",
+            f"{AUTO_SCALING_ROLE.name} is missing: creating the group creates it if the deploying principal may "
+            f"iam:CreateServiceLinkedRole; otherwise run `{AUTO_SCALING_ROLE.create_command}`",
+        )
     if missing:
         commands = "; ".join(f"{role.name} is missing: run `{role.create_command}`" for role in missing)
-        return Check("spot-roles", "fail", commands + "".join(f"; could not check {text}" for text in unchecked))
+        return Check(name, "fail", commands + "".join(f"; could not check {text}" for text in unchecked))
     if unchecked:
-        return Check("spot-roles", "warn", "could not check " + "; ".join(unchecked))
+        return Check(name, "warn", "could not check " + "; ".join(unchecked))
     found = " and ".join(role.name for role in needed)
+    if env.fleet.backend == BACKEND_AUTO_SCALING:
+        return Check(
+            name,
+            "pass",
+            f"{found} exists (an Auto Scaling group needs no {SPOT_FLEET_ROLE.name}, and its role may create "
+            f"{SPOT_ROLE.name} itself)",
+        )
     if env.capacity.spot == 0:
-        return Check("spot-roles", "pass", f"{found} exists ({SPOT_ROLE.name} not needed: every node is on-demand)")
-    return Check("spot-roles", "pass", f"{found} exist")
+        return Check(name, "pass", f"{found} exists ({SPOT_ROLE.name} not needed: every node is on-demand)")
+    return Check(name, "pass", f"{found} exist")
 
 
 def check_valid_until(env: Environment, now: dt.datetime) -> Check:
@@ -533,7 +563,7 @@ def run_checks(aws: Any, env: Environment, spec: InstanceType, now: dt.datetime)
         check_ami(ssm, ec2, env),
         check_placement_score(ec2, env),
         check_spot_price(ec2, env, now),
-        check_spot_roles(iam, env),
+        check_service_roles(iam, env),
         check_valid_until(env, now),
         check_spot_fleet_policy(ec2, env),
         check_auto_scaling_policy(iam, sts, env),

@@ -12,8 +12,11 @@
 # Terminated when the node is about to be terminated (EC2 Auto Scaling user guide,
 # retrieving-target-lifecycle-state-through-imds: the primary steady states are InService and Terminated), runs the
 # hook once for that too, then completes the lifecycle action (CONTINUE) so the termination need not wait for the
-# hook's heartbeat timeout. That call needs the AWS CLI on the node; without it the termination goes on when the
-# timeout passes.
+# hook's heartbeat timeout. That call needs the AWS CLI on the node, which the AMI profiles do not install: the
+# Ubuntu images have none, the Amazon Linux 2 image has version 1 from its base image ("The AWS CLI version 1 is
+# preinstalled on Amazon Linux and Amazon Linux 2", AWS CLI user guide, install-linux-al2017.html). Without it the
+# watcher logs so once, when the termination comes, and the termination goes on when the heartbeat timeout passes
+# (10 minutes: stacks/constructs/gpu_auto_scaling_group.py), after the hook has run.
 # Runs as gpufleet-spot-watcher.service; stdout goes to the journal.
 set -euo pipefail
 
@@ -116,7 +119,8 @@ run_hook() {
 complete_lifecycle_action() {
   local instance_id region name=$group image_id
   if ! command -v aws >/dev/null; then
-    log "no AWS CLI on the node: the termination goes on when lifecycle hook $lifecycle_hook times out"
+    log "no AWS CLI on this node (aws is not on PATH): cannot complete the lifecycle action of hook" \
+      "$lifecycle_hook, so the termination waits for the hook's heartbeat timeout"
     return 0
   fi
   if ! instance_id=$(metadata instance-id) || ! region=$(metadata placement/region); then

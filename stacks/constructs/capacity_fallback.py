@@ -2,7 +2,10 @@
 
 The function (stacks/capacity_fallback/handler.py, deciding with gpufleet/fallback.py) reads the fleet or Auto Scaling
 group, changes only its on-demand part, and keeps its state in the SSM parameter /gpufleet/ENV/fallback, which it
-writes itself: the stack does not declare the parameter, so no deploy can write an old value back. Its role may
+writes itself: the stack does not declare the parameter, so no deploy can write an old value back. A custom resource
+(stacks/capacity_fallback/state_cleanup.py) deletes the parameter when the stack goes (or fleet.fallback is removed):
+the schedule, the function and its role depend on it, so CloudFormation deletes them first and no run writes the
+parameter again afterwards; its Create and Update do nothing, so a deploy leaves the state alone. Its role may
 change exactly this fleet request (or this group) and this parameter; the reads that AWS cannot scope
 (DescribeSpotFleetRequests, DescribeInstances, the Auto Scaling Describe calls) are read-only.
 
@@ -28,6 +31,11 @@ from gpufleet.fallback import AUTO_SCALING, CHECK_INTERVAL_MINUTES, SPOT_FLEET, 
 HANDLER_DIR = Path(__file__).resolve().parent.parent / "capacity_fallback"
 # A run is a handful of describe calls and at most one change.
 HANDLER_TIMEOUT = cdk.Duration.minutes(1)
+# The state cleanup is one DeleteParameter and one answer to CloudFormation. CloudFormation waits for a custom
+# resource's answer up to its ServiceTimeout (1 to 3600 seconds, default 3600: AWS::CloudFormation::CustomResource);
+# five minutes covers the function's timeout with room, so a lost answer fails the delete in minutes, not an hour.
+STATE_CLEANUP_TIMEOUT = cdk.Duration.minutes(1)
+STATE_CLEANUP_SERVICE_TIMEOUT = cdk.Duration.minutes(5)
 
 
 class CapacityFallback(Construct):
@@ -56,6 +64,10 @@ class CapacityFallback(Construct):
             description=f"gpufleet {environment_name} capacity fallback: the fleet's on-demand part and its state",
         )
         log_group.grant_write(role)
+        # The asset carries gpufleet/fallback.py through a link (stacks/capacity_fallback/gpufleet/fallback.py).
+        code = lambda_.Code.from_asset(
+            str(HANDLER_DIR), exclude=["__pycache__", "*.pyc"], follow_symlinks=cdk.SymlinkFollowMode.ALWAYS
+        )
         role.add_to_policy(
             iam.PolicyStatement(
                 actions=["ssm:GetParameter", "ssm:PutParameter"],
@@ -75,10 +87,7 @@ class CapacityFallback(Construct):
             "Function",
             runtime=lambda_.Runtime.PYTHON_3_14,
             handler="handler.on_schedule",
-            # The asset carries gpufleet/fallback.py through a link (stacks/capacity_fallback/gpufleet/fallback.py).
-            code=lambda_.Code.from_asset(
-                str(HANDLER_DIR), exclude=["__pycache__", "*.pyc"], follow_symlinks=cdk.SymlinkFollowMode.ALWAYS
-            ),
+            code=code,
             timeout=HANDLER_TIMEOUT,
             role=role,
             log_group=log_group,
@@ -100,11 +109,60 @@ class CapacityFallback(Construct):
             description=f"gpufleet {environment_name}: check the fleet's spot capacity",
             targets=[targets.LambdaFunction(self.function, retry_attempts=0)],
         )
+        self.state_cleanup = self._delete_state_with_the_stack(code, parameter, log_retention)
+        for writer in (role, self.function, self.rule):
+            writer.node.add_dependency(self.state_cleanup)
+
+    def _delete_state_with_the_stack(
+        self, code: lambda_.Code, parameter: str, log_retention: logs.RetentionDays
+    ) -> cdk.CustomResource:
+        """The custom resource whose Delete removes the state parameter, with a function and role of its own: only
+        it may delete the parameter. Keep its construct id: under a new logical id CloudFormation would create a new
+        resource and delete the old one, and with it the state."""
+        stack = cdk.Stack.of(self)
+        log_group = logs.LogGroup(
+            self, "StateCleanupLogs", retention=log_retention, removal_policy=cdk.RemovalPolicy.DESTROY
+        )
+        role = iam.Role(
+            self,
+            "StateCleanupRole",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"gpufleet capacity fallback: delete {parameter} with the stack",
+        )
+        log_group.grant_write(role)
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=["ssm:DeleteParameter"],
+                resources=[stack.format_arn(service="ssm", resource="parameter", resource_name=parameter.lstrip("/"))],
+            )
+        )
+        function = lambda_.Function(
+            self,
+            "StateCleanupFunction",
+            runtime=lambda_.Runtime.PYTHON_3_14,
+            handler="state_cleanup.on_event",
+            code=code,
+            timeout=STATE_CLEANUP_TIMEOUT,
+            role=role,
+            log_group=log_group,
+            description=f"gpufleet: deletes {parameter} when the capacity fallback goes",
+        )
+        return cdk.CustomResource(
+            self,
+            "StateCleanup",
+            service_token=function.function_arn,
+            resource_type="Custom::GpufleetFallbackState",
+            properties={"ParameterName": parameter},
+            service_timeout=STATE_CLEANUP_SERVICE_TIMEOUT,
+        )
 
     def _grant_node_group(self, role: iam.Role, backend: str, node_group_id: str) -> list[str]:
         """Let the role change this one fleet request or group; return the read actions granted on "*"."""
         stack = cdk.Stack.of(self)
         if backend == SPOT_FLEET:
+            # All three act on the spot-fleet-request resource type in the Service Authorization Reference as
+            # parliament 1.6.4 bundles it (parliament/iam_definition.json), as the fleet teardown's calls do
+            # (stacks/constructs/fleet_teardown.py; tests/stacks/test_iam_resources.py holds both to it).
             role.add_to_policy(
                 iam.PolicyStatement(
                     actions=[

@@ -24,11 +24,14 @@ from gpufleet.user_data import (
 
 SHIPPED = [path.stem for path in environment_files()]
 ALL_SCRIPTS = {"raid0-nvme", "gpu-clocks", "mig", "efa-env", "run-setup", "spot-watcher"}
-# What each shipped environment turns on (environments/*.yaml): h100 is all on-demand, so it has no spot watcher.
+# What each shipped environment turns on (environments/*.yaml): h100 is all on-demand, so it has no spot watcher;
+# p5-block is all on-demand too, but its nodes belong to an Auto Scaling group, whose terminations the watcher sees,
+# and to a Capacity Block, whose end runs capacity-block-end.
 EXPECTED_SCRIPTS = {
     "dev": ALL_SCRIPTS - {"mig"},
     "prod": ALL_SCRIPTS - {"mig"},
     "h100": ALL_SCRIPTS - {"spot-watcher", "mig"},
+    "p5-block": ALL_SCRIPTS - {"mig"} | {"capacity-block-end"},
 }
 
 

@@ -82,9 +82,10 @@ def test_buildspec_runs_the_pipeline_scripts_with_the_pinned_tools_and_the_publi
         "SESSION_MANAGER_PLUGIN_VERSION": "1.2.764.0",
         "BUILD_SUBNET_ID": "",
         "PACKER_MANIFEST": "build/image-manifest.json",
-        # environments/h100.yaml deploys in us-west-2 and reads /gpufleet/ami/ubuntu2204-cuda12.
+        # environments/h100.yaml deploys in us-west-2, environments/p5-block.yaml in us-east-2; both read
+        # /gpufleet/ami/ubuntu2204-cuda12.
         "PUBLISH_REGIONS": "p4d-ubuntu1804-cuda11=us-east-1 p4d-al2-cuda11=us-east-1 "
-        "ubuntu2204-cuda12=us-east-1,us-west-2",
+        "ubuntu2204-cuda12=us-east-1,us-east-2,us-west-2",
     }
     assert spec["phases"] == {
         "install": {
@@ -107,6 +108,7 @@ def test_ssm_parameter_writes_are_limited_to_the_ami_prefix_in_each_publish_regi
             "PublishAmiId",
             [
                 arn(":ssm:us-east-1:123456789012:parameter/gpufleet/ami/*"),
+                arn(":ssm:us-east-2:123456789012:parameter/gpufleet/ami/*"),
                 arn(":ssm:us-west-2:123456789012:parameter/gpufleet/ami/*"),
             ],
         ),
@@ -435,6 +437,7 @@ def test_copies_to_other_regions_need_the_profile_tag_and_change_no_image():
             "Sid": "PublishAmiId",
             "Resource": [
                 arn(":ssm:us-east-1:123456789012:parameter/gpufleet/ami/*"),
+                arn(":ssm:us-east-2:123456789012:parameter/gpufleet/ami/*"),
                 arn(":ssm:us-west-2:123456789012:parameter/gpufleet/ami/*"),
             ],
         },
@@ -442,14 +445,24 @@ def test_copies_to_other_regions_need_the_profile_tag_and_change_no_image():
             "Action": "ec2:CopyImage",
             "Effect": "Allow",
             "Sid": "PublishCreateTaggedCopy",
-            "Resource": [arn(":ec2:us-west-2::image/*"), arn(":ec2:us-west-2::snapshot/*")],
+            "Resource": [
+                arn(":ec2:us-east-2::image/*"),
+                arn(":ec2:us-east-2::snapshot/*"),
+                arn(":ec2:us-west-2::image/*"),
+                arn(":ec2:us-west-2::snapshot/*"),
+            ],
             "Condition": {"Null": {"aws:RequestTag/gpufleet:profile": "false"}},
         },
         "PublishTagCopyAtCreation": {
             "Action": "ec2:CreateTags",
             "Effect": "Allow",
             "Sid": "PublishTagCopyAtCreation",
-            "Resource": [arn(":ec2:us-west-2::image/*"), arn(":ec2:us-west-2::snapshot/*")],
+            "Resource": [
+                arn(":ec2:us-east-2::image/*"),
+                arn(":ec2:us-east-2::snapshot/*"),
+                arn(":ec2:us-west-2::image/*"),
+                arn(":ec2:us-west-2::snapshot/*"),
+            ],
             "Condition": {"StringEquals": {"ec2:CreateAction": "CopyImage"}},
         },
         "PublishWaitForCopies": {
@@ -457,7 +470,7 @@ def test_copies_to_other_regions_need_the_profile_tag_and_change_no_image():
             "Effect": "Allow",
             "Sid": "PublishWaitForCopies",
             "Resource": "*",
-            "Condition": {"StringEquals": {"aws:RequestedRegion": ["us-east-1", "us-west-2"]}},
+            "Condition": {"StringEquals": {"aws:RequestedRegion": ["us-east-1", "us-east-2", "us-west-2"]}},
         },
     }
     assert not {a for s in published.values() for a in as_list(s["Action"])} & {

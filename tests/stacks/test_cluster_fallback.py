@@ -1,9 +1,11 @@
-"""A cluster with fleet.fallback (an environment of the test's own, the shipped ones have none): the fallback is
-wired to the stack's Spot Fleet, and the templates pass cfn-lint, cdk-nag (with reasoned acknowledgements) and the
-Service Authorization Reference check; without fleet.fallback there is no fallback."""
+"""Clusters with fleet.fallback (environments of the test's own, the shipped ones have none), one per backend: the
+fallback is wired to the stack's Spot Fleet or Auto Scaling group, and the templates pass cfn-lint, cdk-nag (with
+reasoned acknowledgements) and the Service Authorization Reference check; without fleet.fallback there is no
+fallback."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -16,43 +18,78 @@ from tests.conftest import REPOSITORY, synthesize
 from tests.stacks.test_iam_resources import StackContext, policy_statements, unmatched_pairs, unmatched_resources
 
 CFN_LINT = Path(sys.executable).with_name("cfn-lint")
-NAME = "spotfirst"
+# prod's settings with a fallback, on each backend (prod's capacity rebalance is launch-before-terminate, which an
+# Auto Scaling group does not take: the group's copy rebalances with launch).
+NAMES = {"spot-fleet": "spotfirst", "auto-scaling": "spotfirst-asg"}
+NODE_GROUPS = {"spot-fleet": "AWS::EC2::SpotFleet", "auto-scaling": "AWS::AutoScaling::AutoScalingGroup"}
 
 
 @pytest.fixture(scope="module")
 def fallback_assembly(tmp_path_factory):
     environments = tmp_path_factory.mktemp("environments")
-    document = yaml.safe_load((REPOSITORY / "environments/prod.yaml").read_text())
-    document["name"] = NAME
-    document["fleet"]["fallback"] = {"after_minutes": 20, "restore_after_minutes": 45, "max_extra_on_demand": 3}
-    (environments / f"{NAME}.yaml").write_text(yaml.safe_dump(document))
+    for backend, name in NAMES.items():
+        document = yaml.safe_load((REPOSITORY / "environments/prod.yaml").read_text())
+        document["name"] = name
+        document["fleet"]["fallback"] = {"after_minutes": 20, "restore_after_minutes": 45, "max_extra_on_demand": 3}
+        if backend == "auto-scaling":
+            document["fleet"]["backend"] = backend
+            document["fleet"]["capacity_rebalance"] = {"replacement_strategy": "launch"}
+        (environments / f"{name}.yaml").write_text(yaml.safe_dump(document))
     return synthesize(tmp_path_factory.mktemp("cdk.out"), environments)
 
 
-def test_the_fallback_runs_on_the_stacks_fleet_with_the_environments_settings(fallback_assembly):
-    template = fallback_assembly.template(f"gpufleet-{NAME}-cluster")
-    (fleet,) = template.find_resources("AWS::EC2::SpotFleet")
+@pytest.mark.parametrize("backend", NAMES)
+def test_the_fallback_runs_on_the_stacks_node_group_with_the_environments_settings(fallback_assembly, backend):
+    name = NAMES[backend]
+    template = fallback_assembly.template(f"gpufleet-{name}-cluster")
+    (node_group,) = template.find_resources(NODE_GROUPS[backend])
     functions = template.find_resources(
         "AWS::Lambda::Function", {"Properties": {"Handler": "handler.on_schedule"}}
     ).values()
     (function,) = functions
     assert function["Properties"]["Environment"]["Variables"] == {
-        "BACKEND": "spot-fleet",
-        "NODE_GROUP_ID": {"Ref": fleet},
-        "PARAMETER_NAME": f"/gpufleet/{NAME}/fallback",
+        "BACKEND": backend,
+        "NODE_GROUP_ID": {"Ref": node_group},
+        "PARAMETER_NAME": f"/gpufleet/{name}/fallback",
         "FLOOR": "2",
         "AFTER_MINUTES": "20",
         "RESTORE_AFTER_MINUTES": "45",
         "MAX_EXTRA_ON_DEMAND": "3",
     }
     template.resource_count_is("AWS::Events::Rule", 1)
+    template.has_resource_properties("Custom::GpufleetFallbackState", {"ParameterName": f"/gpufleet/{name}/fallback"})
+
+
+def test_on_the_auto_scaling_backend_the_fallback_may_update_the_stacks_group_only(fallback_assembly):
+    template = fallback_assembly.template_json("gpufleet-spotfirst-asg-cluster")
+    statements = [
+        statement
+        for logical_id, policy in template["Resources"].items()
+        if logical_id.startswith("CapacityFallbackRole") and policy["Type"] == "AWS::IAM::Policy"
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    (update,) = [s for s in statements if s["Action"] == "autoscaling:UpdateAutoScalingGroup"]
+    # The group's name is a reference to the stack's group; the group id AWS assigns is the one wildcard.
+    (group,) = [k for k, r in template["Resources"].items() if r["Type"] == "AWS::AutoScaling::AutoScalingGroup"]
+    assert update["Resource"] == {
+        "Fn::Join": [
+            "",
+            [
+                "arn:",
+                {"Ref": "AWS::Partition"},
+                ":autoscaling:us-east-1:123456789012:autoScalingGroup:*:autoScalingGroupName/",
+                {"Ref": group},
+            ],
+        ]
+    }
+    assert not [s for s in statements if "ec2:ModifySpotFleetRequest" in json.dumps(s)]
 
 
 def test_shipped_environments_without_fallback_have_none(assembly):
     for environment in load_environments(environment_files()):
         if environment.fleet.fallback is None:
-            template = assembly.template(f"{environment.stack_prefix}-cluster")
-            template.resource_count_is("AWS::Events::Rule", 0)
+            template = assembly.template_json(f"{environment.stack_prefix}-cluster")
+            assert not [logical_id for logical_id in template["Resources"] if logical_id.startswith("CapacityFallback")]
 
 
 def test_cfn_lint_passes(fallback_assembly):
@@ -65,8 +102,9 @@ def test_cfn_lint_passes(fallback_assembly):
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_every_policy_resource_matches_the_service_authorization_reference(fallback_assembly):
-    name = f"gpufleet-{NAME}-cluster"
+@pytest.mark.parametrize("backend", NAMES)
+def test_every_policy_resource_matches_the_service_authorization_reference(fallback_assembly, backend):
+    name = f"gpufleet-{NAMES[backend]}-cluster"
     template = fallback_assembly.template_json(name)
     account, region = fallback_assembly.manifest["artifacts"][name]["environment"].removeprefix("aws://").split("/")
     context = StackContext(
@@ -82,7 +120,7 @@ def test_every_policy_resource_matches_the_service_authorization_reference(fallb
 
 def test_cdk_nag_acknowledgements_of_the_fallback_give_reasons(fallback_assembly):
     # Synthesis ran cdk-nag and would have failed on an unacknowledged finding.
-    template = fallback_assembly.template_json(f"gpufleet-{NAME}-cluster")
+    template = fallback_assembly.template_json(f"gpufleet-{NAMES['spot-fleet']}-cluster")
     reasons = [
         rule["reason"]
         for logical_id, resource in template["Resources"].items()

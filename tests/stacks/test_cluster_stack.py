@@ -10,9 +10,20 @@ from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
 
 from gpufleet.catalog import load_catalog
 from gpufleet.environment import environment_files, load_environments
+from gpufleet.ops.fleet import NODE_GROUP_OUTPUTS
+from gpufleet.validators import BACKEND_SPOT_FLEET
 from stacks.constructs.fleet_teardown import TOTAL_TIMEOUT
 
 ENVIRONMENTS = {env.name: env for env in load_environments(environment_files())}
+SPOT_FLEET_ENVIRONMENTS = [name for name, env in ENVIRONMENTS.items() if env.fleet.backend == BACKEND_SPOT_FLEET]
+# A Capacity Block's nodes are placed by EC2; every other environment's by the cluster placement group.
+PLACEMENT_GROUP_ENVIRONMENTS = [name for name, env in ENVIRONMENTS.items() if env.capacity.capacity_block is None]
+
+
+def test_shipped_environments_cover_both_backends():
+    assert SPOT_FLEET_ENVIRONMENTS == ["dev", "h100", "prod"]
+    assert PLACEMENT_GROUP_ENVIRONMENTS == ["dev", "h100", "prod"]
+    assert sorted(ENVIRONMENTS) == ["dev", "h100", "p5-block", "prod"]
 
 
 def cluster(assembly, name):
@@ -43,7 +54,7 @@ def test_every_environment_has_a_cluster_stack_named_after_it(assembly):
     assert {n for n in assembly.stack_names if n.endswith("-network")} == {f"gpufleet-{n}-network" for n in networks}
 
 
-@pytest.mark.parametrize("name", ENVIRONMENTS)
+@pytest.mark.parametrize("name", PLACEMENT_GROUP_ENVIRONMENTS)
 def test_placement_group_is_cluster_strategy_and_used_by_the_launch_template(assembly, name):
     template = cluster(assembly, name)
     template.resource_count_is("AWS::EC2::PlacementGroup", 1)
@@ -52,7 +63,7 @@ def test_placement_group_is_cluster_strategy_and_used_by_the_launch_template(ass
     assert placement == {"GroupName": {"Fn::GetAtt": [logical_id(template, "AWS::EC2::PlacementGroup"), "GroupName"]}}
 
 
-@pytest.mark.parametrize(("name", "cards"), [("dev", 4), ("prod", 4), ("h100", 32)])
+@pytest.mark.parametrize(("name", "cards"), [("dev", 4), ("prod", 4), ("h100", 32), ("p5-block", 32)])
 def test_card_0_efa_at_device_0_and_every_other_card_efa_only_at_device_0(assembly, name, cards):
     assert load_catalog()[ENVIRONMENTS[name].instance_type].network_cards == cards
     template = cluster(assembly, name)
@@ -164,11 +175,15 @@ def test_node_role_is_ssm_and_cloudwatch_agent_only(assembly, name):
         if "ec2.amazonaws.com" in str(role["Properties"]["AssumeRolePolicyDocument"])
     )
     attached = [
-        policy
-        for policy in template.find_resources("AWS::IAM::Policy").values()
+        logical
+        for logical, policy in template.find_resources("AWS::IAM::Policy").items()
         if {"Ref": node_role} in policy["Properties"]["Roles"]
     ]
-    assert attached == [], "the node role must not gain inline permissions"
+    if ENVIRONMENTS[name].fleet.backend == BACKEND_SPOT_FLEET:
+        assert attached == [], "the node role must not gain inline permissions"
+    else:
+        # Nodes of a group complete their own termination lifecycle action (tests/stacks/test_auto_scaling_group.py).
+        assert attached == ["NodeGroupCompleteLifecycleActionFE2A0165"]
 
 
 EXPECTED_FLEETS = {
@@ -219,7 +234,7 @@ def test_spot_fleet_mix_and_interruption_behaviour(assembly, name, expected):
         assert "ReplaceUnhealthyInstances" not in config
 
 
-@pytest.mark.parametrize("name", ENVIRONMENTS)
+@pytest.mark.parametrize("name", SPOT_FLEET_ENVIRONMENTS)
 def test_fleet_role_is_trusted_by_spot_fleet_only(assembly, name):
     template = cluster(assembly, name)
     config = only_resource(template, "AWS::EC2::SpotFleet")["SpotFleetRequestConfigData"]
@@ -233,7 +248,7 @@ def test_fleet_role_is_trusted_by_spot_fleet_only(assembly, name):
     )
 
 
-@pytest.mark.parametrize("name", ENVIRONMENTS)
+@pytest.mark.parametrize("name", SPOT_FLEET_ENVIRONMENTS)
 def test_teardown_runs_before_fleet_placement_group_and_security_group_are_deleted(assembly, name):
     template = cluster(assembly, name)
     resources = template.to_json()["Resources"]
@@ -269,15 +284,58 @@ def test_teardown_runs_before_fleet_placement_group_and_security_group_are_delet
     ]
     terminate = next(s for s in statements if s["Action"] == "ec2:TerminateInstances")
     assert terminate["Condition"] == {"StringEquals": {"aws:ResourceTag/gpufleet:environment": name}}
-    cancel = next(s for s in statements if s["Action"] == "ec2:CancelSpotFleetRequests")
-    assert "spot-fleet-request/" in str(cancel["Resource"])
+    cancel = next(s for s in statements if "ec2:CancelSpotFleetRequests" in s["Action"])
+    assert cancel["Action"] == ["ec2:CancelSpotFleetRequests", "ec2:DescribeSpotFleetInstances"]
+    assert cancel["Resource"] == {
+        "Fn::Join": [
+            "",
+            [
+                "arn:",
+                {"Ref": "AWS::Partition"},
+                f":ec2:{ENVIRONMENTS[name].region}:123456789012:spot-fleet-request/",
+                {"Ref": fleet},
+            ],
+        ]
+    }
     assert not template.find_resources("AWS::Logs::LogGroup", {"DeletionPolicy": "Retain"})
 
 
 @pytest.mark.parametrize("name", ENVIRONMENTS)
 def test_outputs_name_what_operators_need(assembly, name):
     outputs = cluster(assembly, name).to_json()["Outputs"]
-    assert {"FleetRequestId", "PlacementGroupName", "SecurityGroupId", "LaunchTemplateId", "SubnetId"} <= set(outputs)
+    node_group = NODE_GROUP_OUTPUTS[ENVIRONMENTS[name].fleet.backend]
+    assert {node_group, "PlacementGroupName", "SecurityGroupId", "LaunchTemplateId", "SubnetId"} <= set(outputs)
+    assert not (set(NODE_GROUP_OUTPUTS.values()) - {node_group}) & set(outputs)
+
+
+def test_p5_block_runs_every_node_in_its_capacity_block_through_an_auto_scaling_group(assembly):
+    """environments/p5-block.yaml: an Auto Scaling group of 2 nodes, all on-demand, launched with market type
+    capacity-block into the block's reservation, placed by EC2 rather than the placement group; the group goes,
+    with its nodes, before what they use; the block's expiration warning runs the checkpoint hook."""
+    template = cluster(assembly, "p5-block")
+    data = only_resource(template, "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
+    assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+    assert data["CapacityReservationSpecification"] == {
+        "CapacityReservationTarget": {"CapacityReservationId": "cr-0123456789abcdef0"}
+    }
+    assert "Placement" not in data
+    template.resource_count_is("AWS::EC2::SpotFleet", 0)
+    resources = template.to_json()["Resources"]
+    ((group_id, group),) = template.find_resources("AWS::AutoScaling::AutoScalingGroup").items()
+    properties = group["Properties"]
+    assert (properties["MinSize"], properties["MaxSize"], properties["DesiredCapacity"]) == ("2", "2", "2")
+    assert properties["MixedInstancesPolicy"]["InstancesDistribution"]["OnDemandBaseCapacity"] == 2
+    assert properties["AutoScalingGroupName"] == "gpufleet-p5-block-nodes"
+    guarded = {
+        logical_id(template, "AWS::EC2::PlacementGroup"),
+        logical_id(template, "AWS::EC2::SecurityGroup"),
+        logical_id(template, "AWS::EC2::LaunchTemplate"),
+    }
+    assert guarded <= set(group["DependsOn"])
+    assert not [r for r in resources.values() if r["Type"].startswith("Custom::")]
+    (rule,) = template.find_resources("AWS::Events::Rule").values()
+    assert rule["Properties"]["EventPattern"]["detail"] == {"capacity-reservation-id": ["cr-0123456789abcdef0"]}
+    assert template.to_json()["Outputs"]["AutoScalingGroupName"] == {"Value": {"Ref": group_id}}
 
 
 def test_existing_network_is_imported_by_id(assembly):

@@ -295,11 +295,55 @@ def test_every_stack_of_the_app_is_checked(templates):
         "gpufleet-dev-cluster",
         "gpufleet-dev-network",
         "gpufleet-h100-cluster",
+        "gpufleet-p5-block-cluster",
+        "gpufleet-p5-block-network",
         "gpufleet-prod-cluster",
         "gpufleet-prod-network",
-    } <= names
+    } == names
     checked = {stack.name for template, stack in templates if policy_statements(template, stack)}
     assert checked == names
+
+
+# The Spot Fleet calls whose one required resource type is a spot-fleet-request (parliament's reference): the fleet
+# teardown and the capacity fallback grant them on their fleet request, never on "*".
+SPOT_FLEET_REQUEST_ACTIONS = (
+    "ec2:CancelSpotFleetRequests",
+    "ec2:DescribeSpotFleetInstances",
+    "ec2:DescribeSpotFleetRequestHistory",
+    "ec2:ModifySpotFleetRequest",
+)
+
+
+def test_spot_fleet_request_actions_act_on_a_spot_fleet_request_in_the_reference():
+    for action in SPOT_FLEET_REQUEST_ACTIONS:
+        service, name = action.split(":")
+        required = [
+            entry["resource_type"]
+            for entry in get_privilege_info(service, name)["resource_types"]
+            if entry["resource_type"].endswith("*")
+        ]
+        assert required == ["spot-fleet-request*"], action
+    # DescribeSpotFleetRequests takes no resource type: it stays on "*".
+    assert [
+        entry["resource_type"] for entry in get_privilege_info("ec2", "DescribeSpotFleetRequests")["resource_types"]
+    ] == [""]
+
+
+def test_spot_fleet_request_actions_are_granted_on_the_fleet_request_only(templates):
+    granted = [
+        (statement.where, resource)
+        for template, stack in templates
+        for statement in policy_statements(template, stack)
+        if set(statement.actions) & set(SPOT_FLEET_REQUEST_ACTIONS)
+        for resource in statement.resources
+    ]
+    assert {where.split()[0] for where, _ in granted} == {
+        "gpufleet-dev-cluster",
+        "gpufleet-h100-cluster",
+        "gpufleet-prod-cluster",
+    }
+    for where, resource in granted:
+        assert re.fullmatch(r"arn:aws:ec2:[a-z0-9-]+:\d{12}:spot-fleet-request/Fleet[0-9A-F]{8}", resource), where
 
 
 def test_every_policy_resource_is_one_its_actions_can_match(templates):

@@ -212,7 +212,8 @@ def test_shipped_profiles_are_published_where_the_shipped_environments_read_them
     assert publish_regions(pipeline, environments) == {
         "p4d-ubuntu1804-cuda11": ("us-east-1",),
         "p4d-al2-cuda11": ("us-east-1",),
-        "ubuntu2204-cuda12": ("us-east-1", "us-west-2"),
+        # h100 deploys in us-west-2, p5-block in us-east-2.
+        "ubuntu2204-cuda12": ("us-east-1", "us-east-2", "us-west-2"),
     }
 
 

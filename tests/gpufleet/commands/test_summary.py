@@ -12,6 +12,7 @@ def test_summary_table_lists_each_environment(assembly, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == [
         "ENVIRONMENT",
+        "BACKEND",
         "INSTANCE",
         "TYPE",
         "NODES",
@@ -21,10 +22,14 @@ def test_summary_table_lists_each_environment(assembly, capsys):
         "PLACEMENT",
         "AZ",
     ]
-    rows = {line.split()[0]: line.split() for line in lines[1:]}
-    assert rows["dev"] == ["dev", "p4d.24xlarge", "1/1", "16", "x", "A100", "4", "cluster", "us-east-1a"]
-    assert rows["prod"] == ["prod", "p4d.24xlarge", "2/6", "64", "x", "A100", "4", "cluster", "us-east-1b"]
-    assert rows["h100"] == ["h100", "p5.48xlarge", "2/0", "16", "x", "H100", "32", "cluster", "us-west-2d"]
+    rows = {line.split()[0]: " ".join(line.split()) for line in lines[1:]}
+    # A Capacity Block's nodes are placed by EC2, not by the placement group.
+    assert rows == {
+        "dev": "dev spot-fleet p4d.24xlarge 1/1 16 x A100 4 cluster us-east-1a",
+        "h100": "h100 spot-fleet p5.48xlarge 2/0 16 x H100 32 cluster us-west-2d",
+        "p5-block": "p5-block auto-scaling p5.48xlarge 2/0 16 x H100 32 capacity-block us-east-2a",
+        "prod": "prod spot-fleet p4d.24xlarge 2/6 64 x A100 4 cluster us-east-1b",
+    }
 
 
 def test_summary_json(assembly, capsys):
@@ -32,6 +37,12 @@ def test_summary_json(assembly, capsys):
     by_name = {entry["environment"]: entry for entry in json.loads(capsys.readouterr().out)}
     assert by_name["h100"]["efa_interfaces_per_node"] == 32
     assert by_name["dev"]["stack"] == "gpufleet-dev-cluster"
+    assert {name: entry["backend"] for name, entry in by_name.items()} == {
+        "dev": "spot-fleet",
+        "h100": "spot-fleet",
+        "p5-block": "auto-scaling",
+        "prod": "spot-fleet",
+    }
 
 
 def test_summary_without_an_assembly_says_to_synthesize(tmp_path, capsys):

@@ -21,6 +21,7 @@ from botocore.stub import ANY, Stubber
 from gpufleet.catalog import load_catalog
 from gpufleet.environment import environments_dir, load_named_environment
 from gpufleet.ops import preflight
+from tests.gpufleet.ops.variants import with_fleet
 
 P4D = load_catalog()["p4d.24xlarge"]
 NOW = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
@@ -76,7 +77,7 @@ def test_dev_passes_against_moto(node_image: str, spot_roles: None, scores: dict
     code, out, err = run_cli("preflight", "dev")
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[0] == "Preflight dev: 2 x p4d.24xlarge (1 on-demand, 1 spot) in us-east-1a"
+    assert lines[0] == "Preflight dev: 2 x p4d.24xlarge (1 on-demand, 1 spot) in us-east-1a, fleet.backend spot-fleet"
     assert lines[-1] == "preflight passed"
     assert any(line.startswith("pass    offering") for line in lines)
 
@@ -85,6 +86,7 @@ def test_json_reports_every_check(node_image: str, spot_roles: None, scores: dic
     scores["use1-az6"] = 8
     code, document = run_json("preflight", "dev")
     assert code == 0 and document["ok"] is True
+    assert document["backend"] == "spot-fleet"
     # moto's GetServiceQuota knows no ec2 quotas: that is reported as a warn with the reason, not a crash.
     assert statuses(document) == {
         "offering": "pass",
@@ -94,7 +96,7 @@ def test_json_reports_every_check(node_image: str, spot_roles: None, scores: dic
         "ami": "pass",
         "spot-score": "pass",
         "spot-price": "pass",
-        "spot-roles": "pass",
+        "service-roles": "pass",
         "valid-until": "pass",
         "spot-fleet-api": "pass",  # moto answers the dry run with DryRunOperation (see the moto fixture)
         "autoscaling-api": "pass",  # skipped: the spot-fleet backend
@@ -567,15 +569,15 @@ SPOT_ROLE_COMMAND = "aws iam create-service-linked-role --aws-service-name spot.
 
 def test_spot_roles_found_by_get_role(spot_roles: None) -> None:
     iam = boto3.client("iam", region_name="us-east-1")
-    assert preflight.check_spot_roles(iam, load_named_environment("dev")) == preflight.Check(
-        "spot-roles", "pass", "AWSServiceRoleForEC2SpotFleet and AWSServiceRoleForEC2Spot exist"
+    assert preflight.check_service_roles(iam, load_named_environment("dev")) == preflight.Check(
+        "service-roles", "pass", "AWSServiceRoleForEC2SpotFleet and AWSServiceRoleForEC2Spot exist"
     )
 
 
 def test_missing_spot_roles_fail_with_the_commands_that_create_them(moto: None) -> None:
     iam = boto3.client("iam", region_name="us-east-1")
-    assert preflight.check_spot_roles(iam, load_named_environment("dev")) == preflight.Check(
-        "spot-roles",
+    assert preflight.check_service_roles(iam, load_named_environment("dev")) == preflight.Check(
+        "service-roles",
         "fail",
         f"AWSServiceRoleForEC2SpotFleet is missing: run `{FLEET_ROLE_COMMAND}`; "
         f"AWSServiceRoleForEC2Spot is missing: run `{SPOT_ROLE_COMMAND}`",
@@ -584,9 +586,9 @@ def test_missing_spot_roles_fail_with_the_commands_that_create_them(moto: None) 
 
 def test_only_the_missing_role_is_named(moto: None) -> None:
     create_service_linked_role("AWSServiceRoleForEC2SpotFleet", "spotfleet.amazonaws.com")
-    check = preflight.check_spot_roles(boto3.client("iam", region_name="us-east-1"), load_named_environment("dev"))
+    check = preflight.check_service_roles(boto3.client("iam", region_name="us-east-1"), load_named_environment("dev"))
     assert check == preflight.Check(
-        "spot-roles", "fail", f"AWSServiceRoleForEC2Spot is missing: run `{SPOT_ROLE_COMMAND}`"
+        "service-roles", "fail", f"AWSServiceRoleForEC2Spot is missing: run `{SPOT_ROLE_COMMAND}`"
     )
 
 
@@ -595,12 +597,12 @@ def test_on_demand_only_needs_only_the_fleet_role(moto: None, environments) -> N
     environments("steady", target=2, on_demand=2)
     env = load_named_environment("steady")
     iam = boto3.client("iam", region_name="us-east-1")
-    assert preflight.check_spot_roles(iam, env) == preflight.Check(
-        "spot-roles", "fail", f"AWSServiceRoleForEC2SpotFleet is missing: run `{FLEET_ROLE_COMMAND}`"
+    assert preflight.check_service_roles(iam, env) == preflight.Check(
+        "service-roles", "fail", f"AWSServiceRoleForEC2SpotFleet is missing: run `{FLEET_ROLE_COMMAND}`"
     )
     create_service_linked_role("AWSServiceRoleForEC2SpotFleet", "spotfleet.amazonaws.com")
-    assert preflight.check_spot_roles(iam, env) == preflight.Check(
-        "spot-roles",
+    assert preflight.check_service_roles(iam, env) == preflight.Check(
+        "service-roles",
         "pass",
         "AWSServiceRoleForEC2SpotFleet exists (AWSServiceRoleForEC2Spot not needed: every node is on-demand)",
     )
@@ -613,13 +615,81 @@ def test_get_role_denied_is_a_warning() -> None:
             stub.add_client_error(
                 "get_role", "AccessDenied", "not authorized to perform: iam:GetRole", 403, {"RoleName": name}
             )
-        check = preflight.check_spot_roles(iam, load_named_environment("dev"))
+        check = preflight.check_service_roles(iam, load_named_environment("dev"))
     assert check == preflight.Check(
-        "spot-roles",
+        "service-roles",
         "warn",
         "could not check AWSServiceRoleForEC2SpotFleet: GetRole AccessDenied: not authorized to perform: iam:GetRole; "
         "AWSServiceRoleForEC2Spot: GetRole AccessDenied: not authorized to perform: iam:GetRole",
     )
+
+
+AUTO_SCALING_ROLE_COMMAND = "aws iam create-service-linked-role --aws-service-name autoscaling.amazonaws.com"
+
+
+def test_an_auto_scaling_group_needs_its_own_role_and_neither_spot_role(moto: None) -> None:
+    """dev on the auto-scaling backend (1 spot node): only AWSServiceRoleForAutoScaling is asked for."""
+    env = with_fleet(load_named_environment("dev"), backend="auto-scaling")
+    iam = boto3.client("iam", region_name="us-east-1")
+    assert preflight.check_service_roles(iam, env) == preflight.Check(
+        "service-roles",
+        "warn",
+        "AWSServiceRoleForAutoScaling is missing: creating the group creates it if the deploying principal may "
+        f"iam:CreateServiceLinkedRole; otherwise run `{AUTO_SCALING_ROLE_COMMAND}`",
+    )
+    # moto's CreateServiceLinkedRole names the Auto Scaling role as IAM does.
+    iam.create_service_linked_role(AWSServiceName="autoscaling.amazonaws.com")
+    assert preflight.check_service_roles(iam, env) == preflight.Check(
+        "service-roles",
+        "pass",
+        "AWSServiceRoleForAutoScaling exists (an Auto Scaling group needs no AWSServiceRoleForEC2SpotFleet, and its "
+        "role may create AWSServiceRoleForEC2Spot itself)",
+    )
+
+
+def test_an_auto_scaling_group_asks_iam_for_its_role_only() -> None:
+    """Stubber: exactly one GetRole, for the group's role; a denied GetRole is a warning."""
+    env = with_fleet(load_named_environment("dev"), backend="auto-scaling")
+    iam = boto3.client("iam", region_name="us-east-1")
+    with Stubber(iam) as stub:
+        stub.add_client_error(
+            "get_role",
+            "AccessDenied",
+            "not authorized to perform: iam:GetRole",
+            403,
+            {"RoleName": "AWSServiceRoleForAutoScaling"},
+        )
+        check = preflight.check_service_roles(iam, env)
+        stub.assert_no_pending_responses()
+    assert check == preflight.Check(
+        "service-roles",
+        "warn",
+        "could not check AWSServiceRoleForAutoScaling: GetRole AccessDenied: not authorized to perform: iam:GetRole",
+    )
+
+
+def test_an_auto_scaling_environment_names_its_backend_and_its_role(
+    node_image: str, scores: dict[str, int], environments, run_cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """moto has no SimulatePrincipalPolicy: that check (tests/gpufleet/ops/test_preflight_policy.py) is a stand-in."""
+    monkeypatch.setattr(
+        preflight, "check_auto_scaling_policy", lambda *args: preflight.Check("autoscaling-api", "pass", "stand-in")
+    )
+    scores["use1-az6"] = 8
+    environments("group")
+    path = environments_dir() / "group.yaml"
+    path.write_text(path.read_text() + "fleet:\n  backend: auto-scaling\n")
+    boto3.client("iam", region_name="us-east-1").create_service_linked_role(AWSServiceName="autoscaling.amazonaws.com")
+    code, out, err = run_cli("preflight", "group")
+    lines = out.splitlines()
+    assert (
+        lines[0] == "Preflight group: 2 x p4d.24xlarge (1 on-demand, 1 spot) in us-east-1a, fleet.backend auto-scaling"
+    )
+    assert (
+        "pass    service-roles    AWSServiceRoleForAutoScaling exists (an Auto Scaling group needs no "
+        "AWSServiceRoleForEC2SpotFleet, and its role may create AWSServiceRoleForEC2Spot itself)" in lines
+    )
+    assert "pass    spot-fleet-api   skipped: fleet.backend is auto-scaling" in lines
 
 
 def test_missing_spot_role_in_the_table(node_image: str, scores: dict[str, int], run_cli) -> None:
@@ -628,7 +698,7 @@ def test_missing_spot_role_in_the_table(node_image: str, scores: dict[str, int],
     assert code == 1, err
     lines = out.splitlines()
     assert (
-        f"fail    spot-roles       AWSServiceRoleForEC2SpotFleet is missing: run `{FLEET_ROLE_COMMAND}`; "
+        f"fail    service-roles    AWSServiceRoleForEC2SpotFleet is missing: run `{FLEET_ROLE_COMMAND}`; "
         f"AWSServiceRoleForEC2Spot is missing: run `{SPOT_ROLE_COMMAND}`" in lines
     )
     assert lines[-1] == "preflight failed"

@@ -254,7 +254,7 @@ def test_spot_fleet_backend_skips_the_simulation() -> None:
 def test_preflight_reports_a_denied_spot_fleet_end_to_end(stubbed, monkeypatch: pytest.MonkeyPatch, run_json) -> None:
     """The check is in run_checks: the other checks are replaced, EC2 is a Stubber denying the dry run."""
     others = ("check_offering", "check_efa", "check_vcpu_quota", "check_ami", "check_placement_score")
-    for name in (*others, "check_spot_price", "check_spot_roles"):
+    for name in (*others, "check_spot_price", "check_service_roles"):
         monkeypatch.setattr(preflight, name, lambda *args, name=name: preflight.Check(name, "pass", "stand-in"))
     dry_run_error("UnauthorizedOperation", DENIED_MESSAGE, 403)(stubbed("ec2"))
     code, document = run_json("preflight", "dev")

@@ -259,16 +259,18 @@ def test_a_replace_all_group_is_named_after_the_nodes_image(node, watch, aws_cli
 
 
 def test_without_the_aws_cli_the_termination_waits_for_the_hook_timeout(node, watch):
-    node.set_state(imds={LIFECYCLE: [[200, "Terminated"]], **NODE_METADATA})
+    """The images' usual case (the AMI profiles install no AWS CLI): one line says so, however long the node stays
+    Terminated, and the hook still ran."""
+    node.set_state(imds={LIFECYCLE: [[200, "InService"], [200, "Terminated"]], **NODE_METADATA})
 
-    result, runs = watch(iterations=2, **GROUP_SETTINGS)
+    result, runs = watch(iterations=5, **GROUP_SETTINGS)
 
     assert runs == [f"{LIFECYCLE} Terminated"]
     assert node.calls("aws") == []
-    assert (
-        "spot-watcher: no AWS CLI on the node: the termination goes on when lifecycle hook gpufleet-checkpoint "
-        "times out" in result.stdout
-    )
+    assert [line for line in result.stdout.splitlines() if "AWS CLI" in line] == [
+        "spot-watcher: no AWS CLI on this node (aws is not on PATH): cannot complete the lifecycle action of hook "
+        "gpufleet-checkpoint, so the termination waits for the hook's heartbeat timeout"
+    ]
 
 
 def test_a_spot_interruption_in_a_group_checkpoints_once_and_still_completes_the_action(node, watch, aws_cli):

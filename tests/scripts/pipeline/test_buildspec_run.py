@@ -167,9 +167,13 @@ def test_build_installs_checks_renders_builds_copies_and_publishes_in_order(buil
         "packer init",
         "packer build",
         "aws ec2 describe-images us-east-1",
+        "aws ec2 copy-image us-east-2",
         "aws ec2 copy-image us-west-2",
         "aws ssm put-parameter us-east-1",
         "aws ssm add-tags-to-resource us-east-1",
+        "aws ec2 wait us-east-2",
+        "aws ssm put-parameter us-east-2",
+        "aws ssm add-tags-to-resource us-east-2",
         "aws ec2 wait us-west-2",
         "aws ssm put-parameter us-west-2",
         "aws ssm add-tags-to-resource us-west-2",
@@ -197,6 +201,7 @@ def test_build_installs_checks_renders_builds_copies_and_publishes_in_order(buil
     puts = [call for call in tools.calls("aws") if call[2] == "put-parameter"]
     assert [(call[call.index("--region") + 1], call[call.index("--value") + 1]) for call in puts] == [
         ("us-east-1", BUILT_IMAGE),
+        ("us-east-2", copy_id("us-east-2")),
         ("us-west-2", copy_id("us-west-2")),
     ]
 
@@ -216,11 +221,15 @@ def test_a_failing_packer_build_publishes_nothing(build, tools):
 def test_a_failing_copy_publishes_nothing_in_that_region_but_the_build_region_still_gets_the_image(build, tools):
     tools.set_state(fail=["aws ec2 copy-image us-west-2"])
     assert build("ubuntu2204-cuda12") == {"install": "SUCCEEDED", "build": "FAILED"}
-    assert steps(tools)[-4:] == [
+    assert steps(tools)[-8:] == [
         "aws ec2 describe-images us-east-1",
+        "aws ec2 copy-image us-east-2",
         "aws ec2 copy-image us-west-2",
         "aws ssm put-parameter us-east-1",
         "aws ssm add-tags-to-resource us-east-1",
+        "aws ec2 wait us-east-2",
+        "aws ssm put-parameter us-east-2",
+        "aws ssm add-tags-to-resource us-east-2",
     ]
 
 

@@ -214,7 +214,7 @@ def test_the_asset_carries_the_decision_as_a_file(tmp_path):
     decision = asset / "gpufleet" / "fallback.py"
     assert not decision.is_symlink()
     assert decision.read_text() == Path("gpufleet/fallback.py").read_text()
-    assert sorted(p.name for p in asset.iterdir()) == ["__init__.py", "gpufleet", "handler.py"]
+    assert sorted(p.name for p in asset.iterdir()) == ["__init__.py", "gpufleet", "handler.py", "state_cleanup.py"]
     # As Lambda loads it: the asset first on the path, from another directory; its gpufleet is the asset's.
     probe = "import handler, gpufleet.fallback as decision; print(decision.__file__, handler.on_schedule.__name__)"
     result = subprocess.run(
@@ -225,6 +225,48 @@ def test_the_asset_carries_the_decision_as_a_file(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [str(decision), "on_schedule"]
+
+
+def test_the_state_parameter_goes_with_the_stack_after_everything_that_writes_it(stack):
+    """The custom resource that deletes /gpufleet/ENV/fallback: CloudFormation deletes the schedule, its permission to
+    invoke, the function, its role and policy first (they depend on it), so no run writes the parameter afterwards."""
+    add_fallback(stack, "spot-fleet")
+    template = Template.from_stack(stack)
+    resources = template.to_json()["Resources"]
+    ((cleanup_id, cleanup),) = template.find_resources("Custom::GpufleetFallbackState").items()
+    (function_id,) = template.find_resources(
+        "AWS::Lambda::Function", {"Properties": {"Handler": "state_cleanup.on_event"}}
+    )
+    assert cleanup["Properties"] == {
+        "ServiceToken": {"Fn::GetAtt": [function_id, "Arn"]},
+        "ServiceTimeout": "300",
+        "ParameterName": "/gpufleet/probe/fallback",
+    }
+    assert cleanup["DeletionPolicy"] == "Delete" and "DependsOn" not in cleanup
+    writers = {
+        logical_id
+        for logical_id, resource in resources.items()
+        if logical_id.startswith(("CapacityFallbackRole", "CapacityFallbackFunction", "CapacityFallbackSchedule"))
+    }
+    assert {resources[logical_id]["Type"] for logical_id in writers} == {
+        "AWS::IAM::Role",
+        "AWS::IAM::Policy",
+        "AWS::Lambda::Function",
+        "AWS::Lambda::Permission",
+        "AWS::Events::Rule",
+    }
+    for logical_id in writers:
+        assert cleanup_id in resources[logical_id]["DependsOn"], logical_id
+    # Only the cleanup's own role may delete the parameter; the scheduled function's role may only read and write it.
+    deletes = [
+        (logical_id, statement)
+        for logical_id, policy in template.find_resources("AWS::IAM::Policy").items()
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+        if "ssm:DeleteParameter" in json.dumps(statement["Action"])
+    ]
+    assert [
+        (logical_id.startswith("CapacityFallbackStateCleanupRole"), statement) for logical_id, statement in deletes
+    ] == [(True, {"Action": "ssm:DeleteParameter", "Effect": "Allow", "Resource": PARAMETER_ARN})]
 
 
 def test_an_unknown_backend_is_refused(stack):

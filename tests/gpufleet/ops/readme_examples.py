@@ -1,0 +1,159 @@
+"""Prints the README's worked examples of `gpufleet preflight` and `gpufleet cost`, run in-process against moto and
+botocore's Stubber with the fixtures the tests use (tests/gpufleet/ops/conftest.py). Not collected by `make test` (the
+file name does not start with test_); run it by name and paste what it prints:
+
+    .venv/bin/pytest tests/gpufleet/ops/readme_examples.py -q -s -p no:cacheprovider
+
+What moto lacks is answered here, and the README says so next to each output: placement scores (GetSpotPlacementScores),
+EC2's vCPU quotas (moto's Service Quotas knows none), the caller's policy simulation (SimulatePrincipalPolicy), the
+Capacity Block's description (moto has no Capacity Blocks) and Capacity Block offerings. Instance, image and fleet ids
+are moto's, so they change from run to run.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.stub import Stubber
+
+from gpufleet.environment import environments_dir
+from gpufleet.ops import preflight, reservations
+from tests.gpufleet.ops.test_cost import answer_capacity_blocks, offering
+from tests.gpufleet.ops.test_preflight import create_service_linked_role
+
+REPOSITORY = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture
+def scores(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Placement scores by AZ id, served instead of moto's missing GetSpotPlacementScores."""
+    by_zone_id: dict[str, int] = {}
+    monkeypatch.setattr(preflight, "placement_scores", lambda ec2, instance_type, region, capacity: by_zone_id)
+    return by_zone_id
+
+
+def publish_image(region: str, name: str, parameter: str) -> None:
+    """An image in moto and the SSM parameter that names it, as the AMI pipeline leaves them."""
+    image_id = boto3.client("ec2", region_name=region).register_image(
+        Name=name,
+        RootDeviceName="/dev/sda1",
+        BlockDeviceMappings=[{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 8}}],
+    )["ImageId"]
+    boto3.client("ssm", region_name=region).put_parameter(
+        Name=parameter, Value=image_id, Type="String", DataType="aws:ec2:image"
+    )
+
+
+def show(command: str, run_cli) -> None:
+    code, out, err = run_cli(*command.split()[1:])
+    print(f"\n$ {command}\n{out}{err}", end="")
+    print(f"(exit status {code})")
+
+
+def serve_quotas(stubbed, answers: list[tuple[str, float]]) -> None:
+    quotas = stubbed("service-quotas")
+    for code, value in answers:
+        quotas.add_response(
+            "get_service_quota",
+            {"Quota": {"QuotaCode": code, "Value": value}},
+            {"ServiceCode": "ec2", "QuotaCode": code},
+        )
+
+
+def serve_policy_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real check_auto_scaling_policy on Stubber clients: the caller is a role that may do every action."""
+    real = preflight.check_auto_scaling_policy
+
+    def simulated(iam: Any, sts: Any, env: Any) -> preflight.Check:
+        iam, sts = boto3.client("iam", region_name="us-east-1"), boto3.client("sts", region_name="us-east-1")
+        with Stubber(iam) as iam_stub, Stubber(sts) as sts_stub:
+            sts_stub.add_response(
+                "get_caller_identity",
+                {
+                    "UserId": "AROAEXAMPLE:deployer",
+                    "Account": "123456789012",
+                    "Arn": "arn:aws:sts::123456789012:assumed-role/gpufleet-deployer/deployer",
+                },
+            )
+            iam_stub.add_response(
+                "get_role",
+                {
+                    "Role": {
+                        "Path": "/",
+                        "RoleName": "gpufleet-deployer",
+                        "RoleId": "AROAEXAMPLEEXAMPLE01",
+                        "Arn": "arn:aws:iam::123456789012:role/gpufleet-deployer",
+                        "CreateDate": dt.datetime(2025, 1, 1, tzinfo=dt.UTC),
+                    }
+                },
+                {"RoleName": "gpufleet-deployer"},
+            )
+            iam_stub.add_response(
+                "simulate_principal_policy",
+                {
+                    "EvaluationResults": [
+                        {
+                            "EvalActionName": action,
+                            "EvalDecision": "allowed",
+                            "OrganizationsDecisionDetail": {"AllowedByOrganizations": True},
+                        }
+                        for action in preflight.AUTO_SCALING_ACTIONS
+                    ]
+                },
+            )
+            return real(iam, sts, env)
+
+    monkeypatch.setattr(preflight, "check_auto_scaling_policy", simulated)
+
+
+def test_preflight_dev(environments, node_image_id, spot_fleet, scores, stubbed, run_cli) -> None:
+    """dev: a Spot Fleet of two running spot nodes in moto, the image its parameter names, both Spot roles."""
+    publish_image("us-east-1", "gpufleet-p4d-ubuntu1804-cuda11-20240604", "/gpufleet/ami/p4d-ubuntu1804-cuda11")
+    spot_fleet(2)
+    create_service_linked_role("AWSServiceRoleForEC2SpotFleet", "spotfleet.amazonaws.com")
+    create_service_linked_role("AWSServiceRoleForEC2Spot", "spot.amazonaws.com")
+    scores.update({"use1-az6": 2, "use1-az1": 3, "use1-az2": 1, "use1-az4": 3})
+    serve_quotas(stubbed, [("L-417A185B", 192.0), ("L-7212CCBC", 384.0)])
+    show("gpufleet preflight dev --suggest-az", run_cli)
+
+
+def test_preflight_p5_block(environments, moto, stubbed, monkeypatch, run_cli) -> None:
+    """environments/p5-block.yaml as shipped: its image in us-east-2, Auto Scaling's role, the block active."""
+    shutil.copy(REPOSITORY / "environments" / "p5-block.yaml", environments_dir())
+    publish_image("us-east-2", "gpufleet-ubuntu2204-cuda12-20261122", "/gpufleet/ami/ubuntu2204-cuda12")
+    boto3.client("iam", region_name="us-east-1").create_service_linked_role(AWSServiceName="autoscaling.amazonaws.com")
+    serve_quotas(stubbed, [("L-417A185B", 384.0)])
+    serve_policy_simulation(monkeypatch)
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    block = {
+        "CapacityReservationId": "cr-0123456789abcdef0",
+        "ReservationType": "capacity-block",
+        "InstanceType": "p5.48xlarge",
+        "AvailabilityZone": "us-east-2a",
+        "TotalInstanceCount": 2,
+        "AvailableInstanceCount": 2,
+        "State": "active",
+        "StartDate": now - dt.timedelta(hours=2),
+        "EndDate": (now + dt.timedelta(days=2)).replace(hour=11, minute=30, second=0),
+    }
+    monkeypatch.setattr(reservations, "describe_reservations", lambda ec2, ids: [block])
+    show("gpufleet preflight p5-block", run_cli)
+
+
+def test_cost_p5_block(environments, stubbed, run_cli) -> None:
+    """environments/p5-block.yaml: today's 24-hour offerings for 2 x p5.48xlarge, two in its AZ."""
+    shutil.copy(REPOSITORY / "environments" / "p5-block.yaml", environments_dir())
+    answer_capacity_blocks(
+        stubbed("ec2"),
+        [
+            offering("us-east-2a", "1600.00", "cb-0000000000000000a"),
+            offering("us-east-2b", "1400.00", "cb-0000000000000000b"),
+            offering("us-east-2a", "1512.00", "cb-0000000000000000c"),
+        ],
+    )
+    show("gpufleet cost p5-block", run_cli)
