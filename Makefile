@@ -10,7 +10,7 @@ export PATH := $(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 # jsii warns on every start that Node 20 is past its end of life; Node 20 is the supported platform here.
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 
-.PHONY: setup synth test lint bench clean
+.PHONY: setup synth test lint bench mutate clean
 
 setup: $(VENV)/.installed node_modules/.installed
 	@scripts/dev/ensure-system-tools.sh
@@ -53,5 +53,11 @@ lint: setup
 bench: setup
 	python bench/synth_bench.py
 
+# Mutation testing with mutmut, on demand (slow; not part of make test). MODULES="gpufleet/validators.py ..." limits the
+# run to those modules and their mirrored test files, TESTS="tests/..." names other tests; REPORT=1 only reprints the
+# last results. Results stay in mutants/ (see bench/mutation.py).
+mutate: setup
+	python bench/mutation.py $(if $(TESTS),--tests "$(TESTS)") $(if $(REPORT),--report-only) $(MODULES)
+
 clean:
-	rm -rf cdk.out .pytest_cache
+	rm -rf cdk.out .pytest_cache mutants

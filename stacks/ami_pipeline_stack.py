@@ -33,6 +33,7 @@ SOURCE_EXCLUDES = [
     "build",
     "out",
     "cdk.context.json",
+    "mutants",  # make mutate's copy of the tree
 ]
 
 

@@ -140,6 +140,15 @@ def test_only_refuses_spot_nodes(tmp_path):
     ]
 
 
+def test_only_refuses_a_single_spot_node(tmp_path):
+    document = changed({**AUTO_SCALING, **{"capacity.target": 2, "capacity.on_demand": 1}})
+    document["capacity"]["reservation"] = {"ids": [RESERVATION_ID]}
+    assert problems_of(tmp_path, document) == [
+        "capacity.reservation.preference: only puts every node in the reservations, but 1 of the 2 nodes are spot "
+        "(set capacity.on_demand to 2, or preference: first)"
+    ]
+
+
 def test_first_is_refused_with_a_spot_fleet(tmp_path):
     document = changed({"capacity.reservation": {"ids": [RESERVATION_ID], "preference": "first"}})
     assert problems_of(tmp_path, document) == [

@@ -76,6 +76,14 @@ def test_fallback_defaults(tmp_path):
             ],
             id="ceiling-above-spot",
         ),
+        pytest.param(
+            {"capacity.on_demand": 3, "fleet.fallback.max_extra_on_demand": 2},
+            [
+                "fleet.fallback.max_extra_on_demand: 2 is out of range (1 to the spot part, capacity.target - "
+                "capacity.on_demand = 1: more extra on-demand nodes than spot nodes would never be used)"
+            ],
+            id="ceiling-above-one-spot-node",
+        ),
     ],
 )
 def test_refused(tmp_path, changes, expected):

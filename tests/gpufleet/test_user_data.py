@@ -10,8 +10,9 @@ import subprocess
 
 import pytest
 
+import gpufleet.user_data as user_data
 from gpufleet.catalog import load_catalog
-from gpufleet.environment import environment_files, load_named_environment
+from gpufleet.environment import CapacityBlock, environment_files, load_named_environment
 from gpufleet.errors import GpufleetError
 from gpufleet.user_data import (
     SCRIPTS_DIR,
@@ -259,3 +260,180 @@ def test_every_node_of_an_auto_scaling_group_watches_for_its_termination(rollout
 
 def test_a_spot_fleet_node_gets_no_auto_scaling_settings():
     assert not [key for key in settings(render(load_named_environment("dev"))) if "LIFECYCLE" in key or "GROUP" in key]
+
+
+def test_the_settings_of_the_dev_environment():
+    """environments/dev.yaml (p4d, one spot node, a checkpoint hook, node defaults) on the catalog's p4d.24xlarge."""
+    assert node_settings(load_named_environment("dev"), load_catalog()["p4d.24xlarge"]) == {
+        "GPUFLEET_ENVIRONMENT": "dev",
+        "GPUFLEET_INSTANCE_TYPE": "p4d.24xlarge",
+        "GPUFLEET_SETUP_SCRIPTS": "raid0-nvme gpu-clocks efa-env",
+        "GPUFLEET_RAID0_NVME": "1",
+        "GPUFLEET_SCRATCH_MOUNT": "/scratch",
+        "GPUFLEET_NVME_COUNT": "8",
+        "GPUFLEET_MAX_CLOCKS": "1",
+        "GPUFLEET_GPU_COUNT": "8",
+        "GPUFLEET_GPU_COMPUTE_CAPABILITY": "8.0",
+        "GPUFLEET_MIG_PROFILE": "",
+        "GPUFLEET_EFA": "1",
+        "GPUFLEET_GPUDIRECT_RDMA": "1",
+        "GPUFLEET_SPOT_WATCHER": "1",
+        "GPUFLEET_CHECKPOINT_HOOK": "/usr/local/bin/save-checkpoint",
+        "GPUFLEET_CAPACITY_BLOCK": "",
+        "GPUFLEET_AMI_PROFILE": "p4d-ubuntu1804-cuda11",
+    }
+
+
+def test_every_option_off_sets_every_flag_to_zero():
+    """h100 is all on-demand; with EFA and every node option off nothing is set up and nothing watches."""
+    env = with_node(load_named_environment("h100"), raid0_nvme=False, max_clocks=False, checkpoint_hook=None)
+    env = env.model_copy(update={"efa": False})
+    found = node_settings(env, load_catalog()["p5.48xlarge"])
+
+    assert {key: found[key] for key in found if found[key] in ("0", "1", "")} == {
+        "GPUFLEET_SETUP_SCRIPTS": "",
+        "GPUFLEET_RAID0_NVME": "0",
+        "GPUFLEET_MAX_CLOCKS": "0",
+        "GPUFLEET_MIG_PROFILE": "",
+        "GPUFLEET_EFA": "0",
+        "GPUFLEET_GPUDIRECT_RDMA": "1",
+        "GPUFLEET_SPOT_WATCHER": "0",
+        "GPUFLEET_CHECKPOINT_HOOK": "",
+        "GPUFLEET_CAPACITY_BLOCK": "",
+    }
+
+
+@pytest.mark.parametrize(("nvme_count", "striped"), [(0, False), (1, True)])
+def test_raid0_needs_at_least_one_nvme_drive(nvme_count, striped):
+    """g5.8xlarge has one NVMe drive (catalog): it is striped alone; a type without any gets no RAID0 script."""
+    g5 = load_catalog()["g5.8xlarge"]
+    instance = g5.model_copy(update={"nvme": g5.nvme.model_copy(update={"count": nvme_count})})
+    env = load_named_environment("dev").model_copy(update={"instance_type": "g5.8xlarge"})
+
+    assert ("raid0-nvme" in node_settings(env, instance)["GPUFLEET_SETUP_SCRIPTS"].split()) == striped
+
+
+def test_the_user_data_header_says_what_it_installs_and_stops_on_the_first_error():
+    lines = render(load_named_environment("dev")).splitlines()[:8]
+
+    assert lines == [
+        "#!/bin/bash",
+        "# gpufleet node user data for environment dev (p4d.24xlarge), from gpufleet/user_data.py.",
+        "# Installs under /opt/gpufleet/node: raid0-nvme, gpu-clocks, efa-env, run-setup, spot-watcher; "
+        "with their systemd units.",
+        "# Runs them; safe to run again. GPUFLEET_ROOT (tests) prefixes every path it writes. The scripts'",
+        "# commented sources are scripts/node/ in gpufleet; the launch template carries this file gzip-compressed.",
+        "set -euo pipefail",
+        "root=${GPUFLEET_ROOT:-}",
+        'write_file() { mkdir -p "$(dirname "$1")" && cat >"$1.tmp" && chmod "$2" "$1.tmp" && mv -f "$1.tmp" "$1"; }',
+    ]
+
+
+def test_a_node_with_nothing_to_install_says_so():
+    env = with_node(load_named_environment("h100"), raid0_nvme=False, max_clocks=False)
+    user_data = render(env.model_copy(update={"efa": False}))
+
+    assert "# Installs under /opt/gpufleet/node: nothing; with their systemd units.\n" in user_data
+    assert "systemctl" not in user_data
+
+
+def run_user_data_in(root, user_data: str, tmp_path) -> list[str]:
+    """Run the user data with GPUFLEET_ROOT=root and a systemctl that records its arguments; return them."""
+    assert "root=${GPUFLEET_ROOT:-}\n" in user_data  # never write outside root
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "systemctl.log"
+    (bin_dir / "systemctl").write_text(f'#!/bin/sh\necho "$*" >>"{log}"\n')
+    (bin_dir / "systemctl").chmod(0o755)
+    script = tmp_path / "user-data.sh"
+    script.write_text(user_data)
+    subprocess.run(
+        ["bash", str(script)], check=True, env={"PATH": f"{bin_dir}:/usr/bin:/bin", "GPUFLEET_ROOT": str(root)}
+    )
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def test_the_user_data_writes_scripts_executable_and_the_rest_read_only_then_restarts_the_units(tmp_path):
+    root = tmp_path / "node"
+    calls = run_user_data_in(root, render(everything_on()), tmp_path)
+
+    modes = {
+        str(path.relative_to(root)): oct(path.stat().st_mode & 0o777) for path in root.rglob("*") if path.is_file()
+    }
+    assert modes == {
+        "etc/gpufleet/node.env": "0o644",
+        "opt/gpufleet/node/raid0-nvme.sh": "0o755",
+        "opt/gpufleet/node/mig.sh": "0o755",
+        "opt/gpufleet/node/gpu-clocks.sh": "0o755",
+        "opt/gpufleet/node/efa-env.sh": "0o755",
+        "opt/gpufleet/node/run-setup.sh": "0o755",
+        "opt/gpufleet/node/spot-watcher.sh": "0o755",
+        "etc/systemd/system/gpufleet-spot-watcher.service": "0o644",
+        "etc/systemd/system/gpufleet-node-setup.service": "0o644",
+        "etc/systemd/system/gpufleet-node-setup.service.d/fabric-manager.conf": "0o644",
+    }
+    assert calls == [
+        "daemon-reload",
+        "enable gpufleet-spot-watcher.service gpufleet-node-setup.service",
+        "restart gpufleet-spot-watcher.service",
+        "restart gpufleet-node-setup.service",
+    ]
+
+
+def test_a_capacity_block_node_gets_the_end_of_block_script(tmp_path):
+    env = load_named_environment("h100")
+    block = CapacityBlock(reservation_id="cr-0123456789abcdef0")
+    env = env.model_copy(update={"capacity": env.capacity.model_copy(update={"capacity_block": block})})
+    user_data = render(env)
+
+    assert "capacity-block-end" in installed_scripts(user_data)
+    assert settings(user_data)["GPUFLEET_CAPACITY_BLOCK"] == "cr-0123456789abcdef0"
+
+
+def test_the_compressed_script_has_no_timestamp_and_maximum_compression():
+    """gzip header (RFC 1952): magic 1f 8b, deflate (08), no flags, MTIME 0, XFL 2 (slowest, best); the OS byte
+    after it is the platform's."""
+    compressed = compressed_user_data(load_named_environment("dev"), load_catalog()["p4d.24xlarge"])
+
+    assert compressed[:9] == b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x02"
+
+
+@pytest.mark.parametrize(
+    ("size", "problem"),
+    [
+        (16384, None),
+        (
+            16385,
+            "the user data is 16385 bytes compressed, over EC2's limit of 16384; turn off a node feature or "
+            "shorten node.checkpoint_hook",
+        ),
+    ],
+)
+def test_the_limit_allows_exactly_16_kib(size, problem, monkeypatch):
+    env = load_named_environment("dev")  # validated before the size is faked
+    monkeypatch.setattr(user_data, "compressed_user_data", lambda env, instance: b"x" * size)
+
+    assert user_data.user_data_size_problem(env, load_catalog()["p4d.24xlarge"]) == problem
+
+
+def test_a_file_without_a_final_newline_gets_one_before_the_end_marker():
+    assert user_data._write_file("/etc/x.conf", "0600", "a=1") == (
+        "write_file \"$root/etc/x.conf\" 0600 <<'GPUFLEET_END_OF_FILE'\na=1\nGPUFLEET_END_OF_FILE\n"
+    )
+    assert user_data._write_file("/etc/x.conf", "0600", "a=1\n") == (
+        "write_file \"$root/etc/x.conf\" 0600 <<'GPUFLEET_END_OF_FILE'\na=1\nGPUFLEET_END_OF_FILE\n"
+    )
+
+
+def test_comment_lines_go_but_the_shebang_code_and_shellcheck_directives_stay():
+    script = (
+        "#!/bin/bash\n"
+        "set -euo pipefail\n"
+        "# why this is done\n"
+        "    # an indented comment\n"
+        "    # shellcheck disable=SC2086\n"
+        "echo $x  # a trailing comment stays\n"
+    )
+    assert user_data._without_comments(script) == (
+        "#!/bin/bash\nset -euo pipefail\n    # shellcheck disable=SC2086\necho $x  # a trailing comment stays\n"
+    )

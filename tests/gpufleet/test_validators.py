@@ -360,8 +360,14 @@ def test_one_field_rules_on_both_sides_of_their_bounds(tmp_path, changes, expect
             "network.cidr: /24 leaves 123 addresses in the node subnet, but 120 nodes (p4d.24xlarge, 1 per node) "
             "and 9 VPC endpoints need 129 (use /23 or larger)",
         ),
+        (
+            # 242 nodes and 9 endpoints need 251 addresses: exactly what a /24 node subnet holds (256 - 5), so a /23 VPC
+            {"network.cidr": "10.40.0.0/24", "capacity.target": 242, "capacity.on_demand": 242},
+            "network.cidr: /24 leaves 123 addresses in the node subnet, but 242 nodes (p4d.24xlarge, 1 per node) "
+            "and 9 VPC endpoints need 251 (use /23 or larger)",
+        ),
     ],
-    ids=["one-past-the-limit", "rebalance-doubles-spot"],
+    ids=["one-past-the-limit", "rebalance-doubles-spot", "suggestion-fits-exactly"],
 )
 def test_node_subnet_must_hold_every_address(tmp_path, changes, expected):
     assert problems_of(tmp_path, changed(changes)) == [expected]

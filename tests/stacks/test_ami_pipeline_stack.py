@@ -520,7 +520,7 @@ def test_source_asset_holds_the_sources_but_no_local_state(out_dir):
     (asset,) = [p for p in out_dir.iterdir() if p.name.startswith("asset.")]
     names = {p.name for p in asset.iterdir()}
     assert {"gpufleet", "ami", "scripts", "pyproject.toml", "requirements-lock.txt", "README.md"} <= names
-    assert not names & {".venv", "node_modules", "cdk.out", "tests", ".git", "build"}
+    assert not names & {".venv", "node_modules", "cdk.out", "tests", ".git", "build", "mutants"}
     assert not list(asset.rglob("__pycache__"))
 
 

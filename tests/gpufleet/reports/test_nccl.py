@@ -220,6 +220,8 @@ def test_noise_inside_table_is_skipped(nccl_fixture):
     [
         ("p4d_2node_all_reduce.log", 75.0, ()),
         ("p4d_2node_all_reduce.log", None, ()),
+        ("p4d_2node_all_reduce.log", 78.66, ()),  # a peak equal to the bound passes
+        ("p4d_2node_all_reduce.log", 78.67, ("all_reduce: peak busbw 78.66 GB/s is below --min-busbw 78.67 GB/s",)),
         ("p4d_2node_all_reduce.log", 80.0, ("all_reduce: peak busbw 78.66 GB/s is below --min-busbw 80 GB/s",)),
         ("p4d_all_reduce_wrong.log", None, ("all_reduce: 1027 wrong elements",)),
         ("p4d_all_reduce_truncated.log", None, ("all_reduce: log truncated after 18 rows (no 'Avg bus bandwidth' line)",)),

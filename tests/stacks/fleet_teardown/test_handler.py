@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from moto import mock_aws
 
@@ -201,3 +202,154 @@ def test_create_and_update_name_the_resource_after_the_fleet_and_touch_nothing(e
     }
     assert handler.is_complete(event(request_type, fleet_id), None, ec2=ec2) == {"IsComplete": True}
     assert running(ec2) == nodes
+
+
+FLEET = "sfr-0123abcd-0123-4567-89ab-0123456789ab"
+
+
+@pytest.fixture
+def stubbed(monkeypatch):
+    """An EC2 client whose answers the test gives (botocore's Stubber checks every call's parameters)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    client = boto3.client("ec2", region_name=REGION)
+    with Stubber(client) as stub:
+        yield client, stub
+        stub.assert_no_pending_responses()
+
+
+def instances(**states: str) -> dict:
+    return {
+        "Reservations": [
+            {
+                "Instances": [
+                    {"InstanceId": instance_id, "State": {"Name": state}} for instance_id, state in states.items()
+                ]
+            }
+        ]
+    }
+
+
+def by_tag(fleet_id: str) -> dict:
+    return {"Filters": [{"Name": "tag:aws:ec2spot:fleet-request-id", "Values": [fleet_id]}]}
+
+
+def test_instances_come_from_the_fleet_list_and_the_tag_and_terminated_ones_are_left_out(stubbed):
+    """i-1 carries the fleet tag; i-2 is only in the fleet's list (found by id); i-3 is terminated; a page without
+    ActiveInstances (EC2 leaves out an empty list) counts as none."""
+    client, stub = stubbed
+    stub.add_response(
+        "describe_spot_fleet_instances",
+        {
+            "ActiveInstances": [{"InstanceId": "i-1"}, {"InstanceId": "i-2"}],
+            "SpotFleetRequestId": FLEET,
+            "NextToken": "t",
+        },
+        expected_params={"SpotFleetRequestId": FLEET},
+    )
+    stub.add_response(
+        "describe_spot_fleet_instances",
+        {"SpotFleetRequestId": FLEET},
+        expected_params={"SpotFleetRequestId": FLEET, "NextToken": "t"},
+    )
+    stub.add_response("describe_instances", instances(**{"i-1": "running", "i-3": "terminated"}), by_tag(FLEET))
+    stub.add_response("describe_instances", instances(**{"i-2": "pending"}), {"InstanceIds": ["i-2"]})
+
+    assert handler.fleet_instances(client, FLEET) == {"i-1": "running", "i-2": "pending"}
+
+
+def test_delete_terminates_what_the_cancellation_left_running_and_logs_it(stubbed, caplog):
+    client, stub = stubbed
+    stub.add_response(
+        "describe_spot_fleet_instances", {"ActiveInstances": [{"InstanceId": "i-1"}], "SpotFleetRequestId": FLEET}
+    )
+    stub.add_response("describe_instances", instances(**{"i-1": "running", "i-2": "running"}), by_tag(FLEET))
+    stub.add_response(
+        "cancel_spot_fleet_requests",
+        {"SuccessfulFleetRequests": [], "UnsuccessfulFleetRequests": []},
+        {"SpotFleetRequestIds": [FLEET], "TerminateInstances": True},
+    )
+    stub.add_response(
+        "describe_instances", instances(**{"i-1": "shutting-down", "i-2": "running"}), {"InstanceIds": ["i-1", "i-2"]}
+    )
+    stub.add_response("terminate_instances", {}, {"InstanceIds": ["i-2"]})
+
+    with caplog.at_level("INFO"):
+        assert handler.on_event(event("Delete", FLEET), None, ec2=client) == {"PhysicalResourceId": f"teardown-{FLEET}"}
+
+    assert caplog.messages == [f"terminating 1 instance(s) of {FLEET}: ['i-2']"]
+
+
+def test_is_complete_logs_what_it_waits_for_and_when_it_is_done(monkeypatch, caplog):
+    answers = iter([{"i-1": "shutting-down", "i-2": "running"}, {}])
+    monkeypatch.setattr(handler, "fleet_instances", lambda client, fleet_id: next(answers))
+    client = type("Ec2", (), {"terminate_instances": lambda self, InstanceIds: None})()
+
+    with caplog.at_level("INFO"):
+        assert handler.is_complete(event("Delete", FLEET), None, ec2=client) == {"IsComplete": False}
+        assert handler.is_complete(event("Delete", FLEET), None, ec2=client) == {"IsComplete": True}
+
+    assert caplog.messages == [
+        f"instances of {FLEET} not terminated yet: [('i-1', 'shutting-down'), ('i-2', 'running')]",
+        f"terminating 1 instance(s) of {FLEET}: ['i-2']",
+        f"every instance of {FLEET} is terminated",
+    ]
+
+
+@pytest.mark.parametrize("code", sorted(handler.GONE_FLEET_ERRORS))
+def test_a_cancellation_refused_because_the_fleet_is_gone_is_logged_and_succeeds(stubbed, caplog, code):
+    client, stub = stubbed
+    stub.add_client_error("cancel_spot_fleet_requests", code)
+
+    with caplog.at_level("INFO"):
+        assert handler.cancel_fleet(client, FLEET) is None
+
+    assert caplog.messages == [f"fleet {FLEET} no longer exists"]
+
+
+def test_any_other_cancellation_error_fails_the_resource(stubbed):
+    client, stub = stubbed
+    stub.add_client_error("cancel_spot_fleet_requests", "UnauthorizedOperation")
+
+    with pytest.raises(ClientError, match="UnauthorizedOperation"):
+        handler.cancel_fleet(client, FLEET)
+
+
+def test_a_gone_fleet_in_the_cancellation_answer_is_logged(stubbed, caplog):
+    client, stub = stubbed
+    failure = {"SpotFleetRequestId": FLEET, "Error": {"Code": "fleetRequestIdDoesNotExist", "Message": "gone"}}
+    stub.add_response(
+        "cancel_spot_fleet_requests", {"SuccessfulFleetRequests": [], "UnsuccessfulFleetRequests": [failure]}
+    )
+
+    with caplog.at_level("INFO"):
+        handler.cancel_fleet(client, FLEET)
+
+    assert caplog.messages == [f"fleet {FLEET}: fleetRequestIdDoesNotExist"]
+
+
+def test_a_cancellation_failure_without_a_message_names_the_code(stubbed):
+    client, stub = stubbed
+    failure = {"SpotFleetRequestId": FLEET, "Error": {"Code": "unexpectedError"}}
+    stub.add_response(
+        "cancel_spot_fleet_requests", {"SuccessfulFleetRequests": [], "UnsuccessfulFleetRequests": [failure]}
+    )
+
+    with pytest.raises(RuntimeError) as raised:
+        handler.cancel_fleet(client, FLEET)
+
+    assert str(raised.value) == f"cannot cancel fleet {FLEET}: unexpectedError: "
+
+
+@pytest.mark.parametrize("handler_function", [handler.on_event, handler.is_complete])
+def test_without_a_client_the_handlers_make_an_ec2_one(monkeypatch, handler_function):
+    """In Lambda the handlers get no client: they create boto3's EC2 client."""
+    services = []
+    client = type("Ec2", (), {"terminate_instances": lambda self, InstanceIds: None})()
+    monkeypatch.setattr(handler.boto3, "client", lambda service: services.append(service) or client)
+    monkeypatch.setattr(handler, "fleet_instances", lambda client, fleet_id: {})
+    monkeypatch.setattr(handler, "cancel_fleet", lambda client, fleet_id: None)
+
+    handler_function(event("Delete", FLEET), None)
+
+    assert services == ["ec2"]
