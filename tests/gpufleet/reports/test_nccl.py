@@ -321,17 +321,28 @@ def test_checks_off_rows_say_na_in_both_placements():
     assert table_problems(table, None) == ()
 
 
-def test_per_iteration_timing_rows_are_not_misread():
-    # nccl-tests -I 1 (v2.19.6 util.cu writeResultHeader / writePerIterReport) adds i_min i_max i_p99 i_cv% after
-    # each placement: the last eight cells are no longer time algbw busbw #wrong, so no row is taken from them.
-    header = (
-        "#       size         count      type   redop    root     time   algbw   busbw #wrong    i_min    i_max"
-        "    i_p99    i_cv%     time   algbw   busbw #wrong    i_min    i_max    i_p99    i_cv%\n"
-    )
-    row = (
-        "    33554432       8388608     float     sum      -1    869.0   38.61   72.40      0    851.2    901.7"
-        "    899.0     1.62    856.3   39.18   73.47      0    850.1    880.4    879.9     0.98\n"
-    )
+# nccl-tests v2.19.6 (util.cu writeResultHeader, writePerIterReport, writeTimestamp) can print more cells than the
+# parser reads: -I 1 adds i_min i_max i_p99 i_cv% after each placement, -S 1 ends a row with "%Y-%m-%d %H:%M:%S".
+# The last eight cells are then no longer time algbw busbw #wrong twice, so no row is taken from them.
+@pytest.mark.parametrize(
+    "header, row",
+    [
+        (
+            "#       size         count      type   redop    root     time   algbw   busbw #wrong    i_min    i_max"
+            "    i_p99    i_cv%     time   algbw   busbw #wrong    i_min    i_max    i_p99    i_cv%\n",
+            "    33554432       8388608     float     sum      -1    869.0   38.61   72.40      0    851.2    901.7"
+            "    899.0     1.62    856.3   39.18   73.47      0    850.1    880.4    879.9     0.98\n",
+        ),
+        (
+            "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw"
+            " #wrong           timestamp\n",
+            "    33554432       8388608     float     sum      -1    869.0   38.61   72.40      0    856.3   39.18   73.47"
+            "      0  2026-11-23 07:40:11\n",
+        ),
+    ],
+    ids=["per-iteration timing", "timestamps"],
+)
+def test_rows_with_extra_cells_are_not_misread(header, row):
     table = parse_nccl_log(header + row + "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 72.9 \n")[0]
     assert table.rows == ()
     assert table_problems(table, None) == ("collective: table has no rows",)
