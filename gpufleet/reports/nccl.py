@@ -65,8 +65,10 @@ _BINARY = re.compile(
 )
 _NUMBER = re.compile(r"^-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?$")
 
+# Bytes per element of each type name a row prints. source: nccl-tests v2.19.6 (a0b82b2) src/common.cu
+# test_typenames ("f8e4m3", "f8e5m2" for fp8; "char" and "int" on NCCL < 2.0 builds).
 _WORD_SIZES = {
-    "int8": 1, "uint8": 1, "char": 1, "half": 2, "bfloat16": 2, "fp8_e4m3": 1, "fp8_e5m2": 1,
+    "int8": 1, "uint8": 1, "char": 1, "half": 2, "bfloat16": 2, "f8e4m3": 1, "f8e5m2": 1,
     "int32": 4, "uint32": 4, "int": 4, "float": 4, "int64": 8, "uint64": 8, "double": 8,
 }  # fmt: skip
 

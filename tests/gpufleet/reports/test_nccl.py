@@ -241,3 +241,191 @@ def test_old_layout_failure_comes_from_out_of_bounds_line(nccl_fixture):
     table = parse_nccl_log(text)[0]
     assert table.wrong == 3
     assert table_problems(table, None) == ("all_reduce: 3 out-of-bounds checks",)
+
+
+def _rank_lines(ranks: int) -> str:
+    """The "#  Rank" device lines of a run over `ranks` GPUs, 8 to a node."""
+    return "".join(
+        f"#  Rank {r:2d} Group  0 Pid {100 + r:6d} on node-{r // 8} device {r % 8:2d} [0x10] GPU\n"
+        for r in range(ranks)
+    )
+
+
+# Rows of unnamed tables whose collective only the size/count ratio can tell (redop, root -1, size / (count * word)).
+@pytest.mark.parametrize(
+    "ranks, row, collective",
+    [
+        # all_gather moves ranks x count: 33554432 = 524288 floats x 4 B x 16 ranks
+        (16, "    33554432        524288     float    none      -1    869.0   38.61   36.20      0    856.3   39.18   36.73      0", "all_gather"),
+        # two GPUs: the ratio is 2, still all_gather / reduce_scatter
+        (2, "    33554432       4194304     float    none      -1    869.0   38.61   19.31      0    856.3   39.18   19.59      0", "all_gather"),
+        (2, "    33554432       4194304     float     sum      -1    869.0   38.61   19.31      0    856.3   39.18   19.59      0", "reduce_scatter"),
+        # a run with -b 0 cut after its first row: 0 bytes of 0 elements tell nothing
+        (16, "           0             0     float     sum      -1    25.14    0.00    0.00      0    25.09    0.00    0.00      0", None),
+        # ratio 8 with 16 ranks is neither all_reduce (1) nor all_gather (16)
+        (16, "    33554432       1048576     float    none      -1    869.0   38.61   36.20      0    856.3   39.18   36.73      0", None),
+        # fp8 as nccl-tests names it (src/common.cu test_typenames: "f8e4m3", "f8e5m2"): one byte a word
+        (16, "    33554432      33554432    f8e4m3     sum      -1    869.0   38.61   72.40      0    856.3   39.18   73.47      0", "all_reduce"),
+        (16, "    33554432      33554432    f8e5m2     sum      -1    869.0   38.61   72.40      0    856.3   39.18   73.47      0", "all_reduce"),
+    ],
+)  # fmt: skip
+def test_collective_inferred_from_the_ratio(ranks, row, collective):
+    table = parse_nccl_log(_rank_lines(ranks) + HEADER + row + "\n# Avg bus bandwidth    : 1.0 \n")[0]
+    assert (table.collective, table.ranks) == (collective, ranks)
+
+
+def test_unnamed_table_without_rows_is_reported_as_collective():
+    table = parse_nccl_log(HEADER + "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 0 \n")[0]
+    assert (table.collective, table.rows, table.truncated) == (None, (), False)
+    assert table_problems(table, 10.0) == ("collective: table has no rows",)
+
+
+def test_unnamed_truncated_table_is_reported_as_collective():
+    row = "    33554432       8388608     float    none      -1    869.0   38.61   38.61      0    856.3   39.18   39.18    N/A"
+    assert table_problems(parse_nccl_log(HEADER + row + "\n")[0], None) == (
+        "collective: log truncated after 1 rows (no 'Avg bus bandwidth' line)",
+    )
+
+
+@pytest.mark.parametrize(
+    "name, out_of_bounds",
+    [("p4d_2node_all_reduce.log", 0), ("p4d_all_reduce_wrong.log", 2), ("p4d_all_reduce_truncated.log", None)],
+)
+def test_out_of_bounds_count_as_the_log_states_it(nccl_fixture, name, out_of_bounds):
+    assert parse_nccl_log(nccl_fixture(name))[0].out_of_bounds == out_of_bounds
+
+
+def test_current_layout_out_of_bounds_without_wrong_elements_fails(nccl_fixture):
+    # The footer's count stands on its own: rows that show no wrong element (the failing rows filtered out of the
+    # copy) do not hide it.
+    text = nccl_fixture("p4d_2node_all_reduce.log").replace(
+        "# Out of bounds values : 0 OK", "# Out of bounds values : 3 FAILED"
+    )
+    table = parse_nccl_log(text)[0]
+    assert (table.wrong, table.out_of_bounds) == (0, 3)
+    assert table_problems(table, None) == ("all_reduce: 3 out-of-bounds checks",)
+
+
+def test_checks_off_rows_say_na_in_both_placements():
+    # -c 0: util.cu writeBenchmarkLineBody prints "N/A" instead of the wrong-element count (nccl-tests v2.19.6)
+    rows = (
+        "     1048576        262144     float     sum      -1    87.19   12.03   22.55    N/A    86.75   12.09   22.67    N/A\n"
+        "     2097152        524288     float     sum      -1    111.1   18.88   35.40    N/A    114.4   18.34   34.38    N/A\n"
+    )
+    table = parse_nccl_log(HEADER + rows + "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 28.75 \n")[0]
+    assert [(row.size_bytes, row.out_of_place.wrong, row.in_place.wrong) for row in table.rows] == [
+        (1048576, None, None),
+        (2097152, None, None),
+    ]
+    assert (table.wrong, table.peak) == (0, (35.4, 2097152))
+    assert table_problems(table, None) == ()
+
+
+# nccl-tests v2.19.6 (util.cu writeResultHeader, writePerIterReport, writeTimestamp) can print more cells than the
+# parser reads: -I 1 adds i_min i_max i_p99 i_cv% after each placement, -S 1 ends a row with "%Y-%m-%d %H:%M:%S".
+# The last eight cells are then no longer time algbw busbw #wrong twice, so no row is taken from them.
+@pytest.mark.parametrize(
+    "header, row",
+    [
+        (
+            "#       size         count      type   redop    root     time   algbw   busbw #wrong    i_min    i_max"
+            "    i_p99    i_cv%     time   algbw   busbw #wrong    i_min    i_max    i_p99    i_cv%\n",
+            "    33554432       8388608     float     sum      -1    869.0   38.61   72.40      0    851.2    901.7"
+            "    899.0     1.62    856.3   39.18   73.47      0    850.1    880.4    879.9     0.98\n",
+        ),
+        (
+            "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw"
+            " #wrong           timestamp\n",
+            "    33554432       8388608     float     sum      -1    869.0   38.61   72.40      0    856.3   39.18   73.47"
+            "      0  2026-11-23 07:40:11\n",
+        ),
+    ],
+    ids=["per-iteration timing", "timestamps"],
+)
+def test_rows_with_extra_cells_are_not_misread(header, row):
+    table = parse_nccl_log(header + row + "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 72.9 \n")[0]
+    assert table.rows == ()
+    assert table_problems(table, None) == ("collective: table has no rows",)
+
+
+def test_monitoring_lines_inside_a_table_are_not_rows():
+    # A sampler writing into the same log between two rows: a "GPU 0 <fields>" line shaped like dcgmi dmon's samples
+    # (that format is from memory, unconfirmed): its first cell is not a size, so it is no row.
+    rows = (
+        "    16777216       4194304     float     sum      -1    493.8   33.98   63.71      0    489.4   34.28   64.28      0\n"
+        "GPU 0     68.412   35    44    1410   1593    0.912    0.000    0.455   0.000   0.000\n"
+        "    33554432       8388608     float     sum      -1    869.0   38.61   72.40      0    856.3   39.18   73.47      0\n"
+    )
+    table = parse_nccl_log(HEADER + rows + "# Avg bus bandwidth    : 68.5 \n")[0]
+    assert [row.size_bytes for row in table.rows] == [16777216, 33554432]
+
+
+AR_ROW = "    33554432       8388608     float     sum      -1    869.0   38.61   72.40      0    856.3   39.18   73.47      0\n"
+AVG = "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 72.935 \n"
+CONCLUDED = "# Out of bounds values : 0 OK\n#\n# Collective test concluded: all_reduce_perf\n"
+
+
+# Tables pasted back to back without their run lines (as they are quoted in issues): what ends the first one.
+@pytest.mark.parametrize(
+    "first_end, first",
+    [
+        ("", (None, False, True)),  # a new header while a table is open: the first was cut short
+        (AVG, (72.935, False, False)),
+        (CONCLUDED, (72.935, True, False)),  # average lost: computed, mean of 72.40 and 73.47
+    ],
+)
+def test_pasted_tables_back_to_back(first_end, first):
+    tables = parse_nccl_log(HEADER + AR_ROW + first_end + HEADER + AR_ROW + AVG)
+    assert [(t.avg_busbw, t.avg_busbw_computed, t.truncated) for t in tables] == [first, (72.935, False, False)]
+    assert [(t.collective, len(t.rows), t.ranks) for t in tables] == [("all_reduce", 1, None), ("all_reduce", 1, None)]
+
+
+def test_run_that_died_then_a_new_run(nccl_fixture):
+    # The first mpirun aborted mid-table; the job script ran the test again into the same log.
+    text = nccl_fixture("p4d_all_reduce_truncated.log") + nccl_fixture("p4d_2node_all_reduce.log")
+    tables = parse_nccl_log(text)
+    assert [(t.collective, len(t.rows), t.avg_busbw, t.truncated, t.out_of_bounds) for t in tables] == [
+        ("all_reduce", 18, None, True, None),
+        ("all_reduce", 29, 27.4285, False, 0),
+    ]
+    assert table_problems(tables[0], None) == ("all_reduce: log truncated after 18 rows (no 'Avg bus bandwidth' line)",)
+
+
+def test_job_log_with_three_runs(nccl_fixture):
+    # After the concluded line of the first run comes the next run's "+ mpirun ..." trace and its NCCL INFO lines.
+    text = nccl_fixture("p4d_all_reduce_no_avg.log") + "\n" + nccl_fixture("p4d_all_gather_alltoall.log")
+    tables = parse_nccl_log(text)
+    assert [(t.collective, len(t.rows), t.avg_busbw, t.avg_busbw_computed) for t in tables] == [
+        ("all_reduce", 29, 27.4279, True),
+        ("all_gather", 29, 25.922, False),
+        ("alltoall", 29, 11.3253, False),
+    ]
+
+
+def test_collective_named_only_by_the_concluded_line():
+    # No starting line (filtered copy), no average: alltoall's rows (none, -1, ratio 1) could be any collective.
+    row = "    33554432       2097152     float    none      -1    869.0   38.61   36.20      0    856.3   39.18   36.73    N/A\n"
+    text = "# nThread 1 nGpus 1 minBytes 8 maxBytes 33554432 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n"
+    table = parse_nccl_log(
+        text + HEADER + row + "# Out of bounds values : 0 OK\n#\n# Collective test concluded: alltoall_perf\n"
+    )[0]
+    assert (table.collective, table.avg_busbw, table.avg_busbw_computed) == ("alltoall", 36.465, True)
+
+
+def test_previous_runs_concluded_line_does_not_name_the_next_table():
+    none_row = "    33554432       8388608     float    none      -1    869.0   38.61   38.61      0    856.3   39.18   39.18    N/A\n"
+    gather_row = "    33554432        524288     float    none      -1    869.0   38.61   36.20      0    856.3   39.18   36.73      0\n"
+    run = "# nThread 1 nGpus 1 minBytes 8 maxBytes 33554432 step: 2(factor) warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0\n"
+    text = (
+        "# Collective test starting: all_gather_perf\n" + run + HEADER + gather_row + AVG
+        + "#\n# Collective test concluded: all_gather_perf\n"
+        + "# Collective test starting: my_own_perf\n" + run + HEADER + none_row + AVG
+        + "#\n# Collective test concluded: my_own_perf\n"
+    )  # fmt: skip
+    assert [t.collective for t in parse_nccl_log(text)] == ["all_gather", None]
+
+
+def test_no_table_message_in_full(nccl_fixture):
+    with pytest.raises(NoTableError) as raised:
+        parse_nccl_log(nccl_fixture("no_table.log"))
+    assert str(raised.value) == "no nccl-tests results table (expected a '#  size  count  type ...' header and rows)"

@@ -25,6 +25,7 @@ def test_parse_and_check(topo_fixture, name, instance_type, gpus, nics, nic0, li
     assert topology.link("GPU5", "GPU5") == "X"
     assert dict(topology.cpu_affinity)["GPU0"] == affinity
     check = check_topology(topology, load_catalog()[instance_type])
+    assert (check.instance_type, check.gpus, check.expected_gpus) == (instance_type, 8, 8)
     assert check.problems == problems
     assert check.ok == (not problems)
     assert len(check.links) == 28
@@ -49,7 +50,10 @@ def test_g5_link_kinds(topo_fixture):
 def test_g5_topology_fails_as_p4d(topo_fixture):
     check = check_topology(parse_topology(topo_fixture("g5_48xlarge.txt")), load_catalog()["p4d.24xlarge"])
     assert "GPU0-GPU1: PHB, expected an NVLink (NV#) on NVSwitch p4d.24xlarge" in check.problems
-    assert any(p.startswith("1 NICs in the matrix, p4d.24xlarge has 4 EFA devices") for p in check.problems)
+    assert check.problems[-1] == (
+        "1 NICs in the matrix, p4d.24xlarge has 4 EFA devices (catalog): check that every EFA interface is attached "
+        "and the efa driver is loaded"
+    )
 
 
 def test_missing_gpu_against_catalog(topo_fixture):
@@ -62,6 +66,7 @@ def test_missing_gpu_against_catalog(topo_fixture):
     topology = parse_topology("\n".join(rebuilt + kept[13:]))
     check = check_topology(topology, load_catalog()["p4d.24xlarge"])
     assert check.problems == ("7 GPUs in the matrix, p4d.24xlarge has 8 (catalog)",)
+    assert (check.instance_type, check.gpus, check.expected_gpus) == ("p4d.24xlarge", 7, 8)
 
 
 def test_fewer_nvlinks_on_one_pair(topo_fixture):
@@ -125,3 +130,111 @@ def test_device_named_nic_columns_name_themselves():
         "mlx5_1  PXB     PXB     PXB      X\n"
     )
     assert parse_topology(text).nic_devices == (("mlx5_0", "mlx5_0"), ("mlx5_1", "mlx5_1"))
+
+
+NUMA_0_0_1_1 = tuple((f"GPU{n}", "0" if n < 4 else "1") for n in range(8))
+
+
+@pytest.mark.parametrize(
+    "name, cpu_gpu0, cpu_gpu7",
+    [
+        ("p4d.txt", "0-23,48-71", "24-47,72-95"),  # tab-separated, with a GPU NUMA ID column
+        ("g5_48xlarge.txt", "0-47,96-143", "48-95,144-191"),  # space-separated, no GPU NUMA ID column
+        ("p5.txt", "0-47,96-143", "48-95,144-191"),
+    ],
+)
+def test_cpu_and_numa_affinity_per_gpu(topo_fixture, name, cpu_gpu0, cpu_gpu7):
+    topology = parse_topology(topo_fixture(name))
+    assert topology.numa_affinity == (
+        ("GPU0", "0"), ("GPU1", "0"), ("GPU2", "0"), ("GPU3", "0"),
+        ("GPU4", "1"), ("GPU5", "1"), ("GPU6", "1"), ("GPU7", "1"),
+    )  # fmt: skip
+    assert topology.cpu_affinity[0] == ("GPU0", cpu_gpu0) and topology.cpu_affinity[7] == ("GPU7", cpu_gpu7)
+    assert len(topology.cpu_affinity) == 8
+
+
+def test_blank_affinity_cells_keep_their_column_in_a_tab_capture():
+    # A blank cell between tabs is still a cell: GPU0's NUMA node must not slide into its CPU Affinity column, and
+    # GPU1's trailing blank NUMA Affinity is reported blank, not dropped (header of drivers without GPU NUMA ID).
+    text = (
+        "\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\n"
+        "GPU0\t X \tNV12\tPXB\t\t0\n"
+        "GPU1\tNV12\t X \tPXB\t0-23,48-71\t\n"
+        "NIC0\tPXB\tPXB\t X \t\t\n"
+    )
+    topology = parse_topology(text)
+    assert topology.cpu_affinity == (("GPU0", ""), ("GPU1", "0-23,48-71"))
+    assert topology.numa_affinity == (("GPU0", "0"), ("GPU1", ""))
+
+
+def test_space_capture_without_a_numa_value_leaves_that_gpu_out(topo_fixture):
+    # A terminal copy cannot show a blank cell: GPU7's row simply ends after its CPU Affinity.
+    text = topo_fixture("g5_48xlarge.txt").replace("48-95,144-191   1\nNIC0", "48-95,144-191\nNIC0")
+    topology = parse_topology(text)
+    assert topology.numa_affinity == (
+        ("GPU0", "0"), ("GPU1", "0"), ("GPU2", "0"), ("GPU3", "0"), ("GPU4", "1"), ("GPU5", "1"), ("GPU6", "1"),
+    )  # fmt: skip
+    assert topology.cpu_affinity[7] == ("GPU7", "48-95,144-191")
+
+
+@pytest.mark.parametrize(
+    "variant",
+    [
+        pytest.param(lambda text: "$ nvidia-smi topo -m\n" + text, id="command echoed before the header"),
+        pytest.param(lambda text: "\t \n" + text, id="whitespace-only line before the header"),
+        pytest.param(lambda text: text.replace("\n", "\r\r\n"), id="CR doubled: a blank line after every line"),
+    ],
+)
+def test_noise_around_the_matrix_parses_the_same(topo_fixture, variant):
+    assert parse_topology(variant(topo_fixture("p4d.txt"))) == parse_topology(topo_fixture("p4d.txt"))
+
+
+def test_a_log_with_two_captures_reads_the_first(topo_fixture):
+    # The second capture's rows repeat devices already read: they are not a second matrix laid over the first.
+    topology = parse_topology(topo_fixture("p4d.txt") + topo_fixture("p4d_degraded.txt"))
+    assert topology.link("GPU3", "GPU6") == "NV12" and topology.link("GPU6", "GPU3") == "NV12"
+    assert check_topology(topology, load_catalog()["p4d.24xlarge"]).problems == ()
+
+
+def test_row_missing_a_link_cell_is_cut_short_even_with_its_affinity(topo_fixture):
+    # The row is long enough (its affinity cells follow) but its 12th link cell is the CPU Affinity.
+    text = topo_fixture("p4d.txt").replace(
+        "GPU3\tNV12\tNV12\tNV12\t X \tNV12\tNV12\tNV12\tNV12\t", "GPU3\tNV12\tNV12\tNV12\t X \tNV12\tNV12\tNV12\t"
+    )
+    with pytest.raises(TopologyParseError) as raised:
+        parse_topology(text)
+    assert str(raised.value) == "row GPU3 has 11 of 12 link cells (capture cut short?)"
+
+
+def test_no_header_message_in_full():
+    with pytest.raises(TopologyParseError) as raised:
+        parse_topology("GPU0 X\nGPU 0: NVIDIA A100-SXM4-40GB (UUID: GPU-1b2c)\n")
+    assert str(raised.value) == "no 'nvidia-smi topo -m' header row (a line of GPU0 GPU1 ... column names)"
+
+
+def _set_cell(text, row, column, value):
+    """p4d.txt with the link cell of `row` (line index) at `column` (0 = GPU0) set to `value`."""
+    lines = text.splitlines()
+    cells = lines[row].split("\t")
+    cells[column + 1] = value
+    lines[row] = "\t".join(cells)
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize(
+    "row, column, problems",
+    [
+        # GPU6's row says SYS towards GPU3, GPU3's row still says NV12: the pair is reported by GPU3's row.
+        (7, 3, ("GPU3-GPU6: GPU3 row says NV12, GPU6 row says SYS",)),
+        # The other way round: GPU3's row says SYS, which is also a missing NVLink on an NVSwitch type.
+        (4, 6, (
+            "GPU3-GPU6: GPU3 row says SYS, GPU6 row says NV12",
+            "GPU3-GPU6: SYS, expected an NVLink (NV#) on NVSwitch p4d.24xlarge",
+        )),
+    ],
+)  # fmt: skip
+def test_asymmetric_matrix(topo_fixture, row, column, problems):
+    topology = parse_topology(_set_cell(topo_fixture("p4d.txt"), row, column, "SYS"))
+    check = check_topology(topology, load_catalog()["p4d.24xlarge"])
+    assert check.problems == problems
+    assert not check.ok
