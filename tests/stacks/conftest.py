@@ -1,13 +1,20 @@
-"""Environments with fleet.backend auto-scaling, built here rather than shipped: one in a new VPC that takes new
-images in place (rollout manual) with capacity rebalancing, one in an existing VPC that replaces its nodes on a new
-image (replace-all), synthesized once per session like `cdk synth` (cdk-nag attached)."""
+"""Syntheses the stack tests share, each once per session like `cdk synth` (cdk.json's context, cdk-nag attached):
+- environments with fleet.backend auto-scaling, built here rather than shipped: one in a new VPC that takes new
+  images in place (rollout manual) with capacity rebalancing, one in an existing VPC that replaces its nodes on a
+  new image (replace-all);
+- the AMI pipeline stack of ami/pipeline.yaml, for the shipped environments, as app.py adds it."""
 
 from __future__ import annotations
 
+import aws_cdk as cdk
 import pytest
 import yaml
 
-from tests.conftest import Assembly, synthesize
+from gpufleet.ami.pipeline import load_pipeline
+from gpufleet.environment import environment_files, load_environments
+from stacks.ami_pipeline_stack import add_ami_pipeline_stack
+from stacks.environment_stacks import add_compliance_checks
+from tests.conftest import CDK_CONTEXT, REPOSITORY, Assembly, synthesize
 
 AUTO_SCALING_ENVIRONMENTS = {
     "asg": {
@@ -47,3 +54,14 @@ def auto_scaling_assembly(tmp_path_factory) -> Assembly:
     for name, document in AUTO_SCALING_ENVIRONMENTS.items():
         (environments / f"{name}.yaml").write_text(yaml.safe_dump(document))
     return synthesize(tmp_path_factory.mktemp("cdk.out"), environments)
+
+
+@pytest.fixture(scope="session")
+def ami_pipeline_assembly(tmp_path_factory) -> Assembly:
+    directory = tmp_path_factory.mktemp("ami-pipeline.out")
+    pipeline = load_pipeline(REPOSITORY / "ami" / "pipeline.yaml")
+    app = cdk.App(outdir=str(directory), context=CDK_CONTEXT)
+    add_compliance_checks(app)
+    add_ami_pipeline_stack(app, pipeline, load_environments(environment_files(REPOSITORY / "environments"), pipeline))
+    app.synth()
+    return Assembly(directory)

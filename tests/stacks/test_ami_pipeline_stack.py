@@ -17,9 +17,8 @@ from gpufleet.ami import SSM_AGENT_ACTIONS
 from gpufleet.ami.pipeline import load_pipeline
 from gpufleet.cli import main
 from gpufleet.environment import environment_files, load_environments
-from stacks.ami_pipeline_stack import AMI_PIPELINE_STACK_NAME, AmiPipelineStack, add_ami_pipeline_stack
+from stacks.ami_pipeline_stack import AMI_PIPELINE_STACK_NAME, AmiPipelineStack
 from stacks.constructs.ami_build_project import PROFILE_TAG_KEY, SOURCE_AMI_TAG_KEY, pipeline_image_statements
-from stacks.environment_stacks import add_compliance_checks
 
 ROOT = Path(__file__).resolve().parents[2]
 CFN_LINT = Path(sys.executable).with_name("cfn-lint")
@@ -29,13 +28,8 @@ ENVIRONMENTS = load_environments(environment_files(ROOT / "environments"), PIPEL
 
 
 @pytest.fixture(scope="module")
-def out_dir(tmp_path_factory) -> Path:
-    directory = tmp_path_factory.mktemp("ami-pipeline.out")
-    app = cdk.App(outdir=str(directory), context=CDK_CONTEXT)
-    add_compliance_checks(app)
-    add_ami_pipeline_stack(app, PIPELINE, ENVIRONMENTS)
-    app.synth()
-    return directory
+def out_dir(ami_pipeline_assembly) -> Path:
+    return ami_pipeline_assembly.directory
 
 
 @pytest.fixture(scope="module")

@@ -12,13 +12,9 @@ CloudFormation intrinsics in ARNs are resolved first to concrete placeholder val
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -28,8 +24,6 @@ with warnings.catch_warnings():
     from parliament import expand_action, is_arn_match
     from parliament.statement import get_arn_format, get_privilege_info
 
-ROOT = Path(__file__).resolve().parents[2]
-CDK_CONTEXT = json.loads((ROOT / "cdk.json").read_text())["context"]
 PARTITION = "aws"
 # Ref AWS::URLSuffix in the aws partition.
 URL_SUFFIX = "amazonaws.com"
@@ -260,31 +254,18 @@ def unmatched_pairs(statement: Statement, stack: StackContext) -> list[str]:
     ]
 
 
-def synthesize_app(out_dir: Path) -> None:
-    """app.py as the CDK CLI runs it (cdk.json's context, no credentials): all stacks of the app."""
-    env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")} | {
-        "CDK_CONTEXT_JSON": json.dumps(CDK_CONTEXT),
-        "CDK_OUTDIR": str(out_dir),
-        "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-        "AWS_CONFIG_FILE": os.devnull,
-    }
-    result = subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True)
-    assert result.returncode == 0, result.stderr
-
-
 @pytest.fixture(scope="module")
-def templates(tmp_path_factory) -> list[tuple[dict, StackContext]]:
-    out_dir = tmp_path_factory.mktemp("app.out")
-    synthesize_app(out_dir)
-    manifest = json.loads((out_dir / "manifest.json").read_text())
+def templates(assembly, ami_pipeline_assembly) -> list[tuple[dict, StackContext]]:
+    """The stacks app.py synthesizes: every shipped environment's (the session's assembly) and the AMI pipeline's."""
     found = []
-    for name, artifact in sorted(manifest["artifacts"].items()):
-        if artifact["type"] != "aws:cloudformation:stack":
-            continue
-        account, region = artifact["environment"].removeprefix("aws://").split("/")
-        template = json.loads((out_dir / artifact["properties"]["templateFile"]).read_text())
-        types = {logical_id: resource["Type"] for logical_id, resource in template["Resources"].items()}
-        found.append((template, StackContext(name, region, account, types)))
+    for synthesized in (assembly, ami_pipeline_assembly):
+        for name, artifact in sorted(synthesized.manifest["artifacts"].items()):
+            if artifact["type"] != "aws:cloudformation:stack":
+                continue
+            account, region = artifact["environment"].removeprefix("aws://").split("/")
+            template = json.loads((synthesized.directory / artifact["properties"]["templateFile"]).read_text())
+            types = {logical_id: resource["Type"] for logical_id, resource in template["Resources"].items()}
+            found.append((template, StackContext(name, region, account, types)))
     return found
 
 

@@ -1,5 +1,6 @@
-"""Every provisioning script follows the same conventions: the contract's names, strict mode, the one shared
-library sourced the same way, shellcheck clean, and a clear error naming any missing contract variable."""
+"""Every provisioning script follows the same conventions: the contract's names, the one shared library found
+the same way, shellcheck clean, and a clear error naming any missing contract variable (strict mode, as
+behaviour: test_strict_mode.py)."""
 
 from __future__ import annotations
 
@@ -18,23 +19,9 @@ CONTRACT_SCRIPTS = (
     "12-onednn.sh 13-container-runtime.sh 14-cleanup.sh 15-validate.sh"
 ).split()
 
-SOURCE_DIRECTIVE = "# shellcheck source=lib/common.sh"
-SOURCE_LINE = 'source "${GPUFLEET_LIB_DIR:-$(dirname "${BASH_SOURCE[0]}")/lib}/common.sh"'
-
 
 def test_scripts_are_exactly_the_contract_list_in_order():
     assert sorted(path.name for path in SCRIPTS_DIR.glob("*.sh")) == CONTRACT_SCRIPTS
-
-
-@pytest.mark.parametrize("script", CONTRACT_SCRIPTS)
-def test_script_starts_strict_and_sources_the_common_library(script):
-    lines = (SCRIPTS_DIR / script).read_text().splitlines()
-    assert lines[0] == "#!/usr/bin/env bash"
-    code = [line for line in lines[1:] if line.strip() and not line.startswith("#")]
-    assert code[0] == "set -euo pipefail"
-    assert code[1] == SOURCE_LINE
-    assert lines[lines.index(SOURCE_LINE) - 1] == SOURCE_DIRECTIVE
-    assert sum("common.sh" in line for line in code) == 1
 
 
 def test_shellcheck_is_clean_over_every_script_and_the_library():
@@ -44,20 +31,6 @@ def test_shellcheck_is_clean_over_every_script_and_the_library():
     assert "scripts/ami/lib/common.sh" in paths
     result = subprocess.run([shellcheck, *paths], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
-
-
-def test_script_finds_the_library_through_gpufleet_lib_dir(sandbox, tmp_path):
-    """On the build instance the script runs alone from /tmp; the library comes from GPUFLEET_LIB_DIR."""
-    lone = tmp_path / "uploaded" / "script_1234.sh"
-    lone.parent.mkdir()
-    shutil.copy(SCRIPTS_DIR / "04-fabric-manager.sh", lone)
-    env = {**sandbox.env, "GPUFLEET_NVSWITCH": "0"}
-    without = subprocess.run(["bash", str(lone)], env=env, capture_output=True, text=True, timeout=30)
-    assert without.returncode != 0 and "common.sh" in without.stderr
-    env["GPUFLEET_LIB_DIR"] = str(SCRIPTS_DIR / "lib")
-    with_lib = subprocess.run(["bash", str(lone)], env=env, capture_output=True, text=True, timeout=30)
-    assert with_lib.returncode == 0, with_lib.stderr
-    assert "Fabric Manager not needed" in with_lib.stdout
 
 
 # One variable each script cannot work without; removing it must fail before anything is touched.
@@ -96,6 +69,30 @@ def test_missing_required_variable_fails_with_one_line_naming_it(sandbox, script
     result = sandbox.run(script, env)
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
+        f"[gpufleet] ERROR: missing required environment variable {variable} "
+        "(the Packer template sets it from the AMI profile)"
+    ]
+    assert sandbox.calls() == []
+
+
+@pytest.mark.parametrize("script,variable", REQUIRED)
+def test_script_run_alone_finds_the_library_through_gpufleet_lib_dir(sandbox, tmp_path, script, variable):
+    """On the build instance Packer uploads each script alone to /tmp; the library comes from GPUFLEET_LIB_DIR.
+    Its require_env answering for a missing variable shows the library was sourced, before anything ran."""
+    lone = tmp_path / "uploaded" / "script_1234.sh"
+    lone.parent.mkdir()
+    shutil.copy(SCRIPTS_DIR / script, lone)
+    env = {key: value for key, value in sandbox.env.items() if key != variable}
+
+    without = subprocess.run(["bash", str(lone)], env=env, capture_output=True, text=True, timeout=30)
+    with_lib = subprocess.run(
+        ["bash", str(lone)], env={**env, "GPUFLEET_LIB_DIR": str(SCRIPTS_DIR / "lib")}, capture_output=True, text=True
+    )
+
+    assert without.returncode == 1
+    assert f"{lone.parent}/lib/common.sh: No such file or directory" in without.stderr
+    assert with_lib.returncode == 1
+    assert with_lib.stderr.splitlines() == [
         f"[gpufleet] ERROR: missing required environment variable {variable} "
         "(the Packer template sets it from the AMI profile)"
     ]

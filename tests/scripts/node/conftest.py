@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,7 +43,9 @@ class FakeNode:
     def clear_log(self) -> None:
         self.log_file.unlink(missing_ok=True)
 
-    def run(self, script: str | Path, check: bool = True, **settings: str) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, script: str | Path, check: bool = True, args: Sequence[str] = (), **settings: str
+    ) -> subprocess.CompletedProcess[str]:
         path = SCRIPTS_DIR / script if isinstance(script, str) else script
         env = {
             "PATH": f"{self.bin_dir}:/usr/bin:/bin",
@@ -51,7 +54,7 @@ class FakeNode:
             "FAKE_LOG": str(self.log_file),
             **settings,
         }
-        result = subprocess.run([str(path)], env=env, capture_output=True, text=True, timeout=60)
+        result = subprocess.run([str(path), *args], env=env, capture_output=True, text=True, timeout=60)
         if check and result.returncode != 0:
             pytest.fail(f"{path.name} exited {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}")
         return result

@@ -1,0 +1,128 @@
+"""Strict mode, as behaviour: a step of a node script that fails stops the script with that step's exit status,
+and nothing after it runs (`set -euo pipefail`). Each case fails one call in the middle of a script on the fake
+node and names a later call that must not be made."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import pytest
+
+from tests.scripts.efa_install import install_efa
+from tests.scripts.failing_step import FAILED_STATUS, Call, Case, StepProbe
+from tests.scripts.node.conftest import SCRIPTS_DIR, FakeNode
+
+BLOCK = "cr-0123456789abcdef0"
+HOOK = "checkpoint-hook --now"  # the watched later step: a command on PATH
+
+CASES = [
+    Case(
+        "capacity-block-end.sh",
+        fails=Call("mkdir", "-p {root}/var/lib/gpufleet/checkpoint-hook-runs"),
+        must_not_run=Call("checkpoint-hook"),
+        why="the hook run without its record: it would run again on the next warning",
+    ),
+    Case(
+        "efa-env.sh",
+        fails=Call("chmod", "0644 {root}/etc/gpufleet/efa.env.tmp"),
+        must_not_run=Call("mv"),
+        why="an environment file put in place with the wrong mode",
+    ),
+    Case(
+        "mig.sh",
+        fails=Call("nvidia-smi", "-i 0 -mig 1"),
+        must_not_run=Call("nvidia-smi", "-r -i *"),
+        why="a GPU reset after nvidia-smi refused to enable MIG",
+    ),
+    Case(
+        "raid0-nvme.sh",
+        fails=Call("mkfs.xfs", "-q -K /dev/nvme1n1"),
+        must_not_run=Call("mount"),
+        why="mounting a drive that was not formatted",
+    ),
+    Case(
+        "spot-watcher.sh",
+        fails=Call("mkdir", "-p {root}/var/lib/gpufleet/checkpoint-hook-runs"),
+        must_not_run=Call("checkpoint-hook"),
+        why="the hook run without its record: it would run again for the same notice",
+    ),
+]
+
+# Scripts with no step whose failure strict mode has to catch, and why.
+NOTHING_TO_CATCH = {
+    "gpu-clocks.sh": "every nvidia-smi call is checked: a failure warns and tries the next setting, or stops it",
+    "run-setup.sh": "each setup script's failure is collected (|| failed+=) and makes it exit 1 at the end",
+}
+
+
+def capacity_block(node: FakeNode) -> dict[str, str]:
+    return {"GPUFLEET_CAPACITY_BLOCK": BLOCK, "GPUFLEET_CHECKPOINT_HOOK": HOOK}
+
+
+def efa_node(node: FakeNode) -> dict[str, str]:
+    install_efa(node.root, "ubuntu")
+    manifest = node.root / "etc/gpufleet/versions.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"components": {"aws_ofi_nccl": "1.7.0"}}))
+    return {"GPUFLEET_EFA": "1", "GPUFLEET_GPUDIRECT_RDMA": "1"}
+
+
+def ampere_gpu_without_mig(node: FakeNode) -> dict[str, str]:
+    node.set_state(
+        gpus=[{"mig_current": "Disabled", "mig_pending": "Disabled", "profiles": {"1g.5gb": [19, 7, 7]}}],
+    )
+    return {"GPUFLEET_MIG_PROFILE": "1g.5gb", "GPUFLEET_GPU_COUNT": "1", "GPUFLEET_GPU_COMPUTE_CAPABILITY": "8.0"}
+
+
+def one_blank_drive(node: FakeNode) -> dict[str, str]:
+    node.set_state(drives=[["nvme1n1", "Amazon EC2 NVMe Instance Storage"]])
+    return {
+        "GPUFLEET_RAID0_NVME": "1",
+        "GPUFLEET_SCRATCH_MOUNT": str(node.root / "scratch"),
+        "GPUFLEET_NVME_COUNT": "1",
+        "GPUFLEET_NVME_WAIT_SECONDS": "0",
+    }
+
+
+def interruption_notice(node: FakeNode) -> dict[str, str]:
+    node.set_state(imds={"spot/instance-action": [[200, '{"action": "terminate", "time": "2024-05-01T12:02:00Z"}']]})
+    return {
+        "GPUFLEET_SPOT_WATCHER": "1",
+        "GPUFLEET_IMDS_URL": "http://imds.test",
+        "GPUFLEET_POLL_SECONDS": "0",
+        "GPUFLEET_WATCH_ITERATIONS": "1",
+        "GPUFLEET_CHECKPOINT_HOOK": HOOK,
+    }
+
+
+# Each script's node and settings, up to the failing step.
+PREPARE: dict[str, Callable[[FakeNode], dict[str, str]]] = {
+    "capacity-block-end.sh": capacity_block,
+    "efa-env.sh": efa_node,
+    "mig.sh": ampere_gpu_without_mig,
+    "raid0-nvme.sh": one_blank_drive,
+    "spot-watcher.sh": interruption_notice,
+}
+ARGUMENTS = {"capacity-block-end.sh": [BLOCK, "2026-12-01T11:30:00Z"]}
+
+
+def test_every_script_has_a_failing_step_or_a_reason_for_none():
+    assert sorted([case.script for case in CASES] + list(NOTHING_TO_CATCH)) == sorted(
+        path.name for path in SCRIPTS_DIR.glob("*.sh")
+    )
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.script)
+def test_a_failing_step_stops_the_script(node, tmp_path, case):
+    settings = PREPARE[case.script](node)
+    path = f"{node.bin_dir}:/usr/bin:/bin"
+    probe = StepProbe(tmp_path / "probe", path)
+    stopped_at_the_failure = probe.install(case, root=str(node.root))
+
+    result = node.run(
+        case.script, check=False, args=ARGUMENTS.get(case.script, ()), PATH=f"{probe.bin_dir}:{path}", **settings
+    )
+
+    assert probe.calls() == stopped_at_the_failure, result.stdout + result.stderr
+    assert result.returncode == FAILED_STATUS, result.stderr

@@ -1,0 +1,78 @@
+"""Strict mode, as behaviour: a step of an AMI pipeline script that fails stops the script with that step's exit
+status, and nothing after it runs (`set -euo pipefail`). Each case fails one call in the middle of a script with
+the fake tools of fake_tools.py and names a later call that must not be made. The gpufleet virtualenv
+(GPUFLEET_VENV) is the probe's directory, so its python and gpufleet are wrappers too."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.scripts.failing_step import FAILED_STATUS, Call, Case, StepProbe
+from tests.scripts.pipeline.conftest import SCRIPTS_DIR
+from tests.scripts.pipeline.fake_tools import FINGERPRINT
+
+CASES = [
+    Case(
+        "build-image.sh",
+        fails=Call("gpufleet", "ami check ubuntu2204-cuda12"),
+        must_not_run=Call("packer"),
+        why="an image built from a profile that failed its checks",
+    ),
+    Case(
+        "install-gpufleet.sh",
+        fails=Call("python", "-m pip install --quiet --disable-pip-version-check -r requirements-lock.txt"),
+        must_not_run=Call("python", "* --no-deps *"),
+        why="gpufleet installed over dependencies that are not the locked ones",
+    ),
+    Case(
+        "install-tools.sh",
+        fails=Call("packer", "version"),
+        must_not_run=Call("curl", "* https://s3.amazonaws.com/session-manager-downloads/*"),
+        why="the build goes on with a packer that does not run",
+    ),
+]
+
+# Scripts with no step whose failure strict mode has to catch, and why.
+NOTHING_TO_CATCH = {
+    "publish-image.sh": "every AWS call is checked (if/||): a region that fails is reported and the script exits 1",
+}
+
+SETTINGS = {
+    "build-image.sh": {
+        "PROFILE": "ubuntu2204-cuda12",
+        "BUILD_INSTANCE_PROFILE": "gpufleet-build",
+        "AWS_REGION": "us-east-1",
+        "CODEBUILD_BUILD_ID": "gpufleet-ami:1",
+        "PACKER_MANIFEST": "build/image-manifest.json",
+    },
+    "install-gpufleet.sh": {},
+    "install-tools.sh": {
+        "PACKER_VERSION": "1.11.2",
+        "HASHICORP_KEY_FINGERPRINT": FINGERPRINT,
+        "SESSION_MANAGER_PLUGIN_VERSION": "1.2.764.0",
+    },
+}
+
+
+def test_every_script_has_a_failing_step_or_a_reason_for_none():
+    assert sorted([case.script for case in CASES] + list(NOTHING_TO_CATCH)) == sorted(
+        path.name for path in SCRIPTS_DIR.glob("*.sh")
+    )
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda case: case.script)
+def test_a_failing_step_stops_the_script(tools, tmp_path, case):
+    # Only the fake tools are handed on to: a python or gpufleet that is not failed or watched does nothing.
+    probe = StepProbe(tmp_path / "venv" / "bin", str(tools.bin_dir))
+    stopped_at_the_failure = probe.install(case)
+    env = tools.env(
+        **SETTINGS[case.script], GPUFLEET_VENV=str(tmp_path / "venv"), TOOLS_BIN_DIR=str(tmp_path / "tools")
+    )
+    env["PATH"] = f"{probe.bin_dir}:{env['PATH']}"
+
+    result = subprocess.run(["bash", str(SCRIPTS_DIR / case.script)], env=env, capture_output=True, text=True)
+
+    assert probe.calls() == stopped_at_the_failure, result.stdout + result.stderr
+    assert result.returncode == FAILED_STATUS, result.stderr
