@@ -1,13 +1,18 @@
 """Environments with fleet.backend auto-scaling, built here rather than shipped: one in a new VPC that takes new
 images in place (rollout manual) with capacity rebalancing, one in an existing VPC that replaces its nodes on a new
-image (replace-all), synthesized once per session like `cdk synth` (cdk-nag attached)."""
+image (replace-all), synthesized once per session like `cdk synth` (cdk-nag attached); and the environment matrix
+(tests/stacks/matrix.py), loaded once and synthesized once the same way."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 import yaml
 
+from gpufleet.environment import Environment
 from tests.conftest import Assembly, synthesize
+from tests.stacks.matrix import load_matrix, write_matrix
 
 AUTO_SCALING_ENVIRONMENTS = {
     "asg": {
@@ -47,3 +52,22 @@ def auto_scaling_assembly(tmp_path_factory) -> Assembly:
     for name, document in AUTO_SCALING_ENVIRONMENTS.items():
         (environments / f"{name}.yaml").write_text(yaml.safe_dump(document))
     return synthesize(tmp_path_factory.mktemp("cdk.out"), environments)
+
+
+@pytest.fixture(scope="session")
+def matrix_directory(tmp_path_factory) -> Path:
+    """The environment matrix (tests/stacks/matrix.py) as environment files."""
+    return write_matrix(tmp_path_factory.mktemp("matrix-environments"))
+
+
+@pytest.fixture(scope="session")
+def matrix(matrix_directory) -> dict[str, Environment]:
+    """The environment matrix, loaded and validated once."""
+    return load_matrix(matrix_directory)
+
+
+@pytest.fixture(scope="session")
+def matrix_assembly(matrix, matrix_directory, tmp_path_factory) -> Assembly:
+    """The stacks of every matrix entry, synthesized once like `cdk synth` (cdk-nag attached: an unacknowledged
+    finding fails synthesis, so the fixture itself is the cdk-nag check of every configuration)."""
+    return synthesize(tmp_path_factory.mktemp("matrix.out"), matrix_directory)
