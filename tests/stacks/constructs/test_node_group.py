@@ -73,3 +73,25 @@ def test_the_placement_group_outlives_the_nodes(matrix_node_group):
         of_type(resources, "Custom::GpufleetFleetTeardown") or of_type(resources, "AWS::AutoScaling::AutoScalingGroup")
     ).values()
     assert "Cluster" in deleted_first["DependsOn"]
+
+
+def test_the_teardown_keeps_its_logical_id(matrix_node_group):
+    """CloudFormation takes a custom resource under a new logical id for a new one: it creates the new one and deletes
+    the old, and the old one's Delete cancels the fleet and terminates every node. The id follows the construct path
+    (FleetTeardown/Resource, in the cluster stack as here), so renaming either part would end a running cluster."""
+    name, _, _, resources = matrix_node_group
+    expected = {"spot-fleet": ["FleetTeardown6AA62985"], "auto-scaling": []}[MATRIX_NODE_GROUPS[name][0]]
+    assert list(of_type(resources, "Custom::GpufleetFleetTeardown")) == expected
+
+
+def test_the_teardowns_logs_are_kept_a_month(matrix_node_group):
+    name, _, _, resources = matrix_node_group
+    retention = {
+        logical_id: r["Properties"]["RetentionInDays"]
+        for logical_id, r in of_type(resources, "AWS::Logs::LogGroup").items()
+    }
+    expected = {
+        "spot-fleet": {"FleetTeardownHandlerLogs05B66F5D": 30, "FleetTeardownProviderLogsA8D0D14B": 30},
+        "auto-scaling": {},
+    }
+    assert retention == expected[MATRIX_NODE_GROUPS[name][0]]
