@@ -2,19 +2,23 @@
 - environments with fleet.backend auto-scaling, built here rather than shipped: one in a new VPC that takes new
   images in place (rollout manual) with capacity rebalancing, one in an existing VPC that replaces its nodes on a
   new image (replace-all);
-- the AMI pipeline stack of ami/pipeline.yaml, for the shipped environments, as app.py adds it."""
+- the AMI pipeline stack of ami/pipeline.yaml, for the shipped environments, as app.py adds it;
+- the environment matrix (tests/stacks/matrix.py), loaded and validated once and synthesized once."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import aws_cdk as cdk
 import pytest
 import yaml
 
 from gpufleet.ami.pipeline import load_pipeline
-from gpufleet.environment import environment_files, load_environments
+from gpufleet.environment import Environment, environment_files, load_environments
 from stacks.ami_pipeline_stack import add_ami_pipeline_stack
 from stacks.environment_stacks import add_compliance_checks
 from tests.conftest import CDK_CONTEXT, REPOSITORY, Assembly, synthesize
+from tests.stacks.matrix import load_matrix, write_matrix
 
 AUTO_SCALING_ENVIRONMENTS = {
     "asg": {
@@ -65,3 +69,22 @@ def ami_pipeline_assembly(tmp_path_factory) -> Assembly:
     add_ami_pipeline_stack(app, pipeline, load_environments(environment_files(REPOSITORY / "environments"), pipeline))
     app.synth()
     return Assembly(directory)
+
+
+@pytest.fixture(scope="session")
+def matrix_directory(tmp_path_factory) -> Path:
+    """The environment matrix (tests/stacks/matrix.py) as environment files."""
+    return write_matrix(tmp_path_factory.mktemp("matrix-environments"))
+
+
+@pytest.fixture(scope="session")
+def matrix(matrix_directory) -> dict[str, Environment]:
+    """The environment matrix, loaded and validated once."""
+    return load_matrix(matrix_directory)
+
+
+@pytest.fixture(scope="session")
+def matrix_assembly(matrix, matrix_directory, tmp_path_factory) -> Assembly:
+    """The stacks of every matrix entry, synthesized once like `cdk synth` (cdk-nag attached: an unacknowledged
+    finding fails synthesis, so the fixture itself is the cdk-nag check of every configuration)."""
+    return synthesize(tmp_path_factory.mktemp("matrix.out"), matrix_directory)

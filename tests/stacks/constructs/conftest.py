@@ -31,9 +31,14 @@ def environment(**changes) -> Environment:
     return Environment.model_validate({**yaml.safe_load(ENVIRONMENT), **changes})
 
 
+def bare_stack(region: str = REGION) -> cdk.Stack:
+    """A cdk.Stack of its own app, for one construct alone (region: the environment's, where ARNs name it)."""
+    return cdk.Stack(cdk.App(context=CDK_CONTEXT), "Probe", env=cdk.Environment(account=ACCOUNT, region=region))
+
+
 @pytest.fixture
 def stack() -> cdk.Stack:
-    return cdk.Stack(cdk.App(context=CDK_CONTEXT), "Probe", env=cdk.Environment(account=ACCOUNT, region=REGION))
+    return bare_stack()
 
 
 def imported_vpc(stack: cdk.Stack) -> ec2.IVpc:

@@ -1,5 +1,6 @@
 """Capacity sources in the node launch template and the Auto Scaling group property: reservations (only, first; ids
-and resource group) and a Capacity Block; then whole stacks with them through cfn-lint and cdk-nag."""
+and resource group) and a Capacity Block, for probe environments and for every entry of the environment matrix; then
+the matrix's stacks through cfn-lint and cdk-nag."""
 
 from __future__ import annotations
 
@@ -9,15 +10,15 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk.assertions import Template
 
 from gpufleet.validators import BACKEND_AUTO_SCALING
 from stacks.constructs.capacity_reservations import auto_scaling_capacity_reservation
-from tests.conftest import synthesize
-from tests.stacks.constructs.conftest import ENVIRONMENT, environment
-from tests.stacks.constructs.test_node_launch_template import launch_template_data
+from tests.stacks.constructs.conftest import bare_stack, environment
+from tests.stacks.constructs.test_node_launch_template import add_launch_template, data_of, launch_template_data
+from tests.stacks.matrix import GROUP_ARN as MATRIX_GROUP_ARN
+from tests.stacks.matrix import MATRIX
 
 CFN_LINT = Path(sys.executable).with_name("cfn-lint")
 RESERVATION_ID = "cr-0123456789abcdef0"
@@ -71,12 +72,20 @@ def test_a_capacity_block_node_launches_as_capacity_block_into_the_block_outside
     assert "Placement" not in data
 
 
-def group_with(stack, specification) -> dict:
+def add_group(stack, specification) -> None:
     autoscaling.CfnAutoScalingGroup(
-        stack, "Group", max_size="2", min_size="2", capacity_reservation_specification=specification
+        stack, "AutoScalingGroup", max_size="2", min_size="2", capacity_reservation_specification=specification
     )
-    (group,) = Template.from_stack(stack).find_resources("AWS::AutoScaling::AutoScalingGroup").values()
+
+
+def group_specification(template: Template) -> dict | None:
+    (group,) = template.find_resources("AWS::AutoScaling::AutoScalingGroup").values()
     return group["Properties"].get("CapacityReservationSpecification")
+
+
+def group_with(stack, specification) -> dict | None:
+    add_group(stack, specification)
+    return group_specification(Template.from_stack(stack))
 
 
 @pytest.mark.parametrize(
@@ -126,76 +135,85 @@ def test_the_group_property_passes_cfn_lint(stack, tmp_path):
     assert "CapacityReservation" not in result.stdout, result.stdout
 
 
-ENVIRONMENTS = {
-    "reserved": {"capacity": {**ALL_ON_DEMAND, "reservation": {"ids": [RESERVATION_ID], "preference": "only"}}},
-    "grouped": {"capacity": {**ALL_ON_DEMAND, "reservation": {"resource_group_arn": GROUP_ARN}}},
-    "block": {
-        "instance_type": "p5.48xlarge",
-        "fleet": AUTO_SCALING,
-        "capacity": {**ALL_ON_DEMAND, "capacity_block": {"reservation_id": RESERVATION_ID}},
-    },
-    "first": {
-        "fleet": AUTO_SCALING,
-        "capacity": {"target": 4, "on_demand": 2, "reservation": {"ids": [RESERVATION_ID], "preference": "first"}},
-    },
+# The environment matrix (tests/stacks/matrix.py): each entry's launch template in a bare stack, with a stand-in Auto
+# Scaling group that takes auto_scaling_capacity_reservation where the entry's backend is auto-scaling.
+@pytest.fixture(scope="module", params=list(MATRIX))
+def matrix_capacity(request, matrix) -> tuple[str, dict, dict | None]:
+    environment = matrix[request.param]
+    stack = bare_stack(environment.region)
+    add_launch_template(stack, environment)
+    with_group = environment.fleet.backend == BACKEND_AUTO_SCALING
+    if with_group:
+        add_group(stack, auto_scaling_capacity_reservation(environment))
+    template = Template.from_stack(stack)
+    return request.param, data_of(template), (group_specification(template) or {}) if with_group else None
+
+
+PLACED = {"GroupName": "probe-cluster"}
+# Per entry: the launch template's market options, reservation targeting and placement; the Auto Scaling group's
+# reservation targeting (None: a Spot Fleet entry, no group; {}: a group that leaves it to the launch template).
+MATRIX_CAPACITY = {
+    "spot-p4d": (None, None, PLACED, None),
+    "request-p4de": (
+        None,
+        {
+            "CapacityReservationPreference": "capacity-reservations-only",
+            "CapacityReservationTarget": {"CapacityReservationResourceGroupArn": MATRIX_GROUP_ARN},
+        },
+        PLACED,
+        None,
+    ),
+    "block-p5": (
+        {"MarketType": "capacity-block"},
+        {"CapacityReservationTarget": {"CapacityReservationId": RESERVATION_ID}},
+        None,
+        {},
+    ),
+    "asg-g5": (
+        None,
+        None,
+        PLACED,
+        {
+            "CapacityReservationPreference": "capacity-reservations-first",
+            "CapacityReservationTarget": {"CapacityReservationIds": [RESERVATION_ID, OTHER_RESERVATION_ID]},
+        },
+    ),
+    "small-g5": (
+        None,
+        {
+            "CapacityReservationPreference": "capacity-reservations-only",
+            "CapacityReservationTarget": {"CapacityReservationId": RESERVATION_ID},
+        },
+        PLACED,
+        None,
+    ),
 }
 
 
-@pytest.fixture(scope="module")
-def capacity_assembly(tmp_path_factory):
-    """The stacks of an environment per capacity source, synthesized as `cdk synth` does: cdk-nag is attached and an
-    unacknowledged finding fails synthesis, so the fixture itself is the cdk-nag check."""
-    directory = tmp_path_factory.mktemp("environments")
-    for name, changes in ENVIRONMENTS.items():
-        document = {**yaml.safe_load(ENVIRONMENT), "name": name, **changes}
-        (directory / f"{name}.yaml").write_text(yaml.safe_dump(document))
-    return synthesize(tmp_path_factory.mktemp("cdk.out"), directory)
+def test_every_matrix_entry_takes_its_capacity_from_its_source(matrix_capacity):
+    name, data, group = matrix_capacity
+    found = (
+        data.get("InstanceMarketOptions"),
+        data.get("CapacityReservationSpecification"),
+        data.get("Placement"),
+        group,
+    )
+    assert found == MATRIX_CAPACITY[name]
 
 
-def test_stacks_with_every_capacity_source_pass_cfn_lint(capacity_assembly):
-    templates = [str(capacity_assembly.template_file(name)) for name in capacity_assembly.stack_names]
-    assert any("block" in name for name in capacity_assembly.stack_names)
+def test_the_stacks_of_every_matrix_entry_pass_cfn_lint(matrix_assembly):
+    """Every capacity source is in the matrix (tests/stacks/matrix.py): reservation ids (only, first), a resource
+    group and a Capacity Block."""
+    templates = [str(matrix_assembly.template_file(name)) for name in matrix_assembly.stack_names]
+    assert len(templates) == 9  # a cluster stack per entry, and a network stack for the four with a cidr
     result = subprocess.run(
         [CFN_LINT, "--config-file", ".cfnlintrc.yaml", "--", *templates], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_the_capacity_block_stack_launches_into_the_block(capacity_assembly):
-    (name,) = [name for name in capacity_assembly.stack_names if name == "gpufleet-block-cluster"]
-    (template,) = capacity_assembly.template(name).find_resources("AWS::EC2::LaunchTemplate").values()
-    assert template["Properties"]["LaunchTemplateData"]["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
-
-
-def test_the_capacity_block_group_leaves_the_block_to_the_launch_template(capacity_assembly):
-    (group,) = (
-        capacity_assembly.template("gpufleet-block-cluster")
-        .find_resources("AWS::AutoScaling::AutoScalingGroup")
-        .values()
-    )
-    assert "CapacityReservationSpecification" not in group["Properties"]
-    assert group["Properties"]["MixedInstancesPolicy"]["InstancesDistribution"]["OnDemandBaseCapacity"] == 2
-
-
-def test_reservations_first_go_on_the_auto_scaling_group_and_spot_stays_above_the_base(capacity_assembly):
-    template = capacity_assembly.template("gpufleet-first-cluster")
-    (group,) = template.find_resources("AWS::AutoScaling::AutoScalingGroup").values()
-    assert group["Properties"]["CapacityReservationSpecification"] == {
-        "CapacityReservationPreference": "capacity-reservations-first",
-        "CapacityReservationTarget": {"CapacityReservationIds": [RESERVATION_ID]},
-    }
-    assert group["Properties"]["MixedInstancesPolicy"]["InstancesDistribution"] == {
-        "OnDemandAllocationStrategy": "lowest-price",
-        "OnDemandBaseCapacity": 2,
-        "OnDemandPercentageAboveBaseCapacity": 0,
-        "SpotAllocationStrategy": "price-capacity-optimized",
-    }
-    (template_resource,) = template.find_resources("AWS::EC2::LaunchTemplate").values()
-    assert "CapacityReservationSpecification" not in template_resource["Properties"]["LaunchTemplateData"]
-
-
-def test_the_capacity_block_expiration_warning_runs_the_node_script_on_this_environments_nodes(capacity_assembly):
-    template = capacity_assembly.template("gpufleet-block-cluster")
+def test_the_capacity_block_expiration_warning_runs_the_node_script_on_this_environments_nodes(matrix_assembly):
+    template = matrix_assembly.template("gpufleet-block-p5-cluster")
     (rule,) = template.find_resources("AWS::Events::Rule").values()
     assert rule["Properties"]["EventPattern"] == {
         "source": ["aws.ec2"],
@@ -204,10 +222,10 @@ def test_the_capacity_block_expiration_warning_runs_the_node_script_on_this_envi
     }
     (target,) = rule["Properties"]["Targets"]
     assert target["RunCommandParameters"] == {
-        "RunCommandTargets": [{"Key": "tag:gpufleet:environment", "Values": ["block"]}]
+        "RunCommandTargets": [{"Key": "tag:gpufleet:environment", "Values": ["block-p5"]}]
     }
     assert target["Arn"] == {
-        "Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ssm:us-east-1::document/AWS-RunShellScript"]]
+        "Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ssm:us-east-2::document/AWS-RunShellScript"]]
     }
     assert target["InputTransformer"] == {
         "InputPathsMap": {"reservation": "$.detail.capacity-reservation-id", "end": "$.detail.end-date"},
@@ -221,8 +239,8 @@ def test_the_capacity_block_expiration_warning_runs_the_node_script_on_this_envi
     }
 
 
-def test_the_rule_may_send_commands_to_this_environments_nodes_only(capacity_assembly):
-    template = capacity_assembly.template("gpufleet-block-cluster")
+def test_the_rule_may_send_commands_to_this_environments_nodes_only(matrix_assembly):
+    template = matrix_assembly.template("gpufleet-block-p5-cluster")
     roles = template.find_resources(
         "AWS::IAM::Role", {"Properties": {"Policies": [{"PolicyName": "SendCommandToNodes"}]}}
     )
@@ -233,12 +251,7 @@ def test_the_rule_may_send_commands_to_this_environments_nodes_only(capacity_ass
     (policy,) = role["Properties"]["Policies"]
     document, instances = policy["PolicyDocument"]["Statement"]
     assert document["Action"] == instances["Action"] == "ssm:SendCommand"
-    assert instances["Condition"] == {"StringEquals": {"ssm:resourceTag/gpufleet:environment": "block"}}
+    assert instances["Condition"] == {"StringEquals": {"ssm:resourceTag/gpufleet:environment": "block-p5"}}
     assert instances["Resource"] == {
-        "Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ec2:us-east-1:123456789012:instance/*"]]
+        "Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ec2:us-east-2:123456789012:instance/*"]]
     }
-
-
-def test_environments_outside_a_capacity_block_get_no_rule(capacity_assembly):
-    for name in ("gpufleet-reserved-cluster", "gpufleet-grouped-cluster", "gpufleet-first-cluster"):
-        assert capacity_assembly.template(name).find_resources("AWS::Events::Rule") == {}

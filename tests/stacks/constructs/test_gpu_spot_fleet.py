@@ -1,15 +1,17 @@
-"""The Spot Fleet on its own: the request it writes for a maintain and a request fleet."""
+"""The Spot Fleet on its own: the request it writes for a maintain and a request fleet, and for every Spot Fleet entry
+of the environment matrix."""
 
 from __future__ import annotations
 
+import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
 from stacks.constructs.gpu_spot_fleet import GpuSpotFleet
-from tests.stacks.constructs.conftest import environment
+from tests.stacks.constructs.conftest import bare_stack, environment
 
 
-def request_config(stack, env):
+def request_config(stack, env, instance_type="p4d.24xlarge"):
     launch_template = ec2.CfnLaunchTemplate(
         stack,
         "Node",
@@ -28,7 +30,7 @@ def request_config(stack, env):
                 "LaunchTemplateId": {"Ref": "Node"},
                 "Version": {"Fn::GetAtt": ["Node", "LatestVersionNumber"]},
             },
-            "Overrides": [{"InstanceType": "p4d.24xlarge"}],
+            "Overrides": [{"InstanceType": instance_type}],
         }
     ]
     return config
@@ -81,3 +83,93 @@ def test_capacity_rebalance_becomes_the_fleets_maintenance_strategy(stack):
     assert config["SpotMaintenanceStrategies"] == {
         "CapacityRebalance": {"ReplacementStrategy": "launch-before-terminate", "TerminationDelay": 300}
     }
+
+
+def environment_tag(name: str) -> dict:
+    return {"Key": "gpufleet:environment", "Value": name}
+
+
+# The request of every Spot Fleet entry of the environment matrix (tests/stacks/matrix.py).
+MATRIX_REQUESTS = {
+    "spot-p4d": {
+        "Type": "maintain",
+        "TargetCapacity": 4,
+        "OnDemandTargetCapacity": 1,
+        "OnDemandAllocationStrategy": "prioritized",
+        "AllocationStrategy": "diversified",
+        "InstanceInterruptionBehavior": "terminate",
+        "ReplaceUnhealthyInstances": False,
+        "ExcessCapacityTerminationPolicy": "default",
+        "TerminateInstancesWithExpiration": True,
+        "SpotMaintenanceStrategies": {
+            "CapacityRebalance": {"ReplacementStrategy": "launch-before-terminate", "TerminationDelay": 300}
+        },
+        # replace-all: a new image is a new tag, which replaces the fleet.
+        "TagSpecifications": [
+            {
+                "ResourceType": "spot-fleet-request",
+                "Tags": [environment_tag("spot-p4d"), {"Key": "gpufleet:image", "Value": "ami-0123456789abcdef0"}],
+            }
+        ],
+    },
+    "request-p4de": {
+        "Type": "request",
+        "TargetCapacity": 2,
+        "OnDemandTargetCapacity": 2,
+        "OnDemandAllocationStrategy": "lowestPrice",
+        "AllocationStrategy": "lowestPrice",
+        "InstanceInterruptionBehavior": "terminate",
+        "TerminateInstancesWithExpiration": True,
+        "ValidUntil": "2099-01-01T00:00:00Z",
+        # A request fleet cannot be modified: any change is a new tag, which replaces it.
+        "TagSpecifications": [
+            {
+                "ResourceType": "spot-fleet-request",
+                "Tags": [
+                    environment_tag("request-p4de"),
+                    {
+                        "Key": "gpufleet:launch-template-version",
+                        "Value": {"Fn::GetAtt": ["Node", "LatestVersionNumber"]},
+                    },
+                    # sha256 of the synthesized request configuration, first 16 hex digits.
+                    {"Key": "gpufleet:request-digest", "Value": "e217c17c62922d22"},
+                ],
+            }
+        ],
+    },
+    "small-g5": {
+        "Type": "maintain",
+        "TargetCapacity": 1,
+        "OnDemandTargetCapacity": 1,
+        "OnDemandAllocationStrategy": "lowestPrice",
+        "AllocationStrategy": "priceCapacityOptimized",
+        "InstanceInterruptionBehavior": "terminate",
+        "ReplaceUnhealthyInstances": True,
+        "ExcessCapacityTerminationPolicy": "default",
+        "TerminateInstancesWithExpiration": True,
+        "TagSpecifications": [{"ResourceType": "spot-fleet-request", "Tags": [environment_tag("small-g5")]}],
+    },
+}
+
+
+MATRIX_INSTANCE_TYPES = {"spot-p4d": "p4d.24xlarge", "request-p4de": "p4de.24xlarge", "small-g5": "g5.8xlarge"}
+
+
+def test_the_tables_hold_every_spot_fleet_entry_of_the_matrix(matrix):
+    assert (
+        MATRIX_REQUESTS.keys()
+        == MATRIX_INSTANCE_TYPES.keys()
+        == {name for name, env in matrix.items() if env.fleet.backend == "spot-fleet"}
+    )
+
+
+@pytest.fixture(scope="module", params=list(MATRIX_REQUESTS))
+def matrix_request(request, matrix) -> tuple[str, dict]:
+    environment = matrix[request.param]
+    stack = bare_stack(environment.region)
+    return request.param, request_config(stack, environment, MATRIX_INSTANCE_TYPES[request.param])
+
+
+def test_every_spot_fleet_entry_of_the_matrix_requests_its_fleet(matrix_request):
+    name, config = matrix_request
+    assert config == MATRIX_REQUESTS[name]

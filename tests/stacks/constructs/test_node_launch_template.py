@@ -1,22 +1,24 @@
-"""The node launch template on its own, with EFA and without."""
+"""The node launch template on its own: with EFA and without, and for every entry of the environment matrix."""
 
 from __future__ import annotations
 
+import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
 from gpufleet.catalog import load_catalog
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
-from tests.stacks.constructs.conftest import ZONE, environment
+from tests.stacks.constructs.conftest import ZONE, bare_stack, environment
+from tests.stacks.matrix import MATRIX
 
 SUBNET, SECURITY_GROUP = "subnet-0123456789abcdef0", "sg-0123456789abcdef0"
 
 
-def launch_template_data(stack, env):
+def add_launch_template(stack, env) -> NodeLaunchTemplate:
     security_group = ec2.SecurityGroup.from_security_group_id(stack, "Group", SECURITY_GROUP)
     subnet = ec2.Subnet.from_subnet_attributes(stack, "Subnet", subnet_id=SUBNET, availability_zone=ZONE)
     placement_group = ec2.PlacementGroup.from_placement_group_name(stack, "Placement", "probe-cluster")
-    NodeLaunchTemplate(
+    return NodeLaunchTemplate(
         stack,
         "Node",
         environment=env,
@@ -26,8 +28,16 @@ def launch_template_data(stack, env):
         placement_group=placement_group,
         node_tags={"Name": "probe-node"},
     )
-    (template,) = Template.from_stack(stack).find_resources("AWS::EC2::LaunchTemplate").values()
-    return template["Properties"]["LaunchTemplateData"]
+
+
+def data_of(template: Template) -> dict:
+    (launch_template,) = template.find_resources("AWS::EC2::LaunchTemplate").values()
+    return launch_template["Properties"]["LaunchTemplateData"]
+
+
+def launch_template_data(stack, env):
+    add_launch_template(stack, env)
+    return data_of(Template.from_stack(stack))
 
 
 def interface(card, device, interface_type):
@@ -89,3 +99,55 @@ def test_an_image_from_ssm_becomes_a_parameter_resolved_at_deploy_time(stack):
         "Default": "/gpufleet/ami/p4d-ubuntu1804-cuda11",
         "Description": "SSM parameter holding the node AMI id (written by the gpufleet AMI pipeline)",
     }
+
+
+# The environment matrix (tests/stacks/matrix.py), each entry's launch template alone in a bare stack, synthesized once.
+@pytest.fixture(scope="module", params=list(MATRIX))
+def matrix_launch_template(request, matrix) -> tuple[str, dict]:
+    environment = matrix[request.param]
+    return request.param, launch_template_data(bare_stack(environment.region), environment)
+
+
+def efa_cards(count: int) -> list[dict]:
+    """EFA with ENA on card 0, efa-only (no IP address) on every further card, all at device 0."""
+    return [interface(0, 0, "efa")] + [interface(card, 0, "efa-only") for card in range(1, count)]
+
+
+# One interface per network card of the catalog type (p4d and p4de 4, p5 32, g5 1), efa-only beyond card 0 as the
+# catalog says, and one plain interface where efa is off.
+MATRIX_INTERFACES = {
+    "spot-p4d": efa_cards(4),
+    "request-p4de": [interface(0, 0, "interface")],
+    "block-p5": efa_cards(32),
+    "asg-g5": [interface(0, 0, "efa")],
+    "small-g5": [interface(0, 0, "efa")],
+}
+
+
+def test_every_matrix_entry_gets_one_interface_per_network_card_of_its_type(matrix_launch_template):
+    name, data = matrix_launch_template
+    assert data["NetworkInterfaces"] == MATRIX_INTERFACES[name]
+
+
+# The image from SSM: a parameter CloudFormation resolves at deploy time.
+SSM_IMAGE = {"Ref": "NodeNodeImageParameter5454208B"}
+# Instance type, image, key pair, and the root volume on the image's root device.
+MATRIX_NODES = {
+    "spot-p4d": ("p4d.24xlarge", SSM_IMAGE, "ops-key", "/dev/sda1", 300),
+    "request-p4de": ("p4de.24xlarge", "ami-0123456789abcdef0", None, "/dev/xvda", 200),
+    "block-p5": ("p5.48xlarge", "ami-0fedcba9876543210", None, "/dev/nvme0n1", 200),
+    "asg-g5": ("g5.48xlarge", SSM_IMAGE, None, "/dev/sda1", 200),
+    "small-g5": ("g5.8xlarge", "ami-0123456789abcdef0", None, "/dev/sda1", 200),
+}
+
+
+def test_every_matrix_entry_launches_its_type_and_image_with_its_key_and_root_volume(matrix_launch_template):
+    name, data = matrix_launch_template
+    (root,) = data["BlockDeviceMappings"]
+    assert (
+        data["InstanceType"],
+        data["ImageId"],
+        data.get("KeyName"),
+        root["DeviceName"],
+        root["Ebs"]["VolumeSize"],
+    ) == MATRIX_NODES[name]

@@ -1,0 +1,140 @@
+"""The Auto Scaling group on its own, for every auto-scaling entry of the environment matrix: its name, capacity, mix,
+reservations, lifecycle hook and tag, and the groups whose lifecycle actions its nodes may complete."""
+
+from __future__ import annotations
+
+import pytest
+from aws_cdk.assertions import Template
+
+from stacks.constructs.gpu_auto_scaling_group import GpuAutoScalingGroup
+from tests.stacks.constructs.conftest import bare_stack
+from tests.stacks.constructs.test_node_launch_template import add_launch_template
+from tests.stacks.matrix import OTHER_RESERVATION_ID, RESERVATION_ID
+
+SUBNET = "subnet-0123456789abcdef0"
+LAUNCH_TEMPLATE = {
+    "LaunchTemplateId": {"Ref": "Node8BE85138"},
+    "Version": {"Fn::GetAtt": ["Node8BE85138", "LatestVersionNumber"]},
+}
+# The termination hook the node watcher completes after the checkpoint hook; ten minutes, then the termination goes on.
+LIFECYCLE_HOOKS = [
+    {
+        "DefaultResult": "CONTINUE",
+        "HeartbeatTimeout": 600,
+        "LifecycleHookName": "gpufleet-checkpoint",
+        "LifecycleTransition": "autoscaling:EC2_INSTANCE_TERMINATING",
+    }
+]
+
+
+def group_arn(region: str, name: str) -> dict:
+    return {
+        "Fn::Join": [
+            "",
+            [
+                "arn:",
+                {"Ref": "AWS::Partition"},
+                f":autoscaling:{region}:123456789012:autoScalingGroup:*:autoScalingGroupName/{name}",
+            ],
+        ]
+    }
+
+
+# Per auto-scaling entry of the matrix (tests/stacks/matrix.py): the group's properties, and the group ARNs in the
+# nodes' CompleteLifecycleAction statement.
+MATRIX_GROUPS = {
+    # rollout manual: a fixed name, so a new image is a new launch template version taken in place.
+    "block-p5": (
+        {
+            "AutoScalingGroupName": "gpufleet-block-p5-nodes",
+            "MinSize": "2",
+            "MaxSize": "2",
+            "DesiredCapacity": "2",
+            "VPCZoneIdentifier": [SUBNET],
+            "CapacityRebalance": False,
+            "MixedInstancesPolicy": {
+                "LaunchTemplate": {
+                    "LaunchTemplateSpecification": LAUNCH_TEMPLATE,
+                    "Overrides": [{"InstanceType": "p5.48xlarge"}],
+                },
+                "InstancesDistribution": {
+                    "OnDemandAllocationStrategy": "lowest-price",
+                    "OnDemandBaseCapacity": 2,
+                    "OnDemandPercentageAboveBaseCapacity": 0,
+                    "SpotAllocationStrategy": "capacity-optimized-prioritized",
+                },
+            },
+            # The Capacity Block is the launch template's: no reservation here.
+            "LifecycleHookSpecificationList": LIFECYCLE_HOOKS,
+            "Tags": [{"Key": "gpufleet:environment", "PropagateAtLaunch": False, "Value": "block-p5"}],
+        },
+        group_arn("us-east-2", "gpufleet-block-p5-nodes"),
+    ),
+    # replace-all: the name carries the image, so a new image is a new group; the nodes' permission covers both.
+    "asg-g5": (
+        {
+            "AutoScalingGroupName": {
+                "Fn::Join": ["-", ["gpufleet-asg-g5-nodes", {"Ref": "NodeNodeImageParameter5454208B"}]]
+            },
+            "MinSize": "4",
+            "MaxSize": "4",
+            "DesiredCapacity": "4",
+            "VPCZoneIdentifier": [SUBNET],
+            "CapacityRebalance": True,
+            "CapacityReservationSpecification": {
+                "CapacityReservationPreference": "capacity-reservations-first",
+                "CapacityReservationTarget": {"CapacityReservationIds": [RESERVATION_ID, OTHER_RESERVATION_ID]},
+            },
+            "MixedInstancesPolicy": {
+                "LaunchTemplate": {
+                    "LaunchTemplateSpecification": LAUNCH_TEMPLATE,
+                    "Overrides": [{"InstanceType": "g5.48xlarge"}],
+                },
+                "InstancesDistribution": {
+                    "OnDemandAllocationStrategy": "lowest-price",
+                    "OnDemandBaseCapacity": 2,
+                    "OnDemandPercentageAboveBaseCapacity": 0,
+                    "SpotAllocationStrategy": "capacity-optimized",
+                },
+            },
+            "LifecycleHookSpecificationList": LIFECYCLE_HOOKS,
+            "Tags": [{"Key": "gpufleet:environment", "PropagateAtLaunch": False, "Value": "asg-g5"}],
+        },
+        group_arn("us-east-1", "gpufleet-asg-g5-nodes-ami-*"),
+    ),
+}
+
+
+def test_the_table_holds_every_auto_scaling_entry_of_the_matrix(matrix):
+    assert MATRIX_GROUPS.keys() == {name for name, env in matrix.items() if env.fleet.backend == "auto-scaling"}
+
+
+@pytest.fixture(scope="module", params=list(MATRIX_GROUPS))
+def matrix_group(request, matrix) -> tuple[str, dict, list]:
+    environment = matrix[request.param]
+    stack = bare_stack(environment.region)
+    GpuAutoScalingGroup(
+        stack,
+        "NodeGroup",
+        environment=environment,
+        launch_template=add_launch_template(stack, environment),
+        subnet_id=SUBNET,
+    )
+    template = Template.from_stack(stack)
+    (group,) = template.find_resources("AWS::AutoScaling::AutoScalingGroup").values()
+    (policy,) = template.find_resources(
+        "AWS::IAM::Policy",
+        {"Properties": {"PolicyDocument": {"Statement": [{"Action": "autoscaling:CompleteLifecycleAction"}]}}},
+    ).values()
+    (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
+    return request.param, group["Properties"], statement["Resource"]
+
+
+def test_every_auto_scaling_entry_of_the_matrix_writes_its_group(matrix_group):
+    name, properties, _ = matrix_group
+    assert properties == MATRIX_GROUPS[name][0]
+
+
+def test_the_nodes_of_every_auto_scaling_entry_complete_lifecycle_actions_of_their_group_only(matrix_group):
+    name, _, resources = matrix_group
+    assert resources == MATRIX_GROUPS[name][1]

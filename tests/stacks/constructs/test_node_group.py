@@ -1,0 +1,97 @@
+"""node_group on its own, for every entry of the environment matrix: the backend's node group, the fleet teardown only
+with a Spot Fleet, and the resources the nodes sit in deleted only after the node group (or its teardown)."""
+
+from __future__ import annotations
+
+import pytest
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk.assertions import Template
+
+from stacks.constructs.node_group import node_group
+from tests.stacks.constructs.conftest import bare_stack
+from tests.stacks.constructs.test_node_launch_template import add_launch_template
+from tests.stacks.matrix import MATRIX
+
+
+@pytest.fixture(scope="module", params=list(MATRIX))
+def matrix_node_group(request, matrix):
+    environment = matrix[request.param]
+    stack = bare_stack(environment.region)
+    launch_template = add_launch_template(stack, environment)
+    placement_group = ec2.CfnPlacementGroup(stack, "Cluster", strategy="cluster")
+    nodes = node_group(
+        stack,
+        environment=environment,
+        launch_template=launch_template,
+        subnet_id="subnet-0123456789abcdef0",
+        guarded=[placement_group],
+    )
+    return request.param, nodes, stack.resolve(nodes.id), Template.from_stack(stack).to_json()["Resources"]
+
+
+# The logical ids are the cluster stack's too (the same construct path): a new one would make CloudFormation replace
+# the fleet or group, and with it every node.
+SPOT_FLEET = ("spot-fleet", "FleetRequestId", {"Ref": "Fleet30813DF3"})
+AUTO_SCALING = ("auto-scaling", "AutoScalingGroupName", {"Ref": "NodeGroupA8D4A5C5"})
+# Per entry: the backend, the stack output that names the node group, and the group's id.
+MATRIX_NODE_GROUPS = {
+    "spot-p4d": SPOT_FLEET,
+    "request-p4de": SPOT_FLEET,
+    "block-p5": AUTO_SCALING,
+    "asg-g5": AUTO_SCALING,
+    "small-g5": SPOT_FLEET,
+}
+
+
+def test_every_matrix_entry_gets_the_node_group_of_its_backend(matrix_node_group):
+    name, nodes, node_group_id, _ = matrix_node_group
+    assert (nodes.kind, nodes.output_key, node_group_id) == MATRIX_NODE_GROUPS[name]
+
+
+def of_type(resources: dict, resource_type: str) -> dict:
+    return {logical_id: r for logical_id, r in resources.items() if r["Type"] == resource_type}
+
+
+def test_a_spot_fleet_comes_with_its_teardown_and_an_auto_scaling_group_alone(matrix_node_group):
+    name, nodes, _, resources = matrix_node_group
+    counts = tuple(
+        len(of_type(resources, resource_type))
+        for resource_type in (
+            "AWS::EC2::SpotFleet",
+            "Custom::GpufleetFleetTeardown",
+            "AWS::AutoScaling::AutoScalingGroup",
+        )
+    )
+    assert counts == {"spot-fleet": (1, 1, 0), "auto-scaling": (0, 0, 1)}[MATRIX_NODE_GROUPS[name][0]]
+
+
+def test_the_placement_group_outlives_the_nodes(matrix_node_group):
+    """CloudFormation deletes a resource before those it depends on: the teardown (which waits for the Spot Fleet's
+    nodes) or the Auto Scaling group (whose deletion terminates its nodes) goes before the placement group."""
+    name, _, _, resources = matrix_node_group
+    (deleted_first,) = (
+        of_type(resources, "Custom::GpufleetFleetTeardown") or of_type(resources, "AWS::AutoScaling::AutoScalingGroup")
+    ).values()
+    assert "Cluster" in deleted_first["DependsOn"]
+
+
+def test_the_teardown_keeps_its_logical_id(matrix_node_group):
+    """CloudFormation takes a custom resource under a new logical id for a new one: it creates the new one and deletes
+    the old, and the old one's Delete cancels the fleet and terminates every node. The id follows the construct path
+    (FleetTeardown/Resource, in the cluster stack as here), so renaming either part would end a running cluster."""
+    name, _, _, resources = matrix_node_group
+    expected = {"spot-fleet": ["FleetTeardown6AA62985"], "auto-scaling": []}[MATRIX_NODE_GROUPS[name][0]]
+    assert list(of_type(resources, "Custom::GpufleetFleetTeardown")) == expected
+
+
+def test_the_teardowns_logs_are_kept_a_month(matrix_node_group):
+    name, _, _, resources = matrix_node_group
+    retention = {
+        logical_id: r["Properties"]["RetentionInDays"]
+        for logical_id, r in of_type(resources, "AWS::Logs::LogGroup").items()
+    }
+    expected = {
+        "spot-fleet": {"FleetTeardownHandlerLogs05B66F5D": 30, "FleetTeardownProviderLogsA8D0D14B": 30},
+        "auto-scaling": {},
+    }
+    assert retention == expected[MATRIX_NODE_GROUPS[name][0]]

@@ -1,0 +1,159 @@
+"""The environment matrix: test-only environments that together use every value of every environment option and
+every instance type of the catalog at least once (tests/stacks/test_matrix.py proves it from the model and the
+catalog), loaded through the real loader, so `gpufleet validate`'s rules hold for each.
+
+The construct tests (tests/stacks/constructs/) synthesize each construct for every entry in a bare cdk.Stack, so the
+configurations no shipped environment uses (efa off, one-shot requests, g5, capacity sources, node options off) reach
+the constructs too. What each entry stands for:
+
+- spot-p4d: a Spot Fleet that maintains 4 p4d nodes (1 on-demand) in a new VPC with a NAT gateway; every Spot Fleet
+  option away from its default (diversified, prioritized, launch-before-terminate with a delay, unhealthy nodes
+  kept, replace-all), the capacity fallback, an image from SSM, a key pair, tags and every node option on (MIG for
+  independent jobs on an EFA cluster);
+- request-p4de: a one-shot Spot Fleet request of 2 on-demand p4de nodes in an existing VPC, without EFA, ending at
+  valid_until, launching only into a resource group of reservations; a fixed Amazon Linux image (/dev/xvda), the
+  node options off, MIG for single-node inference;
+- block-p5: an Auto Scaling group of 2 p5 nodes in a Capacity Block, in the smallest VPC allowed, rollout manual, a
+  fixed image whose root device is /dev/nvme0n1;
+- asg-g5: an Auto Scaling group of 4 g5.48xlarge nodes (2 on-demand) going to two reservations first, with capacity
+  rebalancing, the capacity fallback and replace-all;
+- small-g5: a Spot Fleet that maintains 1 on-demand g5.8xlarge node (one network card) in one reservation, rollout
+  manual.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from gpufleet.ami.pipeline import load_pipeline
+from gpufleet.environment import Environment, check_environments
+
+ACCOUNT = "123456789012"
+RESERVATION_ID = "cr-0123456789abcdef0"
+OTHER_RESERVATION_ID = "cr-0fedcba9876543210"
+GROUP_ARN = "arn:aws:resource-groups:us-west-2:123456789012:group/gpu-reservations"
+
+MATRIX: dict[str, dict] = {
+    "spot-p4d": {
+        "name": "spot-p4d",
+        "account": ACCOUNT,
+        "region": "us-east-1",
+        "availability_zone": "us-east-1a",
+        "network": {"cidr": "10.50.0.0/16", "nat_gateway": True, "flow_log_retention_days": 30},
+        "instance_type": "p4d.24xlarge",
+        "efa": True,
+        "capacity": {"target": 4, "on_demand": 1},
+        "fleet": {
+            "backend": "spot-fleet",
+            "type": "maintain",
+            "allocation_strategy": "diversified",
+            "on_demand_allocation_strategy": "prioritized",
+            "capacity_rebalance": {"replacement_strategy": "launch-before-terminate", "termination_delay_seconds": 300},
+            "replace_unhealthy_instances": False,
+            "rollout": "replace-all",
+            "fallback": {"after_minutes": 20, "restore_after_minutes": 40, "max_extra_on_demand": 3},
+        },
+        "ami": {"ssm_parameter": "/gpufleet/ami/p4d-ubuntu1804-cuda11", "root_device_name": "/dev/sda1"},
+        "root_volume_gib": 300,
+        "key_pair": "ops-key",
+        "tags": {"team": "research"},
+        "node": {
+            "raid0_nvme": True,
+            "scratch_mount": "/data",
+            "max_clocks": True,
+            "mig_profile": "3g.20gb",
+            "mig_purpose": "independent-jobs",
+            "checkpoint_hook": "/opt/train/checkpoint.sh",
+        },
+    },
+    "request-p4de": {
+        "name": "request-p4de",
+        "account": ACCOUNT,
+        "region": "us-west-2",
+        "availability_zone": "us-west-2b",
+        "network": {"vpc_id": "vpc-0a1b2c3d", "subnet_id": "subnet-0a1b2c3d"},
+        "instance_type": "p4de.24xlarge",
+        "efa": False,
+        "capacity": {
+            "target": 2,
+            "on_demand": 2,
+            "reservation": {"resource_group_arn": GROUP_ARN, "preference": "only"},
+        },
+        "fleet": {"type": "request", "allocation_strategy": "lowestPrice", "valid_until": "2099-01-01T00:00:00Z"},
+        "ami": {"id": "ami-0123456789abcdef0", "root_device_name": "/dev/xvda"},
+        "node": {
+            "raid0_nvme": False,
+            "max_clocks": False,
+            "mig_profile": "7g.80gb",
+            "mig_purpose": "single-node-inference",
+        },
+    },
+    "block-p5": {
+        "name": "block-p5",
+        "account": ACCOUNT,
+        "region": "us-east-2",
+        "availability_zone": "us-east-2c",
+        "network": {"cidr": "10.60.0.0/24"},
+        "instance_type": "p5.48xlarge",
+        "capacity": {"target": 2, "on_demand": 2, "capacity_block": {"reservation_id": RESERVATION_ID}},
+        "fleet": {
+            "backend": "auto-scaling",
+            "allocation_strategy": "capacityOptimizedPrioritized",
+            "rollout": "manual",
+        },
+        "ami": {"id": "ami-0fedcba9876543210", "root_device_name": "/dev/nvme0n1"},
+    },
+    "asg-g5": {
+        "name": "asg-g5",
+        "account": ACCOUNT,
+        "region": "us-east-1",
+        "availability_zone": "us-east-1b",
+        "network": {"cidr": "10.70.0.0/20"},
+        "instance_type": "g5.48xlarge",
+        "capacity": {
+            "target": 4,
+            "on_demand": 2,
+            "reservation": {"ids": [RESERVATION_ID, OTHER_RESERVATION_ID], "preference": "first"},
+        },
+        "fleet": {
+            "backend": "auto-scaling",
+            "allocation_strategy": "capacityOptimized",
+            "capacity_rebalance": {"replacement_strategy": "launch"},
+            "rollout": "replace-all",
+            "fallback": {"max_extra_on_demand": 2},
+        },
+        "ami": {"ssm_parameter": "/gpufleet/ami/ubuntu2204-cuda12"},
+        "tags": {"team": "inference", "cost-center": "gpu"},
+        "node": {"checkpoint_hook": "/usr/local/bin/save-checkpoint"},
+    },
+    "small-g5": {
+        "name": "small-g5",
+        "account": ACCOUNT,
+        "region": "us-east-1",
+        "availability_zone": "us-east-1c",
+        "network": {"cidr": "10.80.0.0/16"},
+        "instance_type": "g5.8xlarge",
+        "capacity": {"target": 1, "on_demand": 1, "reservation": {"ids": [RESERVATION_ID]}},
+        "fleet": {"allocation_strategy": "priceCapacityOptimized", "rollout": "manual"},
+        "ami": {"id": "ami-0123456789abcdef0"},
+    },
+}
+
+
+def write_matrix(directory: Path) -> Path:
+    """Every entry written to DIRECTORY as NAME.yaml, as environments/ holds them."""
+    for name, document in MATRIX.items():
+        (directory / f"{name}.yaml").write_text(yaml.safe_dump(document, sort_keys=False))
+    return directory
+
+
+def load_matrix(directory: Path) -> dict[str, Environment]:
+    """The entries written by write_matrix, checked as `gpufleet validate` checks them (against the AMI pipeline of
+    ami/pipeline.yaml); a warning fails too, since the matrix must stay valid on its own."""
+    environments, warnings = check_environments(
+        [directory / f"{name}.yaml" for name in MATRIX], ami_pipeline=load_pipeline()
+    )
+    assert warnings == [], warnings
+    return {environment.name: environment for environment in environments}
