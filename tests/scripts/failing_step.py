@@ -35,6 +35,15 @@ class Case:
     why: str
 
 
+def accounted_for(cases: list[Case], nothing_to_catch: dict[str, str]) -> list[str]:
+    """The scripts a family's table covers: a case each, or a stated reason why strict mode has nothing to catch."""
+    return sorted([case.script for case in cases] + list(nothing_to_catch))
+
+
+def scripts_in(directory: Path) -> list[str]:
+    return sorted(path.name for path in directory.glob("*.sh"))
+
+
 def bash_glob(pattern: str) -> str:
     """PATTERN as a bash glob word: "*" matches anything, every other character stands for itself."""
     return "*".join(shlex.quote(part) if part else "" for part in pattern.split("*"))

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.scripts.ami.conftest import SCRIPTS_DIR, Sandbox
-from tests.scripts.failing_step import FAILED_STATUS, Call, Case, StepProbe
+from tests.scripts.failing_step import FAILED_STATUS, Call, Case, StepProbe, accounted_for, scripts_in
 
 APT = "-o DPkg::Lock::Timeout=600"  # apt_get's options (lib/common.sh)
 CURL = "--retry 5 --retry-connrefused --retry-delay 5 --fail --location --silent --show-error"  # CURL_RETRY_FLAGS
@@ -206,9 +206,7 @@ PREPARE: dict[str, Callable[[Sandbox], None]] = {
 
 
 def test_every_script_has_a_failing_step_or_a_reason_for_none():
-    assert sorted([case.script for case in CASES] + list(NOTHING_TO_CATCH)) == sorted(
-        path.name for path in SCRIPTS_DIR.glob("*.sh")
-    )
+    assert accounted_for(CASES, NOTHING_TO_CATCH) == scripts_in(SCRIPTS_DIR)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.script)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.scripts.efa_install import install_efa
-from tests.scripts.failing_step import FAILED_STATUS, Call, Case, StepProbe
+from tests.scripts.failing_step import FAILED_STATUS, Call, Case, StepProbe, accounted_for, scripts_in
 from tests.scripts.node.conftest import SCRIPTS_DIR, FakeNode
 
 BLOCK = "cr-0123456789abcdef0"
@@ -108,9 +108,7 @@ ARGUMENTS = {"capacity-block-end.sh": [BLOCK, "2026-12-01T11:30:00Z"]}
 
 
 def test_every_script_has_a_failing_step_or_a_reason_for_none():
-    assert sorted([case.script for case in CASES] + list(NOTHING_TO_CATCH)) == sorted(
-        path.name for path in SCRIPTS_DIR.glob("*.sh")
-    )
+    assert accounted_for(CASES, NOTHING_TO_CATCH) == scripts_in(SCRIPTS_DIR)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.script)

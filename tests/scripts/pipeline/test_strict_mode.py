@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from tests.scripts.failing_step import FAILED_STATUS, Call, Case, StepProbe
+from tests.scripts.failing_step import FAILED_STATUS, Call, Case, StepProbe, accounted_for, scripts_in
 from tests.scripts.pipeline.conftest import SCRIPTS_DIR
 from tests.scripts.pipeline.fake_tools import FINGERPRINT
 
@@ -57,9 +57,7 @@ SETTINGS = {
 
 
 def test_every_script_has_a_failing_step_or_a_reason_for_none():
-    assert sorted([case.script for case in CASES] + list(NOTHING_TO_CATCH)) == sorted(
-        path.name for path in SCRIPTS_DIR.glob("*.sh")
-    )
+    assert accounted_for(CASES, NOTHING_TO_CATCH) == scripts_in(SCRIPTS_DIR)
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda case: case.script)
