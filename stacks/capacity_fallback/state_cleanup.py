@@ -10,45 +10,27 @@ https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/crpg-ref-response
 the state. The construct orders the Delete after the schedule, the function and its role are gone
 (stacks/constructs/capacity_fallback.py), so no run writes the parameter again.
 
-The answer goes to the request's presigned ResponseURL as a PUT of the JSON response object (Status, Reason,
-PhysicalResourceId, StackId, RequestId, LogicalResourceId: the same page), with an empty Content-Type as the copies of
-AWS's cfn-response module in public repositories send it (headers {'content-type': ''}; the module's page,
-cfn-lambda-function-code-cfnresponsemodule.html, was not read in full here: unconfirmed); every request is answered,
-a failed delete with FAILED and the reason, so a stack never waits out the custom resource's timeout. Standard
-library and boto3 only (the Lambda Python runtime).
+CDK's custom_resources.Provider (stacks/constructs/capacity_fallback.py) runs on_event and answers CloudFormation:
+the returned PhysicalResourceId, or FAILED with the error of a delete that raised. Standard library and boto3 only
+(the Lambda Python runtime).
 """
 
 from __future__ import annotations
 
 import json
-import urllib.request
 from typing import Any
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
-
-RESPONSE_TIMEOUT_SECONDS = 30
+from botocore.exceptions import ClientError
 
 
 def on_event(event: dict[str, Any], context: Any, ssm: Any = None) -> dict[str, str]:
     parameter = event["ResourceProperties"]["ParameterName"]
-    status, reason = "SUCCESS", f"{event['RequestType']}: nothing to do"
+    reason = f"{event['RequestType']}: nothing to do"
     if event["RequestType"] == "Delete":
-        try:
-            reason = delete_state(ssm or boto3.client("ssm"), parameter)
-        except (ClientError, BotoCoreError) as error:
-            status, reason = "FAILED", f"could not delete {parameter}: {error}"
-    response = {
-        "Status": status,
-        "Reason": reason,
-        "PhysicalResourceId": parameter,
-        "StackId": event["StackId"],
-        "RequestId": event["RequestId"],
-        "LogicalResourceId": event["LogicalResourceId"],
-    }
-    print(json.dumps({"request": event["RequestType"], "parameter": parameter, "status": status, "reason": reason}))
-    answer(event["ResponseURL"], response)
-    return response
+        reason = delete_state(ssm or boto3.client("ssm"), parameter)
+    print(json.dumps({"request": event["RequestType"], "parameter": parameter, "reason": reason}))
+    return {"PhysicalResourceId": parameter}
 
 
 def delete_state(ssm: Any, parameter: str) -> str:
@@ -59,11 +41,3 @@ def delete_state(ssm: Any, parameter: str) -> str:
             raise
         return f"{parameter} does not exist (the fallback never ran, or it is deleted already)"
     return f"deleted {parameter}"
-
-
-def answer(url: str, response: dict[str, str]) -> None:
-    request = urllib.request.Request(
-        url, data=json.dumps(response).encode(), method="PUT", headers={"Content-Type": ""}
-    )
-    with urllib.request.urlopen(request, timeout=RESPONSE_TIMEOUT_SECONDS):
-        pass

@@ -23,17 +23,20 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
+from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from gpufleet.environment import Fallback
 from gpufleet.fallback import AUTO_SCALING, CHECK_INTERVAL_MINUTES, SPOT_FLEET, parameter_name
+from stacks.constructs.provider_findings import acknowledge_provider
 
 HANDLER_DIR = Path(__file__).resolve().parent.parent / "capacity_fallback"
 # A run is a handful of describe calls and at most one change.
 HANDLER_TIMEOUT = cdk.Duration.minutes(1)
-# The state cleanup is one DeleteParameter and one answer to CloudFormation. CloudFormation waits for a custom
-# resource's answer up to its ServiceTimeout (1 to 3600 seconds, default 3600: AWS::CloudFormation::CustomResource);
-# five minutes covers the function's timeout with room, so a lost answer fails the delete in minutes, not an hour.
+# The state cleanup is one DeleteParameter; the Provider's framework function answers CloudFormation. CloudFormation
+# waits for a custom resource's answer up to its ServiceTimeout (1 to 3600 seconds, default 3600:
+# AWS::CloudFormation::CustomResource); five minutes covers both functions' timeouts with room, so a lost answer fails
+# the delete in minutes, not an hour.
 STATE_CLEANUP_TIMEOUT = cdk.Duration.minutes(1)
 STATE_CLEANUP_SERVICE_TIMEOUT = cdk.Duration.minutes(5)
 
@@ -147,10 +150,19 @@ class CapacityFallback(Construct):
             log_group=log_group,
             description=f"gpufleet: deletes {parameter} when the capacity fallback goes",
         )
+        provider = cr.Provider(
+            self,
+            "StateCleanupProvider",
+            on_event_handler=function,
+            log_group=logs.LogGroup(
+                self, "StateCleanupProviderLogs", retention=log_retention, removal_policy=cdk.RemovalPolicy.DESTROY
+            ),
+        )
+        acknowledge_provider(provider, [function], "the capacity fallback's state cleanup")
         return cdk.CustomResource(
             self,
             "StateCleanup",
-            service_token=function.function_arn,
+            service_token=provider.service_token,
             resource_type="Custom::GpufleetFallbackState",
             properties={"ParameterName": parameter},
             service_timeout=STATE_CLEANUP_SERVICE_TIMEOUT,

@@ -12,9 +12,7 @@ nodes, before any of them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
-from typing import cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -22,7 +20,9 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import custom_resources as cr
-from constructs import Construct, IConstruct
+from constructs import Construct
+
+from stacks.constructs.provider_findings import acknowledge_provider
 
 HANDLER_DIR = Path(__file__).resolve().parent.parent / "fleet_teardown"
 # Each handler call is a few EC2 calls; the waiting is the Provider's.
@@ -123,7 +123,7 @@ class FleetTeardown(Construct):
                 self, "ProviderLogs", retention=log_retention, removal_policy=cdk.RemovalPolicy.DESTROY
             ),
         )
-        self._acknowledge_provider(provider, handlers.values())
+        acknowledge_provider(provider, handlers.values(), "the fleet teardown")
         teardown = cdk.CustomResource(
             self,
             "Resource",
@@ -133,57 +133,3 @@ class FleetTeardown(Construct):
         )
         for construct in guarded:
             teardown.node.add_dependency(construct)
-
-    @staticmethod
-    def _acknowledge_provider(provider: cr.Provider, handlers: Iterable[lambda_.Function]) -> None:
-        """cdk-nag's findings on what custom_resources.Provider creates for itself: three framework functions
-        (onEvent, isComplete, onTimeout) with a role each, and the Step Functions waiter that polls is_complete."""
-        stack = cdk.Stack.of(provider)
-
-        def arn_of(function: IConstruct) -> str:
-            # A function's default child is its CfnFunction (jsii types it as the IConstruct it may be elsewhere).
-            resource = cast(cdk.CfnElement, function.node.default_child)
-            return f"<{stack.resolve(stack.get_logical_id(resource))}.Arn>"
-
-        basic_execution = "Policy::arn:<AWS::Partition>:iam::aws:policy/service-role/AWSLambdaBasicExecutionRole"
-        for name in ("framework-onEvent", "framework-isComplete", "framework-onTimeout"):
-            role = provider.node.find_child(name).node.find_child("ServiceRole")
-            cdk.Validations.of(role).acknowledge(
-                cdk.Acknowledgment(
-                    id=f"AwsSolutions-IAM4[{basic_execution}]",
-                    reason="the Provider framework function of the fleet teardown writes its logs with the managed "
-                    "Lambda basic execution policy; aws-cdk-lib creates this role and offers no other",
-                )
-            )
-            for handler in handlers:
-                cdk.Validations.of(role).acknowledge(
-                    cdk.Acknowledgment(
-                        id=f"AwsSolutions-IAM5[Resource::{arn_of(handler)}:*]",
-                        reason="lambda:InvokeFunction on the fleet teardown handler and its versions (ARN:*), as "
-                        "aws-cdk-lib's grantInvoke writes it; one function, no other",
-                    )
-                )
-        waiter = provider.node.find_child("waiter-state-machine")
-        for name in ("framework-isComplete", "framework-onTimeout"):
-            function = provider.node.find_child(name)
-            cdk.Validations.of(waiter.node.find_child("Role")).acknowledge(
-                cdk.Acknowledgment(
-                    id=f"AwsSolutions-IAM5[Resource::{arn_of(function)}:*]",
-                    reason="the fleet teardown waiter state machine invokes this one framework function and its "
-                    "versions (ARN:*), as aws-cdk-lib's grantInvoke writes it",
-                )
-            )
-        waiter_resource = cast(cdk.CfnElement, waiter.node.default_child)
-        for rule, reason in (
-            (
-                "AwsSolutions-SF1",
-                "the fleet teardown waiter only polls is_complete; its handler logs every poll (which nodes of the "
-                "fleet still live) to the handler log group, and the framework functions log to theirs",
-            ),
-            (
-                "AwsSolutions-SF2",
-                "the fleet teardown waiter is one retried task; aws-cdk-lib's Provider offers no X-Ray setting for "
-                "it, and the handler logs say what each poll found",
-            ),
-        ):
-            cdk.Validations.of(waiter_resource).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))

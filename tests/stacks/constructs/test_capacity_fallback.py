@@ -237,10 +237,15 @@ def test_the_state_parameter_goes_with_the_stack_after_everything_that_writes_it
     (function_id,) = template.find_resources(
         "AWS::Lambda::Function", {"Properties": {"Handler": "state_cleanup.on_event"}}
     )
+    # CDK's Provider answers CloudFormation: its framework function calls state_cleanup.on_event.
+    framework_id = "CapacityFallbackStateCleanupProviderframeworkonEvent96AA7E9A"
     assert cleanup["Properties"] == {
-        "ServiceToken": {"Fn::GetAtt": [function_id, "Arn"]},
+        "ServiceToken": {"Fn::GetAtt": [framework_id, "Arn"]},
         "ServiceTimeout": "300",
         "ParameterName": "/gpufleet/probe/fallback",
+    }
+    assert resources[framework_id]["Properties"]["Environment"]["Variables"] == {
+        "USER_ON_EVENT_FUNCTION_ARN": {"Fn::GetAtt": [function_id, "Arn"]}
     }
     assert cleanup["DeletionPolicy"] == "Delete" and "DependsOn" not in cleanup
     writers = {
