@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import fnmatch
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from botocore.exceptions import ClientError
@@ -24,9 +24,10 @@ from gpufleet.aws import (
 )
 from gpufleet.catalog import InstanceType
 from gpufleet.environment import Environment
+from gpufleet.ops.checks import Check, unavailable
+from gpufleet.ops.reservations import capacity_source_checks
 from gpufleet.validators import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET, valid_until_problem
 
-Status = Literal["pass", "warn", "fail"]
 Lifecycle = Literal["on-demand", "spot"]
 
 
@@ -106,25 +107,11 @@ AUTO_SCALING_ROLE = ServiceLinkedRole("AWSServiceRoleForAutoScaling", "autoscali
 
 
 @dataclass(frozen=True)
-class Check:
-    name: str
-    status: Status
-    detail: str
-
-    def as_dict(self) -> dict[str, str]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
 class ZoneSuggestion:
     zone: str
     zone_id: str
     placement_score: int | None
     spot_price: float | None
-
-
-def _unavailable(name: str, error: ClientError) -> Check:
-    return Check(name, "warn", f"could not check: {error.operation_name} {error_code(error)}: {error_message(error)}")
 
 
 def check_offering(ec2: Any, env: Environment) -> Check:
@@ -204,7 +191,7 @@ def check_vcpu_quota(ec2: Any, quotas: Any, env: Environment, spec: InstanceType
         instances, in_use = vcpus_in_use(ec2, quota)
     except ClientError as error:
         if is_unavailable(error):
-            return _unavailable(name, error)
+            return unavailable(name, error)
         raise
     limit = float(described["Value"])
     needed = nodes * spec.vcpus
@@ -238,7 +225,7 @@ def check_ami(ssm: Any, ec2: Any, env: Environment) -> Check:
         if code.startswith("InvalidAMIID"):
             return Check("ami", "fail", f"image {image_id}{source} not found in {env.region} ({code})")
         if is_unavailable(error):
-            return _unavailable("ami", error)
+            return unavailable("ami", error)
         raise
     if not images:
         return Check("ami", "fail", f"image {image_id}{source} not found in {env.region}")
@@ -301,7 +288,7 @@ def check_placement_score(ec2: Any, env: Environment) -> Check:
         ids = zone_ids(ec2)
     except ClientError as error:
         if is_unavailable(error):
-            return _unavailable("spot-score", error)
+            return unavailable("spot-score", error)
         raise
     zone_id = ids.get(env.availability_zone, "")
     score = scores.get(zone_id)
@@ -333,7 +320,7 @@ def check_spot_price(ec2: Any, env: Environment, now: dt.datetime) -> Check:
         prices = latest_spot_prices(ec2, env.instance_type, [env.availability_zone], now)
     except ClientError as error:
         if is_unavailable(error):
-            return _unavailable("spot-price", error)
+            return unavailable("spot-price", error)
         raise
     price = prices.get(env.availability_zone)
     if price is None:
@@ -477,7 +464,7 @@ def check_spot_fleet_policy(ec2: Any, env: Environment) -> Check:
             )
         if code in FAILURES_THAT_STOP_THE_COMMAND:
             raise
-        return _unavailable(name, error)
+        return unavailable(name, error)
     # EC2 made the request although it was asked for a dry run: say so, so that nobody pays for it unknowingly.
     request_id = answer.get("SpotFleetRequestId", "?")
     return Check(
@@ -518,7 +505,7 @@ def check_auto_scaling_policy(iam: Any, sts: Any, env: Environment) -> Check:
         results = [result for page in pages for result in page["EvaluationResults"]]
     except ClientError as error:
         if is_unavailable(error):
-            return _unavailable(name, error)
+            return unavailable(name, error)
         raise
     by_organizations = [
         r["EvalActionName"]
@@ -551,8 +538,6 @@ def check_auto_scaling_policy(iam: Any, sts: Any, env: Environment) -> Check:
 
 def run_checks(aws: Any, env: Environment, spec: InstanceType, now: dt.datetime) -> list[Check]:
     # Imported here: gpufleet.ops.reservations builds on this module's Check.
-    from gpufleet.ops.reservations import capacity_source_checks
-
     ec2, quotas, ssm, iam = aws.client("ec2"), aws.client("service-quotas"), aws.client("ssm"), aws.client("iam")
     sts = aws.client("sts")
     return [

@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 
 from gpufleet.aws import error_code, error_message, is_unavailable
 from gpufleet.environment import CapacityReservation, Environment
-from gpufleet.ops.preflight import Check, _unavailable
+from gpufleet.ops.checks import Check, unavailable
 from gpufleet.validators import RESERVATION_PREFERENCE_ONLY
 
 NODE_PLATFORM = "Linux/UNIX"
@@ -107,7 +107,7 @@ def check_reservations(
         if code.startswith("InvalidCapacityReservationId") or code == "NotFoundException":
             return Check("reservation", "fail", f"{source}: {code}: {error_message(error)}")
         if is_unavailable(error):
-            return _unavailable("reservation", error)
+            return unavailable("reservation", error)
         raise
     usable = []
     notes = []
@@ -144,7 +144,7 @@ def check_capacity_block(ec2: Any, env: Environment, block_id: str, now: dt.date
         if error_code(error).startswith("InvalidCapacityReservationId"):
             return Check("capacity-block", "fail", f"{block_id}: {error_code(error)}: {error_message(error)}")
         if is_unavailable(error):
-            return _unavailable("capacity-block", error)
+            return unavailable("capacity-block", error)
         raise
     problems = []
     if block.get("ReservationType") != CAPACITY_BLOCK_TYPE:
