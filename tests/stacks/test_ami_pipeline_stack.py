@@ -390,13 +390,13 @@ def test_one_schedule_rule_per_profile_starts_the_project_with_its_profile(templ
     rules = template.find_resources("AWS::Events::Rule").values()
     profiles = []
     for rule in rules:
-        assert rule["Properties"]["ScheduleExpression"] == PIPELINE.schedule
+        assert rule["Properties"]["ScheduleExpression"] == "cron(0 6 ? * SUN *)"  # ami/pipeline.yaml: schedule
         (target,) = rule["Properties"]["Targets"]
         assert target["Arn"] == {"Fn::GetAtt": [project_id, "Arn"]}
         (override,) = json.loads(target["Input"])["environmentVariablesOverride"]
         assert override["name"] == "PROFILE"
         profiles.append(override["value"])
-    assert sorted(profiles) == sorted(PIPELINE.profiles)
+    assert sorted(profiles) == ["p4d-al2-cuda11", "p4d-ubuntu1804-cuda11", "ubuntu2204-cuda12"]
 
 
 def test_manual_only_pipeline_has_no_rule():
@@ -496,7 +496,7 @@ def test_a_pipeline_whose_environments_share_its_region_grants_no_copy():
 
 def test_logs_keep_the_configured_days_and_go_with_the_stack(template):
     log_id, log_group = only(template, "AWS::Logs::LogGroup")
-    assert log_group["Properties"]["RetentionInDays"] == PIPELINE.log_retention_days
+    assert log_group["Properties"]["RetentionInDays"] == 90  # ami/pipeline.yaml: log_retention_days
     assert log_group["DeletionPolicy"] == "Delete"
     _, project = only(template, "AWS::CodeBuild::Project")
     logs = project["Properties"]["LogsConfig"]["CloudWatchLogs"]
