@@ -4,10 +4,11 @@ the scripts receive, the upstream rules they encode, and one clear line per prob
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from gpufleet.ami.packages import PACKAGES_FILE, load_tables, package_environment, package_names, resolve
+from gpufleet.ami.packages import load_tables, package_environment, package_names, resolve
 from gpufleet.ami.profile import load_profile
 from gpufleet.ami.render import build_files
 from gpufleet.errors import GpufleetError
@@ -115,7 +116,7 @@ def test_a_profile_no_row_fits_is_refused_with_one_line_per_key(derive):
     )
     with pytest.raises(GpufleetError) as raised:
         resolve(profile)
-    path = PACKAGES_FILE
+    path = Path(__file__).resolve().parents[2] / "ami" / "packages.yaml"  # the checkout's own table
     assert list(raised.value.problems) == [
         f"{path}: fsx_lustre: no row for amzn 2, driver 450.80.02, fsx_lustre 2.11.0 (profile p4d-al2-cuda11): "
         "add one with its source",

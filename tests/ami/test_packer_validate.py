@@ -13,7 +13,7 @@ import hcl2
 import pytest
 from hcl2.utils import SerializationOptions
 
-from gpufleet.ami import COMPONENT_KEYS, SCRIPT_NAMES, SCRIPTS_DIR
+from gpufleet.ami import SCRIPTS_DIR
 from gpufleet.ami.packer import (
     NEWER_PACKER_ONLY,
     REQUIRED_PLUGINS_SINCE,
@@ -27,6 +27,7 @@ from gpufleet.ami.profile import load_profile, parse_profile, profile_files
 from gpufleet.ami.render import render_profile
 from gpufleet.cli import main
 from gpufleet.errors import GpufleetError
+from tests.ami.contract import COMPONENTS, SCRIPTS_IN_RUN_ORDER
 
 pytestmark = pytest.mark.skipif(shutil.which("packer") is None, reason="packer is not on PATH (make setup installs it)")
 SHIPPED = [path.stem for path in profile_files()]
@@ -42,7 +43,7 @@ def scripts_dir(tmp_path: Path) -> Path:
         return SCRIPTS_DIR
     stand_ins = tmp_path / "scripts"
     (stand_ins / "lib").mkdir(parents=True)
-    for name in SCRIPT_NAMES:
+    for name in SCRIPTS_IN_RUN_ORDER:
         (stand_ins / name).touch()
     return stand_ins
 
@@ -166,7 +167,7 @@ def test_packer_1_6_auto_loads_the_variables_file_and_reads_the_locals(tmp_path,
     ]
     expected = {
         f"GPUFLEET_{key.upper()}_{setting}"
-        for key in COMPONENT_KEYS
+        for key in COMPONENTS
         for setting in ("VERSION", "URL", "SHA256", "GPG_KEY_URL")
     }
     expected |= {

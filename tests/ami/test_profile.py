@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.ami import COMPONENT_KEYS
 from gpufleet.ami.profile import load_profile, profile_files
 from gpufleet.cli import main
+from tests.ami.contract import COMPONENTS
 
 SHIPPED = ["p4d-al2-cuda11", "p4d-ubuntu1804-cuda11", "ubuntu2204-cuda12"]
 
@@ -18,7 +18,7 @@ def test_shipped_profiles():
 @pytest.mark.parametrize("name", SHIPPED)
 def test_shipped_profile_pins_every_component(name):
     profile = load_profile(name)
-    assert list(profile.versions()) == list(COMPONENT_KEYS)
+    assert tuple(profile.versions()) == COMPONENTS
     for key, component in profile.components.items():
         assert component.sha256 is not None or component.verification, key
 

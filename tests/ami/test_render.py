@@ -11,15 +11,17 @@ import hcl2
 import pytest
 from hcl2.utils import SerializationOptions
 
-from gpufleet.ami import COMPONENT_KEYS, PACKER_DIR, SCRIPT_NAMES, SCRIPTS_DIR, SSM_AGENT_ACTIONS
+from gpufleet.ami import PACKER_DIR, SCRIPT_NAMES, SCRIPTS_DIR
 from gpufleet.ami.profile import load_profile, profile_files
-from gpufleet.ami.render import BUILD_FILES, PACKER_FILES, VARIABLES_FILE, build_files, packer_variables, render_profile
+from gpufleet.ami.render import VARIABLES_FILE, build_files, packer_variables, render_profile
 from gpufleet.cli import main
+from tests.ami.contract import COMPONENTS, SCRIPTS_IN_RUN_ORDER, SSM_AGENT_ACTIONS
 
 # Plain values: no comments or block markers, strings without their quotes.
 HCL_OPTIONS = SerializationOptions(with_comments=False, explicit_blocks=False, strip_string_quotes=True)
 REFERENCE = "p4d-ubuntu1804-cuda11"
 SHIPPED = [path.stem for path in profile_files()]
+PACKER_FILES = ["build.pkr.hcl", "locals.pkr.hcl", "plugins.pkr.hcl", "source.pkr.hcl", "variables.pkr.hcl"]
 
 
 def _parsed(name: str) -> dict:
@@ -51,8 +53,8 @@ def test_shipped_profiles_are_the_three_of_the_readme():
 def test_render_writes_ami_packer_as_it_is_plus_the_variables_file(tmp_path):
     out_dir = tmp_path / REFERENCE
     assert main(["ami", "render", REFERENCE, "--out", str(out_dir)]) == 0
-    assert sorted(path.name for path in out_dir.iterdir()) == sorted(BUILD_FILES)
-    assert sorted(path.name for path in PACKER_DIR.iterdir()) == sorted(PACKER_FILES)
+    assert sorted(path.name for path in out_dir.iterdir()) == sorted([*PACKER_FILES, "gpufleet.auto.pkrvars.json"])
+    assert sorted(path.name for path in PACKER_DIR.iterdir()) == PACKER_FILES
     for name in PACKER_FILES:
         assert (out_dir / name).read_bytes() == (PACKER_DIR / name).read_bytes(), name
 
@@ -103,7 +105,19 @@ def test_variables_file_of_the_reference_profile(tmp_path):
             "onednn": "https://github.com/oneapi-src/oneDNN/archive/refs/tags/v1.6.4.tar.gz",
             "container_toolkit": "https://nvidia.github.io/libnvidia-container",
         },
-        "component_sha256": {key: "" for key in COMPONENT_KEYS},
+        "component_sha256": {
+            "driver": "",
+            "fabric_manager": "",
+            "cuda": "",
+            "cudnn": "",
+            "nccl": "",
+            "efa_installer": "",
+            "aws_ofi_nccl": "",
+            "nccl_tests": "",
+            "fsx_lustre": "",
+            "onednn": "",
+            "container_toolkit": "",
+        },
         "component_gpg_key_urls": {
             "driver": "",
             "fabric_manager": "",
@@ -175,7 +189,7 @@ def test_every_component_map_is_keyed_by_every_component(name):
     maps = {key: value for key, value in variables.items() if key.startswith("component_")}
     assert sorted(maps) == ["component_gpg_key_urls", "component_sha256", "component_urls", "component_versions"]
     for value in maps.values():
-        assert list(value) == list(COMPONENT_KEYS)
+        assert tuple(value) == COMPONENTS
 
 
 def test_variables_file_sets_exactly_the_declared_variables_without_default():
@@ -241,7 +255,7 @@ def test_instance_profile_is_a_variable_and_the_temporary_profile_grants_exactly
     assert ebs["iam_instance_profile"] == "${var.instance_profile}"
     (document,) = ebs["temporary_iam_instance_profile_policy_document"]
     (statement,) = document["Statement"]
-    assert statement == {"Effect": "Allow", "Action": list(SSM_AGENT_ACTIONS), "Resource": ["*"]}
+    assert statement == {"Effect": "Allow", "Action": SSM_AGENT_ACTIONS, "Resource": ["*"]}
 
 
 def _script_steps() -> list[dict]:
@@ -249,15 +263,16 @@ def _script_steps() -> list[dict]:
 
 
 def test_build_runs_exactly_the_contract_scripts_in_order():
-    assert [step["script"] for step in _script_steps()] == [f"${{var.scripts_dir}}/{name}" for name in SCRIPT_NAMES]
+    assert [step["script"] for step in _script_steps()] == [
+        f"${{var.scripts_dir}}/{name}" for name in SCRIPTS_IN_RUN_ORDER
+    ]
     for step in _script_steps():
         assert step["execute_command"] == "{{ .Vars }} sudo -E bash '{{ .Path }}'"
         assert step["environment_vars"] == "${local.script_environment}"
 
 
 def test_reboot_barrier_and_the_wait_and_retry_after_it():
-    steps = dict(zip(SCRIPT_NAMES, _script_steps(), strict=True))
-    assert [name for name in SCRIPT_NAMES if name.endswith("-reboot.sh")] == ["03-reboot.sh"]
+    steps = dict(zip(SCRIPTS_IN_RUN_ORDER, _script_steps(), strict=True))
     assert steps["03-reboot.sh"]["expect_disconnect"] is True and steps["03-reboot.sh"]["skip_clean"] is True
     after = steps["04-fabric-manager.sh"]
     assert after["pause_before"] == "${var.reboot_pause}"
@@ -295,7 +310,8 @@ def test_render_replaces_an_earlier_render_but_not_foreign_files(tmp_path, capsy
 
 @pytest.mark.skipif(not SCRIPTS_DIR.is_dir(), reason="scripts/ami/ does not exist yet (written by another engineer)")
 def test_contract_script_names_match_scripts_ami():
-    assert tuple(sorted(path.name for path in SCRIPTS_DIR.glob("*.sh"))) == SCRIPT_NAMES
+    assert tuple(sorted(path.name for path in SCRIPTS_DIR.glob("*.sh"))) == SCRIPTS_IN_RUN_ORDER
+    assert SCRIPT_NAMES == SCRIPTS_IN_RUN_ORDER
 
 
 def test_instance_profile_goes_into_the_variables_file_and_nothing_else_changes(tmp_path):

@@ -16,7 +16,6 @@ from gpufleet.environment import CapacityBlock, environment_files, load_named_en
 from gpufleet.errors import GpufleetError
 from gpufleet.user_data import (
     SCRIPTS_DIR,
-    USER_DATA_LIMIT_BYTES,
     compressed_user_data,
     launch_template_user_data,
     node_settings,
@@ -24,6 +23,9 @@ from gpufleet.user_data import (
 )
 
 SHIPPED = [path.stem for path in environment_files()]
+# EC2's limit on user data "in raw form, before it is base64-encoded": 16 KB
+# (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html).
+EC2_USER_DATA_LIMIT = 16384
 ALL_SCRIPTS = {"raid0-nvme", "gpu-clocks", "mig", "efa-env", "run-setup", "spot-watcher"}
 # What each shipped environment turns on (environments/*.yaml): h100 is all on-demand, so it has no spot watcher;
 # p5-block is all on-demand too, but its nodes belong to an Auto Scaling group, whose terminations the watcher sees,
@@ -79,7 +81,7 @@ def test_shipped_environment_user_data_is_valid_bash_under_the_limit(name, tmp_p
     script.write_text(user_data)
 
     assert user_data.startswith("#!/bin/bash\n")
-    assert compressed_size(load_named_environment(name)) < USER_DATA_LIMIT_BYTES
+    assert compressed_size(load_named_environment(name)) < EC2_USER_DATA_LIMIT
     syntax = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert syntax.returncode == 0, syntax.stderr
     lint = subprocess.run(["shellcheck", str(script)], capture_output=True, text=True)
@@ -110,7 +112,7 @@ def test_every_option_on_every_catalog_type_leaves_room_under_the_limit(instance
     instance = load_catalog()[instance_type]
     env = everything_on().model_copy(update={"instance_type": instance_type})
     env = with_node(env, mig_profile=instance.mig_profiles[0] if instance.mig_profiles else None)
-    assert compressed_size(env) < USER_DATA_LIMIT_BYTES // 2
+    assert compressed_size(env) < EC2_USER_DATA_LIMIT // 2
 
 
 def test_the_launch_template_carries_the_script_gzip_compressed_and_base64_encoded():
@@ -228,8 +230,8 @@ def test_too_large_user_data_is_a_clear_error():
 @pytest.mark.parametrize(("hook_length", "fits"), [(2000, True), (20000, False)])
 def test_the_limit_is_on_the_compressed_size(hook_length, fits):
     env = with_node(everything_on(), checkpoint_hook=incompressible_hook(hook_length))
-    assert len(render(env).encode()) > USER_DATA_LIMIT_BYTES  # the script itself is over 16 KiB either way
-    assert (compressed_size(env) <= USER_DATA_LIMIT_BYTES) == fits
+    assert len(render(env).encode()) > EC2_USER_DATA_LIMIT  # the script itself is over 16 KiB either way
+    assert (compressed_size(env) <= EC2_USER_DATA_LIMIT) == fits
 
 
 def test_a_line_that_would_end_a_heredoc_is_refused():

@@ -11,11 +11,19 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.ami import SCRIPT_NAMES
-from gpufleet.ami.render import BUILD_FILES, VARIABLES_FILE
+from tests.ami.contract import SCRIPTS_IN_RUN_ORDER
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 PROFILES = sorted(path.stem for path in (REPOSITORY / "ami" / "profiles").glob("*.yaml"))
+# What `gpufleet ami render` writes, in the order it lists them: ami/packer's five files, then the variables file.
+RENDERED_FILES = [
+    "variables.pkr.hcl",
+    "locals.pkr.hcl",
+    "source.pkr.hcl",
+    "build.pkr.hcl",
+    "plugins.pkr.hcl",
+    "gpufleet.auto.pkrvars.json",
+]
 
 
 def _repository_files(top: str) -> set[str]:
@@ -60,12 +68,12 @@ def test_the_console_script_checks_and_renders_every_shipped_profile(installed_w
     render = installed_wheel.run("ami", "render", profile, "--out", "rendered", cwd=tmp_path)
     assert render.returncode == 0, render.stderr
     out_dir = tmp_path / "rendered"
-    assert sorted(path.name for path in out_dir.iterdir()) == sorted(BUILD_FILES)
-    assert render.stdout.splitlines() == [f"rendered/{name}" for name in BUILD_FILES]
+    assert sorted(path.name for path in out_dir.iterdir()) == sorted(RENDERED_FILES)
+    assert render.stdout.splitlines() == [f"rendered/{name}" for name in RENDERED_FILES]
     # The rendering points Packer at the scripts installed with the wheel, which are all there.
     scripts_dir = installed_wheel.site_packages / "gpufleet" / "data" / "scripts" / "ami"
-    assert json.loads((out_dir / VARIABLES_FILE).read_text())["scripts_dir"] == str(scripts_dir)
-    assert sorted(path.name for path in scripts_dir.glob("*.sh")) == list(SCRIPT_NAMES)
+    assert json.loads((out_dir / "gpufleet.auto.pkrvars.json").read_text())["scripts_dir"] == str(scripts_dir)
+    assert tuple(sorted(path.name for path in scripts_dir.glob("*.sh"))) == SCRIPTS_IN_RUN_ORDER
     assert (scripts_dir / "lib" / "common.sh").is_file()
 
 

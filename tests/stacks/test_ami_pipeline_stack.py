@@ -18,7 +18,7 @@ from gpufleet.ami.pipeline import load_pipeline
 from gpufleet.cli import main
 from gpufleet.environment import environment_files, load_environments
 from stacks.ami_pipeline_stack import AMI_PIPELINE_STACK_NAME, AmiPipelineStack
-from stacks.constructs.ami_build_project import PROFILE_TAG_KEY, SOURCE_AMI_TAG_KEY, pipeline_image_statements
+from stacks.constructs.ami_build_project import pipeline_image_statements
 
 ROOT = Path(__file__).resolve().parents[2]
 CFN_LINT = Path(sys.executable).with_name("cfn-lint")
@@ -265,10 +265,10 @@ def test_templates_tag_as_the_build_role_expects(tmp_path):
     (source,) = hcl2.loads((out_dir / "source.pkr.hcl").read_text(), serialization_options=options)["source"]
     settings = source["amazon-ebs"]["gpufleet"]
     (local_values,) = hcl2.loads((out_dir / "locals.pkr.hcl").read_text(), serialization_options=options)["locals"]
-    assert PROFILE_TAG_KEY in local_values["image_tags"] and SOURCE_AMI_TAG_KEY not in local_values["image_tags"]
+    assert "gpufleet:profile" in local_values["image_tags"] and "gpufleet:source-ami" not in local_values["image_tags"]
     assert settings["run_tags"] == "${local.image_tags}"
     for key in ("tags", "snapshot_tags"):
-        assert settings[key].startswith("${merge(local.image_tags, ") and f'"{SOURCE_AMI_TAG_KEY}"' in settings[key]
+        assert settings[key].startswith("${merge(local.image_tags, ") and '"gpufleet:source-ami"' in settings[key]
     assert settings["encrypt_boot"] is True
     assert all(mapping["encrypted"] is True for mapping in settings["launch_block_device_mappings"])
     sharing = {
@@ -390,13 +390,13 @@ def test_one_schedule_rule_per_profile_starts_the_project_with_its_profile(templ
     rules = template.find_resources("AWS::Events::Rule").values()
     profiles = []
     for rule in rules:
-        assert rule["Properties"]["ScheduleExpression"] == PIPELINE.schedule
+        assert rule["Properties"]["ScheduleExpression"] == "cron(0 6 ? * SUN *)"  # ami/pipeline.yaml: schedule
         (target,) = rule["Properties"]["Targets"]
         assert target["Arn"] == {"Fn::GetAtt": [project_id, "Arn"]}
         (override,) = json.loads(target["Input"])["environmentVariablesOverride"]
         assert override["name"] == "PROFILE"
         profiles.append(override["value"])
-    assert sorted(profiles) == sorted(PIPELINE.profiles)
+    assert sorted(profiles) == ["p4d-al2-cuda11", "p4d-ubuntu1804-cuda11", "ubuntu2204-cuda12"]
 
 
 def test_manual_only_pipeline_has_no_rule():
@@ -496,7 +496,7 @@ def test_a_pipeline_whose_environments_share_its_region_grants_no_copy():
 
 def test_logs_keep_the_configured_days_and_go_with_the_stack(template):
     log_id, log_group = only(template, "AWS::Logs::LogGroup")
-    assert log_group["Properties"]["RetentionInDays"] == PIPELINE.log_retention_days
+    assert log_group["Properties"]["RetentionInDays"] == 90  # ami/pipeline.yaml: log_retention_days
     assert log_group["DeletionPolicy"] == "Delete"
     _, project = only(template, "AWS::CodeBuild::Project")
     logs = project["Properties"]["LogsConfig"]["CloudWatchLogs"]

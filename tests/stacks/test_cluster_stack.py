@@ -10,12 +10,18 @@ from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
 
 from gpufleet.catalog import load_catalog
 from gpufleet.environment import environment_files, load_environments
-from gpufleet.ops.fleet import NODE_GROUP_OUTPUTS
 from gpufleet.validators import BACKEND_SPOT_FLEET
 from stacks.constructs.fleet_teardown import TOTAL_TIMEOUT
 
 ENVIRONMENTS = {env.name: env for env in load_environments(environment_files())}
 SPOT_FLEET_ENVIRONMENTS = [name for name, env in ENVIRONMENTS.items() if env.fleet.backend == BACKEND_SPOT_FLEET]
+# What environments/NAME.yaml says: region, instance_type and tags.
+SHIPPED = {
+    "dev": ("us-east-1", "p4d.24xlarge", {"team": "ml-platform", "cost-center": "research"}),
+    "h100": ("us-west-2", "p5.48xlarge", {"team": "foundation-models"}),
+    "p5-block": ("us-east-2", "p5.48xlarge", {"team": "foundation-models"}),
+    "prod": ("us-east-1", "p4d.24xlarge", {"team": "ml-platform", "cost-center": "production"}),
+}
 # A Capacity Block's nodes are placed by EC2; every other environment's by the cluster placement group.
 PLACEMENT_GROUP_ENVIRONMENTS = [name for name, env in ENVIRONMENTS.items() if env.capacity.capacity_block is None]
 
@@ -23,7 +29,7 @@ PLACEMENT_GROUP_ENVIRONMENTS = [name for name, env in ENVIRONMENTS.items() if en
 def test_shipped_environments_cover_both_backends():
     assert SPOT_FLEET_ENVIRONMENTS == ["dev", "h100", "prod"]
     assert PLACEMENT_GROUP_ENVIRONMENTS == ["dev", "h100", "prod"]
-    assert sorted(ENVIRONMENTS) == ["dev", "h100", "p5-block", "prod"]
+    assert sorted(ENVIRONMENTS) == sorted(SHIPPED) == ["dev", "h100", "p5-block", "prod"]
 
 
 def cluster(assembly, name):
@@ -135,13 +141,22 @@ def test_launch_template_requires_imdsv2_and_encrypts_a_gp3_root(assembly, name)
     )
 
 
-@pytest.mark.parametrize("name", ENVIRONMENTS)
-def test_node_image_is_resolved_from_ssm_at_deploy_time(assembly, name):
+@pytest.mark.parametrize(
+    ("name", "ssm_parameter"),
+    [
+        ("dev", "/gpufleet/ami/p4d-ubuntu1804-cuda11"),
+        ("h100", "/gpufleet/ami/ubuntu2204-cuda12"),
+        ("p5-block", "/gpufleet/ami/ubuntu2204-cuda12"),
+        ("prod", "/gpufleet/ami/ubuntu2204-cuda12"),
+    ],
+)
+def test_node_image_is_resolved_from_ssm_at_deploy_time(assembly, name, ssm_parameter):
+    """The parameter each environments/NAME.yaml names in ami.ssm_parameter."""
     template_json = assembly.template_json(f"gpufleet-{name}-cluster")
     image = template_json["Resources"][logical_id(cluster(assembly, name), "AWS::EC2::LaunchTemplate")]
     parameter = image["Properties"]["LaunchTemplateData"]["ImageId"]["Ref"]
     assert template_json["Parameters"][parameter]["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
-    assert template_json["Parameters"][parameter]["Default"] == ENVIRONMENTS[name].ami.ssm_parameter
+    assert template_json["Parameters"][parameter]["Default"] == ssm_parameter
 
 
 @pytest.mark.parametrize("name", ENVIRONMENTS)
@@ -151,7 +166,7 @@ def test_tags_reach_instances_volumes_and_interfaces(assembly, name):
     for spec in data["TagSpecifications"]:
         tags = {tag["Key"]: tag["Value"] for tag in spec["Tags"]}
         assert tags["gpufleet:environment"] == name
-        assert ENVIRONMENTS[name].tags.items() <= tags.items()
+        assert SHIPPED[name][2].items() <= tags.items()
 
 
 @pytest.mark.parametrize("name", ENVIRONMENTS)
@@ -227,7 +242,7 @@ def test_spot_fleet_mix_and_interruption_behaviour(assembly, name, expected):
         "LaunchTemplateId": {"Ref": launch_template},
         "Version": {"Fn::GetAtt": [launch_template, "LatestVersionNumber"]},
     }
-    assert launch_config["Overrides"] == [{"InstanceType": ENVIRONMENTS[name].instance_type}]
+    assert launch_config["Overrides"] == [{"InstanceType": SHIPPED[name][1]}]
     if name != "prod":
         assert "SpotMaintenanceStrategies" not in config
     if expected["Type"] == "request":
@@ -292,7 +307,7 @@ def test_teardown_runs_before_fleet_placement_group_and_security_group_are_delet
             [
                 "arn:",
                 {"Ref": "AWS::Partition"},
-                f":ec2:{ENVIRONMENTS[name].region}:123456789012:spot-fleet-request/",
+                f":ec2:{SHIPPED[name][0]}:123456789012:spot-fleet-request/",
                 {"Ref": fleet},
             ],
         ]
@@ -300,12 +315,20 @@ def test_teardown_runs_before_fleet_placement_group_and_security_group_are_delet
     assert not template.find_resources("AWS::Logs::LogGroup", {"DeletionPolicy": "Retain"})
 
 
-@pytest.mark.parametrize("name", ENVIRONMENTS)
-def test_outputs_name_what_operators_need(assembly, name):
+@pytest.mark.parametrize(
+    ("name", "node_group", "other_backend"),
+    [
+        ("dev", "FleetRequestId", "AutoScalingGroupName"),
+        ("h100", "FleetRequestId", "AutoScalingGroupName"),
+        ("prod", "FleetRequestId", "AutoScalingGroupName"),
+        ("p5-block", "AutoScalingGroupName", "FleetRequestId"),
+    ],
+)
+def test_outputs_name_what_operators_need(assembly, name, node_group, other_backend):
+    """gpufleet status and hosts read the node group from these output keys (gpufleet/ops/fleet.py)."""
     outputs = cluster(assembly, name).to_json()["Outputs"]
-    node_group = NODE_GROUP_OUTPUTS[ENVIRONMENTS[name].fleet.backend]
     assert {node_group, "PlacementGroupName", "SecurityGroupId", "LaunchTemplateId", "SubnetId"} <= set(outputs)
-    assert not (set(NODE_GROUP_OUTPUTS.values()) - {node_group}) & set(outputs)
+    assert other_backend not in outputs
 
 
 def test_p5_block_runs_every_node_in_its_capacity_block_through_an_auto_scaling_group(assembly):

@@ -7,6 +7,13 @@ import pytest
 from gpufleet.environment import environment_files, load_environments
 
 NEW_VPC_ENVIRONMENTS = {env.name: env for env in load_environments(environment_files()) if env.network.creates_vpc}
+# What environments/NAME.yaml says of each new VPC: region, availability_zone, network.cidr and
+# network.flow_log_retention_days. The node subnet takes half of the VPC (NodeSubnetCapacityValidator's budget).
+NEW_VPCS = {
+    "dev": ("us-east-1", "us-east-1a", "10.40.0.0/16", 30),
+    "p5-block": ("us-east-2", "us-east-2a", "10.60.0.0/16", 30),
+    "prod": ("us-east-1", "us-east-1b", "10.50.0.0/16", 365),
+}
 INTERFACE_SERVICES = ["ec2", "ec2messages", "ecr.api", "ecr.dkr", "logs", "monitoring", "ssm", "ssmmessages", "sts"]
 
 
@@ -14,22 +21,25 @@ def network(assembly, name):
     return assembly.template(f"gpufleet-{name}-network")
 
 
-@pytest.mark.parametrize("name", NEW_VPC_ENVIRONMENTS)
+def test_the_table_covers_every_new_vpc_environment():
+    assert sorted(NEW_VPC_ENVIRONMENTS) == sorted(NEW_VPCS)
+
+
+@pytest.mark.parametrize("name", NEW_VPCS)
 def test_vpc_and_node_subnet_in_the_cluster_az(assembly, name):
-    environment = NEW_VPC_ENVIRONMENTS[name]
+    _, zone, cidr, _ = NEW_VPCS[name]
     template = network(assembly, name)
-    template.has_resource_properties("AWS::EC2::VPC", {"CidrBlock": environment.network.cidr})
+    template.has_resource_properties("AWS::EC2::VPC", {"CidrBlock": cidr})
     subnets = template.find_resources("AWS::EC2::Subnet")
-    assert {s["Properties"]["AvailabilityZone"] for s in subnets.values()} == {environment.availability_zone}
+    assert {s["Properties"]["AvailabilityZone"] for s in subnets.values()} == {zone}
     nodes = [s for s in subnets.values() if {"Key": "aws-cdk:subnet-name", "Value": "nodes"} in s["Properties"]["Tags"]]
     assert len(nodes) == 1
     assert nodes[0]["Properties"]["MapPublicIpOnLaunch"] is False
-    # The address budget NodeSubnetCapacityValidator checks: half of the VPC.
-    assert nodes[0]["Properties"]["CidrBlock"].endswith(f"/{environment.network.node_subnet_prefix}")
-    assert environment.network.node_subnet_prefix == int(environment.network.cidr.split("/")[1]) + 1
+    # The address budget NodeSubnetCapacityValidator checks: half of the /16 VPC.
+    assert nodes[0]["Properties"]["CidrBlock"].endswith("/17")
 
 
-@pytest.mark.parametrize("name", NEW_VPC_ENVIRONMENTS)
+@pytest.mark.parametrize("name", NEW_VPCS)
 def test_endpoints_let_nodes_work_without_a_nat(assembly, name):
     template = network(assembly, name)
     endpoints = template.find_resources("AWS::EC2::VPCEndpoint")
@@ -40,7 +50,7 @@ def test_endpoints_let_nodes_work_without_a_nat(assembly, name):
         for e in endpoints.values()
         if e["Properties"].get("VpcEndpointType") == "Interface"
     )
-    region = NEW_VPC_ENVIRONMENTS[name].region
+    region = NEW_VPCS[name][0]
     assert interface_names == sorted(f"com.amazonaws.{region}.{service}" for service in INTERFACE_SERVICES)
     assert len(endpoints) == len(INTERFACE_SERVICES) + 1
     for endpoint in endpoints.values():
@@ -48,7 +58,7 @@ def test_endpoints_let_nodes_work_without_a_nat(assembly, name):
             assert endpoint["Properties"]["PrivateDnsEnabled"] is True
 
 
-@pytest.mark.parametrize("name", NEW_VPC_ENVIRONMENTS)
+@pytest.mark.parametrize("name", NEW_VPCS)
 def test_endpoint_security_group_admits_only_https_from_the_vpc(assembly, name):
     template = network(assembly, name)
     template.has_resource_properties(
@@ -57,7 +67,7 @@ def test_endpoint_security_group_admits_only_https_from_the_vpc(assembly, name):
             "GroupDescription": "gpufleet VPC interface endpoints: HTTPS from inside the VPC",
             "SecurityGroupIngress": [
                 {
-                    "CidrIp": NEW_VPC_ENVIRONMENTS[name].network.cidr,
+                    "CidrIp": NEW_VPCS[name][2],
                     "Description": "HTTPS from the VPC",
                     "FromPort": 443,
                     "IpProtocol": "tcp",
@@ -75,16 +85,16 @@ def test_nat_gateway_is_optional(assembly, name, nat_gateways):
     template.resource_count_is("AWS::EC2::InternetGateway", nat_gateways)
 
 
-@pytest.mark.parametrize("name", NEW_VPC_ENVIRONMENTS)
+@pytest.mark.parametrize("name", NEW_VPCS)
 def test_flow_logs_capture_all_traffic_and_leave_with_the_stack(assembly, name):
     template = network(assembly, name)
     template.has_resource_properties("AWS::EC2::FlowLog", {"TrafficType": "ALL", "ResourceType": "VPC"})
-    retention = NEW_VPC_ENVIRONMENTS[name].network.flow_log_retention_days
+    retention = NEW_VPCS[name][3]
     groups = template.find_resources("AWS::Logs::LogGroup")
     assert [g["Properties"]["RetentionInDays"] for g in groups.values()] == [retention]
     assert {g["DeletionPolicy"] for g in groups.values()} == {"Delete"}
 
 
-@pytest.mark.parametrize("name", NEW_VPC_ENVIRONMENTS)
+@pytest.mark.parametrize("name", NEW_VPCS)
 def test_default_security_group_is_stripped(assembly, name):
     network(assembly, name).resource_count_is("Custom::VpcRestrictDefaultSG", 1)
