@@ -55,9 +55,9 @@ bench: setup
 
 # Mutation testing with mutmut, on demand (slow; not part of make test). MODULES="gpufleet/validators.py ..." limits the
 # run to those modules and their mirrored test files, TESTS="tests/..." names other tests; REPORT=1 only reprints the
-# last results. Results stay in mutants/ (see bench/mutation.py).
+# last results, SURVIVORS=1 reruns only the last survivors. Results stay in mutants/ (see bench/mutation.py).
 mutate: setup
-	python bench/mutation.py $(if $(TESTS),--tests "$(TESTS)") $(if $(REPORT),--report-only) $(MODULES)
+	python bench/mutation.py $(if $(TESTS),--tests "$(TESTS)") $(if $(REPORT),--report-only) $(if $(SURVIVORS),--survivors) $(MODULES)
 
 clean:
 	rm -rf cdk.out .pytest_cache mutants

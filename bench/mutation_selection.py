@@ -12,7 +12,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 SELECTION_VARIABLE = "GPUFLEET_MUTATION_TESTS"
+SHARED_KERNEL_VARIABLE = "GPUFLEET_MUTATION_SHARED_KERNEL"  # set by bench/mutation.py
 
 
 def selected_paths() -> list[Path]:
@@ -28,3 +31,22 @@ def pytest_ignore_collect(collection_path: Path) -> bool | None:
     if any(path == selected or selected in path.parents or path in selected.parents for selected in selection):
         return None
     return True
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under a shared jsii kernel, refuse to run on a kernel that answers out of step.
+
+    A child killed while the kernel was answering it (a timeout) leaves that answer in the pipe, and the next child
+    would read it as the answer to its own first request: its tests would fail for a reason that has nothing to do
+    with its mutant. Exit 4 (a usage error) is reported as "other", so such a run shows up instead of counting as kills.
+    """
+    if not os.environ.get(SHARED_KERNEL_VARIABLE):
+        return
+    try:
+        import aws_cdk
+
+        in_step = aws_cdk.Stack(aws_cdk.App(), "KernelProbe").stack_name == "KernelProbe"
+    except Exception:  # any answer meant for another request
+        in_step = False
+    if not in_step:
+        pytest.exit("the shared jsii kernel answers out of step; rerun this mutant", returncode=4)

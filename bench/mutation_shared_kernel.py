@@ -1,0 +1,11 @@
+"""Imported by mutmut's fork server (bench/mutation-preload.txt): with GPUFLEET_MUTATION_SHARED_KERNEL set, it starts
+jsii's node kernel there, so every forked child uses that one kernel instead of starting its own (about 3 s of CPU a
+mutant). bench/mutation.py sets the variable and runs one child at a time: two children talking to one kernel at
+once read each other's answers."""
+
+import os
+
+if os.environ.get("GPUFLEET_MUTATION_SHARED_KERNEL"):
+    import aws_cdk
+
+    aws_cdk.App()
