@@ -11,7 +11,7 @@ A run that mutates anything under stacks/ (or everything) runs one mutant at a t
 mutmut's fork server starts before forking (bench/mutation_shared_kernel.py): starting a kernel per mutant costs about
 3 s of CPU, several times what a construct test itself takes. Children share the kernel's pipes, so only one may run
 at a time; each child first checks that the kernel still answers in step (bench/mutation_selection.py) and a child
-that finds it out of step exits 4, reported under "other", never as a kill.
+that finds it out of step exits 35 (mutmut's "suspicious"), reported under "other", never as a kill.
 
 --survivors reruns only the mutants of the named modules that no test killed last time, or whose run ended
 undecided ("other", "not checked"): after adding tests, the mutants already killed stay killed.

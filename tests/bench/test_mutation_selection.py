@@ -1,9 +1,10 @@
 """The shared-kernel guard of `make mutate` (bench/mutation_selection.py): a mutant's run that starts on a jsii kernel
-left out of step by an earlier child ends as a usage error (exit 4, reported "other"), never as
+left out of step by an earlier child ends with mutmut's "suspicious" (exit 35, reported "other"), never as
 failed tests (a kill)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -43,7 +44,7 @@ FORK_SERVER = textwrap.dedent(
 )
 
 
-def test_a_child_after_one_killed_mid_call_exits_4_instead_of_failing_its_tests(tmp_path: Path):
+def test_a_child_after_one_killed_mid_call_exits_35_instead_of_failing_its_tests(tmp_path: Path):
     passing = tmp_path / "test_passing.py"
     passing.write_text("def test_passing():\n    assert True\n")
 
@@ -57,5 +58,37 @@ def test_a_child_after_one_killed_mid_call_exits_4_instead_of_failing_its_tests(
     )
 
     assert completed.returncode == 0, completed.stderr
-    assert "exit codes: 0 0 4" in completed.stdout
+    assert "exit codes: 0 0 35" in completed.stdout
     assert "the shared jsii kernel answers out of step; rerun this mutant" in completed.stdout
+
+
+def test_a_mutant_runs_every_test_of_the_selected_files_not_only_the_ids_mutmut_names(tmp_path: Path):
+    """The second test reads what the first one's module-scoped fixture built, so mutmut's stats never credit it."""
+    tests = tmp_path / "test_shared_fixture.py"
+    tests.write_text(
+        "import pytest\n\n"
+        "@pytest.fixture(scope='module')\n"
+        "def built():\n    return 'built'\n\n"
+        "def test_credited(built):\n    pass\n\n"
+        "def test_reads_the_result(built):\n    assert built == 'mutated'\n"
+    )
+    environment = {
+        **os.environ,
+        "MUTANT_UNDER_TEST": "stacks.constructs.example.x_build__mutmut_1",
+        "GPUFLEET_MUTATION_TESTS": str(tests),
+    }
+
+    completed = subprocess.run(
+        # As mutmut's runner calls pytest (mutmut/runners/harness.py): options, the credited test's id, the plugin.
+        [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly", "-p", "no:cacheprovider"]
+        + [f"{tests}::test_credited", "-p", "bench.mutation_selection"],
+        cwd=REPOSITORY,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert completed.returncode == 1, completed.stdout
+    assert "1 failed, 1 passed" in completed.stdout
