@@ -11,9 +11,10 @@ A run that mutates anything under stacks/ (or everything) runs one mutant at a t
 mutmut's fork server starts before forking (bench/mutation_shared_kernel.py): starting a kernel per mutant costs about
 3 s of CPU, several times what a construct test itself takes. Children share the kernel's pipes, so only one may run
 at a time; each child first checks that the kernel still answers in step (bench/mutation_selection.py) and a child
-that finds it out of step exits 4, reported under "other", never as a kill.
+that finds it out of step exits 35 (mutmut's "suspicious"), reported under "other", never as a kill.
 
---survivors reruns only the mutants of the named modules that no test killed last time (after adding tests).
+--survivors reruns only the mutants of the named modules that no test killed last time, or whose run ended
+undecided ("other", "not checked"): after adding tests, the mutants already killed stay killed.
 
 Score = (killed + timed out) / all mutants of the module, as mutmut's own badge counts it. A survivor is a mutant no
 selected test failed on; "no tests" is one in a function no selected test calls. Each is printed with its diff.
@@ -65,8 +66,13 @@ def exit_codes(module: str) -> dict[str, int | None]:
     return json.loads(meta.read_text())["exit_code_by_key"]
 
 
-def undetected_names(modules: list[str]) -> list[str]:
-    return [name for module in modules for name, code in exit_codes(module).items() if column(code) in UNDETECTED]
+def rerun_names(modules: list[str]) -> list[str]:
+    return [
+        name
+        for module in modules
+        for name, code in exit_codes(module).items()
+        if column(code) in (*UNDETECTED, "other", "not checked")
+    ]
 
 
 def column(code: int | None) -> str:
@@ -102,7 +108,7 @@ def main() -> int:
     parser.add_argument("modules", nargs="*", help="source files under gpufleet/ or stacks/ (default: all)")
     parser.add_argument("--tests", default="", help="test files or folders to run (default: the mirrored ones)")
     parser.add_argument("--report-only", action="store_true", help="print the last results without running mutmut")
-    parser.add_argument("--survivors", action="store_true", help="rerun only the mutants no test killed last time")
+    parser.add_argument("--survivors", action="store_true", help="rerun only the mutants not killed last time")
     arguments = parser.parse_args()
 
     modules = arguments.modules or all_modules()
@@ -134,7 +140,7 @@ def main() -> int:
             environment[SHARED_KERNEL_VARIABLE] = "1"
             children = ["--max-children", "1"]
         if arguments.survivors:
-            names = undetected_names(modules)
+            names = rerun_names(modules)
             if not names:
                 print("no survivors to rerun")
                 return 0

@@ -1,10 +1,16 @@
-"""pytest plugin for `make mutate`: collect only the test files named in GPUFLEET_MUTATION_TESTS.
+"""pytest plugin for `make mutate`: collect only the test files named in GPUFLEET_MUTATION_TESTS, and run all of them
+for every mutant.
 
 mutmut takes its test selection from pyproject.toml, where a change discards every cached result, so a run limited to
 a few modules narrows the suite here instead (bench/mutation.py sets the variable; without it nothing is skipped).
 Files outside the selection are not even imported, which keeps a CDK test module from starting a jsii kernel in a
 process that mutmut later forks (the forked children would share that one node process and corrupt each other's
 constructs).
+
+mutmut runs a mutant against the tests its stats run saw calling the mutated function. A module-scoped fixture (one
+synthesis shared by a file's tests) calls it while the first of those tests sets up, so the other tests that read the
+fixture's result were never credited and never ran: a mutant they fail was reported as a survivor. So a mutant's run
+takes the selected files whole instead of the node ids mutmut names (-x still stops at the first failure).
 """
 
 from __future__ import annotations
@@ -22,6 +28,14 @@ def selected_paths() -> list[Path]:
     return [Path(entry).resolve() for entry in os.environ.get(SELECTION_VARIABLE, "").split()]
 
 
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", "") or not selected_paths():
+        return
+    # mutmut names tests by node id (file::test), from its stats (mutmut/runners/harness.py, run_stats).
+    options = [argument for argument in args if "::" not in argument]
+    args[:] = options + os.environ[SELECTION_VARIABLE].split()
+
+
 def pytest_ignore_collect(collection_path: Path) -> bool | None:
     selection = selected_paths()
     if not selection:
@@ -33,12 +47,17 @@ def pytest_ignore_collect(collection_path: Path) -> bool | None:
     return True
 
 
+SUSPICIOUS = 35
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Under a shared jsii kernel, refuse to run on a kernel that answers out of step.
 
     A child killed while the kernel was answering it (a timeout) leaves that answer in the pipe, and the next child
     would read it as the answer to its own first request: its tests would fail for a reason that has nothing to do
-    with its mutant. Exit 4 (a usage error) is reported as "other", so such a run shows up instead of counting as kills.
+    with its mutant. It exits 35, mutmut's "suspicious" (mutmut/stats.py), reported as "other", so such a run shows up
+    instead of counting as a kill (pytest's own usage-error 4 would make mutmut's runner raise, and the child exit 255,
+    which mutmut counts as a timeout).
     """
     if not os.environ.get(SHARED_KERNEL_VARIABLE):
         return
@@ -49,4 +68,4 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     except Exception:  # any answer meant for another request
         in_step = False
     if not in_step:
-        pytest.exit("the shared jsii kernel answers out of step; rerun this mutant", returncode=4)
+        pytest.exit("the shared jsii kernel answers out of step; rerun this mutant", returncode=SUSPICIOUS)
