@@ -8,7 +8,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
 from stacks.constructs.node_group import node_group
-from tests.stacks.constructs.conftest import bare_stack
+from tests.stacks.constructs.conftest import bare_stack, environment
 from tests.stacks.constructs.test_node_launch_template import add_launch_template
 from tests.stacks.matrix import MATRIX
 
@@ -144,3 +144,15 @@ def test_a_replace_all_fleet_is_tagged_with_the_image_of_the_launch_template(mat
         if tag["Key"] == "gpufleet:image"
     ]
     assert tags == MATRIX_IMAGE_TAGS.get(name, [])
+
+
+def test_an_environment_with_a_backend_its_parsing_never_allows_fails_naming_it():
+    """Environment parsing allows spot-fleet and auto-scaling only; an Environment built around it (model_copy skips
+    validation) must not quietly get a Spot Fleet."""
+    probe = environment()
+    unknown = probe.model_copy(update={"fleet": probe.fleet.model_copy(update={"backend": "karpenter"})})
+    stack = bare_stack()
+    launch_template = add_launch_template(stack, unknown)
+    with pytest.raises(AssertionError) as raised:
+        node_group(stack, environment=unknown, launch_template=launch_template, subnet_id="subnet-1", guarded=[])
+    assert str(raised.value) == "fleet.backend karpenter: the environment's parsing allows no other"
