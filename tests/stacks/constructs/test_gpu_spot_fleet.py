@@ -3,6 +3,8 @@ of the environment matrix."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
@@ -239,3 +241,19 @@ def test_the_fleet_roles_managed_policy_is_acknowledged_with_its_reason():
             "a copied inline policy would silently miss",
         )
     ]
+
+
+@pytest.fixture
+def tokyo_time(monkeypatch):
+    """The process's local time zone set to Asia/Tokyo (UTC+9) for one test, then restored."""
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_valid_until_without_an_offset_is_read_as_utc_whatever_the_machines_time_zone(stack, tokyo_time):
+    """environments/*.yaml times without an offset are UTC: a deploy from a machine in Tokyo asks for the same end."""
+    config = request_config(stack, environment(fleet={"type": "request", "valid_until": "2027-01-02T03:04:05"}))
+    assert config["ValidUntil"] == "2027-01-02T03:04:05Z"
