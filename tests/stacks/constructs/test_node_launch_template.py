@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
+
 import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
@@ -268,3 +271,14 @@ def test_every_matrix_entry_is_placed_and_launches_into_its_capacity(matrix_laun
         data.get("InstanceMarketOptions"),
         data.get("CapacityReservationSpecification"),
     ) == MATRIX_CAPACITY[name]
+
+
+def test_the_nodes_user_data_is_the_gzip_compressed_setup_script_of_their_environment_and_type(stack):
+    """EC2 wants UserData base64-encoded; cloud-init runs the gzip-compressed bash script (gpufleet/user_data.py,
+    tests/gpufleet/test_user_data.py has the script itself), which names the environment and instance type."""
+    data = launch_template_data(stack, environment())
+    script = gzip.decompress(base64.b64decode(data["UserData"])).decode()
+    assert script.startswith(
+        "#!/bin/bash\n# gpufleet node user data for environment probe (p4d.24xlarge), from gpufleet/user_data.py.\n"
+    )
+    assert "export GPUFLEET_ENVIRONMENT=probe\nexport GPUFLEET_INSTANCE_TYPE=p4d.24xlarge\n" in script
