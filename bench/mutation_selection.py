@@ -50,17 +50,3 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         in_step = False
     if not in_step:
         pytest.exit("the shared jsii kernel answers out of step; rerun this mutant", returncode=4)
-
-
-def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
-    """Under a mutant, run the whole test files mutmut's chosen tests live in, not only those tests.
-
-    mutmut runs a mutant against the tests its stats run saw call the mutated function. A module-scoped fixture (a
-    synthesis shared by a file's tests) calls it only while setting up for the first of its tests, so that test alone
-    would be run, and a mutant that only another test of the file sees (a logical id, a policy) would "survive". Kills
-    found this way are kills of the same tests; a surviving mutant costs the whole files instead of a few tests.
-    """
-    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
-        return
-    files = [arg.split("::", 1)[0] if "::" in arg else arg for arg in args]
-    args[:] = list(dict.fromkeys(files))
