@@ -110,10 +110,12 @@ def test_the_table_holds_every_auto_scaling_entry_of_the_matrix(matrix):
 
 
 @pytest.fixture(scope="module", params=list(MATRIX_GROUPS))
-def matrix_group(request, matrix) -> tuple[str, dict, list]:
+def matrix_group(request, matrix) -> tuple[str, dict, list, dict, list]:
+    """The entry's name, the group's properties, the ARNs its nodes may complete lifecycle actions of, every resource
+    of the stack, and the acknowledgements (construct path, finding, reason) of the construct's cdk-nag findings."""
     environment = matrix[request.param]
     stack = bare_stack(environment.region)
-    GpuAutoScalingGroup(
+    group = GpuAutoScalingGroup(
         stack,
         "NodeGroup",
         environment=environment,
@@ -121,20 +123,106 @@ def matrix_group(request, matrix) -> tuple[str, dict, list]:
         subnet_id=SUBNET,
     )
     template = Template.from_stack(stack)
-    (group,) = template.find_resources("AWS::AutoScaling::AutoScalingGroup").values()
+    (group_resource,) = template.find_resources("AWS::AutoScaling::AutoScalingGroup").values()
     (policy,) = template.find_resources(
         "AWS::IAM::Policy",
         {"Properties": {"PolicyDocument": {"Statement": [{"Action": "autoscaling:CompleteLifecycleAction"}]}}},
     ).values()
     (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
-    return request.param, group["Properties"], statement["Resource"]
+    acknowledged = [
+        (construct.node.path, *item)
+        for construct in group.node.find_all()
+        for entry in construct.node.metadata
+        if entry.type == "aws:cdk:acknowledged-rules"
+        for item in entry.data.items()
+    ]
+    return (
+        request.param,
+        group_resource["Properties"],
+        statement["Resource"],
+        template.to_json()["Resources"],
+        acknowledged,
+    )
 
 
 def test_every_auto_scaling_entry_of_the_matrix_writes_its_group(matrix_group):
-    name, properties, _ = matrix_group
+    name, properties, *_ = matrix_group
     assert properties == MATRIX_GROUPS[name][0]
 
 
 def test_the_nodes_of_every_auto_scaling_entry_complete_lifecycle_actions_of_their_group_only(matrix_group):
-    name, _, resources = matrix_group
+    name, _, resources, *_ = matrix_group
     assert resources == MATRIX_GROUPS[name][1]
+
+
+def test_the_group_keeps_its_logical_id_and_outlives_the_nodes_permission(matrix_group):
+    """The logical id follows the construct path (NodeGroup/Resource, the cluster stack's too): a new one makes
+    CloudFormation create a new group and delete the old one with its nodes. The group depends on the policy, so
+    CloudFormation deletes the group (whose terminating nodes complete their lifecycle actions) before the policy."""
+    name, _, _, resources, _ = matrix_group
+    group = resources["NodeGroupA8D4A5C5"]
+    assert (group["Type"], group["DependsOn"]) == (
+        "AWS::AutoScaling::AutoScalingGroup",
+        ["NodeGroupCompleteLifecycleActionFE2A0165"],
+    )
+
+
+def test_only_the_nodes_of_the_environment_may_complete_lifecycle_actions(matrix_group):
+    """One statement on the node role: the group ARNs by name (MATRIX_GROUPS) and the environment tag as condition."""
+    name, _, _, resources, _ = matrix_group
+    policy = resources["NodeGroupCompleteLifecycleActionFE2A0165"]
+    assert policy == {
+        "Type": "AWS::IAM::Policy",
+        "Properties": {
+            "PolicyDocument": {
+                "Statement": [
+                    {
+                        "Action": "autoscaling:CompleteLifecycleAction",
+                        "Condition": {"StringEquals": {"aws:ResourceTag/gpufleet:environment": name}},
+                        "Effect": "Allow",
+                        "Resource": MATRIX_GROUPS[name][1],
+                    }
+                ],
+                "Version": "2012-10-17",
+            },
+            "PolicyName": "NodeGroupCompleteLifecycleActionFE2A0165",
+            "Roles": [{"Ref": "NodeNodeRole8BD22AAE"}],
+        },
+    }
+
+
+# The finding on each entry's group ARN (the group id is known only once the group exists), as cdk-nag names it.
+MATRIX_ARN_FINDINGS = {
+    "block-p5": "arn:<AWS::Partition>:autoscaling:us-east-2:123456789012:autoScalingGroup:*:"
+    "autoScalingGroupName/gpufleet-block-p5-nodes",
+    "asg-g5": "arn:<AWS::Partition>:autoscaling:us-east-1:123456789012:autoScalingGroup:*:"
+    "autoScalingGroupName/gpufleet-asg-g5-nodes-ami-*",
+}
+
+
+def test_the_groups_cdk_nag_findings_are_acknowledged_with_their_reasons(matrix_group):
+    """Synthesis of every environment fails on an unacknowledged finding; the reasons go into the template metadata
+    for the audit trail. EC26 is acknowledged under the name cdk-nag gives a rule that could not evaluate."""
+    name, _, _, _, acknowledged = matrix_group
+    assert acknowledged == [
+        (
+            "Probe/NodeGroup/Resource",
+            "Annotation::AwsSolutions-AS3",
+            "gpufleet status reads the group's scaling activities (DescribeScalingActivities) and the node watcher "
+            "sees terminations through instance metadata; an SNS topic per environment would add a resource nobody "
+            "subscribes to",
+        ),
+        (
+            "Probe/NodeGroup/Resource",
+            "AwsSolutions::AwsSolutions-EC26",
+            "the node launch template, the group's only source of volumes, encrypts the gp3 root volume "
+            "(NodeLaunchTemplate; tests/stacks/test_cluster_stack.py checks it) and nodes attach no others",
+        ),
+        (
+            "Probe/NodeGroup/CompleteLifecycleAction",
+            f"Annotation::AwsSolutions-IAM5[Resource::{MATRIX_ARN_FINDINGS[name]}]",
+            "the group id in an Auto Scaling group ARN is known only once the group exists; the name and the "
+            f"condition aws:ResourceTag/gpufleet:environment={name} limit the nodes to completing lifecycle actions "
+            "of their own environment's group",
+        ),
+    ]

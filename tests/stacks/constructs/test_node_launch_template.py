@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import base64
+import gzip
+
 import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
@@ -14,7 +17,7 @@ from tests.stacks.matrix import MATRIX
 SUBNET, SECURITY_GROUP = "subnet-0123456789abcdef0", "sg-0123456789abcdef0"
 
 
-def add_launch_template(stack, env) -> NodeLaunchTemplate:
+def add_launch_template(stack, env, node_tags=None) -> NodeLaunchTemplate:
     security_group = ec2.SecurityGroup.from_security_group_id(stack, "Group", SECURITY_GROUP)
     subnet = ec2.Subnet.from_subnet_attributes(stack, "Subnet", subnet_id=SUBNET, availability_zone=ZONE)
     placement_group = ec2.PlacementGroup.from_placement_group_name(stack, "Placement", "probe-cluster")
@@ -26,7 +29,7 @@ def add_launch_template(stack, env) -> NodeLaunchTemplate:
         subnet=subnet,
         security_group=security_group,
         placement_group=placement_group,
-        node_tags={"Name": "probe-node"},
+        node_tags=node_tags or {"Name": "probe-node"},
     )
 
 
@@ -151,3 +154,131 @@ def test_every_matrix_entry_launches_its_type_and_image_with_its_key_and_root_vo
         root["DeviceName"],
         root["Ebs"]["VolumeSize"],
     ) == MATRIX_NODES[name]
+
+
+def test_the_node_role_and_profile_and_the_template_keep_their_logical_ids_and_settings(stack):
+    """The logical ids follow the construct path (Node/NodeRole, Node/NodeInstanceProfile, Node/Resource, the cluster
+    stack's too): a new one makes CloudFormation replace the resource, and a new launch template a new node group
+    configuration. The nodes may use SSM and the CloudWatch agent, through the instance profile of their role."""
+    add_launch_template(stack, environment())
+    resources = Template.from_stack(stack).to_json()["Resources"]
+    data = resources["Node8BE85138"]["Properties"]["LaunchTemplateData"]
+    assert (resources["Node8BE85138"]["Type"], data["EbsOptimized"], data["IamInstanceProfile"]) == (
+        "AWS::EC2::LaunchTemplate",
+        True,
+        {"Arn": {"Fn::GetAtt": ["NodeNodeInstanceProfileDC384D82", "Arn"]}},
+    )
+    assert resources["NodeNodeInstanceProfileDC384D82"] == {
+        "Type": "AWS::IAM::InstanceProfile",
+        "Properties": {"Roles": [{"Ref": "NodeNodeRole8BD22AAE"}]},
+    }
+
+    def managed(policy):
+        return {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, f":iam::aws:policy/{policy}"]]}
+
+    assert resources["NodeNodeRole8BD22AAE"] == {
+        "Type": "AWS::IAM::Role",
+        "Properties": {
+            "AssumeRolePolicyDocument": {
+                "Statement": [
+                    {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "ec2.amazonaws.com"}}
+                ],
+                "Version": "2012-10-17",
+            },
+            "Description": "gpufleet probe nodes: SSM managed instance and CloudWatch agent",
+            "ManagedPolicyArns": [managed("AmazonSSMManagedInstanceCore"), managed("CloudWatchAgentServerPolicy")],
+        },
+    }
+
+
+def test_the_node_roles_managed_policies_are_acknowledged_with_their_reasons(stack):
+    """cdk-nag's IAM4 findings on the two AWS managed policies, acknowledged on the role (synthesis of every
+    environment fails on an unacknowledged one); the reasons go into the template metadata for the audit trail."""
+    launch_template = add_launch_template(stack, environment())
+    acknowledged = [
+        item
+        for entry in launch_template.role.node.metadata
+        if entry.type == "aws:cdk:acknowledged-rules"
+        for item in entry.data.items()
+    ]
+    assert acknowledged == [
+        (
+            "Annotation::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
+            "AWS's minimal, maintained policy for SSM Session Manager access, which replaces SSH keys and public IPs "
+            "on gpufleet nodes",
+        ),
+        (
+            "Annotation::AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/CloudWatchAgentServerPolicy]",
+            "AWS's maintained policy for the CloudWatch agent that ships GPU node metrics and logs; it grants only "
+            "metric/log writes and reads of the agent's SSM config",
+        ),
+    ]
+
+
+def test_node_tags_are_written_in_key_order_on_nodes_volumes_and_interfaces(stack):
+    """Sorted, so the same tags in another order are the same launch template (no new version)."""
+    add_launch_template(stack, environment(), node_tags={"team": "research", "Name": "probe-node", "cost": "gpu"})
+    tags = [
+        {"Key": "Name", "Value": "probe-node"},
+        {"Key": "cost", "Value": "gpu"},
+        {"Key": "team", "Value": "research"},
+    ]
+    assert data_of(Template.from_stack(stack))["TagSpecifications"] == [
+        {"ResourceType": "instance", "Tags": tags},
+        {"ResourceType": "volume", "Tags": tags},
+        {"ResourceType": "network-interface", "Tags": tags},
+    ]
+
+
+# Where each entry's nodes are placed and which capacity they launch into: the cluster placement group except in a
+# Capacity Block (whose instances are placed already), the block's market type and id, and a reservation the launch
+# template targets for a Spot Fleet (an Auto Scaling group names its reservations itself: asg-g5 has none here).
+PLACEMENT = {"GroupName": "probe-cluster"}
+MATRIX_CAPACITY = {
+    "spot-p4d": (PLACEMENT, None, None),
+    "request-p4de": (
+        PLACEMENT,
+        None,
+        {
+            "CapacityReservationPreference": "capacity-reservations-only",
+            "CapacityReservationTarget": {
+                "CapacityReservationResourceGroupArn": "arn:aws:resource-groups:us-west-2:123456789012:group/"
+                "gpu-reservations"
+            },
+        },
+    ),
+    "block-p5": (
+        None,
+        {"MarketType": "capacity-block"},
+        {"CapacityReservationTarget": {"CapacityReservationId": "cr-0123456789abcdef0"}},
+    ),
+    "asg-g5": (PLACEMENT, None, None),
+    "small-g5": (
+        PLACEMENT,
+        None,
+        {
+            "CapacityReservationPreference": "capacity-reservations-only",
+            "CapacityReservationTarget": {"CapacityReservationId": "cr-0123456789abcdef0"},
+        },
+    ),
+}
+
+
+def test_every_matrix_entry_is_placed_and_launches_into_its_capacity(matrix_launch_template):
+    name, data = matrix_launch_template
+    assert (
+        data.get("Placement"),
+        data.get("InstanceMarketOptions"),
+        data.get("CapacityReservationSpecification"),
+    ) == MATRIX_CAPACITY[name]
+
+
+def test_the_nodes_user_data_is_the_gzip_compressed_setup_script_of_their_environment_and_type(stack):
+    """EC2 wants UserData base64-encoded; cloud-init runs the gzip-compressed bash script (gpufleet/user_data.py,
+    tests/gpufleet/test_user_data.py has the script itself), which names the environment and instance type."""
+    data = launch_template_data(stack, environment())
+    script = gzip.decompress(base64.b64decode(data["UserData"])).decode()
+    assert script.startswith(
+        "#!/bin/bash\n# gpufleet node user data for environment probe (p4d.24xlarge), from gpufleet/user_data.py.\n"
+    )
+    assert "export GPUFLEET_ENVIRONMENT=probe\nexport GPUFLEET_INSTANCE_TYPE=p4d.24xlarge\n" in script

@@ -29,3 +29,31 @@ def test_p5_gets_efa_on_card_0_and_efa_only_on_the_31_others():
     assert layout(load_catalog()["p5.48xlarge"], efa=True) == [(0, 0, "efa", False)] + [
         (card, 0, "efa-only", None) for card in range(1, 32)
     ]
+
+
+def test_every_interface_sits_in_the_node_subnet_and_group_and_goes_with_its_node():
+    """The subnet and security group are the EFA ones (EFA traffic stays inside one subnet and the group that allows
+    it); an interface left behind by a terminated node would keep its address and count against the account."""
+    interfaces = node_network_interfaces(
+        instance=load_catalog()["p5.48xlarge"], efa=True, subnet_id="subnet-1", security_group_id="sg-1"
+    )
+    assert {(i.subnet_id, tuple(i.groups), i.delete_on_termination) for i in interfaces} == {
+        ("subnet-1", ("sg-1",), True)
+    }
+    assert (len(interfaces), interfaces[0].description, interfaces[31].description) == (
+        32,
+        "gpufleet node network card 0",
+        "gpufleet node network card 31",
+    )
+
+
+def test_a_plain_interface_is_described_by_its_card():
+    (plain,) = node_network_interfaces(
+        instance=load_catalog()["g5.8xlarge"], efa=False, subnet_id="subnet-1", security_group_id="sg-1"
+    )
+    assert (plain.description, plain.subnet_id, plain.groups, plain.delete_on_termination) == (
+        "gpufleet node network card 0",
+        "subnet-1",
+        ["sg-1"],
+        True,
+    )
