@@ -79,7 +79,9 @@ def test_the_node_command_reads_the_node_settings_then_runs_the_script_with_the_
 def test_the_role_is_eventbridges_and_may_send_the_shell_document_to_this_environments_nodes_only(resources):
     role = resources[ROLE_ID]["Properties"]
     assert role["AssumeRolePolicyDocument"] == {
-        "Statement": [{"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"}}],
+        "Statement": [
+            {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"}}
+        ],
         "Version": "2012-10-17",
     }
     assert role["Description"] == "gpufleet probe: runs the checkpoint hook on the nodes as their block ends"
