@@ -19,7 +19,7 @@ from gpufleet.environment import Fallback
 from stacks.constructs.capacity_fallback import HANDLER_DIR, CapacityFallback, nag_rendering
 from stacks.environment_stacks import add_compliance_checks
 from tests.conftest import CDK_CONTEXT
-from tests.stacks.constructs.conftest import ACCOUNT, REGION
+from tests.stacks.constructs.conftest import ACCOUNT, REGION, asset_files
 from tests.stacks.test_iam_resources import StackContext, policy_statements, unmatched_pairs, unmatched_resources
 
 GROUP_NAME = "gpufleet-probe-nodes"
@@ -219,7 +219,7 @@ def test_the_asset_carries_the_decision_as_a_file(tmp_path):
     assert not decision.is_symlink()
     assert decision.read_text() == Path("gpufleet/fallback.py").read_text()
     assert (HANDLER_DIR / "__pycache__").is_dir() and (HANDLER_DIR / "gpufleet" / "__pycache__").is_dir()
-    assert sorted(str(p.relative_to(asset)) for p in asset.rglob("*")) == [
+    assert asset_files(asset) == [
         "__init__.py",
         "gpufleet",
         "gpufleet/__init__.py",

@@ -15,7 +15,7 @@ from aws_cdk.assertions import Template
 from stacks.constructs.fleet_teardown import HANDLER_DIR, FleetTeardown
 from stacks.environment_stacks import add_compliance_checks
 from tests.conftest import CDK_CONTEXT
-from tests.stacks.constructs.conftest import ACCOUNT
+from tests.stacks.constructs.conftest import ACCOUNT, asset_files
 
 
 def synthesize(stack):
@@ -168,7 +168,7 @@ def test_the_handlers_run_python_3_14_for_two_minutes_each_with_the_role_and_log
 def test_the_handlers_asset_holds_the_handler_without_its_bytecode(outdir):
     (asset,) = [path for path in outdir.glob("asset.*") if (path / "handler.py").exists()]
     assert (HANDLER_DIR / "__pycache__").is_dir()
-    assert sorted(path.name for path in asset.rglob("*")) == ["handler.py"]
+    assert asset_files(asset) == ["handler.py"]
     assert (asset / "handler.py").read_text() == Path("stacks/fleet_teardown/handler.py").read_text()
 
 
