@@ -35,14 +35,14 @@ def resources(tmp_path_factory) -> dict:
     return json.loads((outdir / "Probe.template.json").read_text())["Resources"]
 
 
-def test_the_construct_writes_one_rule_and_its_role_under_stable_logical_ids(resources):
+def check_the_construct_writes_one_rule_and_its_role_under_stable_logical_ids(resources):
     assert {logical_id: resource["Type"] for logical_id, resource in resources.items()} == {
         ROLE_ID: "AWS::IAM::Role",
         RULE_ID: "AWS::Events::Rule",
     }
 
 
-def test_the_rule_matches_both_names_of_the_expiration_warning_for_this_block_only(resources):
+def check_the_rule_matches_both_names_of_the_expiration_warning_for_this_block_only(resources):
     rule = resources[RULE_ID]["Properties"]
     assert rule["EventPattern"] == {
         "source": ["aws.ec2"],
@@ -55,7 +55,7 @@ def test_the_rule_matches_both_names_of_the_expiration_warning_for_this_block_on
     assert "State" not in rule  # enabled: EventBridge's default
 
 
-def test_the_rule_runs_the_checkpoint_hook_with_the_blocks_id_and_end_on_the_environments_nodes(resources):
+def check_the_rule_runs_the_checkpoint_hook_with_the_blocks_id_and_end_on_the_environments_nodes(resources):
     (target,) = resources[RULE_ID]["Properties"]["Targets"]
     assert target == {
         "Id": "Nodes",
@@ -76,7 +76,7 @@ def test_the_node_command_reads_the_node_settings_then_runs_the_script_with_the_
     )
 
 
-def test_the_role_is_eventbridges_and_may_send_the_shell_document_to_this_environments_nodes_only(resources):
+def check_the_role_is_eventbridges_and_may_send_the_shell_document_to_this_environments_nodes_only(resources):
     role = resources[ROLE_ID]["Properties"]
     assert role["AssumeRolePolicyDocument"] == {
         "Statement": [
@@ -104,7 +104,7 @@ def test_the_role_is_eventbridges_and_may_send_the_shell_document_to_this_enviro
     ]
 
 
-def test_the_instance_wildcard_is_acknowledged_with_its_reason(resources):
+def check_the_instance_wildcard_is_acknowledged_with_its_reason(resources):
     assert resources[ROLE_ID]["Metadata"]["cdk_nag"]["rules_to_suppress"] == [
         {
             "id": "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:us-east-2:123456789012:instance/*]",
@@ -112,3 +112,14 @@ def test_the_instance_wildcard_is_acknowledged_with_its_reason(resources):
             "known here; the condition on that tag limits the role to this environment's nodes",
         }
     ]
+
+
+def test_the_cdk_nag_synthesis_passes_every_check(resources):
+    """The checks on the one cdk-nag synthesis above, in one test: mutmut (make mutate) gives a mutant only the
+    tests during which the construct ran, and a module-scoped synthesis runs during the first test that asks for it,
+    so checks split over several tests would go unrun on the mutants."""
+    check_the_construct_writes_one_rule_and_its_role_under_stable_logical_ids(resources)
+    check_the_rule_matches_both_names_of_the_expiration_warning_for_this_block_only(resources)
+    check_the_rule_runs_the_checkpoint_hook_with_the_blocks_id_and_end_on_the_environments_nodes(resources)
+    check_the_role_is_eventbridges_and_may_send_the_shell_document_to_this_environments_nodes_only(resources)
+    check_the_instance_wildcard_is_acknowledged_with_its_reason(resources)

@@ -335,7 +335,7 @@ def synthesized(tmp_path_factory) -> dict[str, dict]:
     return resources
 
 
-def test_the_fallbacks_resources_keep_their_logical_ids(synthesized):
+def check_the_fallbacks_resources_keep_their_logical_ids(synthesized):
     own = {
         logical_id: resource["Type"]
         for logical_id, resource in synthesized["spot-fleet"].items()
@@ -356,7 +356,7 @@ def test_the_fallbacks_resources_keep_their_logical_ids(synthesized):
     }
 
 
-def test_the_function_and_its_schedule_are_described_and_wired_as_written(synthesized):
+def check_the_function_and_its_schedule_are_described_and_wired_as_written(synthesized):
     resources = synthesized["spot-fleet"]
     function = resources[FUNCTION_ID]["Properties"]
     assert function["Description"] == "gpufleet probe: spot first, on-demand when spot is missing, spot again"
@@ -380,7 +380,7 @@ def test_the_function_and_its_schedule_are_described_and_wired_as_written(synthe
     }
 
 
-def test_every_log_group_keeps_the_retention_asked_for_and_goes_with_the_stack(synthesized):
+def check_every_log_group_keeps_the_retention_asked_for_and_goes_with_the_stack(synthesized):
     resources = synthesized["spot-fleet"]
     for logical_id in (LOGS_ID, CLEANUP_LOGS_ID, CLEANUP_PROVIDER_LOGS_ID):
         assert resources[logical_id] == {
@@ -398,7 +398,7 @@ def test_every_log_group_keeps_the_retention_asked_for_and_goes_with_the_stack(s
     assert framework["LoggingConfig"]["LogGroup"] == {"Ref": CLEANUP_PROVIDER_LOGS_ID}
 
 
-def test_the_state_cleanup_function_runs_python_3_14_for_a_minute_with_a_role_that_may_only_delete_the_state(
+def check_the_state_cleanup_function_runs_python_3_14_for_a_minute_with_a_role_that_may_only_delete_the_state(
     synthesized,
 ):
     resources = synthesized["spot-fleet"]
@@ -429,7 +429,7 @@ def test_the_state_cleanup_function_runs_python_3_14_for_a_minute_with_a_role_th
     ]
 
 
-def test_on_a_spot_fleet_the_role_holds_exactly_the_logs_state_fleet_and_read_statements(synthesized):
+def check_on_a_spot_fleet_the_role_holds_exactly_the_logs_state_fleet_and_read_statements(synthesized):
     policy = synthesized["spot-fleet"][POLICY_ID]["Properties"]
     assert policy["Roles"] == [{"Ref": ROLE_ID}]
     assert policy["PolicyDocument"]["Statement"] == [
@@ -462,7 +462,7 @@ def test_on_a_spot_fleet_the_role_holds_exactly_the_logs_state_fleet_and_read_st
     ]
 
 
-def test_on_a_spot_fleet_the_unscoped_reads_are_acknowledged_by_name(synthesized):
+def check_on_a_spot_fleet_the_unscoped_reads_are_acknowledged_by_name(synthesized):
     expected = [
         {
             "id": "AwsSolutions-IAM5[Resource::*]",
@@ -475,7 +475,7 @@ def test_on_a_spot_fleet_the_unscoped_reads_are_acknowledged_by_name(synthesized
         assert synthesized["spot-fleet"][logical_id]["Metadata"]["cdk_nag"]["rules_to_suppress"] == expected
 
 
-def test_on_an_auto_scaling_group_the_group_wildcard_and_the_unscoped_reads_are_acknowledged(synthesized):
+def check_on_an_auto_scaling_group_the_group_wildcard_and_the_unscoped_reads_are_acknowledged(synthesized):
     expected = [
         {
             "id": "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:autoscaling:us-east-2:123456789012:"
@@ -510,7 +510,7 @@ def test_on_an_auto_scaling_group_the_group_wildcard_and_the_unscoped_reads_are_
     } in policy["Statement"]
 
 
-def test_the_state_cleanup_providers_findings_are_acknowledged_for_it(synthesized):
+def check_the_state_cleanup_providers_findings_are_acknowledged_for_it(synthesized):
     reasons = [
         rule["reason"]
         for logical_id, resource in synthesized["spot-fleet"].items()
@@ -528,3 +528,19 @@ def test_cdk_nag_names_a_resolved_string_a_reference_a_pseudo_parameter_and_an_a
         "/", [cdk.Aws.PARTITION, group.ref, cdk.Token.as_string(group.get_att("AutoScalingGroupARN")), "end"]
     )
     assert nag_rendering(stack, value) == "<AWS::Partition>/<Group>/<Group.AutoScalingGroupARN>/end"
+
+
+def test_the_cdk_nag_synthesis_passes_every_check(synthesized):
+    """The checks on the one cdk-nag synthesis above, in one test: mutmut (make mutate) gives a mutant only the
+    tests during which the construct ran, and a module-scoped synthesis runs during the first test that asks for it,
+    so checks split over several tests would go unrun on the mutants."""
+    check_the_fallbacks_resources_keep_their_logical_ids(synthesized)
+    check_the_function_and_its_schedule_are_described_and_wired_as_written(synthesized)
+    check_every_log_group_keeps_the_retention_asked_for_and_goes_with_the_stack(synthesized)
+    check_the_state_cleanup_function_runs_python_3_14_for_a_minute_with_a_role_that_may_only_delete_the_state(
+        synthesized
+    )
+    check_on_a_spot_fleet_the_role_holds_exactly_the_logs_state_fleet_and_read_statements(synthesized)
+    check_on_a_spot_fleet_the_unscoped_reads_are_acknowledged_by_name(synthesized)
+    check_on_an_auto_scaling_group_the_group_wildcard_and_the_unscoped_reads_are_acknowledged(synthesized)
+    check_the_state_cleanup_providers_findings_are_acknowledged_for_it(synthesized)

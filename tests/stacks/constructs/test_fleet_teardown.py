@@ -136,7 +136,7 @@ def resources(outdir) -> dict:
     return json.loads((outdir / "Probe.template.json").read_text())["Resources"]
 
 
-def test_the_custom_resource_keeps_its_logical_id_and_is_deleted_before_everything_it_guards(resources):
+def check_the_custom_resource_keeps_its_logical_id_and_is_deleted_before_everything_it_guards(resources):
     teardown = resources[TEARDOWN_ID]
     assert teardown["Type"] == "Custom::GpufleetFleetTeardown"
     assert teardown["Properties"] == {
@@ -146,7 +146,7 @@ def test_the_custom_resource_keeps_its_logical_id_and_is_deleted_before_everythi
     assert sorted(teardown["DependsOn"]) == ["Nodes", "Placement"]
 
 
-def test_the_handlers_run_python_3_14_for_two_minutes_each_with_the_role_and_log_group(resources):
+def check_the_handlers_run_python_3_14_for_two_minutes_each_with_the_role_and_log_group(resources):
     expected = {
         ON_EVENT_ID: ("handler.on_event", "Cancels the gpufleet Spot Fleet and terminates its nodes"),
         IS_COMPLETE_ID: ("handler.is_complete", "Says whether every node of the gpufleet Spot Fleet is terminated"),
@@ -165,14 +165,14 @@ def test_the_handlers_run_python_3_14_for_two_minutes_each_with_the_role_and_log
     assert resources[ON_EVENT_ID]["Properties"]["Code"] == resources[IS_COMPLETE_ID]["Properties"]["Code"]
 
 
-def test_the_handlers_asset_holds_the_handler_without_its_bytecode(outdir):
+def check_the_handlers_asset_holds_the_handler_without_its_bytecode(outdir):
     (asset,) = [path for path in outdir.glob("asset.*") if (path / "handler.py").exists()]
     assert (HANDLER_DIR / "__pycache__").is_dir()
     assert asset_files(asset) == ["handler.py"]
     assert (asset / "handler.py").read_text() == Path("stacks/fleet_teardown/handler.py").read_text()
 
 
-def test_the_log_groups_keep_the_retention_asked_for_and_go_with_the_stack(resources):
+def check_the_log_groups_keep_the_retention_asked_for_and_go_with_the_stack(resources):
     for logical_id in (HANDLER_LOGS_ID, PROVIDER_LOGS_ID):
         assert resources[logical_id] == {
             "Type": "AWS::Logs::LogGroup",
@@ -190,7 +190,7 @@ def test_the_log_groups_keep_the_retention_asked_for_and_go_with_the_stack(resou
     assert all(properties["LoggingConfig"]["LogGroup"] == {"Ref": PROVIDER_LOGS_ID} for properties in framework)
 
 
-def test_the_handler_role_is_lambdas_and_may_write_its_logs_and_end_this_fleet_and_its_nodes_only(resources):
+def check_the_handler_role_is_lambdas_and_may_write_its_logs_and_end_this_fleet_and_its_nodes_only(resources):
     role = resources[ROLE_ID]["Properties"]
     assert role == {
         "AssumeRolePolicyDocument": {
@@ -225,7 +225,7 @@ def test_the_handler_role_is_lambdas_and_may_write_its_logs_and_end_this_fleet_a
     ]
 
 
-def test_the_wildcards_of_the_handler_role_are_acknowledged_with_their_reasons(resources):
+def check_the_wildcards_of_the_handler_role_are_acknowledged_with_their_reasons(resources):
     expected = [
         {
             "id": "AwsSolutions-IAM5[Resource::*]",
@@ -242,7 +242,7 @@ def test_the_wildcards_of_the_handler_role_are_acknowledged_with_their_reasons(r
         assert resources[logical_id]["Metadata"]["cdk_nag"]["rules_to_suppress"] == expected, logical_id
 
 
-def test_the_providers_own_findings_are_acknowledged_for_the_fleet_teardown(resources):
+def check_the_providers_own_findings_are_acknowledged_for_the_fleet_teardown(resources):
     reasons = [
         rule["reason"]
         for logical_id, resource in resources.items()
@@ -250,3 +250,16 @@ def test_the_providers_own_findings_are_acknowledged_for_the_fleet_teardown(reso
         for rule in resource.get("Metadata", {}).get("cdk_nag", {}).get("rules_to_suppress", [])
     ]
     assert reasons and all("of the fleet teardown" in reason for reason in reasons)
+
+
+def test_the_cdk_nag_synthesis_passes_every_check(resources, outdir):
+    """The checks on the one cdk-nag synthesis above, in one test: mutmut (make mutate) gives a mutant only the
+    tests during which the construct ran, and a module-scoped synthesis runs during the first test that asks for it,
+    so checks split over several tests would go unrun on the mutants."""
+    check_the_handlers_asset_holds_the_handler_without_its_bytecode(outdir)
+    check_the_custom_resource_keeps_its_logical_id_and_is_deleted_before_everything_it_guards(resources)
+    check_the_handlers_run_python_3_14_for_two_minutes_each_with_the_role_and_log_group(resources)
+    check_the_log_groups_keep_the_retention_asked_for_and_go_with_the_stack(resources)
+    check_the_handler_role_is_lambdas_and_may_write_its_logs_and_end_this_fleet_and_its_nodes_only(resources)
+    check_the_wildcards_of_the_handler_role_are_acknowledged_with_their_reasons(resources)
+    check_the_providers_own_findings_are_acknowledged_for_the_fleet_teardown(resources)
