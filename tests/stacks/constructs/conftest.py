@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import aws_cdk as cdk
 import pytest
 import yaml
@@ -46,3 +48,9 @@ def imported_vpc(stack: cdk.Stack) -> ec2.IVpc:
     return ec2.Vpc.from_vpc_attributes(
         stack, "Vpc", vpc_id="vpc-1", availability_zones=[ZONE], isolated_subnet_ids=["subnet-1"]
     )
+
+
+def asset_files(asset: Path) -> list[str]:
+    """The asset's paths, less the files mutmut keeps next to a source it mutates (make mutate runs these tests on
+    such a copy of the sources)."""
+    return sorted(str(path.relative_to(asset)) for path in asset.rglob("*") if path.suffix not in (".meta", ".spans"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import py_compile
 import subprocess
 import sys
 from pathlib import Path
@@ -15,10 +16,10 @@ from aws_cdk import aws_logs as logs
 from aws_cdk.assertions import Match, Template
 
 from gpufleet.environment import Fallback
-from stacks.constructs.capacity_fallback import CapacityFallback
+from stacks.constructs.capacity_fallback import HANDLER_DIR, CapacityFallback, nag_rendering
 from stacks.environment_stacks import add_compliance_checks
 from tests.conftest import CDK_CONTEXT
-from tests.stacks.constructs.conftest import ACCOUNT, REGION
+from tests.stacks.constructs.conftest import ACCOUNT, REGION, asset_files
 from tests.stacks.test_iam_resources import StackContext, policy_statements, unmatched_pairs, unmatched_resources
 
 GROUP_NAME = "gpufleet-probe-nodes"
@@ -202,6 +203,9 @@ def test_cdk_nag_passes_with_reasoned_acknowledgements(tmp_path, backend):
 
 
 def test_the_asset_carries_the_decision_as_a_file(tmp_path):
+    # The bytecode Python writes next to the sources when they are imported (the handler tests do): left out.
+    for source in ("handler.py", "state_cleanup.py", "gpufleet/fallback.py"):
+        py_compile.compile(str(HANDLER_DIR / source), doraise=True)
     app = cdk.App(outdir=str(tmp_path), context=CDK_CONTEXT)
     stack = cdk.Stack(app, "Probe", env=cdk.Environment(account=ACCOUNT, region=REGION))
     add_fallback(stack, "spot-fleet")
@@ -214,7 +218,15 @@ def test_the_asset_carries_the_decision_as_a_file(tmp_path):
     decision = asset / "gpufleet" / "fallback.py"
     assert not decision.is_symlink()
     assert decision.read_text() == Path("gpufleet/fallback.py").read_text()
-    assert sorted(p.name for p in asset.iterdir()) == ["__init__.py", "gpufleet", "handler.py", "state_cleanup.py"]
+    assert (HANDLER_DIR / "__pycache__").is_dir() and (HANDLER_DIR / "gpufleet" / "__pycache__").is_dir()
+    assert asset_files(asset) == [
+        "__init__.py",
+        "gpufleet",
+        "gpufleet/__init__.py",
+        "gpufleet/fallback.py",
+        "handler.py",
+        "state_cleanup.py",
+    ]
     # As Lambda loads it: the asset first on the path, from another directory; its gpufleet is the asset's.
     probe = "import handler, gpufleet.fallback as decision; print(decision.__file__, handler.on_schedule.__name__)"
     result = subprocess.run(
@@ -277,3 +289,258 @@ def test_the_state_parameter_goes_with_the_stack_after_everything_that_writes_it
 def test_an_unknown_backend_is_refused(stack):
     with pytest.raises(ValueError, match="backend 'ec2-fleet': spot-fleet or auto-scaling"):
         add_fallback(stack, "ec2-fleet")
+
+
+# The fallback synthesized as `cdk synth` does it (cdk-nag attached), once per backend for the tests below: in
+# us-east-2, not the probe's region, so that every ARN shows the stack's region.
+OTHER_REGION = "us-east-2"
+# Logical ids. The state cleanup's matters most: under a new one CloudFormation creates a new cleanup resource and
+# deletes the old one, whose Delete removes the state parameter of a running fallback.
+STATE_CLEANUP_ID = "CapacityFallbackStateCleanup93A1F96A"
+ROLE_ID = "CapacityFallbackRoleE41BC4B8"
+POLICY_ID = "CapacityFallbackRoleDefaultPolicy2F293D3B"
+FUNCTION_ID = "CapacityFallbackFunction8C2E7FEC"
+SCHEDULE_ID = "CapacityFallbackSchedule70B97345"
+SCHEDULE_PERMISSION_ID = "CapacityFallbackScheduleAllowEventRuleProbeCapacityFallbackFunctionD62A9E5AA9E2BE54"
+LOGS_ID = "CapacityFallbackLogsF9519A24"
+CLEANUP_LOGS_ID = "CapacityFallbackStateCleanupLogs8B1DBF7E"
+CLEANUP_ROLE_ID = "CapacityFallbackStateCleanupRole0A05DD87"
+CLEANUP_POLICY_ID = "CapacityFallbackStateCleanupRoleDefaultPolicy65302CED"
+CLEANUP_FUNCTION_ID = "CapacityFallbackStateCleanupFunctionA3524789"
+CLEANUP_PROVIDER_LOGS_ID = "CapacityFallbackStateCleanupProviderLogs81E87E5F"
+LAMBDA_TRUST = {
+    "Statement": [{"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}}],
+    "Version": "2012-10-17",
+}
+OTHER_REGION_PARAMETER_ARN = {
+    "Fn::Join": [
+        "",
+        ["arn:", {"Ref": "AWS::Partition"}, ":ssm:us-east-2:123456789012:parameter/gpufleet/probe/fallback"],
+    ]
+}
+
+
+@pytest.fixture(scope="module")
+def synthesized(tmp_path_factory) -> dict[str, dict]:
+    """The resources of the synthesized template by backend (spot-fleet, auto-scaling-ref)."""
+    resources = {}
+    for backend in ("spot-fleet", "auto-scaling-ref"):
+        outdir = tmp_path_factory.mktemp(f"capacity-fallback-{backend}")
+        app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
+        add_compliance_checks(app)
+        stack = cdk.Stack(app, "Probe", env=cdk.Environment(account=ACCOUNT, region=OTHER_REGION))
+        add_fallback(stack, backend)
+        app.synth()  # raises on an unacknowledged cdk-nag finding
+        resources[backend] = json.loads((outdir / "Probe.template.json").read_text())["Resources"]
+    return resources
+
+
+def check_the_fallbacks_resources_keep_their_logical_ids(synthesized):
+    own = {
+        logical_id: resource["Type"]
+        for logical_id, resource in synthesized["spot-fleet"].items()
+        if logical_id.startswith("CapacityFallback") and "Provider" not in logical_id
+    }
+    assert own == {
+        LOGS_ID: "AWS::Logs::LogGroup",
+        ROLE_ID: "AWS::IAM::Role",
+        POLICY_ID: "AWS::IAM::Policy",
+        FUNCTION_ID: "AWS::Lambda::Function",
+        SCHEDULE_ID: "AWS::Events::Rule",
+        SCHEDULE_PERMISSION_ID: "AWS::Lambda::Permission",
+        CLEANUP_LOGS_ID: "AWS::Logs::LogGroup",
+        CLEANUP_ROLE_ID: "AWS::IAM::Role",
+        CLEANUP_POLICY_ID: "AWS::IAM::Policy",
+        CLEANUP_FUNCTION_ID: "AWS::Lambda::Function",
+        STATE_CLEANUP_ID: "Custom::GpufleetFallbackState",
+    }
+
+
+def check_the_function_and_its_schedule_are_described_and_wired_as_written(synthesized):
+    resources = synthesized["spot-fleet"]
+    function = resources[FUNCTION_ID]["Properties"]
+    assert function["Description"] == "gpufleet probe: spot first, on-demand when spot is missing, spot again"
+    assert function["LoggingConfig"] == {"LogGroup": {"Ref": LOGS_ID}}
+    assert function["Role"] == {"Fn::GetAtt": [ROLE_ID, "Arn"]}
+    assert resources[SCHEDULE_ID]["Properties"] == {
+        "Description": "gpufleet probe: check the fleet's spot capacity",
+        "ScheduleExpression": "rate(5 minutes)",
+        "State": "ENABLED",
+        "Targets": [
+            {
+                "Arn": {"Fn::GetAtt": [FUNCTION_ID, "Arn"]},
+                "Id": "Target0",
+                "RetryPolicy": {"MaximumRetryAttempts": 0},
+            }
+        ],
+    }
+    assert resources[ROLE_ID]["Properties"] == {
+        "AssumeRolePolicyDocument": LAMBDA_TRUST,
+        "Description": "gpufleet probe capacity fallback: the fleet's on-demand part and its state",
+    }
+
+
+def check_every_log_group_keeps_the_retention_asked_for_and_goes_with_the_stack(synthesized):
+    resources = synthesized["spot-fleet"]
+    for logical_id in (LOGS_ID, CLEANUP_LOGS_ID, CLEANUP_PROVIDER_LOGS_ID):
+        assert resources[logical_id] == {
+            "Type": "AWS::Logs::LogGroup",
+            "Properties": {"RetentionInDays": 30},
+            "UpdateReplacePolicy": "Delete",
+            "DeletionPolicy": "Delete",
+        }, logical_id
+    (framework,) = [
+        resource["Properties"]
+        for logical_id, resource in resources.items()
+        if logical_id.startswith("CapacityFallbackStateCleanupProviderframework")
+        and resource["Type"] == "AWS::Lambda::Function"
+    ]
+    assert framework["LoggingConfig"]["LogGroup"] == {"Ref": CLEANUP_PROVIDER_LOGS_ID}
+
+
+def check_the_state_cleanup_function_runs_python_3_14_for_a_minute_with_a_role_that_may_only_delete_the_state(
+    synthesized,
+):
+    resources = synthesized["spot-fleet"]
+    function = resources[CLEANUP_FUNCTION_ID]["Properties"]
+    assert {key: value for key, value in function.items() if key != "Code"} == {
+        "Description": "gpufleet: deletes /gpufleet/probe/fallback when the capacity fallback goes",
+        "Handler": "state_cleanup.on_event",
+        "LoggingConfig": {"LogGroup": {"Ref": CLEANUP_LOGS_ID}},
+        "Role": {"Fn::GetAtt": [CLEANUP_ROLE_ID, "Arn"]},
+        "Runtime": "python3.14",
+        "Timeout": 60,
+    }
+    # One asset for both functions: stacks/capacity_fallback/ (handler.py, state_cleanup.py, gpufleet/fallback.py).
+    assert function["Code"] == resources[FUNCTION_ID]["Properties"]["Code"]
+    assert resources[CLEANUP_ROLE_ID]["Properties"] == {
+        "AssumeRolePolicyDocument": LAMBDA_TRUST,
+        "Description": "gpufleet capacity fallback: delete /gpufleet/probe/fallback with the stack",
+    }
+    policy = resources[CLEANUP_POLICY_ID]["Properties"]
+    assert policy["Roles"] == [{"Ref": CLEANUP_ROLE_ID}]
+    assert policy["PolicyDocument"]["Statement"] == [
+        {
+            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+            "Effect": "Allow",
+            "Resource": {"Fn::GetAtt": [CLEANUP_LOGS_ID, "Arn"]},
+        },
+        {"Action": "ssm:DeleteParameter", "Effect": "Allow", "Resource": OTHER_REGION_PARAMETER_ARN},
+    ]
+
+
+def check_on_a_spot_fleet_the_role_holds_exactly_the_logs_state_fleet_and_read_statements(synthesized):
+    policy = synthesized["spot-fleet"][POLICY_ID]["Properties"]
+    assert policy["Roles"] == [{"Ref": ROLE_ID}]
+    assert policy["PolicyDocument"]["Statement"] == [
+        {
+            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+            "Effect": "Allow",
+            "Resource": {"Fn::GetAtt": [LOGS_ID, "Arn"]},
+        },
+        {"Action": ["ssm:GetParameter", "ssm:PutParameter"], "Effect": "Allow", "Resource": OTHER_REGION_PARAMETER_ARN},
+        {
+            "Action": [
+                "ec2:ModifySpotFleetRequest",
+                "ec2:DescribeSpotFleetInstances",
+                "ec2:DescribeSpotFleetRequestHistory",
+            ],
+            "Effect": "Allow",
+            "Resource": {
+                "Fn::Join": [
+                    "",
+                    [
+                        "arn:",
+                        {"Ref": "AWS::Partition"},
+                        ":ec2:us-east-2:123456789012:spot-fleet-request/",
+                        {"Ref": "Fleet"},
+                    ],
+                ]
+            },
+        },
+        {"Action": ["ec2:DescribeSpotFleetRequests", "ec2:DescribeInstances"], "Effect": "Allow", "Resource": "*"},
+    ]
+
+
+def check_on_a_spot_fleet_the_unscoped_reads_are_acknowledged_by_name(synthesized):
+    expected = [
+        {
+            "id": "AwsSolutions-IAM5[Resource::*]",
+            "reason": "ec2:DescribeSpotFleetRequests, ec2:DescribeInstances support no resource-level permissions "
+            "(Service Authorization Reference); the capacity fallback only reads the fleet's nodes and history with "
+            "them",
+        }
+    ]
+    for logical_id in (ROLE_ID, POLICY_ID):
+        assert synthesized["spot-fleet"][logical_id]["Metadata"]["cdk_nag"]["rules_to_suppress"] == expected
+
+
+def check_on_an_auto_scaling_group_the_group_wildcard_and_the_unscoped_reads_are_acknowledged(synthesized):
+    expected = [
+        {
+            "id": "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:autoscaling:us-east-2:123456789012:"
+            "autoScalingGroup:*:autoScalingGroupName/<Group>]",
+            "reason": "the capacity fallback may update this one Auto Scaling group of the environment's nodes, "
+            "named in full; the wildcard is the group id AWS assigns at creation",
+        },
+        {
+            "id": "AwsSolutions-IAM5[Resource::*]",
+            "reason": "autoscaling:DescribeAutoScalingGroups, autoscaling:DescribeScalingActivities, "
+            "ec2:DescribeInstances support no resource-level permissions (Service Authorization Reference); the "
+            "capacity fallback only reads the fleet's nodes and history with them",
+        },
+    ]
+    for logical_id in (ROLE_ID, POLICY_ID):
+        assert synthesized["auto-scaling-ref"][logical_id]["Metadata"]["cdk_nag"]["rules_to_suppress"] == expected
+    policy = synthesized["auto-scaling-ref"][POLICY_ID]["Properties"]["PolicyDocument"]
+    assert {
+        "Action": "autoscaling:UpdateAutoScalingGroup",
+        "Effect": "Allow",
+        "Resource": {
+            "Fn::Join": [
+                "",
+                [
+                    "arn:",
+                    {"Ref": "AWS::Partition"},
+                    ":autoscaling:us-east-2:123456789012:autoScalingGroup:*:autoScalingGroupName/",
+                    {"Ref": "Group"},
+                ],
+            ]
+        },
+    } in policy["Statement"]
+
+
+def check_the_state_cleanup_providers_findings_are_acknowledged_for_it(synthesized):
+    reasons = [
+        rule["reason"]
+        for logical_id, resource in synthesized["spot-fleet"].items()
+        if logical_id.startswith("CapacityFallbackStateCleanupProvider")
+        for rule in resource.get("Metadata", {}).get("cdk_nag", {}).get("rules_to_suppress", [])
+    ]
+    assert reasons and all("of the capacity fallback's state cleanup" in reason for reason in reasons)
+
+
+def test_cdk_nag_names_a_resolved_string_a_reference_a_pseudo_parameter_and_an_attribute_its_own_way():
+    stack = cdk.Stack(cdk.App(context=CDK_CONTEXT), "Probe", env=cdk.Environment(account=ACCOUNT, region=REGION))
+    group = autoscaling.CfnAutoScalingGroup(stack, "Group", max_size="1", min_size="1")
+    assert nag_rendering(stack, "arn:aws:autoscaling:*") == "arn:aws:autoscaling:*"
+    value = cdk.Fn.join(
+        "/", [cdk.Aws.PARTITION, group.ref, cdk.Token.as_string(group.get_att("AutoScalingGroupARN")), "end"]
+    )
+    assert nag_rendering(stack, value) == "<AWS::Partition>/<Group>/<Group.AutoScalingGroupARN>/end"
+
+
+def test_the_cdk_nag_synthesis_passes_every_check(synthesized):
+    """The checks on the one cdk-nag synthesis above, in one test: mutmut (make mutate) gives a mutant only the
+    tests during which the construct ran, and a module-scoped synthesis runs during the first test that asks for it,
+    so checks split over several tests would go unrun on the mutants."""
+    check_the_fallbacks_resources_keep_their_logical_ids(synthesized)
+    check_the_function_and_its_schedule_are_described_and_wired_as_written(synthesized)
+    check_every_log_group_keeps_the_retention_asked_for_and_goes_with_the_stack(synthesized)
+    check_the_state_cleanup_function_runs_python_3_14_for_a_minute_with_a_role_that_may_only_delete_the_state(
+        synthesized
+    )
+    check_on_a_spot_fleet_the_role_holds_exactly_the_logs_state_fleet_and_read_statements(synthesized)
+    check_on_a_spot_fleet_the_unscoped_reads_are_acknowledged_by_name(synthesized)
+    check_on_an_auto_scaling_group_the_group_wildcard_and_the_unscoped_reads_are_acknowledged(synthesized)
+    check_the_state_cleanup_providers_findings_are_acknowledged_for_it(synthesized)

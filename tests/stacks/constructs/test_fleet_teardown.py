@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import json
+import py_compile
+from pathlib import Path
 
+import aws_cdk as cdk
+import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from aws_cdk.assertions import Template
 
-from stacks.constructs.fleet_teardown import FleetTeardown
+from stacks.constructs.fleet_teardown import HANDLER_DIR, FleetTeardown
+from stacks.environment_stacks import add_compliance_checks
+from tests.conftest import CDK_CONTEXT
+from tests.stacks.constructs.conftest import ACCOUNT, asset_files
 
 
 def synthesize(stack):
@@ -68,3 +75,191 @@ def test_the_provider_polls_every_30_seconds_for_at_most_50_minutes(stack):
     assert definition["States"]["framework-isComplete-task"]["Retry"] == [
         {"ErrorEquals": ["States.ALL"], "IntervalSeconds": 30, "MaxAttempts": 100, "BackoffRate": 1}
     ]
+
+
+# The teardown synthesized as `cdk synth` does it (cdk-nag attached), once for the tests below: in us-east-2, not the
+# probe's region, so that every ARN shows the stack's region; guarding two resources.
+REGION = "us-east-2"
+# Logical ids. The custom resource's matters most: under a new one CloudFormation creates a new teardown and deletes
+# the old one, and the old one's Delete cancels the fleet and terminates every node of the running cluster.
+TEARDOWN_ID = "Teardown0042FE15"
+ROLE_ID = "TeardownHandlerRole7371C6DF"
+POLICY_ID = "TeardownHandlerRoleDefaultPolicy2A235E0F"
+HANDLER_LOGS_ID = "TeardownHandlerLogsED4D4E50"
+PROVIDER_LOGS_ID = "TeardownProviderLogsDFDED54A"
+ON_EVENT_ID = "TeardownOnEventHandlerD7C11132"
+IS_COMPLETE_ID = "TeardownIsCompleteHandlerC6C2CF71"
+
+
+def arn(suffix, *references):
+    return {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, suffix, *references]]}
+
+
+@pytest.fixture(scope="module")
+def outdir(tmp_path_factory) -> Path:
+    """The cloud assembly's folder. The handler's bytecode is written first, as importing it does (the handler
+    tests do), so that the asset shows what it leaves out."""
+    py_compile.compile(str(HANDLER_DIR / "handler.py"), doraise=True)
+    outdir = tmp_path_factory.mktemp("fleet-teardown")
+    app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
+    add_compliance_checks(app)
+    stack = cdk.Stack(app, "Probe", env=cdk.Environment(account=ACCOUNT, region=REGION))
+    fleet = ec2.CfnSpotFleet(
+        stack,
+        "Fleet",
+        spot_fleet_request_config_data=ec2.CfnSpotFleet.SpotFleetRequestConfigDataProperty(
+            iam_fleet_role="arn:aws:iam::123456789012:role/fleet", target_capacity=1
+        ),
+    )
+    # A stand-in fleet without launch templates, whose own finding is not the teardown's.
+    cdk.Validations.of(fleet).acknowledge(
+        cdk.Acknowledgment(id="CloudFormation-Validate::F3014", reason="a stand-in fleet for the teardown test")
+    )
+    guarded = [
+        ec2.CfnPlacementGroup(stack, "Placement", strategy="cluster"),
+        ec2.CfnSecurityGroup(stack, "Nodes", group_description="the nodes' security group"),
+    ]
+    FleetTeardown(
+        stack,
+        "Teardown",
+        fleet=fleet,
+        environment_tag=("gpufleet:environment", "probe"),
+        guarded=guarded,
+        log_retention=logs.RetentionDays.TWO_WEEKS,
+    )
+    app.synth()  # raises on an unacknowledged cdk-nag finding
+    return outdir
+
+
+@pytest.fixture(scope="module")
+def resources(outdir) -> dict:
+    return json.loads((outdir / "Probe.template.json").read_text())["Resources"]
+
+
+def check_the_custom_resource_keeps_its_logical_id_and_is_deleted_before_everything_it_guards(resources):
+    teardown = resources[TEARDOWN_ID]
+    assert teardown["Type"] == "Custom::GpufleetFleetTeardown"
+    assert teardown["Properties"] == {
+        "ServiceToken": {"Fn::GetAtt": ["TeardownProviderframeworkonEvent09A19966", "Arn"]},
+        "FleetRequestId": {"Ref": "Fleet"},
+    }
+    assert sorted(teardown["DependsOn"]) == ["Nodes", "Placement"]
+
+
+def check_the_handlers_run_python_3_14_for_two_minutes_each_with_the_role_and_log_group(resources):
+    expected = {
+        ON_EVENT_ID: ("handler.on_event", "Cancels the gpufleet Spot Fleet and terminates its nodes"),
+        IS_COMPLETE_ID: ("handler.is_complete", "Says whether every node of the gpufleet Spot Fleet is terminated"),
+    }
+    for logical_id, (handler, description) in expected.items():
+        properties = resources[logical_id]["Properties"]
+        assert {key: value for key, value in properties.items() if key != "Code"} == {
+            "Description": description,
+            "Handler": handler,
+            "LoggingConfig": {"LogGroup": {"Ref": HANDLER_LOGS_ID}},
+            "Role": {"Fn::GetAtt": [ROLE_ID, "Arn"]},
+            "Runtime": "python3.14",
+            "Timeout": 120,
+        }, logical_id
+    # Both handlers are one asset: stacks/fleet_teardown/handler.py.
+    assert resources[ON_EVENT_ID]["Properties"]["Code"] == resources[IS_COMPLETE_ID]["Properties"]["Code"]
+
+
+def check_the_handlers_asset_holds_the_handler_without_its_bytecode(outdir):
+    (asset,) = [path for path in outdir.glob("asset.*") if (path / "handler.py").exists()]
+    assert (HANDLER_DIR / "__pycache__").is_dir()
+    assert asset_files(asset) == ["handler.py"]
+    assert (asset / "handler.py").read_text() == Path("stacks/fleet_teardown/handler.py").read_text()
+
+
+def check_the_log_groups_keep_the_retention_asked_for_and_go_with_the_stack(resources):
+    for logical_id in (HANDLER_LOGS_ID, PROVIDER_LOGS_ID):
+        assert resources[logical_id] == {
+            "Type": "AWS::Logs::LogGroup",
+            "Properties": {"RetentionInDays": 14},
+            "UpdateReplacePolicy": "Delete",
+            "DeletionPolicy": "Delete",
+        }, logical_id
+    # The Provider's framework functions log to the provider's group.
+    framework = [
+        resource["Properties"]
+        for logical_id, resource in resources.items()
+        if logical_id.startswith("TeardownProviderframework") and resource["Type"] == "AWS::Lambda::Function"
+    ]
+    assert len(framework) == 3  # onEvent, isComplete, onTimeout
+    assert all(properties["LoggingConfig"]["LogGroup"] == {"Ref": PROVIDER_LOGS_ID} for properties in framework)
+
+
+def check_the_handler_role_is_lambdas_and_may_write_its_logs_and_end_this_fleet_and_its_nodes_only(resources):
+    role = resources[ROLE_ID]["Properties"]
+    assert role == {
+        "AssumeRolePolicyDocument": {
+            "Statement": [
+                {"Action": "sts:AssumeRole", "Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}}
+            ],
+            "Version": "2012-10-17",
+        },
+        "Description": "gpufleet fleet teardown: cancel the fleet and terminate its nodes",
+    }
+    policy = resources[POLICY_ID]["Properties"]
+    assert policy["Roles"] == [{"Ref": ROLE_ID}]
+    # Action names as the Service Authorization Reference spells them (parliament 1.6.4's iam_definition.json).
+    assert policy["PolicyDocument"]["Statement"] == [
+        {
+            "Action": ["logs:CreateLogStream", "logs:PutLogEvents"],
+            "Effect": "Allow",
+            "Resource": {"Fn::GetAtt": [HANDLER_LOGS_ID, "Arn"]},
+        },
+        {
+            "Action": ["ec2:CancelSpotFleetRequests", "ec2:DescribeSpotFleetInstances"],
+            "Effect": "Allow",
+            "Resource": arn(":ec2:us-east-2:123456789012:spot-fleet-request/", {"Ref": "Fleet"}),
+        },
+        {
+            "Action": "ec2:TerminateInstances",
+            "Condition": {"StringEquals": {"aws:ResourceTag/gpufleet:environment": "probe"}},
+            "Effect": "Allow",
+            "Resource": arn(":ec2:us-east-2:123456789012:instance/*"),
+        },
+        {"Action": "ec2:DescribeInstances", "Effect": "Allow", "Resource": "*"},
+    ]
+
+
+def check_the_wildcards_of_the_handler_role_are_acknowledged_with_their_reasons(resources):
+    expected = [
+        {
+            "id": "AwsSolutions-IAM5[Resource::*]",
+            "reason": "DescribeInstances supports no resource-level permissions and is read-only; the teardown finds "
+            "the fleet's nodes with it",
+        },
+        {
+            "id": "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:us-east-2:123456789012:instance/*]",
+            "reason": "TerminateInstances is limited by the condition aws:ResourceTag/gpufleet:environment=probe to "
+            "this environment's nodes, whose ids are not known before the fleet launches them",
+        },
+    ]
+    for logical_id in (ROLE_ID, POLICY_ID):
+        assert resources[logical_id]["Metadata"]["cdk_nag"]["rules_to_suppress"] == expected, logical_id
+
+
+def check_the_providers_own_findings_are_acknowledged_for_the_fleet_teardown(resources):
+    reasons = [
+        rule["reason"]
+        for logical_id, resource in resources.items()
+        if logical_id.startswith("TeardownProvider")
+        for rule in resource.get("Metadata", {}).get("cdk_nag", {}).get("rules_to_suppress", [])
+    ]
+    assert reasons and all("of the fleet teardown" in reason for reason in reasons)
+
+
+def test_the_cdk_nag_synthesis_passes_every_check(resources, outdir):
+    """The checks on the one cdk-nag synthesis above, in one test: mutmut (make mutate) gives a mutant only the
+    tests during which the construct ran, and a module-scoped synthesis runs during the first test that asks for it,
+    so checks split over several tests would go unrun on the mutants."""
+    check_the_handlers_asset_holds_the_handler_without_its_bytecode(outdir)
+    check_the_custom_resource_keeps_its_logical_id_and_is_deleted_before_everything_it_guards(resources)
+    check_the_handlers_run_python_3_14_for_two_minutes_each_with_the_role_and_log_group(resources)
+    check_the_log_groups_keep_the_retention_asked_for_and_go_with_the_stack(resources)
+    check_the_handler_role_is_lambdas_and_may_write_its_logs_and_end_this_fleet_and_its_nodes_only(resources)
+    check_the_wildcards_of_the_handler_role_are_acknowledged_with_their_reasons(resources)
+    check_the_providers_own_findings_are_acknowledged_for_the_fleet_teardown(resources)
