@@ -10,7 +10,7 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk.assertions import Template
 
 from gpufleet.ami.pipeline import load_pipeline
-from stacks.constructs.ami_build_project import AmiBuildProject
+from stacks.constructs.ami_build_project import AmiBuildProject, buildspec, pipeline_image_statements
 from stacks.environment_stacks import add_compliance_checks
 from tests.conftest import CDK_CONTEXT
 
@@ -602,3 +602,67 @@ def test_every_wildcard_of_the_build_role_is_acknowledged_with_its_reason(checke
     suppressions = resource(checked_template, "AmiBuildProjectRole0DB54243")["Metadata"]["cdk_nag"]["rules_to_suppress"]
     assert {rule["id"]: rule["reason"] for rule in suppressions} == PROJECT_ROLE_ACKNOWLEDGEMENTS
     assert len(suppressions) == len(PROJECT_ROLE_ACKNOWLEDGEMENTS)
+
+
+def test_a_pipeline_without_checksum_subnet_or_publish_regions_passes_empty_values_to_the_build():
+    """publish-image.sh and build-image.sh read an empty PACKER_SHA256 / BUILD_SUBNET_ID as "not set"."""
+    shipped = load_pipeline()
+    assert (shipped.packer.sha256, shipped.subnet_id) == (None, None)
+    assert buildspec(shipped, {})["env"]["variables"] == {
+        "PACKER_VERSION": "1.11.2",
+        "PACKER_SHA256": "",
+        "HASHICORP_KEY_FINGERPRINT": "C874011F0AB405110D02105534365D9472D7468F",
+        "SESSION_MANAGER_PLUGIN_VERSION": "1.2.764.0",
+        "BUILD_SUBNET_ID": "",
+        "PACKER_MANIFEST": "build/image-manifest.json",
+        "PUBLISH_REGIONS": "",
+    }
+
+
+def test_image_statements_for_another_region_name_its_arns_and_carry_its_name_in_their_sids():
+    """A cross-region copy's statements: the region in CamelCase after each Sid (IAM Sids are alphanumeric), its
+    image and snapshot ARNs, the same conditions as at home."""
+    stack = cdk.Stack(
+        cdk.App(context=CDK_CONTEXT), "Probe", env=cdk.Environment(account="123456789012", region="us-east-1")
+    )
+    resolved = [
+        stack.resolve(statement.to_statement_json()) for statement in pipeline_image_statements(stack, "ap-southeast-2")
+    ]
+    images, snapshots = (
+        "arn:${Partition}:ec2:ap-southeast-2::image/*",
+        "arn:${Partition}:ec2:ap-southeast-2::snapshot/*",
+    )
+    unfinished = {"Null": {"aws:ResourceTag/gpufleet:profile": "false", "aws:ResourceTag/gpufleet:source-ami": "true"}}
+    assert [
+        (s["Sid"], as_list(s["Action"]), [compact(arn) for arn in as_list(s["Resource"])], s.get("Condition"))
+        for s in resolved
+    ] == [
+        (
+            "PackerCreateTaggedImageApSoutheast2",
+            ["ec2:CreateImage"],
+            [images, snapshots],
+            {"Null": {"aws:RequestTag/gpufleet:profile": "false"}},
+        ),
+        ("PackerEncryptedCopyApSoutheast2", ["ec2:CopyImage"], [images, snapshots], None),
+        (
+            "PackerTagOnCreateApSoutheast2",
+            ["ec2:CreateTags"],
+            [images, snapshots],
+            {"StringEquals": {"ec2:CreateAction": ["CreateImage", "CopyImage"]}},
+        ),
+        (
+            "PackerTagFinishedImageApSoutheast2",
+            ["ec2:CreateTags"],
+            [images],
+            {"Null": {"aws:ResourceTag/gpufleet:profile": "false", "aws:RequestTag/gpufleet:source-ami": "false"}},
+        ),
+        (
+            "PackerTagFinishedSnapshotsApSoutheast2",
+            ["ec2:CreateTags"],
+            [snapshots],
+            {"Null": {"aws:RequestTag/gpufleet:profile": "false", "aws:RequestTag/gpufleet:source-ami": "false"}},
+        ),
+        ("PackerDiscardIntermediateImageApSoutheast2", ["ec2:DeregisterImage"], [images], unfinished),
+        ("PackerDiscardIntermediateSnapshotsApSoutheast2", ["ec2:DeleteSnapshot"], [snapshots], unfinished),
+        ("PackerSetCopiedImageAttributesApSoutheast2", ["ec2:ModifyImageAttribute"], [images], unfinished),
+    ]
