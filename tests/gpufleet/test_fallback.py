@@ -246,3 +246,119 @@ def test_a_state_about_another_fleet_starts_afresh():
     raised = run([check(0, 2, 4), check(15, 2, 4)]).state
     assert raised.for_node_group("sfr-1") is raised
     assert raised.for_node_group("sfr-2") == FallbackState(node_group_id="sfr-2")
+
+
+def test_a_hold_during_a_shortfall_remembers_its_clock_and_failures_and_not_a_change():
+    decision = run([check(0, 2, 4, failures=[(0, NO_CAPACITY)]), check(5, 2, 4, failures=[(4, PRICE)])])
+    assert decision.state == FallbackState(
+        node_group_id="sfr-1",
+        on_demand=2,
+        short_since=at(0),
+        healthy_since=None,
+        failures={"no-capacity": 1, "price": 1},
+        changed_at=None,
+        checked_at=at(5),
+        action=HOLD,
+        reason=(
+            "2 of 6 spot nodes missing for 5 min (launch failures: no-capacity x1, price x1); on-demand part 2 rises "
+            "after 15 min"
+        ),
+    )
+
+
+def test_a_raise_remembers_its_time_and_clears_the_shortfall():
+    decision = run([check(0, 2, 4, failures=[(0, NO_CAPACITY)]), check(15, 2, 4)])
+    assert decision.state == FallbackState(
+        node_group_id="sfr-1",
+        on_demand=4,
+        short_since=None,
+        healthy_since=None,
+        failures={},
+        changed_at=at(15),
+        checked_at=at(15),
+        action=RAISE,
+        reason="2 of 6 spot nodes missing for 15 min (launch failures: no-capacity x1): on-demand part 2 -> 4",
+    )
+
+
+def test_a_lower_restarts_the_restore_clock_at_its_time():
+    decision = run([check(0, 4, 4), check(30, 4, 4)])
+    assert decision.state == FallbackState(
+        node_group_id="sfr-1",
+        on_demand=3,
+        short_since=None,
+        healthy_since=at(30),
+        failures={},
+        changed_at=at(30),
+        checked_at=at(30),
+        action=LOWER,
+        reason="spot back for 30 min: on-demand part 4 -> 3, one node for spot (floor 2)",
+    )
+
+
+STORED = FallbackState(
+    node_group_id="sfr-1",
+    on_demand=3,
+    short_since=at(40),
+    healthy_since=at(10),
+    failures={"no-capacity": 2, "price": 1},
+    changed_at=at(20),
+    checked_at=at(45),
+    history_read_until=at(44.5),
+    action=HOLD,
+    reason="waiting",
+)
+STORED_JSON = (
+    '{"action": "hold", "changed_at": "2026-11-23T06:20:00+00:00", "checked_at": "2026-11-23T06:45:00+00:00", '
+    '"failures": {"no-capacity": 2, "price": 1}, "healthy_since": "2026-11-23T06:10:00+00:00", '
+    '"history_read_until": "2026-11-23T06:44:30+00:00", "node_group_id": "sfr-1", "on_demand": 3, '
+    '"reason": "waiting", "short_since": "2026-11-23T06:40:00+00:00"}'
+)
+
+
+def test_state_json_text_names_every_field_with_iso_times():
+    assert STORED.to_json() == STORED_JSON
+    assert FallbackState(node_group_id="sfr-2").to_json() == (
+        '{"action": "", "changed_at": null, "checked_at": null, "failures": {}, "healthy_since": null, '
+        '"history_read_until": null, "node_group_id": "sfr-2", "on_demand": null, "reason": "", "short_since": null}'
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param(STORED_JSON, STORED, id="every-field"),
+        pytest.param("", FallbackState(), id="empty-text-is-fresh"),
+        pytest.param("{}", FallbackState(), id="empty-document-is-fresh"),
+        pytest.param(
+            '{"on_demand": 3, "short_since": null, "retired_field": 1}',
+            FallbackState(on_demand=3),
+            id="unknown-names-ignored-null-times-stay-none",
+        ),
+    ],
+)
+def test_state_from_its_json_text(text, expected):
+    assert FallbackState.from_json(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param("not json", "not a fallback state (Expecting value: line 1 column 1 (char 0))", id="not-json"),
+        pytest.param("[]", "not a fallback state ('list' object has no attribute 'items')", id="not-a-document"),
+        pytest.param(
+            '{"history_read_until": "yesterday"}',
+            "not a fallback state (Invalid isoformat string: 'yesterday')",
+            id="not-a-time",
+        ),
+        pytest.param(
+            '{"checked_at": 5}',
+            "not a fallback state (fromisoformat: argument must be str)",
+            id="a-number-for-a-time",
+        ),
+    ],
+)
+def test_text_that_is_not_a_state_is_one_value_error(text, message):
+    with pytest.raises(ValueError) as raised:
+        FallbackState.from_json(text)
+    assert str(raised.value) == message
