@@ -180,6 +180,46 @@ HISTORIES = [
         (HOLD, 4, "spot back for 29 min; one of 2 extra on-demand node(s) goes after 30 min"),
         id="a-shortfall-restarts-the-restore-clock",
     ),
+    pytest.param(
+        [check(0, 3, 3, failures=[(0, NO_CAPACITY)]), check(5, 3, 5), check(10, 3, 3), check(20, 3, 3)],
+        (
+            HOLD,
+            3,
+            "2 of 5 spot nodes missing for 10 min (the history reports no launch failure); on-demand part 3 rises "
+            "after 15 min",
+        ),
+        id="a-full-check-above-the-floor-restarts-the-shortfall-clock-and-its-failures",
+    ),
+    pytest.param(
+        [
+            check(0, 3, 3, failures=[(0, NO_CAPACITY)]),
+            check(5, 3, 5, on_demand_running=2),
+            check(10, 3, 3),
+            check(20, 3, 3),
+        ],
+        (
+            HOLD,
+            3,
+            "2 of 5 spot nodes missing for 10 min (the history reports no launch failure); on-demand part 3 rises "
+            "after 15 min",
+        ),
+        id="a-full-spot-part-below-target-restarts-the-shortfall-clock-and-its-failures",
+    ),
+    pytest.param(
+        [check(0, 5, 1), check(15, 5, 1)],
+        (
+            HOLD,
+            5,
+            "2 of 3 spot nodes missing for 15 min (the history reports no launch failure); on-demand part 5 is at its "
+            "ceiling (capacity.on_demand 2 + max_extra_on_demand 2, at most the target 8)",
+        ),
+        id="above-the-ceiling-a-shortfall-never-lowers",
+    ),
+    pytest.param(
+        [check(0, 1, 7), check(30, 1, 7)],
+        (HOLD, 1, "spot part full (7 of 7); on-demand part at its floor 1"),
+        id="below-the-floor-never-lowers",
+    ),
 ]
 
 
@@ -206,6 +246,11 @@ SMALL = FallbackSettings(
             ),
             id="ceiling-is-at-most-the-target",
         ),
+        pytest.param(
+            [check(0, 2, 0), check(15, 2, 0), check(20, 3, 0), check(50, 3, 0)],
+            (LOWER, 2, "spot back for 30 min: on-demand part 3 -> 2, one node for spot (floor 2)"),
+            id="at-the-target-no-spot-is-wanted-so-none-is-missing",
+        ),
     ],
 )
 def test_the_ceiling_never_passes_the_target(history, expected):
@@ -225,6 +270,59 @@ def test_a_deploy_that_resets_the_on_demand_part_is_noticed_and_the_raise_applie
         "raising it to 4 again"
     )
     assert decision.state.short_since is None and decision.state.changed_at == at(20)
+
+
+def test_a_reset_is_raised_again_only_up_to_the_ceiling_of_the_new_settings():
+    raised = run([check(0, 2, 4), check(15, 2, 4)])
+    one_extra = FallbackSettings(
+        target=8, floor=2, after=dt.timedelta(minutes=15), restore_after=dt.timedelta(minutes=30), max_extra=1
+    )
+    decision = decide(one_extra, check(20, 2, 4, on_demand_running=4), raised.state)
+    assert (decision.action, decision.on_demand, decision.reapplied) == (RAISE, 3, True)
+    assert decision.reason == (
+        "on-demand part is 2, the template's value, but the fallback had raised it to 4: a deploy reset it; "
+        "raising it to 3 again"
+    )
+    assert decision.state.on_demand == 3
+
+
+def test_a_reset_keeps_the_restore_clock():
+    held = run([check(0, 4, 4)])
+    reapplied = decide(SETTINGS, check(10, 2, 6, on_demand_running=4), held.state)
+    assert reapplied.state == FallbackState(
+        node_group_id="sfr-1",
+        on_demand=4,
+        short_since=None,
+        healthy_since=at(0),
+        failures={},
+        changed_at=at(10),
+        checked_at=at(10),
+        action=RAISE,
+        reason=(
+            "on-demand part is 2, the template's value, but the fallback had raised it to 4: a deploy reset it; "
+            "raising it to 4 again"
+        ),
+    )
+    decision = decide(SETTINGS, check(30, 4, 4), reapplied.state)
+    assert (decision.action, decision.on_demand, decision.reason) == (
+        LOWER,
+        3,
+        "spot back for 30 min: on-demand part 4 -> 3, one node for spot (floor 2)",
+    )
+
+
+def test_a_reset_keeps_the_shortfall_clock_and_its_failures():
+    held = run([check(0, 3, 3, failures=[(0, NO_CAPACITY)])])
+    reapplied = decide(SETTINGS, check(10, 2, 4, on_demand_running=3), held.state)
+    assert (reapplied.action, reapplied.on_demand, reapplied.reapplied) == (RAISE, 3, True)
+    assert (reapplied.state.short_since, reapplied.state.failures) == (at(0), {"no-capacity": 1})
+    decision = decide(SETTINGS, check(15, 3, 3), reapplied.state)
+    assert (decision.action, decision.on_demand, decision.reason) == (
+        RAISE,
+        4,
+        "2 of 5 spot nodes missing for 15 min (launch failures: no-capacity x1): on-demand part 3 -> 4 (capped at the "
+        "ceiling)",
+    )
 
 
 def test_a_value_set_outside_the_fallback_is_followed():
