@@ -220,6 +220,46 @@ HISTORIES = [
         (HOLD, 1, "spot part full (7 of 7); on-demand part at its floor 1"),
         id="below-the-floor-never-lowers",
     ),
+    pytest.param(
+        [check(0, 4, 4), check(20, 4, 3), check(30, 4, 4)],
+        (HOLD, 4, "spot back for 0 min; one of 2 extra on-demand node(s) goes after 30 min"),
+        id="spot-back-after-a-shortfall-counts-from-then",
+    ),
+    pytest.param(
+        [check(0, 4, 3, failures=[(0, NO_CAPACITY)]), check(15, 4, 3, failures=[(14, PRICE)]), check(20, 4, 3)],
+        (
+            HOLD,
+            4,
+            "1 of 4 spot nodes missing for 20 min (launch failures: no-capacity x1, price x1); on-demand part 4 is at "
+            "its ceiling (capacity.on_demand 2 + max_extra_on_demand 2, at most the target 8)",
+        ),
+        id="at-the-ceiling-the-shortfall-clock-and-its-failures-go-on",
+    ),
+    pytest.param(
+        [check(0, 2, 4, failures=[(0, NO_CAPACITY)]), check(5, 2, 6), check(10, 2, 4), check(20, 2, 4)],
+        (
+            HOLD,
+            2,
+            "2 of 6 spot nodes missing for 10 min (the history reports no launch failure); on-demand part 2 rises "
+            "after 15 min",
+        ),
+        id="a-full-check-at-the-floor-forgets-the-failures",
+    ),
+    pytest.param(
+        [check(0, 2, 6), check(30, 3, 5)],
+        (LOWER, 2, "spot back for 30 min: on-demand part 3 -> 2, one node for spot (floor 2)"),
+        id="a-raise-set-by-hand-is-given-back-counting-from-the-first-full-check",
+    ),
+    pytest.param(
+        [check(0, 4, 4), check(20, 4, 4, on_demand_running=3, failures=[(18, NO_CAPACITY)]), check(30, 4, 4)],
+        (HOLD, 4, "spot back for 12 min; one of 2 extra on-demand node(s) goes after 30 min"),
+        id="a-failure-while-waiting-for-the-target-restarts-the-restore-clock",
+    ),
+    pytest.param(
+        [check(0, 4, 4), check(20, 4, 4, on_demand_running=3), check(30, 4, 4)],
+        (LOWER, 3, "spot back for 30 min: on-demand part 4 -> 3, one node for spot (floor 2)"),
+        id="waiting-for-the-target-keeps-the-restore-clock",
+    ),
 ]
 
 
@@ -460,3 +500,40 @@ def test_text_that_is_not_a_state_is_one_value_error(text, message):
     with pytest.raises(ValueError) as raised:
         FallbackState.from_json(text)
     assert str(raised.value) == message
+
+
+@pytest.mark.parametrize(
+    ("history", "expected_state"),
+    [
+        pytest.param(
+            [check(0, 2, 4, failures=[(0, NO_CAPACITY)]), check(5, 2, 6)],
+            FallbackState(
+                node_group_id="sfr-1",
+                on_demand=2,
+                healthy_since=at(5),
+                failures={},
+                checked_at=at(5),
+                action=HOLD,
+                reason="spot part full (6 of 6); on-demand part at its floor 2",
+            ),
+            id="full-at-the-floor",
+        ),
+        pytest.param(
+            [check(0, 4, 3, failures=[(0, NO_CAPACITY)]), check(5, 4, 4, on_demand_running=3)],
+            FallbackState(
+                node_group_id="sfr-1",
+                on_demand=4,
+                healthy_since=at(5),
+                failures={},
+                checked_at=at(5),
+                action=HOLD,
+                reason=(
+                    "2 extra on-demand node(s); waiting for the fleet to reach its target (7 of 8) before replacing one"
+                ),
+            ),
+            id="waiting-for-the-target",
+        ),
+    ],
+)
+def test_a_full_spot_part_clears_the_shortfall_from_the_state(history, expected_state):
+    assert run(history).state == expected_state
