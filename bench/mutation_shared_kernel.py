@@ -5,7 +5,9 @@ once read each other's answers."""
 
 import os
 
-if os.environ.get("GPUFLEET_MUTATION_SHARED_KERNEL"):
+from bench.mutation_selection import SHARED_KERNEL_VARIABLE
+
+if os.environ.get(SHARED_KERNEL_VARIABLE):
     import aws_cdk
 
     aws_cdk.App()
