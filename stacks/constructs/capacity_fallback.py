@@ -68,6 +68,8 @@ class CapacityFallback(Construct):
         )
         log_group.grant_write(role)
         # The asset carries gpufleet/fallback.py through a link (stacks/capacity_fallback/gpufleet/fallback.py).
+        # ALWAYS, not the default: the API reference gives NEVER as the default, which would stage a dangling link;
+        # aws-cdk-lib 2.275.0 core/lib/fs/copy.js actually falls back to EXTERNAL (`options.follow ?? EXTERNAL`).
         code = lambda_.Code.from_asset(
             str(HANDLER_DIR), exclude=["__pycache__", "*.pyc"], follow_symlinks=cdk.SymlinkFollowMode.ALWAYS
         )
