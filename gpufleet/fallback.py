@@ -161,7 +161,6 @@ def decide(settings: FallbackSettings, observation: Observation, state: Fallback
             # The clocks stay as they were: this observation's shortfall is the reset, not spot.
             new_state = replace(state, on_demand=wanted, checked_at=now, changed_at=now, action=RAISE, reason=reason)
             return Decision(RAISE, wanted, reason, new_state, reapplied=True)
-        state = replace(state, on_demand=current)
 
     if shortfall:
         short_since = state.short_since or now
