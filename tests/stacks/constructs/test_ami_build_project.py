@@ -66,9 +66,9 @@ def test_a_profile_published_in_another_region_may_also_copy_its_images_there_an
 
 
 # A synthesis with cdk-nag attached of a pipeline that pins a packer checksum and a build subnet (the shipped one leaves
-# both null), built in us-east-1 and publishing one profile in two other regions. Synthesized for each test (about a
-# second): `make mutate` credits what a module-scoped fixture calls to the first test that uses it only, so the other
-# tests would never run against the mutants they catch.
+# both null), built in us-east-1 and publishing one profile in two other regions. Synthesized once for the file:
+# `make mutate` runs a mutant against whole files (bench/mutation_selection.py), so every test reading it still runs
+# against each mutant.
 PACKER_SHA256 = "0123456789abcdef" * 4
 BUILD_SUBNET = "subnet-0a1b2c3d4e5f60718"
 PUBLISH_REGIONS = {
@@ -77,14 +77,13 @@ PUBLISH_REGIONS = {
 }
 
 
-@pytest.fixture
-def checked_template(tmp_path) -> dict:
+@pytest.fixture(scope="module")
+def checked_template(tmp_path_factory) -> dict:
     """The template as `cdk synth` writes it: synthesis fails on any finding the construct does not acknowledge."""
     app = cdk.App(context=CDK_CONTEXT)
     add_compliance_checks(app)
     stack = cdk.Stack(app, "Probe", env=cdk.Environment(account="123456789012", region="us-east-1"))
-    sources = tmp_path / "source"
-    sources.mkdir()
+    sources = tmp_path_factory.mktemp("source")
     (sources / "README").write_text("a stand-in for the repository the build checks out\n")
     shipped = load_pipeline()
     pipeline = shipped.model_copy(
