@@ -277,10 +277,10 @@ class AmiBuildProject(Construct):
             timeout=BUILD_TIMEOUT,
             logging=codebuild.LoggingOptions(cloud_watch=codebuild.CloudWatchLoggingOptions(log_group=self.log_group)),
         )
-        self._grant_packer(pipeline)
+        self._grant_packer()
         self._grant_publish(publish_regions)
 
-    def _grant_packer(self, pipeline: Pipeline) -> None:
+    def _grant_packer(self) -> None:
         stack = cdk.Stack.of(self)
         role = self.project.role
         assert role is not None
@@ -399,7 +399,7 @@ class AmiBuildProject(Construct):
         ]
         for statement in statements:
             role.add_to_principal_policy(statement)
-        self._acknowledge(role, stack, pipeline)
+        self._acknowledge(role, stack)
 
     def _grant_publish(self, publish_regions: Mapping[str, tuple[str, ...]]) -> None:
         """What scripts/pipeline/publish-image.sh does: write /gpufleet/ami/PROFILE in every region of the profile,
@@ -478,7 +478,7 @@ class AmiBuildProject(Construct):
         for finding, reason in reasons.items():
             cdk.Validations.of(role).acknowledge(cdk.Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason))
 
-    def _acknowledge(self, role: iam.IRole, stack: cdk.Stack, pipeline: Pipeline) -> None:
+    def _acknowledge(self, role: iam.IRole, stack: cdk.Stack) -> None:
         region, account = stack.region, stack.account
         ec2_prefix = f"arn:<AWS::Partition>:ec2:{region}:{account}"
         project = stack.get_logical_id(cast(cdk.CfnElement, self.project.node.default_child))
