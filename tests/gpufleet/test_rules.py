@@ -6,10 +6,12 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import pytest
+from pydantic import TypeAdapter, ValidationError
 
-from gpufleet.rules import Problem, Validator, account_id_problem, log_retention_problem, region_problem
+from gpufleet.rules import Problem, Validator, account_id_problem, log_retention_problem, one_of, region_problem
 
 
 def loaded_gpufleet_modules(module: str) -> list[str]:
@@ -72,3 +74,14 @@ def test_a_log_retention_outside_cloudwatchs_periods_lists_them():
         "31 is not a CloudWatch Logs retention (allowed: 1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, "
         "731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)"
     )
+
+
+def test_a_choice_field_takes_a_listed_value_and_names_the_choices_for_any_other():
+    # The models call one_of while their classes are defined, so this is the test that runs it under a mutant.
+    fleet_type = TypeAdapter(Annotated[str, one_of("a fleet type", ("maintain", "request"))])
+    assert fleet_type.validate_python("request") == "request"
+    with pytest.raises(ValidationError) as refused:
+        fleet_type.validate_python("maintan")
+    assert [error["msg"] for error in refused.value.errors()] == [
+        "Value error, 'maintan' is not a fleet type (allowed: maintain, request)"
+    ]
