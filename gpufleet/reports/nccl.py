@@ -193,7 +193,6 @@ class _RunContext:
 
 class _TableBuilder:
     def __init__(self, column_names: list[str], context: _RunContext) -> None:
-        self.has_root = "root" in column_names
         self.layout = "old" if "error" in column_names else "current"
         self.context = context
         self.rows: list[Row] = []
