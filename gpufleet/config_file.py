@@ -20,13 +20,26 @@ Model = TypeVar("Model", bound=BaseModel)
 def read_model(path: Path, model: type[Model], *, reference: str) -> Model:
     """Parse `path` into `model`; `reference` names the document that explains the file's keys."""
     try:
-        document = yaml.safe_load(path.read_text())
+        data = path.read_bytes()
     except OSError as error:
         raise GpufleetError(f"{path}: cannot read file ({error.strerror})") from None
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "(file)"
-        raise GpufleetError(f"{path}: {where}: not valid YAML ({getattr(error, 'problem', None) or error})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        raise GpufleetError(
+            f"{path}: line {line}: not UTF-8 text (byte {data[error.start]:#04x}: {error.reason}); save it as UTF-8"
+        ) from None
+    try:
+        document = yaml.safe_load(text)
+    except yaml.reader.ReaderError as error:
+        # Raised before parsing, for a character YAML does not allow (a control character); it carries the character's
+        # index in the text and prints it on a second line.
+        line = text.count("\n", 0, error.position) + 1
+        raise GpufleetError(f"{path}: line {line}: not valid YAML ({str(error).splitlines()[0]})") from None
+    except yaml.MarkedYAMLError as error:
+        where = f"line {error.problem_mark.line + 1}" if error.problem_mark else "(file)"
+        raise GpufleetError(f"{path}: {where}: not valid YAML ({error.problem})") from None
     if not isinstance(document, dict):
         raise GpufleetError(f"{path}: (file): expected a mapping of keys to values (see {reference})")
     try:

@@ -1,0 +1,90 @@
+"""Reading a configuration file: every problem is one line naming the file, where in it, and what is wrong, whatever
+the file holds (bytes that are not UTF-8, characters YAML refuses, a problem with the file as a whole)."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import BaseModel, ConfigDict, StrictStr, model_validator
+
+from gpufleet.cli import main
+from gpufleet.config_file import read_model
+from gpufleet.errors import GpufleetError
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    size: int
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: StrictStr
+    section: Section | None = None
+
+    @model_validator(mode="after")
+    def _not_reserved(self) -> Settings:
+        if self.name == "reserved":
+            raise ValueError("The name 'reserved' is taken")
+        return self
+
+
+def problems_reading(tmp_path, data: bytes) -> tuple[str, ...]:
+    path = tmp_path / "settings.yaml"
+    path.write_bytes(data)
+    with pytest.raises(GpufleetError) as raised:
+        read_model(path, Settings, reference="SETTINGS.md")
+    return tuple(problem.removeprefix(f"{path}: ") for problem in raised.value.problems)
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        # PyYAML's reader prints these on two lines ("in <unicode string>, position N"); the line number replaces that.
+        (
+            b"name: one\nsection:\n  size: 1\x07\n",
+            "line 3: not valid YAML (unacceptable character #x0007: special characters are not allowed)",
+        ),
+        (b"name: caf\xe9\n", "line 1: not UTF-8 text (byte 0xe9: invalid continuation byte); save it as UTF-8"),
+        (
+            b"# \xc3\xa9t\xc3\xa9\nname: \xff\n",
+            "line 2: not UTF-8 text (byte 0xff: invalid start byte); save it as UTF-8",
+        ),
+        (b"name: one\nsection: {size: 1\n", "line 3: not valid YAML (expected ',' or '}', but got '<stream end>')"),
+    ],
+)
+def test_text_that_is_not_yaml_is_one_line_with_its_line_number(tmp_path, data, expected):
+    assert problems_reading(tmp_path, data) == (expected,)
+
+
+def test_a_byte_order_mark_and_non_ascii_text_read_as_utf8(tmp_path):
+    path = tmp_path / "settings.yaml"
+    path.write_bytes(b"\xef\xbb\xbfname: \xc3\xa9t\xc3\xa9\n")
+    assert read_model(path, Settings, reference="SETTINGS.md") == Settings(name="\u00e9t\u00e9")
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        # A rule about the whole file (a model validator of the top model) has no field to name.
+        (b"name: reserved\n", "(file): the name 'reserved' is taken"),
+        (b"name: one\nsection:\n  size: 1\n  colour: red\n", "section.colour: unknown key (allowed here: size)"),
+        (b"name: one\ncolour: red\n", "colour: unknown key (allowed here: name, section)"),
+        (b"section:\n  size: 1\n", "name: required key is missing"),
+        (b"name: 12\n", "name: input should be a valid string, got 12 (put it in quotes)"),
+        (
+            b"name: one\nsection:\n  size: big\n",
+            "section.size: input should be a valid integer, unable to parse string as an integer, got 'big'",
+        ),
+    ],
+)
+def test_each_field_problem_names_the_field(tmp_path, data, expected):
+    assert problems_reading(tmp_path, data) == (expected,)
+
+
+def test_an_environment_that_is_not_utf8_is_one_line_on_stderr_not_a_traceback(tmp_path, capsys):
+    path = tmp_path / "dev.yaml"
+    path.write_bytes(b"name: dev\nregion: us-east-1\xa0\n")
+    assert main(["validate", str(path)]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"{path}: line 2: not UTF-8 text (byte 0xa0: invalid start byte); save it as UTF-8"
+    ]
