@@ -45,6 +45,11 @@ def problems_reading(tmp_path, data: bytes) -> tuple[str, ...]:
             "line 3: not valid YAML (unacceptable character #x0007: special characters are not allowed)",
         ),
         (b"name: caf\xe9\n", "line 1: not UTF-8 text (byte 0xe9: invalid continuation byte); save it as UTF-8"),
+        (b"\nname: caf\xe9\n", "line 2: not UTF-8 text (byte 0xe9: invalid continuation byte); save it as UTF-8"),
+        (
+            b"\nname: one\x1b\n",
+            "line 2: not valid YAML (unacceptable character #x001b: special characters are not allowed)",
+        ),
         (
             b"# \xc3\xa9t\xc3\xa9\nname: \xff\n",
             "line 2: not UTF-8 text (byte 0xff: invalid start byte); save it as UTF-8",
