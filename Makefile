@@ -9,6 +9,9 @@ BIN := $(VENV)/bin
 export PATH := $(CURDIR)/$(BIN):$(CURDIR)/node_modules/.bin:$(PATH)
 # jsii warns on every start that Node 20 is past its end of life; Node 20 is the supported platform here.
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+# Some images set PYTHONDONTWRITEBYTECODE=1: then every test worker and every Python subprocess (the CDK app, the
+# console script, the handlers) compiles gpufleet, stacks and the tests again, and pytest rewrites every test module.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup synth test lint bench mutate clean
 
@@ -47,7 +50,7 @@ lint: setup
 	ruff check .
 	ruff format --check .
 	mypy
-	shellcheck scripts/*/*.sh
+	shellcheck scripts/*/*.sh scripts/ami/lib/*.sh
 	packer fmt -check -diff ami/packer
 
 bench: setup

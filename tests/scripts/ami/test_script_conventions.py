@@ -1,6 +1,6 @@
 """Every provisioning script follows the same conventions: the contract's names, the one shared library found
-the same way, shellcheck clean, and a clear error naming any missing contract variable (strict mode, as
-behaviour: test_strict_mode.py)."""
+the same way, and a clear error naming any missing contract variable (strict mode, as behaviour:
+test_strict_mode.py). shellcheck runs in `make lint` (tests/scripts/test_lint_coverage.py)."""
 
 from __future__ import annotations
 
@@ -22,15 +22,6 @@ CONTRACT_SCRIPTS = (
 
 def test_scripts_are_exactly_the_contract_list_in_order():
     assert sorted(path.name for path in SCRIPTS_DIR.glob("*.sh")) == CONTRACT_SCRIPTS
-
-
-def test_shellcheck_is_clean_over_every_script_and_the_library():
-    shellcheck = shutil.which("shellcheck")
-    assert shellcheck, "shellcheck is not installed: run `make setup`"
-    paths = [str(path.relative_to(REPO)) for path in sorted(SCRIPTS_DIR.rglob("*.sh"))]
-    assert "scripts/ami/lib/common.sh" in paths
-    result = subprocess.run([shellcheck, *paths], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert result.returncode == 0, result.stdout + result.stderr
 
 
 # One variable each script cannot work without; removing it must fail before anything is touched.
