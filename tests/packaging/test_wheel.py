@@ -53,6 +53,14 @@ def test_the_wheel_holds_every_file_of_ami_and_scripts(installed_wheel):
     assert shipped == _repository_files("ami") | _repository_files("scripts")
 
 
+def test_the_wheel_declares_its_license_as_an_spdx_expression(installed_wheel):
+    # pyproject's license = "Apache-2.0" (PEP 639), read by setuptools 77.0.0 and newer: the core metadata field is
+    # License-Expression (https://setuptools.pypa.io/en/latest/history.html#v77-0-0).
+    wheel = zipfile.ZipFile(installed_wheel.wheel)
+    (metadata,) = [name for name in wheel.namelist() if name.endswith(".dist-info/METADATA")]
+    assert "License-Expression: Apache-2.0" in wheel.read(metadata).decode().splitlines()
+
+
 def test_gpufleet_is_imported_from_the_wheel_and_reads_its_own_data(installed_wheel):
     package = installed_wheel.site_packages / "gpufleet"
     assert installed_wheel.attribute("gpufleet", "__file__") == str(package / "__init__.py")
