@@ -45,7 +45,8 @@ ALL_REDUCE = table(
     ranks=16,
     hosts=2,
 )
-UNNAMED = table(None, (row(8, 0.5, 0.4), row(4096, 2.0, 2.5)), ranks=8, hosts=None)
+# One byte is a size nccl-tests can start from (-b 1); only the 0-byte rows stay off the log axis.
+UNNAMED = table(None, (row(1, 0.1, 0.1), row(8, 0.5, 0.4), row(4096, 2.0, 2.5)), ranks=8, hosts=None)
 
 
 @pytest.fixture
@@ -74,8 +75,8 @@ def test_each_table_is_two_lines_of_busbw_against_message_size_without_the_empty
     assert lines == [
         ("all_reduce out-of-place", [1024, 1048576, 1073741824], [1.0, 40.0, 90.0], "-", "o"),
         ("all_reduce in-place", [1024, 1048576, 1073741824], [1.1, 41.5, 89.0], "--", "s"),
-        ("nccl-tests out-of-place", [8, 4096], [0.5, 2.0], "-", "o"),
-        ("nccl-tests in-place", [8, 4096], [0.4, 2.5], "--", "s"),
+        ("nccl-tests out-of-place", [1, 8, 4096], [0.1, 0.5, 2.0], "-", "o"),
+        ("nccl-tests in-place", [1, 8, 4096], [0.1, 0.4, 2.5], "--", "s"),
     ]
     out_of_place, in_place, other, _ = axes.get_lines()
     assert in_place.get_color() == out_of_place.get_color() != other.get_color()
@@ -120,7 +121,7 @@ def test_the_size_axis_is_log2_labelled_every_third_power_and_spans_the_sizes(dr
     minor = axes.xaxis.get_minor_locator()()
     assert (len(minor), minor[0], minor[-1]) == (46, 1.0, 2.0**45)
     assert axes.xaxis.get_minor_formatter()(2.0**4, 0) == ""
-    assert axes.get_xlim() == (8 / 1.5, 1073741824 * 1.5)
+    assert axes.get_xlim() == (1 / 1.5, 1073741824 * 1.5)
     assert axes.get_ylim()[0] == 0
     assert (axes.get_xlabel(), axes.get_ylabel()) == ("message size", "bus bandwidth (GB/s)")
 
