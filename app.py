@@ -11,9 +11,8 @@ import sys
 
 import aws_cdk as cdk
 
-from gpufleet.ami.pipeline import load_pipeline
-from gpufleet.environment import environment_files, load_environments, load_named_environment
 from gpufleet.errors import GpufleetError
+from gpufleet.loading import environment_files, load_environments, load_named_environment, load_pipeline
 from stacks.ami_pipeline_stack import add_ami_pipeline_stack
 from stacks.environment_stacks import add_compliance_checks, add_environment_stacks
 

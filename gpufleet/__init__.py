@@ -4,7 +4,7 @@ Where gpufleet finds its data: inside the package, in gpufleet/data/, located wi
 repository gpufleet/data/ami and gpufleet/data/scripts are symlinks to the top-level ami/ and scripts/, so a
 checkout and an editable install read those directories; a wheel (and an sdist) carries copies of them. Every
 file under ami/ and scripts/ is shipped (pyproject.toml's package-data globs them). Environments are not package
-data: see gpufleet.environment.environments_dir.
+data: see gpufleet.loading.environments_dir.
 """
 
 from importlib.resources import files

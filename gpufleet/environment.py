@@ -1,52 +1,40 @@
-"""Environment files (environments/NAME.yaml) parsed into frozen, typed objects.
+"""The model of an environment file (environments/NAME.yaml): frozen, typed objects.
 
 Parsing checks shape, types and every rule about one field alone (allowed values, ranges, id patterns; pydantic,
-unknown keys rejected everywhere); the rules that need more than one field or outside knowledge live in
-gpufleet.validators, one class per rule.
+unknown keys rejected everywhere); the rules that need more than one field or outside knowledge live in the
+gpufleet.validators package, one class per rule, and gpufleet.loading reads files and runs both.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
 import re
 from collections.abc import Callable
-from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from gpufleet.config_file import read_model
-from gpufleet.errors import GpufleetError
-from gpufleet.fallback import CHECK_INTERVAL_MINUTES
-from gpufleet.rules import AccountId, LogRetentionDays, RegionName, checked, one_of
-from gpufleet.validators import (
+from gpufleet.constants import (
     ALLOCATION_STRATEGIES,
     BACKEND_SPOT_FLEET,
+    ENVIRONMENT_TAG_KEY,
+    FALLBACK_CHECK_INTERVAL_MINUTES,
     FLEET_BACKENDS,
+    FLEET_TYPE_MAINTAIN,
+    FLEET_TYPE_REQUEST,
     FLEET_TYPES,
     ON_DEMAND_ALLOCATION_STRATEGIES,
+    REPLACEMENT_LAUNCH,
     REPLACEMENT_STRATEGIES,
     RESERVATION_PREFERENCE_ONLY,
     RESERVATION_PREFERENCES,
     ROLLOUT_MANUAL,
     ROLLOUT_REPLACE_ALL,
     ROLLOUTS,
-    validate_environment,
 )
+from gpufleet.rules import AccountId, LogRetentionDays, RegionName, checked, one_of
 
-if TYPE_CHECKING:
-    from gpufleet.ami.pipeline import Pipeline
-
-ENVIRONMENTS_DIR_VARIABLE = "GPUFLEET_ENVIRONMENTS_DIR"
-WHERE_ENVIRONMENTS_ARE = f"run gpufleet where environments/ is, or set {ENVIRONMENTS_DIR_VARIABLE}"
-# Tag on every resource and node of an environment; operator tools and IAM conditions select by it.
-ENVIRONMENT_TAG_KEY = "gpufleet:environment"
-# The termination lifecycle hook of an Auto Scaling group (fleet.backend auto-scaling), which the node watcher
-# completes (stacks/constructs/gpu_auto_scaling_group.py, scripts/node/spot-watcher.sh).
-TERMINATION_HOOK_NAME = "gpufleet-checkpoint"
-# How a new node image reaches a fleet (fleet.rollout): see Fleet.image_rollout.
 SMALLEST_VPC_PREFIX = 24
 LARGEST_VPC_PREFIX = 16
 PATH_PATTERN = re.compile(r"(/[A-Za-z0-9_.\-]+)+")
@@ -137,10 +125,11 @@ def _scratch_mount_problem(path: str) -> str | None:
 
 def _fallback_minutes_problem(minutes: int) -> str | None:
     """The function sees the fleet once per check interval (its EventBridge schedule): a shorter bound cannot hold."""
-    if minutes < CHECK_INTERVAL_MINUTES:
+    interval = FALLBACK_CHECK_INTERVAL_MINUTES
+    if minutes < interval:
         return (
-            f"{minutes} is shorter than the fallback's check interval (at least {CHECK_INTERVAL_MINUTES}: the fleet "
-            f"is checked every {CHECK_INTERVAL_MINUTES} minutes)"
+            f"{minutes} is shorter than the fallback's check interval (at least {interval}: the fleet is checked every "
+            f"{interval} minutes)"
         )
     return None
 
@@ -247,7 +236,7 @@ class Capacity(_Section):
 class CapacityRebalance(_Section):
     replacement_strategy: Annotated[
         StrictStr, one_of("a capacity rebalance replacement strategy", REPLACEMENT_STRATEGIES)
-    ] = Field("launch", description="launch | launch-before-terminate (as the EC2 API spells them).")
+    ] = Field(REPLACEMENT_LAUNCH, description="launch | launch-before-terminate (as the EC2 API spells them).")
     termination_delay_seconds: Annotated[StrictInt, checked(_termination_delay_problem)] | None = Field(
         None, description="120-7200; only with launch-before-terminate."
     )
@@ -275,7 +264,7 @@ class Fleet(_Section):
         "diversified strategy).",
     )
     type: Annotated[StrictStr, one_of("a fleet type", FLEET_TYPES)] = Field(
-        "maintain", description="maintain (replace interrupted nodes) | request (one-shot)."
+        FLEET_TYPE_MAINTAIN, description="maintain (replace interrupted nodes) | request (one-shot)."
     )
     allocation_strategy: Annotated[StrictStr, one_of("a spot allocation strategy", ALLOCATION_STRATEGIES)] = Field(
         "priceCapacityOptimized", description="Spot allocation strategy, spelled as the EC2 Spot Fleet API spells it."
@@ -306,7 +295,7 @@ class Fleet(_Section):
     @property
     def image_rollout(self) -> str:
         """manual or replace-all: what a deploy that resolves a new image does to this fleet."""
-        if self.type == "request":
+        if self.type == FLEET_TYPE_REQUEST:
             return ROLLOUT_REPLACE_ALL
         return self.rollout or ROLLOUT_MANUAL
 
@@ -384,67 +373,3 @@ class Environment(_Section):
     def resource_tags(self) -> dict[str, str]:
         """The tags every resource of the environment carries: the file's tags and the environment tag."""
         return {**self.tags, ENVIRONMENT_TAG_KEY: self.name}
-
-
-def environments_dir() -> Path:
-    """GPUFLEET_ENVIRONMENTS_DIR, else environments/ in the current directory. Environments are the user's
-    configuration, not data shipped with gpufleet: an installed gpufleet has none of its own."""
-    return Path(os.environ.get(ENVIRONMENTS_DIR_VARIABLE, Path.cwd() / "environments"))
-
-
-def environment_files(directory: Path | None = None) -> list[Path]:
-    directory = directory or environments_dir()
-    return sorted(directory.glob("*.yaml"))
-
-
-def parse_environment(path: Path) -> Environment:
-    """Read and parse one environment file; raise GpufleetError listing every problem found."""
-    return read_model(path, Environment, reference="environments/README.md")
-
-
-def check_environment(path: Path, ami_pipeline: Pipeline | None = None) -> tuple[Environment, list[str]]:
-    """Parse and validate one environment file (against the AMI pipeline that publishes its image, when given).
-    Errors raise GpufleetError with every problem, one per line; warnings alone do not (gpufleet.validators says
-    which rules warn) and come back as lines for the caller to print."""
-    environment = parse_environment(path)
-    found = validate_environment(environment, path, ami_pipeline=ami_pipeline)
-    lines = [problem.line(path) for problem in found]
-    if any(problem.severity == "error" for problem in found):
-        raise GpufleetError(*lines)
-    return environment, lines
-
-
-def load_environment(path: Path, ami_pipeline: Pipeline | None = None) -> Environment:
-    return check_environment(path, ami_pipeline)[0]
-
-
-def check_environments(paths: list[Path], ami_pipeline: Pipeline | None = None) -> tuple[list[Environment], list[str]]:
-    """Check every file, collecting the problems of all of them before failing; return the environments and the
-    warning lines."""
-    environments: list[Environment] = []
-    lines: list[str] = []
-    failed = False
-    for path in paths:
-        try:
-            environment, warnings = check_environment(path, ami_pipeline)
-        except GpufleetError as error:
-            failed = True
-            lines.extend(error.problems)
-        else:
-            environments.append(environment)
-            lines.extend(warnings)
-    if failed:
-        raise GpufleetError(*lines)
-    return environments, lines
-
-
-def load_environments(paths: list[Path], ami_pipeline: Pipeline | None = None) -> list[Environment]:
-    return check_environments(paths, ami_pipeline)[0]
-
-
-def load_named_environment(name: str, ami_pipeline: Pipeline | None = None) -> Environment:
-    path = environments_dir() / f"{name}.yaml"
-    if not path.exists():
-        known = ", ".join(p.stem for p in environment_files()) or f"none; {WHERE_ENVIRONMENTS_ARE}"
-        raise GpufleetError(f"{path}: unknown environment '{name}' (known: {known})")
-    return load_environment(path, ami_pipeline)

@@ -29,13 +29,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 RAISE, LOWER, HOLD = "raise", "lower", "hold"
-# The fleet backends the fallback drives (fleet.backend; the Lambda gets one in BACKEND).
-SPOT_FLEET, AUTO_SCALING = "spot-fleet", "auto-scaling"
-# How often the Lambda looks (its EventBridge schedule, rate(5 minutes)): EventBridge rate expressions count in whole
-# minutes at the finest ("Valid values: minute | minutes | hour | hours | day | days", EventBridge user guide, Rate
-# expressions reference, https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-rate-expressions.html). A time
-# bound shorter than this cannot be honoured: the validators refuse one.
-CHECK_INTERVAL_MINUTES = 5
 # What stopped a spot launch, as read from a Spot Fleet's history or an Auto Scaling group's activities.
 NO_CAPACITY, PRICE, ERROR = "no-capacity", "price", "error"
 

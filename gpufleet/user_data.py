@@ -17,15 +17,13 @@ from __future__ import annotations
 import base64
 import gzip
 import shlex
-from typing import TYPE_CHECKING
 
 from gpufleet import shipped_path
 from gpufleet.ami import published_profile
 from gpufleet.catalog import InstanceType
+from gpufleet.constants import BACKEND_AUTO_SCALING, ROLLOUT_REPLACE_ALL, TERMINATION_HOOK_NAME
+from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
-
-if TYPE_CHECKING:
-    from gpufleet.environment import Environment
 
 SCRIPTS_DIR = shipped_path("scripts", "node")
 INSTALL_DIR = "/opt/gpufleet/node"
@@ -63,16 +61,11 @@ def setup_scripts(env: Environment, instance: InstanceType) -> list[str]:
 
 def watches_spot(env: Environment) -> bool:
     """Spot nodes watch for interruption notices; every node of an Auto Scaling group for its termination."""
-    from gpufleet.validators import BACKEND_AUTO_SCALING  # imported here: gpufleet.validators imports this module
-
     return env.capacity.spot > 0 or env.fleet.backend == BACKEND_AUTO_SCALING
 
 
 def auto_scaling_settings(env: Environment) -> dict[str, str]:
     """What the node watcher needs to complete the group's termination lifecycle action; none for a Spot Fleet."""
-    from gpufleet.environment import TERMINATION_HOOK_NAME
-    from gpufleet.validators import BACKEND_AUTO_SCALING, ROLLOUT_REPLACE_ALL
-
     if env.fleet.backend != BACKEND_AUTO_SCALING:
         return {}
     return {

@@ -9,6 +9,13 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from gpufleet.catalog import InstanceType
+from gpufleet.constants import (
+    AVAILABILITY_ZONE_OUTPUT_KEY,
+    LAUNCH_TEMPLATE_OUTPUT_KEY,
+    PLACEMENT_GROUP_OUTPUT_KEY,
+    SECURITY_GROUP_OUTPUT_KEY,
+    SUBNET_OUTPUT_KEY,
+)
 from gpufleet.environment import Environment
 from stacks.constructs.capacity_block_warning import CapacityBlockWarning
 from stacks.constructs.capacity_fallback import CapacityFallback
@@ -72,11 +79,11 @@ class ClusterStack(cdk.Stack):
 
         outputs = {
             nodes.output_key: nodes.id,
-            "PlacementGroupName": placement_group.placement_group_name,
-            "SecurityGroupId": efa_security_group.security_group.security_group_id,
-            "LaunchTemplateId": launch_template.launch_template.ref,
-            "SubnetId": node_subnet.subnet_id,
-            "AvailabilityZone": environment.availability_zone,
+            PLACEMENT_GROUP_OUTPUT_KEY: placement_group.placement_group_name,
+            SECURITY_GROUP_OUTPUT_KEY: efa_security_group.security_group.security_group_id,
+            LAUNCH_TEMPLATE_OUTPUT_KEY: launch_template.launch_template.ref,
+            SUBNET_OUTPUT_KEY: node_subnet.subnet_id,
+            AVAILABILITY_ZONE_OUTPUT_KEY: environment.availability_zone,
         }
         for name, value in outputs.items():
             cdk.CfnOutput(self, name, value=value)

@@ -6,8 +6,8 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from gpufleet.catalog import load_catalog
-from gpufleet.environment import ENVIRONMENT_TAG_KEY, Environment
-from gpufleet.validators import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET
+from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET, ENVIRONMENT_TAG_KEY
+from gpufleet.environment import Environment
 from stacks.cluster_stack import ClusterStack
 from stacks.network_stack import NetworkStack
 

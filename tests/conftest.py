@@ -72,7 +72,7 @@ def synthesize(directory: Path, environments_dir: Path | None = None) -> Assembl
     """Synthesize like `cdk synth` does: the context of cdk.json, cdk-nag attached."""
     import aws_cdk as cdk
 
-    from gpufleet.environment import environment_files, load_environments
+    from gpufleet.loading import environment_files, load_environments
     from stacks.environment_stacks import add_compliance_checks, add_environment_stacks
 
     app = cdk.App(outdir=str(directory), context=CDK_CONTEXT)

@@ -1,29 +1,20 @@
-"""The AMI pipeline's configuration (ami/pipeline.yaml), parsed into a frozen object and checked rule by rule.
+"""The model of the AMI pipeline's configuration (ami/pipeline.yaml): a frozen object.
 
-Parsing checks shape, types and the rules about one field alone (pydantic, unknown keys rejected); each rule
-beyond that is one validator class, and a user sees every problem at once, one line each:
-``FILE: FIELD: problem (what is allowed)``.
+Parsing checks shape, types and the rules about one field alone (pydantic, unknown keys rejected); the rules beyond
+that are validators (gpufleet.validators.pipeline), and gpufleet.loading reads the file and runs both, so a user sees
+every problem at once, one line each: ``FILE: FIELD: problem (what is allowed)``.
 """
 
 from __future__ import annotations
 
-import os
 import re
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from gpufleet.ami import AMI_DIR, PROFILES_DIR, published_profile
-from gpufleet.ami.profile import profile_files
-from gpufleet.config_file import read_model
+from gpufleet.ami import published_profile
 from gpufleet.environment import Environment
-from gpufleet.errors import GpufleetError
-from gpufleet.rules import AccountId, LogRetentionDays, Problem, RegionName, Validator, checked
-
-PIPELINE_FILE_VARIABLE = "GPUFLEET_AMI_PIPELINE_FILE"
-
+from gpufleet.rules import AccountId, LogRetentionDays, RegionName, checked
 
 # The rules about one field alone, checked while parsing (gpufleet.rules.checked): each returns the problem or None.
 
@@ -135,7 +126,7 @@ def publish_regions(pipeline: Pipeline, environments: list[Environment]) -> dict
     """Where each profile of the pipeline is published: its build region first, then (sorted) the region of every
     environment that reads /gpufleet/ami/PROFILE in the pipeline's account. AMIs and SSM parameters are regional,
     so a build copies its image to those regions and writes the parameter in each. An environment of another account
-    or reading an unlisted profile gets nothing here; gpufleet.validators.PublishedImageValidator reports it."""
+    or reading an unlisted profile gets nothing here; gpufleet.validators.image.PublishedImageValidator reports it."""
     regions = {profile: [pipeline.region] for profile in pipeline.profiles}
     for environment in environments:
         profile = published_profile(environment.ami.ssm_parameter)
@@ -144,71 +135,3 @@ def publish_regions(pipeline: Pipeline, environments: list[Environment]) -> dict
         if environment.region not in regions[profile]:
             regions[profile].append(environment.region)
     return {profile: (home, *sorted(others)) for profile, (home, *others) in regions.items()}
-
-
-class PipelineValidator(Validator["Pipeline", "PipelineContext"]):
-    """A rule of the pipeline configuration."""
-
-
-@dataclass(frozen=True)
-class PipelineContext:
-    profiles_dir: Path
-
-
-class ProfilesValidator(PipelineValidator):
-    field = "profiles"
-
-    def check(self, pipeline, context):
-        known = [path.stem for path in profile_files(context.profiles_dir)]
-        if not pipeline.profiles:
-            return self.problem(f"no profile to build (list at least one of: {', '.join(known)})")
-        problems = []
-        for index, name in enumerate(pipeline.profiles):
-            if name not in known:
-                problems.append(
-                    Problem(
-                        f"profiles.{index}",
-                        f"'{name}' is not an AMI profile (allowed: {', '.join(known)}; see ami/profiles)",
-                    )
-                )
-            elif name in pipeline.profiles[:index]:
-                problems.append(Problem(f"profiles.{index}", f"'{name}' is listed twice (list each profile once)"))
-        return problems
-
-
-class PackerChecksumValidator(PipelineValidator):
-    field = "packer.sha256"
-
-    def check(self, pipeline, context):
-        digest = pipeline.packer.sha256
-        if digest is not None and not re.fullmatch(r"[0-9a-f]{64}", digest):
-            return self.problem(
-                f"'{digest}' is not a SHA-256 digest (64 lower-case hex digits, from "
-                f"packer_{pipeline.packer.version}_SHA256SUMS; or null)"
-            )
-        return []
-
-
-VALIDATORS: tuple[PipelineValidator, ...] = (
-    ProfilesValidator(),
-    PackerChecksumValidator(),
-)
-
-
-def parse_pipeline(path: Path) -> Pipeline:
-    return read_model(path, Pipeline, reference="ami/pipeline.yaml's comments")
-
-
-def pipeline_file() -> Path:
-    return Path(os.environ.get(PIPELINE_FILE_VARIABLE, AMI_DIR / "pipeline.yaml"))
-
-
-def load_pipeline(path: Path | None = None, profiles_dir: Path = PROFILES_DIR) -> Pipeline:
-    """Parse and validate the pipeline configuration; raise GpufleetError with every problem, one per line."""
-    path = path or pipeline_file()
-    pipeline = parse_pipeline(path)
-    context = PipelineContext(profiles_dir=profiles_dir)
-    problems = [problem for validator in VALIDATORS for problem in validator.check(pipeline, context)]
-    if problems:
-        raise GpufleetError(*(f"{path}: {problem.field}: {problem.message}" for problem in problems))
-    return pipeline

@@ -47,7 +47,7 @@ def register(ami_subparsers: argparse._SubParsersAction) -> None:
 def _region(args: argparse.Namespace) -> str:
     if args.region:
         return args.region
-    from gpufleet.environment import load_named_environment
+    from gpufleet.loading import load_named_environment
 
     return load_named_environment(args.env).region
 

@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpufleet.aws import Aws, aws_errors
-    from gpufleet.environment import load_named_environment
+    from gpufleet.loading import load_named_environment
     from gpufleet.ops import cost
 
     env = load_named_environment(args.env)

@@ -24,8 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from gpufleet.aws import Aws, aws_errors
     from gpufleet.catalog import load_catalog
-    from gpufleet.environment import load_named_environment
     from gpufleet.errors import GpufleetError
+    from gpufleet.loading import load_named_environment
     from gpufleet.ops import hostlists
     from gpufleet.ops.fleet import NODE_GROUP_ID_KEYS, find_node_group, group_id_option
 

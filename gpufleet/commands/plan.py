@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from gpufleet.environment import load_named_environment
+    from gpufleet.loading import load_named_environment
     from gpufleet.ops.plan import StackPair, plan_changes
 
     env = load_named_environment(args.env)

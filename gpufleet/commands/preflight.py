@@ -22,7 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from gpufleet.aws import Aws, aws_errors
     from gpufleet.catalog import load_catalog
-    from gpufleet.environment import load_named_environment
+    from gpufleet.loading import load_named_environment
     from gpufleet.ops import preflight
     from gpufleet.table import format_table
 

@@ -24,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
     from botocore.exceptions import ClientError
 
     from gpufleet.aws import Aws, aws_errors, describe_failure, is_unavailable
-    from gpufleet.environment import load_named_environment
+    from gpufleet.loading import load_named_environment
     from gpufleet.ops import fleet as node_groups
     from gpufleet.ops.fallback import fallback_status
     from gpufleet.table import format_table

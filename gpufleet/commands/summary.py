@@ -8,9 +8,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from gpufleet.catalog import load_catalog
+from gpufleet.constants import AVAILABILITY_ZONE_OUTPUT_KEY, BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET
 from gpufleet.errors import GpufleetError
 from gpufleet.table import format_table
-from gpufleet.validators import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET
 
 CLUSTER_STACK_SUFFIX = "-cluster"
 
@@ -99,7 +99,7 @@ def _summarize_stack(cdk_out: Path, stack: str) -> ClusterSummary:
         # Both interface types give the node an EFA device; efa-only has no ENA device besides.
         efa_interfaces_per_node=sum(1 for i in interfaces if i["InterfaceType"] in ("efa", "efa-only")),
         placement_strategy=_placement(template_data, only("AWS::EC2::PlacementGroup")["Strategy"]),
-        availability_zone=template["Outputs"]["AvailabilityZone"]["Value"],
+        availability_zone=template["Outputs"][AVAILABILITY_ZONE_OUTPUT_KEY]["Value"],
     )
 
 

@@ -6,9 +6,14 @@ import argparse
 import sys
 from pathlib import Path
 
-from gpufleet.ami.pipeline import load_pipeline
-from gpufleet.environment import WHERE_ENVIRONMENTS_ARE, check_environments, environment_files, environments_dir
 from gpufleet.errors import GpufleetError
+from gpufleet.loading import (
+    WHERE_ENVIRONMENTS_ARE,
+    check_environments,
+    environment_files,
+    environments_dir,
+    load_pipeline,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -9,8 +9,9 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from gpufleet.aws import error_code
+from gpufleet.constants import FALLBACK_CHECK_INTERVAL_MINUTES
 from gpufleet.environment import Environment
-from gpufleet.fallback import CHECK_INTERVAL_MINUTES, FallbackState, parameter_name
+from gpufleet.fallback import FallbackState, parameter_name
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ class FallbackStatus:
         if self.state is None:
             return (
                 f"{prefix}: not run yet (the function writes its state on its first run; it runs every "
-                f"{CHECK_INTERVAL_MINUTES} minutes)"
+                f"{FALLBACK_CHECK_INTERVAL_MINUTES} minutes)"
             )
         if self.about_another_fleet:
             return (

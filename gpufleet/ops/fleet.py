@@ -13,14 +13,10 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from gpufleet.aws import error_code
+from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET, NODE_GROUP_OUTPUTS
 from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
-from gpufleet.validators import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET
 
-FLEET_OUTPUT_KEY = "FleetRequestId"
-AUTO_SCALING_GROUP_OUTPUT_KEY = "AutoScalingGroupName"
-# The cluster stack output that names the node group, by fleet.backend (stacks/constructs/node_group.py writes it).
-NODE_GROUP_OUTPUTS = {BACKEND_SPOT_FLEET: FLEET_OUTPUT_KEY, BACKEND_AUTO_SCALING: AUTO_SCALING_GROUP_OUTPUT_KEY}
 EVENT_WINDOW = dt.timedelta(hours=24)
 
 

@@ -19,8 +19,8 @@ from typing import Any, Literal
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gpufleet.aws import error_code, error_message
+from gpufleet.constants import PROFILE_TAG_KEY
 
-PROFILE_TAG = "gpufleet:profile"
 SSM_AMI_PATH = "/gpufleet/ami/"
 
 Action = Literal["keep-newest", "keep-in-use", "keep-pending", "deregister"]
@@ -122,7 +122,9 @@ def image_references(ec2: Any, ssm: Any) -> dict[str, list[str]]:
 def gpufleet_images(ec2: Any, references: dict[str, list[str]], profile: str | None = None) -> list[Image]:
     """gpufleet's images, by profile then newest first."""
     tag_filter = (
-        {"Name": f"tag:{PROFILE_TAG}", "Values": [profile]} if profile else {"Name": "tag-key", "Values": [PROFILE_TAG]}
+        {"Name": f"tag:{PROFILE_TAG_KEY}", "Values": [profile]}
+        if profile
+        else {"Name": "tag-key", "Values": [PROFILE_TAG_KEY]}
     )
     # DescribeImages leaves disabled images out unless IncludeDisabled is set, and a disabled image is one to
     # prune. Deprecated images need no flag: their owner always sees them (IncludeDeprecated's documentation).
@@ -141,7 +143,7 @@ def gpufleet_images(ec2: Any, references: dict[str, list[str]], profile: str | N
             Image(
                 image_id=image["ImageId"],
                 name=image.get("Name", ""),
-                profile=tags[PROFILE_TAG],
+                profile=tags[PROFILE_TAG_KEY],
                 created=image.get("CreationDate", ""),
                 state=image["State"],
                 snapshot_ids=snapshots,

@@ -23,10 +23,11 @@ from gpufleet.aws import (
     is_unavailable,
 )
 from gpufleet.catalog import InstanceType
+from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET
 from gpufleet.environment import Environment
 from gpufleet.ops.checks import Check, unavailable
 from gpufleet.ops.reservations import capacity_source_checks
-from gpufleet.validators import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET, valid_until_problem
+from gpufleet.validators.fleet import valid_until_problem
 
 Lifecycle = Literal["on-demand", "spot"]
 

@@ -18,9 +18,9 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from gpufleet.aws import error_code, error_message, is_unavailable
+from gpufleet.constants import RESERVATION_PREFERENCE_ONLY
 from gpufleet.environment import CapacityReservation, Environment
 from gpufleet.ops.checks import Check, unavailable
-from gpufleet.validators import RESERVATION_PREFERENCE_ONLY
 
 NODE_PLATFORM = "Linux/UNIX"
 NODE_TENANCY = "default"

@@ -32,13 +32,12 @@ from typing import Any
 import boto3
 from botocore.exceptions import ClientError
 
+from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET
 from gpufleet.fallback import (
-    AUTO_SCALING,
     ERROR,
     HOLD,
     NO_CAPACITY,
     PRICE,
-    SPOT_FLEET,
     Decision,
     FallbackSettings,
     FallbackState,
@@ -237,11 +236,11 @@ def settings_from_environment(target: int) -> FallbackSettings:
 
 
 def node_group(backend: str, node_group_id: str, clients: dict[str, Any]) -> SpotFleet | AutoScalingGroup:
-    if backend == SPOT_FLEET:
+    if backend == BACKEND_SPOT_FLEET:
         return SpotFleet(clients["ec2"], node_group_id)
-    if backend == AUTO_SCALING:
+    if backend == BACKEND_AUTO_SCALING:
         return AutoScalingGroup(clients["autoscaling"], clients["ec2"], node_group_id)
-    raise ValueError(f"BACKEND is {backend!r}: {SPOT_FLEET} or {AUTO_SCALING}")
+    raise ValueError(f"BACKEND is {backend!r}: {BACKEND_SPOT_FLEET} or {BACKEND_AUTO_SCALING}")
 
 
 def run(backend: str, node_group_id: str, parameter: str, clients: dict[str, Any], now: dt.datetime) -> dict[str, Any]:

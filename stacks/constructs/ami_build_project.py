@@ -19,12 +19,11 @@ from constructs import Construct
 
 from gpufleet.ami import AMI_PARAMETER_PREFIX, SSM_AGENT_ACTIONS
 from gpufleet.ami.pipeline import Pipeline
+from gpufleet.constants import PROFILE_TAG_KEY, SOURCE_AMI_TAG_KEY
 from gpufleet.rules import LOG_RETENTION_DAYS
 
-PROFILE_TAG_KEY = "gpufleet:profile"
-# The build (ami/packer/source.pkr.hcl) puts this tag in `tags` and `snapshot_tags`, not in `run_tags`: an
+# The build (ami/packer/source.pkr.hcl) puts SOURCE_AMI_TAG_KEY in `tags` and `snapshot_tags`, not in `run_tags`: an
 # image or snapshot carries it once Packer has finished it (see pipeline_image_statements).
-SOURCE_AMI_TAG_KEY = "gpufleet:source-ami"
 # Packer names its temporary key pair packer_<uuid>.
 PACKER_TEMPORARY_KEY_PAIR = "packer_*"
 BUILD_INSTANCE_PROFILE_VARIABLE = "BUILD_INSTANCE_PROFILE"

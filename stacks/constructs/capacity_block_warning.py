@@ -22,7 +22,8 @@ from aws_cdk import aws_events as events
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from gpufleet.environment import ENVIRONMENT_TAG_KEY, Environment
+from gpufleet.constants import ENVIRONMENT_TAG_KEY
+from gpufleet.environment import Environment
 from gpufleet.user_data import INSTALL_DIR, SETTINGS_FILE
 
 EXPIRATION_WARNINGS = ("Capacity Block Expiration Warning", "Capacity Block Reservation Expiration Warning")

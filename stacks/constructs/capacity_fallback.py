@@ -26,8 +26,9 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
+from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET, FALLBACK_CHECK_INTERVAL_MINUTES
 from gpufleet.environment import Fallback
-from gpufleet.fallback import AUTO_SCALING, CHECK_INTERVAL_MINUTES, SPOT_FLEET, parameter_name
+from gpufleet.fallback import parameter_name
 from stacks.constructs.provider_findings import acknowledge_provider
 
 HANDLER_DIR = Path(__file__).resolve().parent.parent / "capacity_fallback"
@@ -55,8 +56,8 @@ class CapacityFallback(Construct):
         log_retention: logs.RetentionDays,
     ) -> None:
         super().__init__(scope, construct_id)
-        if backend not in (SPOT_FLEET, AUTO_SCALING):
-            raise ValueError(f"backend {backend!r}: {SPOT_FLEET} or {AUTO_SCALING}")
+        if backend not in (BACKEND_SPOT_FLEET, BACKEND_AUTO_SCALING):
+            raise ValueError(f"backend {backend!r}: {BACKEND_SPOT_FLEET} or {BACKEND_AUTO_SCALING}")
         stack = cdk.Stack.of(self)
         parameter = parameter_name(environment_name)
         log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=cdk.RemovalPolicy.DESTROY)
@@ -110,7 +111,7 @@ class CapacityFallback(Construct):
         self.rule = events.Rule(
             self,
             "Schedule",
-            schedule=events.Schedule.rate(cdk.Duration.minutes(CHECK_INTERVAL_MINUTES)),
+            schedule=events.Schedule.rate(cdk.Duration.minutes(FALLBACK_CHECK_INTERVAL_MINUTES)),
             description=f"gpufleet {environment_name}: check the fleet's spot capacity",
             targets=[targets.LambdaFunction(self.function, retry_attempts=0)],
         )
@@ -173,7 +174,7 @@ class CapacityFallback(Construct):
     def _grant_node_group(self, role: iam.Role, backend: str, node_group_id: str) -> list[str]:
         """Let the role change this one fleet request or group; return the read actions granted on "*"."""
         stack = cdk.Stack.of(self)
-        if backend == SPOT_FLEET:
+        if backend == BACKEND_SPOT_FLEET:
             # All three act on the spot-fleet-request resource type in the Service Authorization Reference as
             # parliament 1.6.4 bundles it (parliament/iam_definition.json), as the fleet teardown's calls do
             # (stacks/constructs/fleet_teardown.py; tests/stacks/test_iam_resources.py holds both to it).

@@ -32,13 +32,13 @@ from __future__ import annotations
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
 
+from gpufleet.constants import (
+    AUTO_SCALING_RESERVATION_PREFERENCES,
+    BACKEND_SPOT_FLEET,
+    CAPACITY_BLOCK_MARKET_TYPE,
+    LAUNCH_TEMPLATE_RESERVATIONS_ONLY,
+)
 from gpufleet.environment import Environment
-from gpufleet.validators import BACKEND_SPOT_FLEET
-
-CAPACITY_BLOCK_MARKET_TYPE = "capacity-block"
-# The launch template's and the Auto Scaling group's spellings of capacity.reservation.preference.
-LAUNCH_TEMPLATE_ONLY = "capacity-reservations-only"
-AUTO_SCALING_PREFERENCES = {"only": "capacity-reservations-only", "first": "capacity-reservations-first"}
 
 
 def launch_template_market_options(
@@ -67,7 +67,7 @@ def launch_template_capacity_reservation(
         return None
     # gpufleet.validators leaves the spot-fleet backend preference only, with one id or a group.
     return ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
-        capacity_reservation_preference=LAUNCH_TEMPLATE_ONLY,
+        capacity_reservation_preference=LAUNCH_TEMPLATE_RESERVATIONS_ONLY,
         capacity_reservation_target=ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(
             capacity_reservation_id=reservation.ids[0] if reservation.ids else None,
             capacity_reservation_resource_group_arn=reservation.resource_group_arn,
@@ -84,7 +84,7 @@ def auto_scaling_capacity_reservation(
     if reservation is None:
         return None
     return autoscaling.CfnAutoScalingGroup.CapacityReservationSpecificationProperty(
-        capacity_reservation_preference=AUTO_SCALING_PREFERENCES[reservation.preference],
+        capacity_reservation_preference=AUTO_SCALING_RESERVATION_PREFERENCES[reservation.preference],
         capacity_reservation_target=autoscaling.CfnAutoScalingGroup.CapacityReservationTargetProperty(
             capacity_reservation_ids=list(reservation.ids) if reservation.ids else None,
             capacity_reservation_resource_group_arns=[reservation.resource_group_arn]

@@ -41,12 +41,14 @@ from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from gpufleet.environment import ENVIRONMENT_TAG_KEY, TERMINATION_HOOK_NAME, Environment
-from gpufleet.validators import (
+from gpufleet.constants import (
     AUTO_SCALING_ON_DEMAND_ALLOCATION_STRATEGIES,
     AUTO_SCALING_SPOT_ALLOCATION_STRATEGIES,
+    ENVIRONMENT_TAG_KEY,
     ROLLOUT_REPLACE_ALL,
+    TERMINATION_HOOK_NAME,
 )
+from gpufleet.environment import Environment
 from stacks.constructs.capacity_reservations import auto_scaling_capacity_reservation
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
 

@@ -31,8 +31,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from gpufleet.environment import ENVIRONMENT_TAG_KEY, Environment
-from gpufleet.validators import ROLLOUT_REPLACE_ALL
+from gpufleet.constants import ENVIRONMENT_TAG_KEY, ROLLOUT_REPLACE_ALL
+from gpufleet.environment import Environment
 
 IMAGE_TAG_KEY = "gpufleet:image"
 LAUNCH_TEMPLATE_VERSION_TAG_KEY = "gpufleet:launch-template-version"

@@ -1,7 +1,7 @@
 """The one seam for "the thing that keeps N nodes running": node_group builds the environment's fleet.backend.
 
 Each backend brings its teardown guarantee and names its CloudFormation output, which the operator commands read
-(gpufleet.ops.fleet.NODE_GROUP_OUTPUTS):
+(gpufleet.constants.NODE_GROUP_OUTPUTS):
 - spot-fleet: the Spot Fleet (stacks/constructs/gpu_spot_fleet.py) and the FleetTeardown custom resource that
   cancels it and waits for its nodes before the resources they sit in are deleted;
 - auto-scaling: the Auto Scaling group (stacks/constructs/gpu_auto_scaling_group.py), whose own deletion terminates
@@ -16,9 +16,8 @@ import aws_cdk as cdk
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from gpufleet.environment import ENVIRONMENT_TAG_KEY, Environment
-from gpufleet.ops.fleet import NODE_GROUP_OUTPUTS
-from gpufleet.validators import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET
+from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET, ENVIRONMENT_TAG_KEY, NODE_GROUP_OUTPUTS
+from gpufleet.environment import Environment
 from stacks.constructs.fleet_teardown import FleetTeardown
 from stacks.constructs.gpu_auto_scaling_group import GpuAutoScalingGroup
 from stacks.constructs.gpu_spot_fleet import GpuSpotFleet

@@ -5,8 +5,9 @@ from __future__ import annotations
 import botocore.session
 import pytest
 
-from gpufleet.environment import CAPACITY_RESERVATION_RESOURCE_GROUP_ARN, load_environment
-from gpufleet.validators import BACKEND_AUTO_SCALING
+from gpufleet.constants import BACKEND_AUTO_SCALING
+from gpufleet.environment import CAPACITY_RESERVATION_RESOURCE_GROUP_ARN
+from gpufleet.loading import load_environment
 from tests.gpufleet.test_validators import changed, problems_of, write
 
 RESERVATION_ID = "cr-0123456789abcdef0"

@@ -1,58 +1,14 @@
-"""Where gpufleet looks for environment files: GPUFLEET_ENVIRONMENTS_DIR, else ./environments (the user's data,
-never the package's)."""
+"""The environment model's rules about one field alone, each bound on both sides and each message word for word."""
 
 from __future__ import annotations
 
 import re
-import shutil
-from pathlib import Path
 from typing import Annotated
 
 import pytest
 from pydantic import TypeAdapter
 
 from gpufleet import environment
-from gpufleet.ami.pipeline import load_pipeline
-from gpufleet.cli import main
-from gpufleet.environment import environments_dir, load_named_environment
-from gpufleet.errors import GpufleetError
-
-SHIPPED_DEV = Path(__file__).resolve().parents[2] / "environments" / "dev.yaml"
-
-
-@pytest.fixture
-def elsewhere(tmp_path, monkeypatch) -> Path:
-    monkeypatch.delenv("GPUFLEET_ENVIRONMENTS_DIR", raising=False)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-def test_environments_are_read_from_the_current_directory(elsewhere, capsys):
-    (elsewhere / "environments").mkdir()
-    shutil.copy(SHIPPED_DEV, elsewhere / "environments" / "dev.yaml")
-    assert environments_dir() == elsewhere / "environments"
-    assert main(["validate"]) == 0
-    assert capsys.readouterr().out == f"{elsewhere}/environments/dev.yaml: ok (dev: 2 x p4d.24xlarge in us-east-1a)\n"
-
-
-def test_the_variable_names_another_directory(elsewhere, monkeypatch):
-    monkeypatch.setenv("GPUFLEET_ENVIRONMENTS_DIR", "/srv/fleet")
-    assert environments_dir() == Path("/srv/fleet")
-
-
-def test_no_environments_here_says_where_they_are_looked_for(elsewhere, capsys):
-    assert main(["validate"]) == 1
-    assert capsys.readouterr().err == (
-        f"{elsewhere}/environments: no environment files (*.yaml) found (run gpufleet "
-        "where environments/ is, or set GPUFLEET_ENVIRONMENTS_DIR)\n"
-    )
-    with pytest.raises(GpufleetError) as raised:
-        load_named_environment("dev")
-    assert raised.value.problems == (
-        f"{elsewhere}/environments/dev.yaml: unknown environment 'dev' (known: none; run gpufleet where "
-        "environments/ is, or set GPUFLEET_ENVIRONMENTS_DIR)",
-    )
-
 
 # The rules about one field alone (gpufleet/environment.py): each bound on both sides, each message word for word.
 TAG_PROBLEM = "not a usable tag (keys 1-128 characters, not starting with aws:, values at most 256 characters)"
@@ -154,27 +110,6 @@ def test_a_pattern_rule_names_what_was_expected_and_an_example(value, problem):
             adapter.validate_python(value)
 
 
-def test_the_ami_pipeline_reaches_the_image_rule(tmp_path, monkeypatch):
-    """dev reads /gpufleet/ami/p4d-ubuntu1804-cuda11, which ami/pipeline.yaml publishes in account 123456789012."""
-    monkeypatch.setenv("GPUFLEET_ENVIRONMENTS_DIR", str(tmp_path))
-    path = tmp_path / "dev.yaml"
-    path.write_text(SHIPPED_DEV.read_text().replace('account: "123456789012"', 'account: "210987654321"'))
-    pipeline = load_pipeline(SHIPPED_DEV.parents[1] / "ami" / "pipeline.yaml")
-    problem = (
-        f"{path}: ami.ssm_parameter: /gpufleet/ami/p4d-ubuntu1804-cuda11 is published in account 123456789012, "
-        "not in 210987654321 (deploy in 123456789012, or set ami.id to an image shared with 210987654321)"
-    )
-
-    assert load_named_environment("dev").account == "210987654321"
-    for load in (
-        lambda: load_named_environment("dev", pipeline),
-        lambda: environment.load_environments([path], pipeline),
-    ):
-        with pytest.raises(GpufleetError) as raised:
-            load()
-        assert raised.value.problems == (problem,)
-
-
 @pytest.mark.parametrize(
     ("reservation_id", "problem"),
     [
@@ -188,33 +123,3 @@ def test_a_capacity_reservation_id_is_cr_and_17_hex_digits(reservation_id, probl
     else:
         with pytest.raises(ValueError, match=re.escape(problem)):
             environment.CapacityBlock(reservation_id=reservation_id)
-
-
-def test_an_unknown_environment_names_the_known_ones(tmp_path, monkeypatch):
-    (tmp_path / "dev.yaml").write_text(SHIPPED_DEV.read_text())
-    (tmp_path / "prod.yaml").write_text(SHIPPED_DEV.read_text().replace("name: dev", "name: prod"))
-    monkeypatch.setenv("GPUFLEET_ENVIRONMENTS_DIR", str(tmp_path))
-
-    with pytest.raises(GpufleetError) as raised:
-        load_named_environment("staging")
-
-    assert raised.value.problems == (f"{tmp_path}/staging.yaml: unknown environment 'staging' (known: dev, prod)",)
-    assert load_named_environment("prod").name == "prod"
-
-
-def test_several_files_report_every_problem_of_every_file(tmp_path):
-    good = tmp_path / "dev.yaml"
-    good.write_text(SHIPPED_DEV.read_text())
-    bad_name = tmp_path / "bad.yaml"
-    bad_name.write_text(SHIPPED_DEV.read_text().replace("name: dev", "name: Bad"))
-    bad_target = tmp_path / "none.yaml"
-    bad_target.write_text(SHIPPED_DEV.read_text().replace("target: 2", "target: 0"))
-
-    with pytest.raises(GpufleetError) as raised:
-        environment.check_environments([bad_name, good, bad_target])
-
-    assert raised.value.problems == (
-        f"{bad_name}: name: 'Bad' {NAME_PROBLEM}",
-        f"{bad_target}: capacity.target: 0 nodes is too few (at least 1)",
-    )
-    assert [env.name for env in environment.load_environments([good, good])] == ["dev", "dev"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.environment import Fallback, load_environment
+from gpufleet.environment import Fallback
+from gpufleet.loading import load_environment
 from tests.gpufleet.test_validators import changed, problems_of, write
 
 FALLBACK = {"after_minutes": 15, "restore_after_minutes": 30, "max_extra_on_demand": 2}

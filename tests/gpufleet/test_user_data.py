@@ -12,8 +12,9 @@ import pytest
 
 import gpufleet.user_data as user_data
 from gpufleet.catalog import load_catalog
-from gpufleet.environment import CapacityBlock, environment_files, load_named_environment
+from gpufleet.environment import CapacityBlock
 from gpufleet.errors import GpufleetError
+from gpufleet.loading import environment_files, load_named_environment
 from gpufleet.user_data import (
     SCRIPTS_DIR,
     compressed_user_data,

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpufleet.ami.pipeline import load_pipeline
 from gpufleet.cli import main
-from gpufleet.environment import check_environment, load_environment, parse_environment
 from gpufleet.errors import GpufleetError
-from gpufleet.validators import Problem, validate_environment
+from gpufleet.loading import check_environment, load_environment, load_pipeline, parse_environment
+from gpufleet.rules import Problem
+from gpufleet.validators import validate_environment
 
 VALID = {
     "name": "lab",
@@ -423,7 +423,7 @@ def test_efa_only_interfaces_take_no_address(tmp_path, monkeypatch):
     document = changed({"instance_type": "p5.48xlarge", "network.cidr": "10.40.0.0/24", "capacity.target": 4})
     assert load_environment(write(tmp_path, document)).capacity.target == 4
     without_efa_only = catalog.load_catalog()["p5.48xlarge"].model_copy(update={"efa_only_interfaces": False})
-    monkeypatch.setattr("gpufleet.validators.load_catalog", lambda: {"p5.48xlarge": without_efa_only})
+    monkeypatch.setattr("gpufleet.validators.network.load_catalog", lambda: {"p5.48xlarge": without_efa_only})
     assert problems_of(tmp_path, document) == [
         "network.cidr: /24 leaves 123 addresses in the node subnet, but 4 nodes (p5.48xlarge, 32 per node) and 9 "
         "VPC endpoints need 137 (use /23 or larger)"
@@ -443,7 +443,7 @@ def test_efa_requested_on_a_type_without_efa(tmp_path, monkeypatch):
 
     without_efa = catalog.load_catalog()["g5.8xlarge"].model_copy(update={"max_efa_interfaces": 0})
     monkeypatch.setattr(catalog, "load_catalog", lambda: {"g5.8xlarge": without_efa})
-    monkeypatch.setattr("gpufleet.validators.load_catalog", lambda: {"g5.8xlarge": without_efa})
+    monkeypatch.setattr("gpufleet.validators.node.load_catalog", lambda: {"g5.8xlarge": without_efa})
     assert problems_of(tmp_path, with_change("instance_type", "g5.8xlarge")) == [
         "efa: EFA requested but g5.8xlarge has no EFA (set efa: false or choose an EFA instance type)"
     ]
@@ -799,7 +799,7 @@ def test_the_auto_scaling_spellings_are_those_of_the_group_schema():
 
     from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
 
-    from gpufleet.validators import (
+    from gpufleet.constants import (
         ALLOCATION_STRATEGIES,
         AUTO_SCALING_ON_DEMAND_ALLOCATION_STRATEGIES,
         AUTO_SCALING_SPOT_ALLOCATION_STRATEGIES,

@@ -13,8 +13,8 @@ import aws_cdk as cdk
 import pytest
 import yaml
 
-from gpufleet.ami.pipeline import load_pipeline
-from gpufleet.environment import Environment, environment_files, load_environments
+from gpufleet.environment import Environment
+from gpufleet.loading import environment_files, load_environments, load_pipeline
 from stacks.ami_pipeline_stack import add_ami_pipeline_stack
 from stacks.environment_stacks import add_compliance_checks
 from tests.conftest import CDK_CONTEXT, REPOSITORY, Assembly, synthesize

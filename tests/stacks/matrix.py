@@ -27,8 +27,8 @@ from pathlib import Path
 
 import yaml
 
-from gpufleet.ami.pipeline import load_pipeline
-from gpufleet.environment import Environment, check_environments
+from gpufleet.environment import Environment
+from gpufleet.loading import check_environments, load_pipeline
 
 ACCOUNT = "123456789012"
 RESERVATION_ID = "cr-0123456789abcdef0"

@@ -14,9 +14,8 @@ from aws_cdk.assertions import Capture, Match, Template
 from hcl2.utils import SerializationOptions
 
 from gpufleet.ami import SSM_AGENT_ACTIONS
-from gpufleet.ami.pipeline import load_pipeline
 from gpufleet.cli import main
-from gpufleet.environment import environment_files, load_environments
+from gpufleet.loading import environment_files, load_environments, load_pipeline
 from stacks.ami_pipeline_stack import AMI_PIPELINE_STACK_NAME, AmiPipelineStack
 from stacks.constructs.ami_build_project import pipeline_image_statements
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpufleet.environment import environment_files, load_environments
+from gpufleet.loading import environment_files, load_environments
 from tests.conftest import REPOSITORY, synthesize
 from tests.stacks.test_iam_resources import StackContext, policy_statements, unmatched_pairs, unmatched_resources
 

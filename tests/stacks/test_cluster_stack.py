@@ -9,8 +9,8 @@ from aws_cdk.assertions import Capture, Match
 from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
 
 from gpufleet.catalog import load_catalog
-from gpufleet.environment import environment_files, load_environments
-from gpufleet.validators import BACKEND_SPOT_FLEET
+from gpufleet.constants import BACKEND_SPOT_FLEET
+from gpufleet.loading import environment_files, load_environments
 from stacks.constructs.fleet_teardown import TOTAL_TIMEOUT
 
 ENVIRONMENTS = {env.name: env for env in load_environments(environment_files())}

@@ -11,7 +11,7 @@ import aws_cdk as cdk
 import pytest
 from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
 
-from gpufleet.environment import parse_environment
+from gpufleet.loading import parse_environment
 from stacks.environment_stacks import add_environment_stacks
 
 REPOSITORY = Path(__file__).resolve().parents[2]

@@ -13,11 +13,12 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
 from gpufleet.catalog import load_catalog
+from gpufleet.constants import MIG_PURPOSES
 from gpufleet.environment import Environment
-from gpufleet.validators import MIG_PURPOSES
 from tests.stacks.matrix import MATRIX
 
-# Values the model does not enumerate: a validator checks node.mig_purpose (gpufleet.validators.MigPurposeValidator),
+# Values the model does not enumerate: a validator checks node.mig_purpose
+# (gpufleet.validators.node.MigPurposeValidator),
 # and a pattern ami.root_device_name (gpufleet.environment._root_device_problem: /dev/sda1, /dev/xvda, /dev/nvme0n1).
 ENUMERATED_ELSEWHERE = {
     "instance_type": tuple(load_catalog()),

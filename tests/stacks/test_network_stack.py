@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.environment import environment_files, load_environments
+from gpufleet.loading import environment_files, load_environments
 
 NEW_VPC_ENVIRONMENTS = {env.name: env for env in load_environments(environment_files()) if env.network.creates_vpc}
 # What environments/NAME.yaml says of each new VPC: region, availability_zone, network.cidr and

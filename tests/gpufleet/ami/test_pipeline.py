@@ -8,14 +8,10 @@ import pytest
 import yaml
 
 from gpufleet.ami import published_profile
-from gpufleet.ami.pipeline import (
-    PIPELINE_FILE_VARIABLE,
-    load_pipeline,
-    pipeline_file,
-    publish_regions,
-)
-from gpufleet.environment import Environment, environment_files, load_environments
+from gpufleet.ami.pipeline import publish_regions
+from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
+from gpufleet.loading import PIPELINE_FILE_VARIABLE, environment_files, load_environments, load_pipeline, pipeline_file
 
 SHIPPED = Path(__file__).resolve().parents[3] / "ami" / "pipeline.yaml"
 PROFILES = "p4d-al2-cuda11, p4d-ubuntu1804-cuda11, ubuntu2204-cuda12"

@@ -21,7 +21,7 @@ import boto3
 import pytest
 from botocore.stub import Stubber
 
-from gpufleet.environment import environments_dir
+from gpufleet.loading import environments_dir
 from gpufleet.ops import preflight, reservations
 from tests.gpufleet.ops.test_cost import answer_capacity_blocks, offering
 from tests.gpufleet.ops.test_preflight import create_service_linked_role

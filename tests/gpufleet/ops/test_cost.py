@@ -18,7 +18,7 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from gpufleet.aws import Aws
-from gpufleet.environment import load_named_environment
+from gpufleet.loading import load_named_environment
 from gpufleet.ops import cost
 from tests.gpufleet.ops.variants import capacity_block, fallback, with_capacity, with_fleet
 
@@ -168,9 +168,9 @@ def answer_capacity_blocks(ec2: Stubber, offerings: list[dict[str, Any]]) -> Non
 
 def use_environment(monkeypatch: pytest.MonkeyPatch, env: Any) -> None:
     """`gpufleet cost` loads ENV (a variant of a shipped environment) instead of reading its file."""
-    import gpufleet.environment
+    import gpufleet.loading
 
-    monkeypatch.setattr(gpufleet.environment, "load_named_environment", lambda name: env)
+    monkeypatch.setattr(gpufleet.loading, "load_named_environment", lambda name: env)
 
 
 def line(

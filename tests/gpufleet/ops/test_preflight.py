@@ -19,7 +19,7 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from gpufleet.catalog import load_catalog
-from gpufleet.environment import environments_dir, load_named_environment
+from gpufleet.loading import environments_dir, load_named_environment
 from gpufleet.ops import preflight
 from tests.gpufleet.ops.variants import with_fleet
 

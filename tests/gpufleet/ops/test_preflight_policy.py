@@ -15,7 +15,7 @@ import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
-from gpufleet.environment import load_named_environment
+from gpufleet.loading import load_named_environment
 from gpufleet.ops import preflight
 from tests.gpufleet.ops.variants import with_fleet
 

@@ -12,7 +12,8 @@ import pytest
 import yaml
 from botocore.stub import Stubber
 
-from gpufleet.environment import Environment, environments_dir
+from gpufleet.environment import Environment
+from gpufleet.loading import environments_dir
 from gpufleet.ops.reservations import capacity_source_checks
 from tests.stacks.constructs.conftest import ENVIRONMENT
 

@@ -3,7 +3,7 @@
 import subprocess
 
 from gpufleet.catalog import load_catalog
-from gpufleet.environment import load_named_environment
+from gpufleet.loading import load_named_environment
 from gpufleet.user_data import render_user_data
 from tests.scripts.efa_install import install_efa
 

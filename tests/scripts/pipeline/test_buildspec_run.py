@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from gpufleet.ami.pipeline import load_pipeline, publish_regions
-from gpufleet.environment import environment_files, load_environments
+from gpufleet.ami.pipeline import publish_regions
+from gpufleet.loading import environment_files, load_environments, load_pipeline
 from stacks.ami_pipeline_stack import SOURCE_EXCLUDES
 from stacks.constructs.ami_build_project import BUILD_INSTANCE_PROFILE_VARIABLE, buildspec
 from tests.scripts.pipeline.conftest import REPO

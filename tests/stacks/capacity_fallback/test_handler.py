@@ -169,7 +169,7 @@ def test_a_spot_shortfall_waits_then_raises_the_fleets_on_demand_part(fleet_clie
     fleet_responses(stubber, on_demand=2, spot=4, on_demand_running=2)
     # EC2 describes events up to 30 seconds late: the next run reads from where this one's reading ended.
     history_response(stubber, minutes(-60), [LAUNCHED_RECORD, NO_CAPACITY_RECORD], read_until=minutes(-0.5))
-    first = handler.run(handler.SPOT_FLEET, FLEET, PARAMETER, clients, NOW)
+    first = handler.run("spot-fleet", FLEET, PARAMETER, clients, NOW)
     assert (first["action"], first["on_demand_after"]) == ("hold", 2)
     assert first["failures"] == [
         {
@@ -195,7 +195,7 @@ def test_a_spot_shortfall_waits_then_raises_the_fleets_on_demand_part(fleet_clie
         {"Return": True},
         {"SpotFleetRequestId": FLEET, "TargetCapacity": 8, "OnDemandTargetCapacity": 4},
     )
-    second = handler.run(handler.SPOT_FLEET, FLEET, PARAMETER, clients, minutes(15))
+    second = handler.run("spot-fleet", FLEET, PARAMETER, clients, minutes(15))
     assert second["reason"] == (
         "2 of 6 spot nodes missing for 15 min (launch failures: no-capacity x1): on-demand part 2 -> 4"
     )
@@ -224,7 +224,7 @@ def test_a_deploy_that_reset_the_on_demand_part_is_noticed_and_the_raise_applied
         {"Return": True},
         {"SpotFleetRequestId": FLEET, "TargetCapacity": 8, "OnDemandTargetCapacity": 4},
     )
-    line = handler.run(handler.SPOT_FLEET, FLEET, PARAMETER, clients, NOW)
+    line = handler.run("spot-fleet", FLEET, PARAMETER, clients, NOW)
     assert (line["action"], line["reapplied"], line["on_demand_after"]) == ("raise", True, 4)
     assert line["reason"] == (
         "on-demand part is 2, the template's value, but the fallback had raised it to 4: a deploy reset it; "
@@ -237,7 +237,7 @@ def test_a_fleet_being_modified_is_left_alone(fleet_clients):
     clients, stubber = fleet_clients
     fleet_responses(stubber, on_demand=2, spot=4, on_demand_running=2, state="modifying")
     history_response(stubber, minutes(-60))
-    line = handler.run(handler.SPOT_FLEET, FLEET, PARAMETER, clients, NOW)
+    line = handler.run("spot-fleet", FLEET, PARAMETER, clients, NOW)
     assert (line["action"], line["reason"]) == (
         "hold",
         "fleet request is modifying: nothing changes until it is active",
@@ -253,7 +253,7 @@ def test_a_state_about_a_replaced_fleet_starts_afresh(fleet_clients):
     )
     fleet_responses(stubber, on_demand=2, spot=6, on_demand_running=2)
     history_response(stubber, minutes(-60))
-    line = handler.run(handler.SPOT_FLEET, FLEET, PARAMETER, clients, NOW)
+    line = handler.run("spot-fleet", FLEET, PARAMETER, clients, NOW)
     assert (line["action"], line["new_node_group"], line["on_demand_after"]) == ("hold", True, 2)
     assert stored_state(clients["ssm"]).node_group_id == FLEET
 
@@ -336,7 +336,7 @@ def test_a_group_short_of_spot_gets_a_higher_on_demand_base(group_clients):
     clients, stubber = group_clients
     spot, on_demand = launch(clients["ec2"], spot=1, on_demand=2)
     group_responses(stubber, spot + on_demand, base=2, activities=[FAILED_SPOT_LAUNCH, SUCCESSFUL_LAUNCH])
-    first = handler.run(handler.AUTO_SCALING, GROUP, PARAMETER, clients, NOW)
+    first = handler.run("auto-scaling", GROUP, PARAMETER, clients, NOW)
     assert (first["action"], first["spot_running"], first["on_demand_running"]) == ("hold", 1, 2)
     assert [failure["kind"] for failure in first["failures"]] == ["no-capacity"]
 
@@ -349,7 +349,7 @@ def test_a_group_short_of_spot_gets_a_higher_on_demand_base(group_clients):
             "MixedInstancesPolicy": {"InstancesDistribution": {**DISTRIBUTION, "OnDemandBaseCapacity": 3}},
         },
     )
-    second = handler.run(handler.AUTO_SCALING, GROUP, PARAMETER, clients, minutes(15))
+    second = handler.run("auto-scaling", GROUP, PARAMETER, clients, minutes(15))
     assert (second["action"], second["on_demand_after"]) == ("raise", 3)
     # The activity from before the previous check is not counted twice.
     assert second["failures"] == []
@@ -375,7 +375,7 @@ def test_a_group_with_spot_back_gives_one_on_demand_node_back_after_restore_afte
             "MixedInstancesPolicy": {"InstancesDistribution": {**DISTRIBUTION, "OnDemandBaseCapacity": 2}},
         },
     )
-    line = handler.run(handler.AUTO_SCALING, GROUP, PARAMETER, clients, NOW)
+    line = handler.run("auto-scaling", GROUP, PARAMETER, clients, NOW)
     assert (line["action"], line["on_demand_after"]) == ("lower", 2)
     assert stored_state(clients["ssm"]).healthy_since == NOW
 
@@ -417,7 +417,7 @@ def test_an_unreadable_state_is_logged_and_replaced(fleet_clients, capsys):
     clients["ssm"].put_parameter(Name=PARAMETER, Value='{"short_since": 5}', Type="String")
     fleet_responses(stubber, on_demand=2, spot=6, on_demand_running=2)
     history_response(stubber, minutes(-60))
-    line = handler.run(handler.SPOT_FLEET, FLEET, PARAMETER, clients, NOW)
+    line = handler.run("spot-fleet", FLEET, PARAMETER, clients, NOW)
     assert line["action"] == "hold"
     assert logged(capsys)[0] == {
         "event": "capacity-fallback",

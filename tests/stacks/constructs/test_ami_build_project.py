@@ -9,7 +9,7 @@ import pytest
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk.assertions import Template
 
-from gpufleet.ami.pipeline import load_pipeline
+from gpufleet.loading import load_pipeline
 from stacks.constructs.ami_build_project import AmiBuildProject, buildspec, pipeline_image_statements
 from stacks.environment_stacks import add_compliance_checks
 from tests.conftest import CDK_CONTEXT

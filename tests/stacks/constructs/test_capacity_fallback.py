@@ -202,7 +202,7 @@ def test_cdk_nag_passes_with_reasoned_acknowledgements(tmp_path, backend):
     assert rules and all("[" in rule["id"] and "capacity fallback" in rule["reason"] for rule in rules)
 
 
-def test_the_asset_carries_the_decision_as_a_file(tmp_path):
+def test_the_asset_carries_the_decision_and_the_vocabulary_as_files(tmp_path):
     # The bytecode Python writes next to the sources when they are imported (the handler tests do): left out.
     for source in ("handler.py", "state_cleanup.py", "gpufleet/fallback.py"):
         py_compile.compile(str(HANDLER_DIR / source), doraise=True)
@@ -215,14 +215,16 @@ def test_the_asset_carries_the_decision_as_a_file(tmp_path):
         for path in tmp_path.glob("asset.*")
         if (path / "handler.py").exists() and "capacity fallback" in (path / "handler.py").read_text()
     ]
-    decision = asset / "gpufleet" / "fallback.py"
-    assert not decision.is_symlink()
-    assert decision.read_text() == Path("gpufleet/fallback.py").read_text()
+    for shared in ("fallback.py", "constants.py"):
+        copied = asset / "gpufleet" / shared
+        assert not copied.is_symlink()
+        assert copied.read_text() == Path("gpufleet", shared).read_text()
     assert (HANDLER_DIR / "__pycache__").is_dir() and (HANDLER_DIR / "gpufleet" / "__pycache__").is_dir()
     assert asset_files(asset) == [
         "__init__.py",
         "gpufleet",
         "gpufleet/__init__.py",
+        "gpufleet/constants.py",
         "gpufleet/fallback.py",
         "handler.py",
         "state_cleanup.py",
@@ -236,7 +238,7 @@ def test_the_asset_carries_the_decision_as_a_file(tmp_path):
         text=True,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [str(decision), "on_schedule"]
+    assert result.stdout.split() == [str(asset / "gpufleet" / "fallback.py"), "on_schedule"]
 
 
 def test_the_state_parameter_goes_with_the_stack_after_everything_that_writes_it(stack):

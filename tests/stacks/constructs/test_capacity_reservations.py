@@ -13,7 +13,7 @@ import pytest
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk.assertions import Template
 
-from gpufleet.validators import BACKEND_AUTO_SCALING
+from gpufleet.constants import BACKEND_AUTO_SCALING
 from stacks.constructs.capacity_reservations import auto_scaling_capacity_reservation
 from tests.stacks.constructs.conftest import bare_stack, environment
 from tests.stacks.constructs.test_node_launch_template import add_launch_template, data_of, launch_template_data

@@ -1,0 +1,99 @@
+"""gpufleet's vocabulary: every name that more than one layer spells (configuration values, tag keys, hook and
+output names), defined once.
+
+This module imports nothing, not even the standard library, so every layer can import it: the configuration models,
+the validators, the stacks, the operator commands and the Lambda assets (stacks/constructs/capacity_fallback/ carries
+a link to this file). The import contracts in pyproject.toml ([tool.importlinter]) keep it a leaf.
+"""
+
+# fleet.backend: what keeps the nodes running, an EC2 Spot Fleet request or an EC2 Auto Scaling group.
+BACKEND_SPOT_FLEET = "spot-fleet"
+BACKEND_AUTO_SCALING = "auto-scaling"
+FLEET_BACKENDS = (BACKEND_SPOT_FLEET, BACKEND_AUTO_SCALING)
+
+# fleet.type, as the Spot Fleet API spells it: maintain replaces interrupted nodes, request is one-shot.
+FLEET_TYPE_MAINTAIN = "maintain"
+FLEET_TYPE_REQUEST = "request"
+FLEET_TYPES = (FLEET_TYPE_MAINTAIN, FLEET_TYPE_REQUEST)
+
+# fleet.allocation_strategy and fleet.on_demand_allocation_strategy, as the Spot Fleet API spells them.
+ALLOCATION_STRATEGIES = (
+    "priceCapacityOptimized",
+    "capacityOptimized",
+    "capacityOptimizedPrioritized",
+    "diversified",
+    "lowestPrice",
+)
+ON_DEMAND_ALLOCATION_STRATEGIES = ("lowestPrice", "prioritized")
+# The same strategies as an Auto Scaling group's InstancesDistribution spells them; Spot Fleet's diversified has no
+# counterpart. source: cfn-lint 1.58's bundled AWS::AutoScaling::AutoScalingGroup schema (cfnlint.schema
+# PROVIDER_SCHEMA_MANAGER, definitions.InstancesDistribution): SpotAllocationStrategy "capacity-optimized",
+# "capacity-optimized-prioritized", "lowest-price", "price-capacity-optimized"; OnDemandAllocationStrategy
+# "lowest-price", "prioritized" (tests/gpufleet/validators/test_fleet.py reads the schema).
+AUTO_SCALING_SPOT_ALLOCATION_STRATEGIES = {
+    "priceCapacityOptimized": "price-capacity-optimized",
+    "capacityOptimized": "capacity-optimized",
+    "capacityOptimizedPrioritized": "capacity-optimized-prioritized",
+    "lowestPrice": "lowest-price",
+}
+AUTO_SCALING_ON_DEMAND_ALLOCATION_STRATEGIES = {"lowestPrice": "lowest-price", "prioritized": "prioritized"}
+
+# fleet.capacity_rebalance.replacement_strategy, as the EC2 API spells it (SpotCapacityRebalance ReplacementStrategy).
+REPLACEMENT_LAUNCH = "launch"
+REPLACEMENT_LAUNCH_BEFORE_TERMINATE = "launch-before-terminate"
+REPLACEMENT_STRATEGIES = (REPLACEMENT_LAUNCH, REPLACEMENT_LAUNCH_BEFORE_TERMINATE)
+
+# fleet.rollout: what a new node image does to a maintain fleet (gpufleet.environment.Fleet.image_rollout).
+ROLLOUT_MANUAL = "manual"
+ROLLOUT_REPLACE_ALL = "replace-all"
+ROLLOUTS = (ROLLOUT_MANUAL, ROLLOUT_REPLACE_ALL)
+
+# capacity.reservation.preference, and how a launch template and an Auto Scaling group spell each (cfn-lint's bundled
+# AWS::EC2::LaunchTemplate and AWS::AutoScaling::AutoScalingGroup schemas, CapacityReservationPreference).
+RESERVATION_PREFERENCE_ONLY = "only"
+RESERVATION_PREFERENCE_FIRST = "first"
+RESERVATION_PREFERENCES = (RESERVATION_PREFERENCE_ONLY, RESERVATION_PREFERENCE_FIRST)
+LAUNCH_TEMPLATE_RESERVATIONS_ONLY = "capacity-reservations-only"
+AUTO_SCALING_RESERVATION_PREFERENCES = {
+    RESERVATION_PREFERENCE_ONLY: "capacity-reservations-only",
+    RESERVATION_PREFERENCE_FIRST: "capacity-reservations-first",
+}
+# The launch template market type of a Capacity Block (EC2 user guide, capacity-blocks-launch.html).
+CAPACITY_BLOCK_MARKET_TYPE = "capacity-block"
+# DescribeInstanceTypes' SupportedUsageClasses value of a type that Capacity Blocks sell (gpufleet/instance_types.yaml).
+CAPACITY_BLOCK_USAGE_CLASS = "capacity-block"
+
+# node.mig_purpose: work that stays inside one MIG instance. NVIDIA MIG user guide, "Deployment Considerations"
+# (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/deployment-considerations.html): "NCCL is currently not
+# supported with MIG"; "P2P between MIG instances on different GPUs, or between MIG instances to non-MIG mode GPU
+# devices are not supported".
+MIG_PURPOSES = ("single-node-inference", "independent-jobs")
+
+# Tag on every resource and node of an environment; operator tools and IAM conditions select by it.
+ENVIRONMENT_TAG_KEY = "gpufleet:environment"
+# Tags on every image and snapshot the AMI pipeline builds: images are found by the profile tag; the source-ami tag
+# marks an image Packer has finished (ami/packer/locals.pkr.hcl and source.pkr.hcl set both).
+PROFILE_TAG_KEY = "gpufleet:profile"
+SOURCE_AMI_TAG_KEY = "gpufleet:source-ami"
+
+# The termination lifecycle hook of an Auto Scaling group (fleet.backend auto-scaling), which the node watcher
+# completes (stacks/constructs/gpu_auto_scaling_group.py, scripts/node/spot-watcher.sh).
+TERMINATION_HOOK_NAME = "gpufleet-checkpoint"
+
+# The cluster stack's outputs, which the operator commands and `gpufleet summary` read.
+FLEET_OUTPUT_KEY = "FleetRequestId"
+AUTO_SCALING_GROUP_OUTPUT_KEY = "AutoScalingGroupName"
+# The output that names the node group, by fleet.backend.
+NODE_GROUP_OUTPUTS = {BACKEND_SPOT_FLEET: FLEET_OUTPUT_KEY, BACKEND_AUTO_SCALING: AUTO_SCALING_GROUP_OUTPUT_KEY}
+PLACEMENT_GROUP_OUTPUT_KEY = "PlacementGroupName"
+SECURITY_GROUP_OUTPUT_KEY = "SecurityGroupId"
+LAUNCH_TEMPLATE_OUTPUT_KEY = "LaunchTemplateId"
+SUBNET_OUTPUT_KEY = "SubnetId"
+AVAILABILITY_ZONE_OUTPUT_KEY = "AvailabilityZone"
+
+# How often the capacity fallback looks at the fleet (its EventBridge schedule, rate(5 minutes)): EventBridge rate
+# expressions count in whole minutes at the finest ("Valid values: minute | minutes | hour | hours | day | days",
+# EventBridge user guide, Rate expressions reference,
+# https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-rate-expressions.html). A time bound shorter than this
+# cannot be honoured: the environment's parsing refuses one.
+FALLBACK_CHECK_INTERVAL_MINUTES = 5

@@ -1,0 +1,48 @@
+"""The node image: exactly one source, and a published image where the environment deploys."""
+
+from __future__ import annotations
+
+from gpufleet.ami import published_profile
+from gpufleet.environment import Environment
+from gpufleet.rules import Problem
+from gpufleet.validators.base import EnvironmentValidator, ValidationContext
+
+
+class AmiSourceValidator(EnvironmentValidator):
+    field = "ami"
+
+    def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
+        ami = env.ami
+        if (ami.ssm_parameter is None) == (ami.id is None):
+            return self.problem(
+                "set exactly one of ssm_parameter and id (e.g. ssm_parameter: /gpufleet/ami/p4d-ubuntu2204)"
+            )
+        return []
+
+
+class PublishedImageValidator(EnvironmentValidator):
+    """An environment that reads /gpufleet/ami/PROFILE needs that parameter, and the image it names, in its own
+    account and region: SSM parameters and AMIs are regional. The AMI pipeline builds its profiles in its region and
+    copies each new image to the region of every environment in environments/ that reads the profile
+    (gpufleet.ami.pipeline.publish_regions), so the region follows from the environment itself; what the environment
+    can get wrong is a profile the pipeline does not build, or another account (an account also fixes the partition,
+    and CopyImage does not cross partitions)."""
+
+    field = "ami.ssm_parameter"
+
+    def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
+        pipeline = context.ami_pipeline
+        profile = published_profile(env.ami.ssm_parameter)
+        if pipeline is None or profile is None:
+            return []
+        if profile not in pipeline.profiles:
+            return self.problem(
+                f"{env.ami.ssm_parameter} is not published in {env.region}: the AMI pipeline builds "
+                f"{', '.join(pipeline.profiles)} (add {profile} to profiles in ami/pipeline.yaml)"
+            )
+        if env.account != pipeline.account:
+            return self.problem(
+                f"{env.ami.ssm_parameter} is published in account {pipeline.account}, not in {env.account} "
+                f"(deploy in {pipeline.account}, or set ami.id to an image shared with {env.account})"
+            )
+        return []

@@ -1,0 +1,87 @@
+"""The node: its instance type, EFA, MIG and the user data it boots with."""
+
+from __future__ import annotations
+
+from gpufleet.catalog import load_catalog
+from gpufleet.constants import MIG_PURPOSES
+from gpufleet.environment import Environment
+from gpufleet.errors import GpufleetError
+from gpufleet.rules import Problem, choice_problem
+from gpufleet.user_data import user_data_size_problem
+from gpufleet.validators.base import EnvironmentValidator, ValidationContext
+
+
+class InstanceTypeValidator(EnvironmentValidator):
+    field = "instance_type"
+
+    def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
+        catalog = load_catalog()
+        if env.instance_type not in catalog:
+            return self.problem(
+                f"'{env.instance_type}' is not in the instance catalog "
+                f"(allowed: {', '.join(catalog)}; add it to gpufleet/instance_types.yaml)"
+            )
+        return []
+
+
+class EfaSupportValidator(EnvironmentValidator):
+    field = "efa"
+
+    def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
+        instance = load_catalog().get(env.instance_type)
+        if env.efa and instance is not None and not instance.efa_supported:
+            return self.problem(
+                f"EFA requested but {env.instance_type} has no EFA (set efa: false or choose an EFA instance type)"
+            )
+        return []
+
+
+class MigProfileValidator(EnvironmentValidator):
+    field = "node.mig_profile"
+
+    def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
+        profile = env.node.mig_profile
+        instance = load_catalog().get(env.instance_type)
+        if profile is None or instance is None:
+            return []
+        if not instance.mig_profiles:
+            return self.problem(f"{instance.gpu.model} GPUs of {instance.name} do not support MIG (remove mig_profile)")
+        if profile not in instance.mig_profiles:
+            return self.problem(
+                f"'{profile}' is not a MIG profile of the {instance.gpu.model} "
+                f"{instance.gpu.memory_gib} GB (allowed: {', '.join(instance.mig_profiles)})"
+            )
+        if env.efa and env.node.mig_purpose is None:
+            return self.problem(
+                "MIG on an EFA cluster: NCCL, what EFA clusters are for, is not supported with MIG (remove "
+                "mig_profile, set efa: false, or state that each MIG instance works alone: "
+                f"node.mig_purpose: {' or '.join(MIG_PURPOSES)})"
+            )
+        return []
+
+
+class MigPurposeValidator(EnvironmentValidator):
+    field = "node.mig_purpose"
+
+    def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
+        if env.node.mig_purpose is None:
+            return []
+        if env.node.mig_profile is None:
+            return self.problem("only applies with node.mig_profile (remove it, or set mig_profile)")
+        return self.problem_if(choice_problem(env.node.mig_purpose, "a MIG purpose", MIG_PURPOSES))
+
+
+class UserDataSizeValidator(EnvironmentValidator):
+    """EC2's user-data limit, checked on the compressed user data this environment's nodes get, so that
+    `gpufleet validate` refuses what a deploy would."""
+
+    field = "node"
+
+    def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
+        instance = load_catalog().get(env.instance_type)
+        if instance is None:
+            return []
+        try:
+            return self.problem_if(user_data_size_problem(env, instance))
+        except GpufleetError as error:
+            return [Problem(self.field, line) for line in error.problems]
