@@ -50,6 +50,7 @@ lint: setup
 	ruff check .
 	ruff format --check .
 	mypy
+	lint-imports --no-cache
 	shellcheck scripts/*/*.sh scripts/ami/lib/*.sh
 	packer fmt -check -diff ami/packer
 

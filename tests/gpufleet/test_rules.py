@@ -1,5 +1,5 @@
-"""The shared rule base: what environment and pipeline rules report, and the import order that keeps the models and
-their checks from importing each other."""
+"""The shared rule base: what environment and pipeline rules report; it imports no other gpufleet module, so the
+models and the validators can both build on it (tests/test_import_layers.py checks the layers above it)."""
 
 from __future__ import annotations
 
@@ -22,16 +22,6 @@ def loaded_gpufleet_modules(module: str) -> list[str]:
 
 def test_the_rules_module_imports_no_other_gpufleet_module():
     assert loaded_gpufleet_modules("gpufleet.rules") == ["gpufleet.rules"]
-
-
-def test_the_environment_rules_load_without_the_environment_model():
-    assert "gpufleet.environment" not in loaded_gpufleet_modules("gpufleet.validators")
-
-
-def test_the_environment_model_loads_without_the_ami_pipeline():
-    # The pipeline's model reads environments (publish_regions); what the environment side needs of the pipeline
-    # (the /gpufleet/ami/PROFILE names) lives in gpufleet.ami, so neither imports the other at run time.
-    assert "gpufleet.ami.pipeline" not in loaded_gpufleet_modules("gpufleet.environment")
 
 
 def test_a_problem_line_names_file_and_field_and_marks_a_warning():
