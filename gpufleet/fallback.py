@@ -1,7 +1,8 @@
 """Spot first, on-demand when spot is not there, spot again when it returns (fleet.fallback): the decision.
 
-A scheduled Lambda (stacks/capacity_fallback/handler.py) observes the fleet or Auto Scaling group, calls `decide`, and
-applies its answer to the on-demand part (a Spot Fleet's OnDemandTargetCapacity, a group's OnDemandBaseCapacity).
+A scheduled Lambda (stacks/constructs/capacity_fallback/runtime/handler.py) observes the fleet or Auto Scaling group,
+calls `decide`, and applies its answer to the on-demand part (a Spot Fleet's OnDemandTargetCapacity, a group's
+OnDemandBaseCapacity).
 This module is that decision and the state it keeps between runs, with no AWS in it, so the same file serves the
 Lambda (its asset carries this file) and `gpufleet status` (which reads the state). Standard library only.
 

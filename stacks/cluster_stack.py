@@ -18,7 +18,7 @@ from gpufleet.constants import (
 )
 from gpufleet.environment import Environment
 from stacks.constructs.capacity_block_warning import CapacityBlockWarning
-from stacks.constructs.capacity_fallback import CapacityFallback
+from stacks.constructs.capacity_fallback.infrastructure import CapacityFallback
 from stacks.constructs.efa_security_group import EfaSecurityGroup
 from stacks.constructs.node_group import node_group
 from stacks.constructs.node_launch_template import NodeLaunchTemplate

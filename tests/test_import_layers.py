@@ -16,6 +16,7 @@ LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 LAYERS = "gpufleet's layers: no module imports from a layer above it"
 STACKS = "stacks use configuration, never loading, validation or the operator layer"
 NO_STACKS = "gpufleet never imports the stacks"
+FALLBACK_RUNTIME = "stacks/constructs/capacity_fallback/runtime"
 LAMBDA = "Lambda runtime code imports only the gpufleet modules its asset carries (constants, fallback)"
 
 
@@ -55,8 +56,10 @@ def test_the_tree_keeps_every_contract():
         ("stacks/constructs/node_group.py", "from gpufleet.ops import fleet", [STACKS]),
         ("stacks/network_stack.py", "from gpufleet.loading import load_environment", [STACKS]),
         ("gpufleet/ops/plan.py", "import stacks.cluster_stack", [NO_STACKS]),
-        ("stacks/capacity_fallback/handler.py", "from gpufleet.catalog import load_catalog", [LAMBDA]),
-        ("stacks/capacity_fallback/state_cleanup.py", "from gpufleet.errors import GpufleetError", [LAMBDA]),
+        (f"{FALLBACK_RUNTIME}/handler.py", "from gpufleet.catalog import load_catalog", [LAMBDA]),
+        (f"{FALLBACK_RUNTIME}/state_cleanup.py", "from gpufleet.errors import GpufleetError", [LAMBDA]),
+        (f"{FALLBACK_RUNTIME}/handler.py", "from stacks.constructs import lambda_functions", [LAMBDA]),
+        ("stacks/constructs/fleet_teardown/runtime/handler.py", "from gpufleet.aws import Aws", [LAMBDA]),
     ],
 )
 def test_a_planted_import_breaks_its_contract(tmp_path, module, planted, broken):

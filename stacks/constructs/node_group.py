@@ -18,7 +18,7 @@ from constructs import Construct
 
 from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET, ENVIRONMENT_TAG_KEY, NODE_GROUP_OUTPUTS
 from gpufleet.environment import Environment
-from stacks.constructs.fleet_teardown import FleetTeardown
+from stacks.constructs.fleet_teardown.infrastructure import FleetTeardown
 from stacks.constructs.gpu_auto_scaling_group import GpuAutoScalingGroup
 from stacks.constructs.gpu_spot_fleet import GpuSpotFleet
 from stacks.constructs.node_launch_template import NodeLaunchTemplate

@@ -11,7 +11,7 @@ from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
 from gpufleet.catalog import load_catalog
 from gpufleet.constants import BACKEND_SPOT_FLEET
 from gpufleet.loading import environment_files, load_environments
-from stacks.constructs.fleet_teardown import TOTAL_TIMEOUT
+from stacks.constructs.fleet_teardown.infrastructure import TOTAL_TIMEOUT
 
 ENVIRONMENTS = {env.name: env for env in load_environments(environment_files())}
 SPOT_FLEET_ENVIRONMENTS = [name for name, env in ENVIRONMENTS.items() if env.fleet.backend == BACKEND_SPOT_FLEET]

@@ -15,7 +15,7 @@ from botocore.stub import ANY, Stubber
 from moto import mock_aws
 
 from gpufleet.fallback import FallbackState
-from stacks.capacity_fallback import handler
+from stacks.constructs.capacity_fallback.runtime import handler
 
 REGION = "us-east-1"
 PARAMETER = "/gpufleet/probe/fallback"

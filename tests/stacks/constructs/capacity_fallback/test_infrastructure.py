@@ -16,7 +16,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk.assertions import Match, Template
 
 from gpufleet.environment import Fallback
-from stacks.constructs.capacity_fallback import HANDLER_DIR, CapacityFallback, nag_rendering
+from stacks.constructs.capacity_fallback.infrastructure import RUNTIME_DIR, CapacityFallback, nag_rendering
 from stacks.environment_stacks import add_compliance_checks
 from tests.conftest import CDK_CONTEXT
 from tests.stacks.constructs.conftest import ACCOUNT, REGION, asset_files
@@ -205,7 +205,7 @@ def test_cdk_nag_passes_with_reasoned_acknowledgements(tmp_path, backend):
 def test_the_asset_carries_the_decision_and_the_vocabulary_as_files(tmp_path):
     # The bytecode Python writes next to the sources when they are imported (the handler tests do): left out.
     for source in ("handler.py", "state_cleanup.py", "gpufleet/fallback.py"):
-        py_compile.compile(str(HANDLER_DIR / source), doraise=True)
+        py_compile.compile(str(RUNTIME_DIR / source), doraise=True)
     app = cdk.App(outdir=str(tmp_path), context=CDK_CONTEXT)
     stack = cdk.Stack(app, "Probe", env=cdk.Environment(account=ACCOUNT, region=REGION))
     add_fallback(stack, "spot-fleet")
@@ -219,7 +219,7 @@ def test_the_asset_carries_the_decision_and_the_vocabulary_as_files(tmp_path):
         copied = asset / "gpufleet" / shared
         assert not copied.is_symlink()
         assert copied.read_text() == Path("gpufleet", shared).read_text()
-    assert (HANDLER_DIR / "__pycache__").is_dir() and (HANDLER_DIR / "gpufleet" / "__pycache__").is_dir()
+    assert (RUNTIME_DIR / "__pycache__").is_dir() and (RUNTIME_DIR / "gpufleet" / "__pycache__").is_dir()
     assert asset_files(asset) == [
         "__init__.py",
         "gpufleet",
@@ -413,7 +413,7 @@ def check_the_state_cleanup_function_runs_python_3_14_for_a_minute_with_a_role_t
         "Runtime": "python3.14",
         "Timeout": 60,
     }
-    # One asset for both functions: stacks/capacity_fallback/ (handler.py, state_cleanup.py, gpufleet/fallback.py).
+    # One asset for both functions: runtime/ (handler.py, state_cleanup.py, gpufleet/fallback.py and constants.py).
     assert function["Code"] == resources[FUNCTION_ID]["Properties"]["Code"]
     assert resources[CLEANUP_ROLE_ID]["Properties"] == {
         "AssumeRolePolicyDocument": LAMBDA_TRUST,

@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from stacks.fleet_teardown import handler
+from stacks.constructs.fleet_teardown.runtime import handler
 
 REGION = "us-east-1"
 

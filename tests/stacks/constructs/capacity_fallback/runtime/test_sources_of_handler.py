@@ -8,7 +8,7 @@ import re
 import botocore.session
 from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
 
-from stacks.capacity_fallback import handler
+from stacks.constructs.capacity_fallback.runtime import handler
 
 SESSION = botocore.session.get_session()
 

@@ -1,6 +1,6 @@
 """A custom resource whose Delete cancels the fleet, terminates its nodes and waits for them.
 
-CDK's custom_resources.Provider runs the two handlers (stacks/fleet_teardown/handler.py): on_event cancels and
+CDK's custom_resources.Provider runs the two handlers (runtime/handler.py beside this file): on_event cancels and
 terminates, is_complete is polled by a Step Functions waiter until every node is terminated, so the wait is not
 bounded by one Lambda run.
 
@@ -19,12 +19,11 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
-from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from stacks.constructs.provider_findings import acknowledge_provider
+from stacks.constructs.lambda_functions import lambda_base, provider
 
-HANDLER_DIR = Path(__file__).resolve().parent.parent / "fleet_teardown"
+RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 # Each handler call is a few EC2 calls; the waiting is the Provider's.
 HANDLER_TIMEOUT = cdk.Duration.minutes(2)
 # p4d nodes usually take one to three minutes to terminate; CloudFormation's own Spot Fleet delete handler waits up
@@ -52,16 +51,15 @@ class FleetTeardown(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
-        log_group = logs.LogGroup(
-            self, "HandlerLogs", retention=log_retention, removal_policy=cdk.RemovalPolicy.DESTROY
-        )
-        role = iam.Role(
+        base = lambda_base(
             self,
-            "HandlerRole",
-            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            description="gpufleet fleet teardown: cancel the fleet and terminate its nodes",
+            log_group_id="HandlerLogs",
+            role_id="HandlerRole",
+            role_description="gpufleet fleet teardown: cancel the fleet and terminate its nodes",
+            code=lambda_.Code.from_asset(str(RUNTIME_DIR), exclude=["__pycache__", "*.pyc"]),
+            log_retention=log_retention,
         )
-        log_group.grant_write(role)
+        role = base.role
         # Both act on the spot-fleet-request resource type (its only required one) in the Service Authorization
         # Reference as parliament 1.6.4 bundles it (parliament/iam_definition.json; the capacity fallback scopes its
         # Spot Fleet calls the same way, and tests/stacks/test_iam_resources.py holds both to it), so both are
@@ -94,40 +92,32 @@ class FleetTeardown(Construct):
             ),
         ):
             cdk.Validations.of(role).acknowledge(cdk.Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason))
-        code = lambda_.Code.from_asset(str(HANDLER_DIR), exclude=["__pycache__", "*.pyc"])
-        handlers = {
-            name: lambda_.Function(
-                self,
-                f"{name}Handler",
-                runtime=lambda_.Runtime.PYTHON_3_14,
-                handler=f"handler.{entry}",
-                code=code,
-                timeout=HANDLER_TIMEOUT,
-                role=role,
-                log_group=log_group,
-                description=description,
-            )
-            for name, entry, description in (
-                ("OnEvent", "on_event", "Cancels the gpufleet Spot Fleet and terminates its nodes"),
-                ("IsComplete", "is_complete", "Says whether every node of the gpufleet Spot Fleet is terminated"),
-            )
-        }
-        provider = cr.Provider(
+        on_event = base.function(
+            "OnEventHandler",
+            handler="handler.on_event",
+            timeout=HANDLER_TIMEOUT,
+            description="Cancels the gpufleet Spot Fleet and terminates its nodes",
+        )
+        is_complete = base.function(
+            "IsCompleteHandler",
+            handler="handler.is_complete",
+            timeout=HANDLER_TIMEOUT,
+            description="Says whether every node of the gpufleet Spot Fleet is terminated",
+        )
+        teardown_provider = provider(
             self,
             "Provider",
-            on_event_handler=handlers["OnEvent"],
-            is_complete_handler=handlers["IsComplete"],
+            on_event=on_event,
+            is_complete=is_complete,
             total_timeout=TOTAL_TIMEOUT,
             query_interval=QUERY_INTERVAL,
-            log_group=logs.LogGroup(
-                self, "ProviderLogs", retention=log_retention, removal_policy=cdk.RemovalPolicy.DESTROY
-            ),
+            log_retention=log_retention,
+            purpose="the fleet teardown",
         )
-        acknowledge_provider(provider, handlers.values(), "the fleet teardown")
         teardown = cdk.CustomResource(
             self,
             "Resource",
-            service_token=provider.service_token,
+            service_token=teardown_provider.service_token,
             resource_type="Custom::GpufleetFleetTeardown",
             properties={"FleetRequestId": fleet.ref},
         )

@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from stacks.capacity_fallback import state_cleanup
+from stacks.constructs.capacity_fallback.runtime import state_cleanup
 
 PARAMETER = "/gpufleet/probe/fallback"
 

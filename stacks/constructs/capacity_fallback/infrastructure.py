@@ -1,9 +1,9 @@
 """fleet.fallback: a Lambda on an EventBridge schedule that moves missing spot nodes to on-demand and back.
 
-The function (stacks/capacity_fallback/handler.py, deciding with gpufleet/fallback.py) reads the fleet or Auto Scaling
+The function (runtime/handler.py beside this file, deciding with gpufleet/fallback.py) reads the fleet or Auto Scaling
 group, changes only its on-demand part, and keeps its state in the SSM parameter /gpufleet/ENV/fallback, which it
 writes itself: the stack does not declare the parameter, so no deploy can write an old value back. A custom resource
-(stacks/capacity_fallback/state_cleanup.py) deletes the parameter when the stack goes (or fleet.fallback is removed):
+(runtime/state_cleanup.py) deletes the parameter when the stack goes (or fleet.fallback is removed):
 the schedule, the function and its role depend on it, so CloudFormation deletes them first and no run writes the
 parameter again afterwards; its Create and Update do nothing, so a deploy leaves the state alone. Its role may
 change exactly this fleet request (or this group) and this parameter; the reads that AWS cannot scope
@@ -23,15 +23,14 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
-from aws_cdk import custom_resources as cr
 from constructs import Construct
 
 from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET, FALLBACK_CHECK_INTERVAL_MINUTES
 from gpufleet.environment import Fallback
 from gpufleet.fallback import parameter_name
-from stacks.constructs.provider_findings import acknowledge_provider
+from stacks.constructs.lambda_functions import lambda_base, provider
 
-HANDLER_DIR = Path(__file__).resolve().parent.parent / "capacity_fallback"
+RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 # A run is a handful of describe calls and at most one change.
 HANDLER_TIMEOUT = cdk.Duration.minutes(1)
 # The state cleanup is one DeleteParameter; the Provider's framework function answers CloudFormation. CloudFormation
@@ -60,20 +59,21 @@ class CapacityFallback(Construct):
             raise ValueError(f"backend {backend!r}: {BACKEND_SPOT_FLEET} or {BACKEND_AUTO_SCALING}")
         stack = cdk.Stack.of(self)
         parameter = parameter_name(environment_name)
-        log_group = logs.LogGroup(self, "Logs", retention=log_retention, removal_policy=cdk.RemovalPolicy.DESTROY)
-        role = iam.Role(
-            self,
-            "Role",
-            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            description=f"gpufleet {environment_name} capacity fallback: the fleet's on-demand part and its state",
-        )
-        log_group.grant_write(role)
-        # The asset carries gpufleet/fallback.py through a link (stacks/capacity_fallback/gpufleet/fallback.py).
+        # The asset carries gpufleet/fallback.py and gpufleet/constants.py through links (runtime/gpufleet/).
         # ALWAYS, not the default: the API reference gives NEVER as the default, which would stage a dangling link;
         # aws-cdk-lib 2.275.0 core/lib/fs/copy.js actually falls back to EXTERNAL (`options.follow ?? EXTERNAL`).
         code = lambda_.Code.from_asset(
-            str(HANDLER_DIR), exclude=["__pycache__", "*.pyc"], follow_symlinks=cdk.SymlinkFollowMode.ALWAYS
+            str(RUNTIME_DIR), exclude=["__pycache__", "*.pyc"], follow_symlinks=cdk.SymlinkFollowMode.ALWAYS
         )
+        base = lambda_base(
+            self,
+            log_group_id="Logs",
+            role_id="Role",
+            role_description=f"gpufleet {environment_name} capacity fallback: the fleet's on-demand part and its state",
+            code=code,
+            log_retention=log_retention,
+        )
+        role = base.role
         role.add_to_policy(
             iam.PolicyStatement(
                 actions=["ssm:GetParameter", "ssm:PutParameter"],
@@ -88,15 +88,10 @@ class CapacityFallback(Construct):
                 "Reference); the capacity fallback only reads the fleet's nodes and history with them",
             )
         )
-        self.function = lambda_.Function(
-            self,
+        self.function = base.function(
             "Function",
-            runtime=lambda_.Runtime.PYTHON_3_14,
             handler="handler.on_schedule",
-            code=code,
             timeout=HANDLER_TIMEOUT,
-            role=role,
-            log_group=log_group,
             description=f"gpufleet {environment_name}: spot first, on-demand when spot is missing, spot again",
             environment={
                 "BACKEND": backend,
@@ -126,46 +121,37 @@ class CapacityFallback(Construct):
         it may delete the parameter. Keep its construct id: under a new logical id CloudFormation would create a new
         resource and delete the old one, and with it the state."""
         stack = cdk.Stack.of(self)
-        log_group = logs.LogGroup(
-            self, "StateCleanupLogs", retention=log_retention, removal_policy=cdk.RemovalPolicy.DESTROY
-        )
-        role = iam.Role(
+        base = lambda_base(
             self,
-            "StateCleanupRole",
-            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
-            description=f"gpufleet capacity fallback: delete {parameter} with the stack",
+            log_group_id="StateCleanupLogs",
+            role_id="StateCleanupRole",
+            role_description=f"gpufleet capacity fallback: delete {parameter} with the stack",
+            code=code,
+            log_retention=log_retention,
         )
-        log_group.grant_write(role)
-        role.add_to_policy(
+        base.role.add_to_policy(
             iam.PolicyStatement(
                 actions=["ssm:DeleteParameter"],
                 resources=[stack.format_arn(service="ssm", resource="parameter", resource_name=parameter.lstrip("/"))],
             )
         )
-        function = lambda_.Function(
-            self,
+        function = base.function(
             "StateCleanupFunction",
-            runtime=lambda_.Runtime.PYTHON_3_14,
             handler="state_cleanup.on_event",
-            code=code,
             timeout=STATE_CLEANUP_TIMEOUT,
-            role=role,
-            log_group=log_group,
             description=f"gpufleet: deletes {parameter} when the capacity fallback goes",
         )
-        provider = cr.Provider(
+        cleanup_provider = provider(
             self,
             "StateCleanupProvider",
-            on_event_handler=function,
-            log_group=logs.LogGroup(
-                self, "StateCleanupProviderLogs", retention=log_retention, removal_policy=cdk.RemovalPolicy.DESTROY
-            ),
+            on_event=function,
+            log_retention=log_retention,
+            purpose="the capacity fallback's state cleanup",
         )
-        acknowledge_provider(provider, [function], "the capacity fallback's state cleanup")
         return cdk.CustomResource(
             self,
             "StateCleanup",
-            service_token=provider.service_token,
+            service_token=cleanup_provider.service_token,
             resource_type="Custom::GpufleetFallbackState",
             properties={"ParameterName": parameter},
             service_timeout=STATE_CLEANUP_SERVICE_TIMEOUT,
@@ -177,7 +163,7 @@ class CapacityFallback(Construct):
         if backend == BACKEND_SPOT_FLEET:
             # All three act on the spot-fleet-request resource type in the Service Authorization Reference as
             # parliament 1.6.4 bundles it (parliament/iam_definition.json), as the fleet teardown's calls do
-            # (stacks/constructs/fleet_teardown.py; tests/stacks/test_iam_resources.py holds both to it).
+            # (stacks/constructs/fleet_teardown/infrastructure.py; tests/stacks/test_iam_resources.py holds both to it).
             role.add_to_policy(
                 iam.PolicyStatement(
                     actions=[

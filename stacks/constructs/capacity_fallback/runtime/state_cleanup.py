@@ -8,9 +8,9 @@ physical id changes ("If the value returned is different, CloudFormation recogni
 sends a delete request to the old resource", CloudFormation user guide, "Custom resource response objects",
 https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/crpg-ref-responses.html), so a redeploy never resets
 the state. The construct orders the Delete after the schedule, the function and its role are gone
-(stacks/constructs/capacity_fallback.py), so no run writes the parameter again.
+(../infrastructure.py), so no run writes the parameter again.
 
-CDK's custom_resources.Provider (stacks/constructs/capacity_fallback.py) runs on_event and answers CloudFormation:
+CDK's custom_resources.Provider (../infrastructure.py) runs on_event and answers CloudFormation:
 the returned PhysicalResourceId, or FAILED with the error of a delete that raised. Standard library and boto3 only
 (the Lambda Python runtime).
 """

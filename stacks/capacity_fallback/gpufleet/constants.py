@@ -1,1 +1,0 @@
-../../../gpufleet/constants.py

@@ -1,0 +1,1 @@
+"""The capacity fallback: the construct (infrastructure.py) and the Lambda code it deploys (runtime/)."""

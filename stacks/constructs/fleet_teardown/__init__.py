@@ -1,0 +1,1 @@
+"""The fleet teardown: the construct (infrastructure.py) and the Lambda code it deploys (runtime/)."""

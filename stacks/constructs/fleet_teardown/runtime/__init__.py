@@ -1,0 +1,1 @@
+"""The fleet teardown Lambda's asset (handler.py: on_event and is_complete of the custom resource)."""
