@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "gpufleet.commands.validate",
     "gpufleet.commands.summary",
     "gpufleet.commands.environment_reference",
+    "gpufleet.commands.ami_profile_reference",
     "gpufleet.commands.ami",
     "gpufleet.commands.preflight",
     "gpufleet.commands.plan",
