@@ -19,6 +19,8 @@ COMMAND_MODULES = (
     "gpufleet.commands.validate",
     "gpufleet.commands.summary",
     "gpufleet.commands.environment_reference",
+    "gpufleet.commands.ami_profile_reference",
+    "gpufleet.commands.cli_reference",
     "gpufleet.commands.ami",
     "gpufleet.commands.preflight",
     "gpufleet.commands.plan",

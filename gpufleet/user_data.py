@@ -82,7 +82,7 @@ def in_capacity_block(env: Environment) -> bool:
 
 
 def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
-    """The GPUFLEET_* variables the node scripts read (documented in scripts/node/README.md)."""
+    """The GPUFLEET_* variables the node scripts read (documented in docs/reference/node-settings.md)."""
     scripts = setup_scripts(env, instance)
     return {
         "GPUFLEET_ENVIRONMENT": env.name,

@@ -11,7 +11,7 @@ locals {
     GPG_KEY_URL = var.component_gpg_key_urls
   }
 
-  # Every provisioning script gets all of these (contracts.md).
+  # Every provisioning script gets all of these (docs/reference/ami-scripts.md: which of them each script reads).
   script_environment = concat(
     [
       "GPUFLEET_PROFILE=${var.profile}",

@@ -43,7 +43,9 @@ class BaseImage(_Section):
 class OperatingSystem(_Section):
     family: Literal["ubuntu", "amzn"] = Field(description="ubuntu | amzn (Amazon Linux).")
     version: Literal["18.04", "22.04", "2", "2023"] = Field(description='18.04 | 22.04 (ubuntu), "2" | "2023" (amzn).')
-    base_image: BaseImage
+    base_image: BaseImage = Field(
+        description="The source AMI: the newest image whose name matches, published by the owner account."
+    )
     ssh_username: StrictStr = Field(description="Login user of the base image: ubuntu or ec2-user.")
     root_device_name: StrictStr = Field(description="/dev/sda1 (Ubuntu) or /dev/xvda (Amazon Linux).")
 
@@ -108,17 +110,27 @@ class Component(_Section):
 
 
 class Components(_Section):
-    driver: Component
-    fabric_manager: Component
-    cuda: Component
-    cudnn: Component
-    nccl: Component
-    efa_installer: Component
-    aws_ofi_nccl: Component
-    nccl_tests: Component
-    fsx_lustre: Component
-    onednn: Component
-    container_toolkit: Component
+    driver: Component = Field(description="NVIDIA data-center driver runfile (02-nvidia-driver.sh).")
+    fabric_manager: Component = Field(
+        description="NVIDIA Fabric Manager, the driver's exact version; installed only when target.nvswitch is true "
+        "(04-fabric-manager.sh)."
+    )
+    cuda: Component = Field(description="CUDA toolkit runfile, into /usr/local/cuda-X.Y (05-cuda.sh).")
+    cudnn: Component = Field(description="cuDNN: a tarball (url set) or pinned packages (06-cudnn.sh).")
+    nccl: Component = Field(
+        description="NCCL: pinned packages for the CUDA version, or a source build (url set) (08-nccl.sh)."
+    )
+    efa_installer: Component = Field(description="AWS EFA installer, with GPUDirect RDMA (07-efa-installer.sh).")
+    aws_ofi_nccl: Component = Field(
+        description="aws-ofi-nccl, NCCL's plugin for EFA: the EFA installer's own without url, else a source build "
+        "(09-aws-ofi-nccl.sh)."
+    )
+    nccl_tests: Component = Field(description="nccl-tests, built with MPI (10-nccl-tests.sh).")
+    fsx_lustre: Component = Field(description="FSx for Lustre client for the running kernel (11-fsx-lustre.sh).")
+    onednn: Component = Field(description="oneDNN, a source build (12-onednn.sh).")
+    container_toolkit: Component = Field(
+        description="NVIDIA Container Toolkit, registered as a Docker runtime (13-container-runtime.sh)."
+    )
 
     def items(self) -> list[tuple[str, Component]]:
         return [(key, getattr(self, key)) for key in COMPONENT_KEYS]
@@ -126,11 +138,11 @@ class Components(_Section):
 
 class Profile(_Section):
     name: StrictStr = Field(description="Profile name; must equal the file name without .yaml.")
-    description: StrictStr
-    os: OperatingSystem
-    target: Target
-    build: Build
-    components: Components
+    description: StrictStr = Field(description="One line: the stack and what it is for.")
+    os: OperatingSystem = Field(description="The OS of the base image and how Packer logs in to it.")
+    target: Target = Field(description="What the image is for.")
+    build: Build = Field(description="The instance Packer builds on and the image's root volume.")
+    components: Components = Field(description="The pinned software stack, one mapping per component.")
 
     def versions(self) -> dict[str, str]:
         return {key: component.version for key, component in self.components.items()}

@@ -1,4 +1,4 @@
-"""environments/README.md is the reference generated from the model: it cannot drift from the parser."""
+"""docs/reference/environment.md is the reference generated from the model: it cannot drift from the parser."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from gpufleet.environment import Environment
 def test_committed_reference_matches_the_model():
     """A drift check only: the committed file is written by the renderer it is compared with, so what the rendering
     must say is stated literally in test_reference_rows_state_the_model below."""
-    committed = Path("environments/README.md").read_text()
-    assert committed == render_reference(), "regenerate: gpufleet environment-reference > environments/README.md"
+    committed = Path("docs/reference/environment.md").read_text()
+    assert committed == render_reference(), "regenerate: gpufleet environment-reference > docs/reference/environment.md"
 
 
 def test_reference_rows_state_the_model():

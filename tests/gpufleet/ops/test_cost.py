@@ -226,7 +226,7 @@ total      2                     44.34     31,927.97
 
 
 def test_dev_table(stubbed, run_cli) -> None:
-    """The text the README shows under `gpufleet cost`."""
+    """The text docs/operations/aws-commands.md shows under `gpufleet cost`."""
     answer_on_demand(stubbed("pricing"))
     answer_spot(stubbed("ec2"))
     code, out, err = run_cli("cost", "dev")
@@ -427,7 +427,7 @@ total                 4                     109.89    79,120.51
 
 
 def test_fallback_table(environments, stubbed, monkeypatch, run_cli) -> None:
-    """The second run the README shows under `gpufleet cost`."""
+    """The second run docs/operations/aws-commands.md shows under `gpufleet cost`."""
     env = load_named_environment(environments("big", target=4, on_demand=1))
     use_environment(monkeypatch, with_fleet(env, backend="auto-scaling", fallback=fallback(max_extra_on_demand=2)))
     answer_on_demand(stubbed("pricing"))

@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPTS_DIR = REPO / "scripts" / "ami"
-# contracts.md: the file names, in run order.
+# The file names in run order, as docs/reference/ami-scripts.md lists them (gpufleet/ami/__init__.py SCRIPT_NAMES).
 CONTRACT_SCRIPTS = (
     "00-os-update.sh 01-build-tools.sh 02-nvidia-driver.sh 03-reboot.sh 04-fabric-manager.sh 05-cuda.sh "
     "06-cudnn.sh 07-efa-installer.sh 08-nccl.sh 09-aws-ofi-nccl.sh 10-nccl-tests.sh 11-fsx-lustre.sh "

@@ -12,7 +12,7 @@ MEMBERS = [f"/dev/nvme{i}n1" for i in range(1, 9)]
 CREATE = ["--create", ARRAY, "--run", "--homehost=any", "--level=0", "--raid-devices=8", *MEMBERS]
 # -K: no discard of the (already trimmed) drives; -l su=8b: a 32 KiB log stripe unit instead of the array's 512 KiB.
 ARRAY_MKFS = ["-q", "-K", "-l", "su=8b", ARRAY]
-NODE_README = Path(__file__).resolve().parents[3] / "scripts" / "node" / "README.md"
+NODE_SETTINGS = Path(__file__).resolve().parents[3] / "docs" / "reference" / "node-settings.md"
 
 
 def drives(count: int) -> list[list[str]]:
@@ -192,8 +192,8 @@ def test_other_filesystem_is_never_reformatted(node, settings):
     assert node.calls("mkfs.xfs") == []
 
 
-def test_the_scratch_volume_is_made_and_mounted_as_the_readme_says(node, settings):
-    raid_row = next(line for line in NODE_README.read_text().splitlines() if line.startswith("| `raid0-nvme.sh`"))
+def test_the_scratch_volume_is_made_and_mounted_as_the_docs_say(node, settings):
+    raid_row = next(line for line in NODE_SETTINGS.read_text().splitlines() if line.startswith("| `raid0-nvme.sh`"))
     assert "`mkfs.xfs -K -l su=8b`" in raid_row
     assert "mounted with `noatime`" in raid_row and "mode `1777`" in raid_row
     node.set_state(drives=drives(8))

@@ -1,10 +1,11 @@
-"""Prints the README's worked examples of `gpufleet preflight` and `gpufleet cost`, run in-process against moto and
-botocore's Stubber with the fixtures the tests use (tests/gpufleet/ops/conftest.py). Not collected by `make test` (the
-file name does not start with test_); run it by name and paste what it prints:
+"""Prints the worked examples of `gpufleet preflight` and `gpufleet cost` that docs/operations/aws-commands.md and
+docs/guides/deploying.md show, run in-process against moto and botocore's Stubber with the fixtures the tests use
+(tests/gpufleet/ops/conftest.py). Not collected by `make test` (the file name does not start with test_); run it by
+name and paste what it prints:
 
-    .venv/bin/pytest tests/gpufleet/ops/readme_examples.py -q -s -p no:cacheprovider
+    .venv/bin/pytest tests/gpufleet/ops/docs_examples.py -q -s -p no:cacheprovider
 
-What moto lacks is answered here, and the README says so next to each output: placement scores (GetSpotPlacementScores),
+What moto lacks is answered here, and the docs say so next to each output: placement scores (GetSpotPlacementScores),
 EC2's vCPU quotas (moto's Service Quotas knows none), the caller's policy simulation (SimulatePrincipalPolicy), the
 Capacity Block's description (moto has no Capacity Blocks) and Capacity Block offerings. Instance, image and fleet ids
 are moto's, so they change from run to run.
