@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
+    # The command-line reference documents the parser it is part of.
+    parser.set_defaults(command_line=parser)
     return parser
 
 

@@ -24,14 +24,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    print(render_reference(), end="")
+    print(render_reference(args.command_line), end="")
     return 0
 
 
-def render_reference() -> str:
-    from gpufleet.cli import build_parser  # here: gpufleet.cli imports this module to register it
-
-    return HEADER + "".join(_sections(build_parser(), summary=None))
+def render_reference(command_line: argparse.ArgumentParser) -> str:
+    """COMMAND_LINE: the whole `gpufleet` parser (gpufleet.cli hands it to every command as args.command_line; this
+    module, a layer below, does not import it)."""
+    return HEADER + "".join(_sections(command_line, summary=None))
 
 
 def _sections(parser: argparse.ArgumentParser, summary: str | None) -> Iterator[str]:

@@ -7,17 +7,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpufleet.commands.cli_reference import render_reference
+from gpufleet.cli import build_parser
+from gpufleet.commands import cli_reference
 
 
 def test_committed_reference_matches_the_parser():
     """A drift check only: what the rendering must say is stated literally in the tests below."""
     committed = Path("docs/reference/cli.md").read_text()
-    assert committed == render_reference(), "regenerate: gpufleet cli-reference > docs/reference/cli.md"
+    assert committed == cli_reference.render_reference(build_parser()), (
+        "regenerate: gpufleet cli-reference > docs/reference/cli.md"
+    )
 
 
 def test_every_command_and_sub_command_has_a_section_in_help_order():
-    headings = [line for line in render_reference().splitlines() if line.startswith("## ")]
+    headings = [line for line in cli_reference.render_reference(build_parser()).splitlines() if line.startswith("## ")]
     assert headings == [
         "## gpufleet",
         "## gpufleet validate",
@@ -59,11 +62,11 @@ def test_a_section_is_the_summary_then_the_help_at_100_columns_whatever_the_term
         "  --keep N           newest images kept per profile\n"
         "  --yes              really deregister and delete (default: only list)\n"
         "```\n"
-    ) in render_reference()
+    ) in cli_reference.render_reference(build_parser())
 
 
 def test_the_top_level_section_has_no_summary_and_an_epilog_stays():
-    reference = render_reference()
+    reference = cli_reference.render_reference(build_parser())
     assert "\n## gpufleet\n\n```text\nusage: gpufleet [-h] COMMAND ...\n" in reference
     assert (
         "exit codes: 0 every price read; 3 some price could not be read (the totals are incomplete); 1 the\n"
