@@ -9,11 +9,13 @@ from pathlib import Path
 import aws_cdk as cdk
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from gpufleet.ami.pipeline import Pipeline, publish_regions
 from gpufleet.environment import Environment
+from gpufleet.rules import LOG_RETENTION_DAYS
 from stacks.constructs.ami_build_project import AmiBuildProject
 
 AMI_PIPELINE_STACK_NAME = "gpufleet-ami-pipeline"
@@ -53,7 +55,14 @@ class AmiPipelineStack(cdk.Stack):
             follow_symlinks=cdk.SymlinkFollowMode.BLOCK_EXTERNAL,
         )
         build = AmiBuildProject(
-            self, "AmiBuild", pipeline=pipeline, source=source, publish_regions=publish_regions(pipeline, environments)
+            self,
+            "AmiBuild",
+            packer=pipeline.packer,
+            session_manager_plugin_version=pipeline.session_manager_plugin.version,
+            build_subnet_id=pipeline.subnet_id,
+            log_retention=logs.RetentionDays[LOG_RETENTION_DAYS[pipeline.log_retention_days]],
+            source=source,
+            publish_regions=publish_regions(pipeline, environments),
         )
         if pipeline.schedule is not None:
             for profile in pipeline.profiles:

@@ -17,6 +17,7 @@ from gpufleet.constants import (
     SUBNET_OUTPUT_KEY,
 )
 from gpufleet.environment import Environment
+from gpufleet.user_data import launch_template_user_data
 from stacks.constructs.capacity_block_warning import CapacityBlockWarning
 from stacks.constructs.capacity_fallback.infrastructure import CapacityFallback
 from stacks.constructs.efa_security_group import EfaSecurityGroup
@@ -45,26 +46,40 @@ class ClusterStack(cdk.Stack):
 
         efa_security_group = EfaSecurityGroup(self, "EfaSecurityGroup", vpc=vpc)
         placement_group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+        block = environment.capacity.capacity_block
         launch_template = NodeLaunchTemplate(
             self,
             "NodeLaunchTemplate",
-            environment=environment,
+            environment_name=environment.name,
             instance=instance,
+            efa=environment.efa,
+            ami=environment.ami,
+            root_volume_gib=environment.root_volume_gib,
+            key_pair=environment.key_pair,
+            backend=environment.fleet.backend,
+            reservation=environment.capacity.reservation,
+            capacity_block_id=block.reservation_id if block else None,
             subnet=node_subnet,
             security_group=efa_security_group.security_group,
             placement_group=placement_group,
             node_tags=node_tags,
+            user_data=launch_template_user_data(environment, instance),
         )
         nodes = node_group(
             self,
-            environment=environment,
+            environment_name=environment.name,
+            instance_type=environment.instance_type,
+            capacity=environment.capacity,
+            fleet=environment.fleet,
+            group_name_prefix=environment.auto_scaling_group_prefix,
             launch_template=launch_template,
             subnet_id=node_subnet.subnet_id,
             guarded=[placement_group, efa_security_group, launch_template],
         )
-        if environment.capacity.capacity_block is not None:
-            block_id = environment.capacity.capacity_block.reservation_id
-            CapacityBlockWarning(self, "CapacityBlockWarning", environment=environment, block_id=block_id)
+        if block is not None:
+            CapacityBlockWarning(
+                self, "CapacityBlockWarning", environment_name=environment.name, block_id=block.reservation_id
+            )
         if environment.fleet.fallback is not None:
             CapacityFallback(
                 self,

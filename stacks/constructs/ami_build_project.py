@@ -18,9 +18,8 @@ from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from gpufleet.ami import AMI_PARAMETER_PREFIX, SSM_AGENT_ACTIONS
-from gpufleet.ami.pipeline import Pipeline
+from gpufleet.ami.pipeline import Packer
 from gpufleet.constants import PROFILE_TAG_KEY, SOURCE_AMI_TAG_KEY
-from gpufleet.rules import LOG_RETENTION_DAYS
 
 # The build (ami/packer/source.pkr.hcl) puts SOURCE_AMI_TAG_KEY in `tags` and `snapshot_tags`, not in `run_tags`: an
 # image or snapshot carries it once Packer has finished it (see pipeline_image_statements).
@@ -40,7 +39,13 @@ def publish_regions_variable(publish_regions: Mapping[str, tuple[str, ...]]) -> 
     return " ".join(f"{profile}={','.join(regions)}" for profile, regions in publish_regions.items())
 
 
-def buildspec(pipeline: Pipeline, publish_regions: Mapping[str, tuple[str, ...]]) -> dict:
+def buildspec(
+    *,
+    packer: Packer,
+    session_manager_plugin_version: str,
+    build_subnet_id: str | None,
+    publish_regions: Mapping[str, tuple[str, ...]],
+) -> dict:
     """The build, in phase order. Every command is a script of scripts/pipeline (each tested on its own, and the
     phases together by running this buildspec); the pinned tool versions and checksums are its variables. Without
     on-failure, a failing command ends its phase and a failed install phase skips the build phase, so a failed
@@ -51,11 +56,11 @@ def buildspec(pipeline: Pipeline, publish_regions: Mapping[str, tuple[str, ...]]
         "env": {
             "shell": "bash",
             "variables": {
-                "PACKER_VERSION": pipeline.packer.version,
-                "PACKER_SHA256": pipeline.packer.sha256 or "",
-                "HASHICORP_KEY_FINGERPRINT": pipeline.packer.signing_key_fingerprint,
-                "SESSION_MANAGER_PLUGIN_VERSION": pipeline.session_manager_plugin.version,
-                "BUILD_SUBNET_ID": pipeline.subnet_id or "",
+                "PACKER_VERSION": packer.version,
+                "PACKER_SHA256": packer.sha256 or "",
+                "HASHICORP_KEY_FINGERPRINT": packer.signing_key_fingerprint,
+                "SESSION_MANAGER_PLUGIN_VERSION": session_manager_plugin_version,
+                "BUILD_SUBNET_ID": build_subnet_id or "",
                 "PACKER_MANIFEST": PACKER_MANIFEST,
                 "PUBLISH_REGIONS": publish_regions_variable(publish_regions),
             },
@@ -216,10 +221,15 @@ class AmiBuildProject(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        pipeline: Pipeline,
+        packer: Packer,
+        session_manager_plugin_version: str,
+        build_subnet_id: str | None,
+        log_retention: logs.RetentionDays,
         source: s3_assets.Asset,
         publish_regions: Mapping[str, tuple[str, ...]],
     ) -> None:
+        """packer, session_manager_plugin_version, build_subnet_id: the tools and subnet of ami/pipeline.yaml;
+        publish_regions: the regions each profile is published in (gpufleet.ami.pipeline.publish_regions)."""
         super().__init__(scope, construct_id)
         self.key = kms.Key(
             self,
@@ -232,7 +242,7 @@ class AmiBuildProject(Construct):
         self.log_group = logs.LogGroup(
             self,
             "Logs",
-            retention=logs.RetentionDays[LOG_RETENTION_DAYS[pipeline.log_retention_days]],
+            retention=log_retention,
             removal_policy=cdk.RemovalPolicy.DESTROY,
         )
         self.build_instance_role = iam.Role(
@@ -263,7 +273,14 @@ class AmiBuildProject(Construct):
             "Project",
             description="gpufleet AMI build: packer build of the profile named by the PROFILE environment variable",
             source=codebuild.Source.s3(bucket=source.bucket, path=source.s3_object_key),
-            build_spec=codebuild.BuildSpec.from_object(buildspec(pipeline, publish_regions)),
+            build_spec=codebuild.BuildSpec.from_object(
+                buildspec(
+                    packer=packer,
+                    session_manager_plugin_version=session_manager_plugin_version,
+                    build_subnet_id=build_subnet_id,
+                    publish_regions=publish_regions,
+                )
+            ),
             environment=codebuild.BuildEnvironment(
                 build_image=codebuild.LinuxBuildImage.STANDARD_7_0, compute_type=codebuild.ComputeType.SMALL
             ),

@@ -23,7 +23,6 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from gpufleet.constants import ENVIRONMENT_TAG_KEY
-from gpufleet.environment import Environment
 from gpufleet.user_data import INSTALL_DIR, SETTINGS_FILE
 
 EXPIRATION_WARNINGS = ("Capacity Block Expiration Warning", "Capacity Block Reservation Expiration Warning")
@@ -37,7 +36,7 @@ def node_command() -> str:
 
 
 class CapacityBlockWarning(Construct):
-    def __init__(self, scope: Construct, construct_id: str, *, environment: Environment, block_id: str) -> None:
+    def __init__(self, scope: Construct, construct_id: str, *, environment_name: str, block_id: str) -> None:
         """block_id: the reservation id of the environment's Capacity Block."""
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
@@ -47,7 +46,7 @@ class CapacityBlockWarning(Construct):
             self,
             "RunCommandRole",
             assumed_by=iam.ServicePrincipal("events.amazonaws.com"),
-            description=f"gpufleet {environment.name}: runs the checkpoint hook on the nodes as their block ends",
+            description=f"gpufleet {environment_name}: runs the checkpoint hook on the nodes as their block ends",
             inline_policies={
                 "SendCommandToNodes": iam.PolicyDocument(
                     statements=[
@@ -58,7 +57,7 @@ class CapacityBlockWarning(Construct):
                         iam.PolicyStatement(
                             actions=["ssm:SendCommand"],
                             resources=[instances_arn],
-                            conditions={"StringEquals": {f"ssm:resourceTag/{ENVIRONMENT_TAG_KEY}": environment.name}},
+                            conditions={"StringEquals": {f"ssm:resourceTag/{ENVIRONMENT_TAG_KEY}": environment_name}},
                         ),
                     ]
                 )
@@ -74,7 +73,7 @@ class CapacityBlockWarning(Construct):
         self.rule = events.CfnRule(
             self,
             "Resource",
-            description=f"gpufleet {environment.name}: Capacity Block {block_id} expiration warning "
+            description=f"gpufleet {environment_name}: Capacity Block {block_id} expiration warning "
             "runs the checkpoint hook on the nodes",
             event_pattern={
                 "source": ["aws.ec2"],
@@ -89,7 +88,7 @@ class CapacityBlockWarning(Construct):
                     run_command_parameters=events.CfnRule.RunCommandParametersProperty(
                         run_command_targets=[
                             events.CfnRule.RunCommandTargetProperty(
-                                key=f"tag:{ENVIRONMENT_TAG_KEY}", values=[environment.name]
+                                key=f"tag:{ENVIRONMENT_TAG_KEY}", values=[environment_name]
                             )
                         ]
                     ),

@@ -38,32 +38,30 @@ from gpufleet.constants import (
     CAPACITY_BLOCK_MARKET_TYPE,
     LAUNCH_TEMPLATE_RESERVATIONS_ONLY,
 )
-from gpufleet.environment import Environment
+from gpufleet.environment import CapacityReservation
 
 
 def launch_template_market_options(
-    environment: Environment,
+    capacity_block_id: str | None,
 ) -> ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty | None:
-    if environment.capacity.capacity_block is None:
+    if capacity_block_id is None:
         return None
     return ec2.CfnLaunchTemplate.InstanceMarketOptionsProperty(market_type=CAPACITY_BLOCK_MARKET_TYPE)
 
 
 def launch_template_capacity_reservation(
-    environment: Environment,
+    *, capacity_block_id: str | None, reservation: CapacityReservation | None, backend: str
 ) -> ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty | None:
     """The launch template's reservation targeting: a Capacity Block's, or the reservations of a spot-fleet
-    environment. None leaves EC2's default (open: any open reservation that matches)."""
-    block = environment.capacity.capacity_block
-    if block is not None:
+    environment (backend: its fleet.backend). None leaves EC2's default (open: any open reservation that matches)."""
+    if capacity_block_id is not None:
         # As AWS's example launches into a block: the target alone.
         return ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
             capacity_reservation_target=ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(
-                capacity_reservation_id=block.reservation_id
+                capacity_reservation_id=capacity_block_id
             )
         )
-    reservation = environment.capacity.reservation
-    if reservation is None or environment.fleet.backend != BACKEND_SPOT_FLEET:
+    if reservation is None or backend != BACKEND_SPOT_FLEET:
         return None
     # gpufleet.validators leaves the spot-fleet backend preference only, with one id or a group.
     return ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
@@ -76,11 +74,10 @@ def launch_template_capacity_reservation(
 
 
 def auto_scaling_capacity_reservation(
-    environment: Environment,
+    reservation: CapacityReservation | None,
 ) -> autoscaling.CfnAutoScalingGroup.CapacityReservationSpecificationProperty | None:
     """The Auto Scaling group's CapacityReservationSpecification for the auto-scaling backend; None where the group
     leaves it to the launch template (no reservation, or a Capacity Block, which the launch template targets)."""
-    reservation = environment.capacity.reservation
     if reservation is None:
         return None
     return autoscaling.CfnAutoScalingGroup.CapacityReservationSpecificationProperty(

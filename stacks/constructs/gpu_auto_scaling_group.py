@@ -48,7 +48,7 @@ from gpufleet.constants import (
     ROLLOUT_REPLACE_ALL,
     TERMINATION_HOOK_NAME,
 )
-from gpufleet.environment import Environment
+from gpufleet.environment import CapacityReservation, Fleet
 from stacks.constructs.capacity_reservations import auto_scaling_capacity_reservation
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
 
@@ -59,12 +59,11 @@ from stacks.constructs.node_launch_template import NodeLaunchTemplate
 HEARTBEAT_TIMEOUT = cdk.Duration.minutes(10)
 
 
-def group_name(environment: Environment, image_id: str) -> str:
-    """The group's name: fixed, and under fleet.rollout replace-all carrying the node image (see the module doc)."""
-    name = environment.auto_scaling_group_prefix
-    if environment.fleet.image_rollout == ROLLOUT_REPLACE_ALL:
-        return cdk.Fn.join("-", [name, image_id])
-    return name
+def group_name(prefix: str, fleet: Fleet, image_id: str) -> str:
+    """The group's name: PREFIX, and under fleet.rollout replace-all carrying the node image (see the module doc)."""
+    if fleet.image_rollout == ROLLOUT_REPLACE_ALL:
+        return cdk.Fn.join("-", [prefix, image_id])
+    return prefix
 
 
 class GpuAutoScalingGroup(Construct):
@@ -73,21 +72,28 @@ class GpuAutoScalingGroup(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        environment: Environment,
+        environment_name: str,
+        name_prefix: str,
+        instance_type: str,
+        target: int,
+        on_demand: int,
+        fleet: Fleet,
+        reservation: CapacityReservation | None,
         launch_template: NodeLaunchTemplate,
         subnet_id: str,
     ) -> None:
+        """name_prefix: the group's name, or its prefix under replace-all (Environment.auto_scaling_group_prefix);
+        target, on_demand: the nodes the group keeps and its on-demand base."""
         super().__init__(scope, construct_id)
-        fleet = environment.fleet
         template = launch_template.launch_template
-        name = group_name(environment, launch_template.image_id)
+        name = group_name(name_prefix, fleet, launch_template.image_id)
         self.group = autoscaling.CfnAutoScalingGroup(
             self,
             "Resource",
             auto_scaling_group_name=name,
-            min_size=str(environment.capacity.target),
-            max_size=str(environment.capacity.target),
-            desired_capacity=str(environment.capacity.target),
+            min_size=str(target),
+            max_size=str(target),
+            desired_capacity=str(target),
             # The one node subnet: EFA traffic stays inside one subnet. The placement group comes with the launch
             # template (Placement.GroupName), as for the Spot Fleet.
             vpc_zone_identifier=[subnet_id],
@@ -98,13 +104,11 @@ class GpuAutoScalingGroup(Construct):
                         launch_template_id=template.ref, version=template.attr_latest_version_number
                     ),
                     overrides=[
-                        autoscaling.CfnAutoScalingGroup.LaunchTemplateOverridesProperty(
-                            instance_type=environment.instance_type
-                        )
+                        autoscaling.CfnAutoScalingGroup.LaunchTemplateOverridesProperty(instance_type=instance_type)
                     ],
                 ),
                 instances_distribution=autoscaling.CfnAutoScalingGroup.InstancesDistributionProperty(
-                    on_demand_base_capacity=environment.capacity.on_demand,
+                    on_demand_base_capacity=on_demand,
                     on_demand_percentage_above_base_capacity=0,
                     on_demand_allocation_strategy=AUTO_SCALING_ON_DEMAND_ALLOCATION_STRATEGIES[
                         fleet.on_demand_allocation_strategy
@@ -112,7 +116,7 @@ class GpuAutoScalingGroup(Construct):
                     spot_allocation_strategy=AUTO_SCALING_SPOT_ALLOCATION_STRATEGIES[fleet.allocation_strategy],
                 ),
             ),
-            capacity_reservation_specification=auto_scaling_capacity_reservation(environment),
+            capacity_reservation_specification=auto_scaling_capacity_reservation(reservation),
             lifecycle_hook_specification_list=[
                 autoscaling.CfnAutoScalingGroup.LifecycleHookSpecificationProperty(
                     lifecycle_hook_name=TERMINATION_HOOK_NAME,
@@ -126,7 +130,7 @@ class GpuAutoScalingGroup(Construct):
             # (PropagateAtLaunch false), so a node has each tag once, from one place.
             tags=[
                 autoscaling.CfnAutoScalingGroup.TagPropertyProperty(
-                    key=ENVIRONMENT_TAG_KEY, value=environment.name, propagate_at_launch=False
+                    key=ENVIRONMENT_TAG_KEY, value=environment_name, propagate_at_launch=False
                 )
             ],
         )
@@ -145,9 +149,11 @@ class GpuAutoScalingGroup(Construct):
             ),
         ):
             cdk.Validations.of(self.group).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
-        self._let_nodes_complete_their_lifecycle_action(launch_template.role, environment)
+        self._let_nodes_complete_their_lifecycle_action(launch_template.role, environment_name, name_prefix, fleet)
 
-    def _let_nodes_complete_their_lifecycle_action(self, role: iam.IRole, environment: Environment) -> None:
+    def _let_nodes_complete_their_lifecycle_action(
+        self, role: iam.IRole, environment_name: str, prefix: str, fleet: Fleet
+    ) -> None:
         """autoscaling:CompleteLifecycleAction on this group only. The statement names the group by its name, not by
         a reference to it, and the policy outlives the group: CloudFormation deletes the group, whose nodes complete
         their lifecycle actions as they go, before the policy (the group depends on it)."""
@@ -157,8 +163,7 @@ class GpuAutoScalingGroup(Construct):
         # tests/stacks/test_iam_resources.py matches it against parliament's copy). Under replace-all two groups
         # of the environment live for a moment (the name carries the image): the name prefix covers both, and the
         # environment tag condition keeps other environments' groups out.
-        prefix = environment.auto_scaling_group_prefix
-        names = [f"{prefix}-ami-*"] if environment.fleet.image_rollout == ROLLOUT_REPLACE_ALL else [prefix]
+        names = [f"{prefix}-ami-*"] if fleet.image_rollout == ROLLOUT_REPLACE_ALL else [prefix]
         arns = [
             f"arn:{stack.partition}:autoscaling:{stack.region}:{stack.account}:autoScalingGroup:*:"
             f"autoScalingGroupName/{name}"
@@ -171,7 +176,7 @@ class GpuAutoScalingGroup(Construct):
                 iam.PolicyStatement(
                     actions=["autoscaling:CompleteLifecycleAction"],
                     resources=arns,
-                    conditions={"StringEquals": {f"aws:ResourceTag/{ENVIRONMENT_TAG_KEY}": environment.name}},
+                    conditions={"StringEquals": {f"aws:ResourceTag/{ENVIRONMENT_TAG_KEY}": environment_name}},
                 )
             ],
         )
@@ -186,7 +191,7 @@ class GpuAutoScalingGroup(Construct):
                 cdk.Acknowledgment(
                     id=f"AwsSolutions-IAM5[{finding}]",
                     reason="the group id in an Auto Scaling group ARN is known only once the group exists; the "
-                    f"name and the condition aws:ResourceTag/{ENVIRONMENT_TAG_KEY}={environment.name} limit the "
+                    f"name and the condition aws:ResourceTag/{ENVIRONMENT_TAG_KEY}={environment_name} limit the "
                     "nodes to completing lifecycle actions of their own environment's group",
                 )
             )

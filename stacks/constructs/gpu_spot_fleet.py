@@ -31,8 +31,8 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
-from gpufleet.constants import ENVIRONMENT_TAG_KEY, ROLLOUT_REPLACE_ALL
-from gpufleet.environment import Environment
+from gpufleet.constants import ENVIRONMENT_TAG_KEY, FLEET_TYPE_MAINTAIN, ROLLOUT_REPLACE_ALL
+from gpufleet.environment import Fleet
 
 IMAGE_TAG_KEY = "gpufleet:image"
 LAUNCH_TEMPLATE_VERSION_TAG_KEY = "gpufleet:launch-template-version"
@@ -45,17 +45,22 @@ class GpuSpotFleet(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        environment: Environment,
+        environment_name: str,
+        instance_type: str,
+        target: int,
+        on_demand: int,
+        fleet: Fleet,
         launch_template: ec2.CfnLaunchTemplate,
         image_id: str,
     ) -> None:
-        """image_id: the image the launch template resolves (a token when it comes from SSM at deploy time)."""
+        """target, on_demand: the nodes the fleet keeps and how many of them are on-demand; image_id: the image the
+        launch template resolves (a token when it comes from SSM at deploy time)."""
         super().__init__(scope, construct_id)
         self.fleet_role = iam.Role(
             self,
             "FleetRole",
             assumed_by=iam.ServicePrincipal("spotfleet.amazonaws.com"),
-            description=f"gpufleet {environment.name}: lets Spot Fleet launch, tag and terminate the nodes",
+            description=f"gpufleet {environment_name}: lets Spot Fleet launch, tag and terminate the nodes",
             managed_policies=[
                 iam.ManagedPolicy.from_aws_managed_policy_name("service-role/AmazonEC2SpotFleetTaggingRole")
             ],
@@ -68,13 +73,12 @@ class GpuSpotFleet(Construct):
                 "actions, which a copied inline policy would silently miss",
             )
         )
-        fleet = environment.fleet
-        maintains = fleet.type == "maintain"
+        maintains = fleet.type == FLEET_TYPE_MAINTAIN
         config: dict[str, Any] = dict(
             iam_fleet_role=self.fleet_role.role_arn,
             type=fleet.type,
-            target_capacity=environment.capacity.target,
-            on_demand_target_capacity=environment.capacity.on_demand,
+            target_capacity=target,
+            on_demand_target_capacity=on_demand,
             on_demand_allocation_strategy=fleet.on_demand_allocation_strategy,
             allocation_strategy=fleet.allocation_strategy,
             # Placement groups refuse spot instances that stop or hibernate on interruption.
@@ -83,20 +87,18 @@ class GpuSpotFleet(Construct):
             excess_capacity_termination_policy="default" if maintains else None,
             terminate_instances_with_expiration=True,
             valid_until=_utc_iso(fleet.valid_until),
-            spot_maintenance_strategies=self._maintenance_strategies(environment),
+            spot_maintenance_strategies=self._maintenance_strategies(fleet),
             launch_template_configs=[
                 ec2.CfnSpotFleet.LaunchTemplateConfigProperty(
                     launch_template_specification=ec2.CfnSpotFleet.FleetLaunchTemplateSpecificationProperty(
                         launch_template_id=launch_template.ref,
                         version=launch_template.attr_latest_version_number,
                     ),
-                    overrides=[
-                        ec2.CfnSpotFleet.LaunchTemplateOverridesProperty(instance_type=environment.instance_type)
-                    ],
+                    overrides=[ec2.CfnSpotFleet.LaunchTemplateOverridesProperty(instance_type=instance_type)],
                 )
             ],
         )
-        tags = {ENVIRONMENT_TAG_KEY: environment.name}
+        tags = {ENVIRONMENT_TAG_KEY: environment_name}
         if not maintains:
             tags[LAUNCH_TEMPLATE_VERSION_TAG_KEY] = launch_template.attr_latest_version_number
             tags[REQUEST_DIGEST_TAG_KEY] = self._digest(config)
@@ -122,8 +124,8 @@ class GpuSpotFleet(Construct):
         return hashlib.sha256(json.dumps(resolved, sort_keys=True).encode()).hexdigest()[:16]
 
     @staticmethod
-    def _maintenance_strategies(environment: Environment) -> ec2.CfnSpotFleet.SpotMaintenanceStrategiesProperty | None:
-        rebalance = environment.fleet.capacity_rebalance
+    def _maintenance_strategies(fleet: Fleet) -> ec2.CfnSpotFleet.SpotMaintenanceStrategiesProperty | None:
+        rebalance = fleet.capacity_rebalance
         if rebalance is None:
             return None
         return ec2.CfnSpotFleet.SpotMaintenanceStrategiesProperty(

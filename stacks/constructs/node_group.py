@@ -17,7 +17,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET, ENVIRONMENT_TAG_KEY, NODE_GROUP_OUTPUTS
-from gpufleet.environment import Environment
+from gpufleet.environment import Capacity, Fleet
 from stacks.constructs.fleet_teardown.infrastructure import FleetTeardown
 from stacks.constructs.gpu_auto_scaling_group import GpuAutoScalingGroup
 from stacks.constructs.gpu_spot_fleet import GpuSpotFleet
@@ -38,34 +38,53 @@ class NodeGroup:
 def node_group(
     scope: Construct,
     *,
-    environment: Environment,
+    environment_name: str,
+    instance_type: str,
+    capacity: Capacity,
+    fleet: Fleet,
+    group_name_prefix: str,
     launch_template: NodeLaunchTemplate,
     subnet_id: str,
     guarded: list[Construct],
 ) -> NodeGroup:
-    """The environment's node group; guarded: the resources its nodes sit in, deleted only after the nodes are gone."""
-    backend = environment.fleet.backend
+    """The environment's node group, by fleet.backend; group_name_prefix: the Auto Scaling group's name or prefix;
+    guarded: the resources its nodes sit in, deleted only after the nodes are gone."""
+    backend = fleet.backend
     if backend == BACKEND_AUTO_SCALING:
         group = GpuAutoScalingGroup(
-            scope, "NodeGroup", environment=environment, launch_template=launch_template, subnet_id=subnet_id
+            scope,
+            "NodeGroup",
+            environment_name=environment_name,
+            name_prefix=group_name_prefix,
+            instance_type=instance_type,
+            target=capacity.target,
+            on_demand=capacity.on_demand,
+            fleet=fleet,
+            reservation=capacity.reservation,
+            launch_template=launch_template,
+            subnet_id=subnet_id,
         )
         for construct in guarded:
             group.group.node.add_dependency(construct)
         return NodeGroup(backend, group.group, group.group.ref)
     assert backend == BACKEND_SPOT_FLEET, f"fleet.backend {backend}: the environment's parsing allows no other"
-    fleet = GpuSpotFleet(
+    spot_fleet = GpuSpotFleet(
         scope,
         "Fleet",
-        environment=environment,
+        environment_name=environment_name,
+        instance_type=instance_type,
+        target=capacity.target,
+        on_demand=capacity.on_demand,
+        fleet=fleet,
         launch_template=launch_template.launch_template,
         image_id=launch_template.image_id,
     )
     FleetTeardown(
         scope,
         "FleetTeardown",
-        fleet=fleet.spot_fleet,
-        environment_tag=(ENVIRONMENT_TAG_KEY, environment.name),
+        fleet=spot_fleet.spot_fleet,
+        environment_tag=(ENVIRONMENT_TAG_KEY, environment_name),
         guarded=guarded,
         log_retention=logs.RetentionDays.ONE_MONTH,
     )
-    return NodeGroup(backend, fleet.spot_fleet, fleet.spot_fleet.ref)
+    return NodeGroup(backend, spot_fleet.spot_fleet, spot_fleet.spot_fleet.ref)

@@ -9,8 +9,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from gpufleet.catalog import InstanceType
-from gpufleet.environment import Environment
-from gpufleet.user_data import launch_template_user_data
+from gpufleet.environment import Ami, CapacityReservation
 from stacks.constructs.capacity_reservations import (
     launch_template_capacity_reservation,
     launch_template_market_options,
@@ -29,19 +28,29 @@ class NodeLaunchTemplate(Construct):
         scope: Construct,
         construct_id: str,
         *,
-        environment: Environment,
+        environment_name: str,
         instance: InstanceType,
+        efa: bool,
+        ami: Ami,
+        root_volume_gib: int,
+        key_pair: str | None,
+        backend: str,
+        reservation: CapacityReservation | None,
+        capacity_block_id: str | None,
         subnet: ec2.ISubnet,
         security_group: ec2.ISecurityGroup,
         placement_group: ec2.IPlacementGroup,
         node_tags: dict[str, str],
+        user_data: str,
     ) -> None:
+        """backend, reservation, capacity_block_id: the capacity source (stacks/constructs/capacity_reservations.py
+        says which the launch template targets); user_data: base64, as gpufleet.user_data renders it."""
         super().__init__(scope, construct_id)
         self.role = iam.Role(
             self,
             "NodeRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            description=f"gpufleet {environment.name} nodes: SSM managed instance and CloudWatch agent",
+            description=f"gpufleet {environment_name} nodes: SSM managed instance and CloudWatch agent",
             managed_policies=[
                 iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore"),
                 iam.ManagedPolicy.from_aws_managed_policy_name("CloudWatchAgentServerPolicy"),
@@ -67,28 +76,30 @@ class NodeLaunchTemplate(Construct):
         instance_profile = iam.InstanceProfile(self, "NodeInstanceProfile", role=self.role)
 
         # The image the nodes launch from: a fixed ami.id, or the SSM parameter's value at deploy time.
-        self.image_id = self._image_id(environment)
+        self.image_id = self._image_id(ami)
         tags = [cdk.CfnTag(key=key, value=value) for key, value in sorted(node_tags.items())]
         self.launch_template = ec2.CfnLaunchTemplate(
             self,
             "Resource",
             launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
                 image_id=self.image_id,
-                instance_type=environment.instance_type,
-                key_name=environment.key_pair,
+                instance_type=instance.name,
+                key_name=key_pair,
                 ebs_optimized=True,
                 iam_instance_profile=ec2.CfnLaunchTemplate.IamInstanceProfileProperty(
                     arn=instance_profile.instance_profile_arn
                 ),
                 network_interfaces=node_network_interfaces(
                     instance=instance,
-                    efa=environment.efa,
+                    efa=efa,
                     subnet_id=subnet.subnet_id,
                     security_group_id=security_group.security_group_id,
                 ),
-                placement=self._placement(environment, placement_group),
-                instance_market_options=launch_template_market_options(environment),
-                capacity_reservation_specification=launch_template_capacity_reservation(environment),
+                placement=self._placement(capacity_block_id, placement_group),
+                instance_market_options=launch_template_market_options(capacity_block_id),
+                capacity_reservation_specification=launch_template_capacity_reservation(
+                    capacity_block_id=capacity_block_id, reservation=reservation, backend=backend
+                ),
                 metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
                     http_endpoint="enabled",
                     http_tokens="required",
@@ -96,9 +107,9 @@ class NodeLaunchTemplate(Construct):
                 ),
                 block_device_mappings=[
                     ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
-                        device_name=environment.ami.root_device_name,
+                        device_name=ami.root_device_name,
                         ebs=ec2.CfnLaunchTemplate.EbsProperty(
-                            volume_size=environment.root_volume_gib,
+                            volume_size=root_volume_gib,
                             volume_type="gp3",
                             iops=ROOT_VOLUME_IOPS,
                             throughput=ROOT_VOLUME_THROUGHPUT_MIBPS,
@@ -111,31 +122,31 @@ class NodeLaunchTemplate(Construct):
                     ec2.CfnLaunchTemplate.TagSpecificationProperty(resource_type=resource_type, tags=tags)
                     for resource_type in ("instance", "volume", "network-interface")
                 ],
-                user_data=launch_template_user_data(environment, instance),
+                user_data=user_data,
             ),
         )
 
     @staticmethod
     def _placement(
-        environment: Environment, placement_group: ec2.IPlacementGroup
+        capacity_block_id: str | None, placement_group: ec2.IPlacementGroup
     ) -> ec2.CfnLaunchTemplate.PlacementProperty | None:
         """The cluster placement group, except for a Capacity Block: its instances are already placed close together
         (EC2 user guide, capacity-blocks-using.html: "there is no need to use a cluster placement group with a
         Capacity Block"), and a placement constraint outside the block can fail launches while the block still has
         room (ParallelCluster's PlacementGroupCapacityTypeValidator, cli/src/pcluster/validators/ec2_validators.py)."""
-        if environment.capacity.capacity_block is not None:
+        if capacity_block_id is not None:
             return None
         return ec2.CfnLaunchTemplate.PlacementProperty(group_name=placement_group.placement_group_name)
 
-    def _image_id(self, environment: Environment) -> str:
-        if environment.ami.id is not None:
-            return environment.ami.id
+    def _image_id(self, ami: Ami) -> str:
+        if ami.id is not None:
+            return ami.id
         # A parameter of this type is resolved by CloudFormation at deploy time: synthesis stays offline.
         parameter = cdk.CfnParameter(
             self,
             "NodeImageParameter",
             type="AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>",
-            default=environment.ami.ssm_parameter,
+            default=ami.ssm_parameter,
             description="SSM parameter holding the node AMI id (written by the gpufleet AMI pipeline)",
         )
         return parameter.value_as_string

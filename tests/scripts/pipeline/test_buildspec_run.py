@@ -33,7 +33,12 @@ from tests.scripts.pipeline.conftest import REPO
 from tests.scripts.pipeline.fake_tools import BUILT_IMAGE, copy_id
 
 PIPELINE = load_pipeline(REPO / "ami" / "pipeline.yaml")
-SPEC = buildspec(PIPELINE, publish_regions(PIPELINE, load_environments(environment_files(REPO / "environments"))))
+SPEC = buildspec(
+    packer=PIPELINE.packer,
+    session_manager_plugin_version=PIPELINE.session_manager_plugin.version,
+    build_subnet_id=PIPELINE.subnet_id,
+    publish_regions=publish_regions(PIPELINE, load_environments(environment_files(REPO / "environments"))),
+)
 PHASES = ("install", "pre_build", "build", "post_build")
 BUILD_ID = "gpufleet-ami-build:5f0c1d2e-3a4b-4c5d-8e9f-0a1b2c3d4e5f"
 INSTANCE_PROFILE = "gpufleet-ami-pipeline-AmiBuildBuildInstanceProfile-1A2B3C4D"

@@ -6,6 +6,7 @@ import json
 
 import aws_cdk as cdk
 import pytest
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk.assertions import Template
 
@@ -18,9 +19,21 @@ from tests.conftest import CDK_CONTEXT
 def build_project(stack, tmp_path, publish_regions):
     (tmp_path / "README").write_text("a stand-in for the repository the build checks out\n")
     source = s3_assets.Asset(stack, "Source", path=str(tmp_path))
-    pipeline = load_pipeline().model_copy(update={"log_retention_days": 30})
-    AmiBuildProject(stack, "AmiBuild", pipeline=pipeline, source=source, publish_regions=publish_regions)
+    add_build_project(stack, load_pipeline(), source, publish_regions)
     return Template.from_stack(stack)
+
+
+def add_build_project(stack, pipeline, source, publish_regions) -> AmiBuildProject:
+    return AmiBuildProject(
+        stack,
+        "AmiBuild",
+        packer=pipeline.packer,
+        session_manager_plugin_version=pipeline.session_manager_plugin.version,
+        build_subnet_id=pipeline.subnet_id,
+        log_retention=logs.RetentionDays.ONE_MONTH,
+        source=source,
+        publish_regions=publish_regions,
+    )
 
 
 def only(template, resource_type):
@@ -87,14 +100,10 @@ def checked_template(tmp_path_factory) -> dict:
     (sources / "README").write_text("a stand-in for the repository the build checks out\n")
     shipped = load_pipeline()
     pipeline = shipped.model_copy(
-        update={
-            "log_retention_days": 30,
-            "subnet_id": BUILD_SUBNET,
-            "packer": shipped.packer.model_copy(update={"sha256": PACKER_SHA256}),
-        }
+        update={"subnet_id": BUILD_SUBNET, "packer": shipped.packer.model_copy(update={"sha256": PACKER_SHA256})}
     )
     source = s3_assets.Asset(stack, "Source", path=str(sources))
-    AmiBuildProject(stack, "AmiBuild", pipeline=pipeline, source=source, publish_regions=PUBLISH_REGIONS)
+    add_build_project(stack, pipeline, source, PUBLISH_REGIONS)
     return app.synth().get_stack_by_name("Probe").template
 
 
@@ -610,7 +619,13 @@ def test_a_pipeline_without_checksum_subnet_or_publish_regions_passes_empty_valu
     """publish-image.sh and build-image.sh read an empty PACKER_SHA256 / BUILD_SUBNET_ID as "not set"."""
     shipped = load_pipeline()
     assert (shipped.packer.sha256, shipped.subnet_id) == (None, None)
-    assert buildspec(shipped, {})["env"]["variables"] == {
+    spec = buildspec(
+        packer=shipped.packer,
+        session_manager_plugin_version=shipped.session_manager_plugin.version,
+        build_subnet_id=shipped.subnet_id,
+        publish_regions={},
+    )
+    assert spec["env"]["variables"] == {
         "PACKER_VERSION": "1.11.2",
         "PACKER_SHA256": "",
         "HASHICORP_KEY_FINGERPRINT": "C874011F0AB405110D02105534365D9472D7468F",

@@ -11,7 +11,7 @@ import pytest
 from stacks.constructs.capacity_block_warning import CapacityBlockWarning, node_command
 from stacks.environment_stacks import add_compliance_checks
 from tests.conftest import CDK_CONTEXT
-from tests.stacks.constructs.conftest import ACCOUNT, environment
+from tests.stacks.constructs.conftest import ACCOUNT
 
 BLOCK_ID = "cr-0123456789abcdef0"
 # The region of the ARNs below: not the probe environment's, so a region taken from anywhere but the stack shows.
@@ -30,7 +30,7 @@ def resources(tmp_path_factory) -> dict:
     app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
     add_compliance_checks(app)
     stack = cdk.Stack(app, "Probe", env=cdk.Environment(account=ACCOUNT, region=REGION))
-    CapacityBlockWarning(stack, "Warning", environment=environment(), block_id=BLOCK_ID)
+    CapacityBlockWarning(stack, "Warning", environment_name="probe", block_id=BLOCK_ID)
     app.synth()  # raises on an unacknowledged cdk-nag finding
     return json.loads((outdir / "Probe.template.json").read_text())["Resources"]
 

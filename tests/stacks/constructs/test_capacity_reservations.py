@@ -115,19 +115,24 @@ def group_with(stack, specification) -> dict | None:
     ],
 )
 def test_auto_scaling_group_capacity_reservation(stack, reservation, expected):
-    assert group_with(stack, auto_scaling_capacity_reservation(with_capacity(reservation=reservation))) == expected
+    assert (
+        group_with(
+            stack, auto_scaling_capacity_reservation(with_capacity(reservation=reservation).capacity.reservation)
+        )
+        == expected
+    )
 
 
 @pytest.mark.parametrize(
     "capacity", [{}, {"capacity_block": {"reservation_id": RESERVATION_ID}}], ids=["no source", "capacity block"]
 )
 def test_the_group_leaves_no_reservation_and_a_capacity_block_to_the_launch_template(stack, capacity):
-    assert auto_scaling_capacity_reservation(with_capacity(**capacity)) is None
+    assert auto_scaling_capacity_reservation(with_capacity(**capacity).capacity.reservation) is None
 
 
 def test_the_group_property_passes_cfn_lint(stack, tmp_path):
     reservation = {"resource_group_arn": GROUP_ARN, "preference": "first"}
-    group_with(stack, auto_scaling_capacity_reservation(with_capacity(reservation=reservation)))
+    group_with(stack, auto_scaling_capacity_reservation(with_capacity(reservation=reservation).capacity.reservation))
     template = tmp_path / "group.template.json"
     template.write_text(json.dumps(Template.from_stack(stack).to_json()))
     result = subprocess.run([CFN_LINT, "--", str(template)], capture_output=True, text=True)
@@ -144,7 +149,7 @@ def matrix_capacity(request, matrix) -> tuple[str, dict, dict | None]:
     add_launch_template(stack, environment)
     with_group = environment.fleet.backend == BACKEND_AUTO_SCALING
     if with_group:
-        add_group(stack, auto_scaling_capacity_reservation(environment))
+        add_group(stack, auto_scaling_capacity_reservation(environment.capacity.reservation))
     template = Template.from_stack(stack)
     return request.param, data_of(template), (group_specification(template) or {}) if with_group else None
 

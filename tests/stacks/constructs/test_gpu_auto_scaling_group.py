@@ -118,7 +118,13 @@ def matrix_group(request, matrix) -> tuple[str, dict, list, dict, list]:
     group = GpuAutoScalingGroup(
         stack,
         "NodeGroup",
-        environment=environment,
+        environment_name=environment.name,
+        name_prefix=environment.auto_scaling_group_prefix,
+        instance_type=environment.instance_type,
+        target=environment.capacity.target,
+        on_demand=environment.capacity.on_demand,
+        fleet=environment.fleet,
+        reservation=environment.capacity.reservation,
         launch_template=add_launch_template(stack, environment),
         subnet_id=SUBNET,
     )

@@ -13,15 +13,27 @@ from stacks.constructs.gpu_spot_fleet import GpuSpotFleet
 from tests.stacks.constructs.conftest import bare_stack, environment
 
 
+def spot_fleet(stack, env, launch_template, image_id):
+    return GpuSpotFleet(
+        stack,
+        "Fleet",
+        environment_name=env.name,
+        instance_type=env.instance_type,
+        target=env.capacity.target,
+        on_demand=env.capacity.on_demand,
+        fleet=env.fleet,
+        launch_template=launch_template,
+        image_id=image_id,
+    )
+
+
 def request_config(stack, env, instance_type="p4d.24xlarge"):
     launch_template = ec2.CfnLaunchTemplate(
         stack,
         "Node",
         launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(instance_type="p4d.24xlarge"),
     )
-    fleet = GpuSpotFleet(
-        stack, "Fleet", environment=env, launch_template=launch_template, image_id="ami-0123456789abcdef0"
-    )
+    fleet = spot_fleet(stack, env, launch_template, image_id="ami-0123456789abcdef0")
     (resource,) = Template.from_stack(stack).find_resources("AWS::EC2::SpotFleet").values()
     config = resource["Properties"]["SpotFleetRequestConfigData"]
     role = stack.get_logical_id(fleet.fleet_role.node.default_child)
@@ -226,7 +238,7 @@ def test_the_fleet_roles_managed_policy_is_acknowledged_with_its_reason():
     launch_template = ec2.CfnLaunchTemplate(
         stack, "Node", launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty()
     )
-    fleet = GpuSpotFleet(stack, "Fleet", environment=environment(), launch_template=launch_template, image_id="ami-1")
+    fleet = spot_fleet(stack, environment(), launch_template, image_id="ami-1")
     acknowledged = [
         item
         for entry in fleet.fleet_role.node.metadata

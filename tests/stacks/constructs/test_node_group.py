@@ -19,15 +19,23 @@ def matrix_node_group(request, matrix):
     stack = bare_stack(environment.region)
     launch_template = add_launch_template(stack, environment)
     placement_group = ec2.CfnPlacementGroup(stack, "Cluster", strategy="cluster")
-    nodes = node_group(
-        stack,
-        environment=environment,
-        launch_template=launch_template,
-        subnet_id="subnet-0123456789abcdef0",
-        guarded=[placement_group],
-    )
+    nodes = add_node_group(stack, environment, launch_template, guarded=[placement_group])
     resource_id = stack.resolve(stack.get_logical_id(nodes.resource))
     return request.param, nodes, stack.resolve(nodes.id), Template.from_stack(stack).to_json()["Resources"], resource_id
+
+
+def add_node_group(stack, environment, launch_template, guarded):
+    return node_group(
+        stack,
+        environment_name=environment.name,
+        instance_type=environment.instance_type,
+        capacity=environment.capacity,
+        fleet=environment.fleet,
+        group_name_prefix=environment.auto_scaling_group_prefix,
+        launch_template=launch_template,
+        subnet_id="subnet-0123456789abcdef0",
+        guarded=guarded,
+    )
 
 
 # The logical ids are the cluster stack's too (the same construct path): a new one would make CloudFormation replace
@@ -154,5 +162,5 @@ def test_an_environment_with_a_backend_its_parsing_never_allows_fails_naming_it(
     stack = bare_stack()
     launch_template = add_launch_template(stack, unknown)
     with pytest.raises(AssertionError) as raised:
-        node_group(stack, environment=unknown, launch_template=launch_template, subnet_id="subnet-1", guarded=[])
+        add_node_group(stack, unknown, launch_template, guarded=[])
     assert str(raised.value) == "fleet.backend karpenter: the environment's parsing allows no other"

@@ -10,6 +10,7 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
 from gpufleet.catalog import load_catalog
+from gpufleet.user_data import launch_template_user_data
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
 from tests.stacks.constructs.conftest import ZONE, bare_stack, environment
 from tests.stacks.matrix import MATRIX
@@ -21,15 +22,25 @@ def add_launch_template(stack, env, node_tags=None) -> NodeLaunchTemplate:
     security_group = ec2.SecurityGroup.from_security_group_id(stack, "Group", SECURITY_GROUP)
     subnet = ec2.Subnet.from_subnet_attributes(stack, "Subnet", subnet_id=SUBNET, availability_zone=ZONE)
     placement_group = ec2.PlacementGroup.from_placement_group_name(stack, "Placement", "probe-cluster")
+    instance = load_catalog()[env.instance_type]
+    block = env.capacity.capacity_block
     return NodeLaunchTemplate(
         stack,
         "Node",
-        environment=env,
-        instance=load_catalog()[env.instance_type],
+        environment_name=env.name,
+        instance=instance,
+        efa=env.efa,
+        ami=env.ami,
+        root_volume_gib=env.root_volume_gib,
+        key_pair=env.key_pair,
+        backend=env.fleet.backend,
+        reservation=env.capacity.reservation,
+        capacity_block_id=block.reservation_id if block else None,
         subnet=subnet,
         security_group=security_group,
         placement_group=placement_group,
         node_tags=node_tags or {"Name": "probe-node"},
+        user_data=launch_template_user_data(env, instance),
     )
 
 
