@@ -6,15 +6,14 @@
 # LD_LIBRARY_PATH: docker --env-file sets values as written, without expansion (docker/cli pkg/kvfile/kvfile.go:
 # "no interpolation or substitution"), so an LD_LIBRARY_PATH there would replace the container's own.
 set -euo pipefail
+# shellcheck source=../lib/helpers.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
 
 # PREFIX:LIBRARY pairs. The EFA installer puts libfabric and Open MPI in lib64 on Amazon Linux and RHEL, in lib on
 # Ubuntu and Debian (EC2 user guide, efa-start-nccl-base "Add the Libfabric directory to LD_LIBRARY_PATH", per OS;
 # aws-samples/aws-efa-nccl-baseami-pipeline nvidia-efa-ml-al2.yml and -ubuntu2004.yml profile scripts): the
 # directory used is the one that holds the library.
 readonly INSTALLED_LIBRARIES=(/opt/amazon/efa:libfabric.so /opt/amazon/openmpi:libmpi.so)
-
-log() { echo "efa-env: $*"; }
-die() { echo "efa-env: error: $*" >&2; exit 1; }
 
 # True when version $1 sorts before version $2.
 version_before() { [[ $1 != "$2" && $(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n 1) == "$1" ]]; }
@@ -53,13 +52,14 @@ write_file() {
   mv -f "$1.tmp" "$1"
 }
 
-[[ ${GPUFLEET_EFA:-} =~ ^[01]$ ]] || die "GPUFLEET_EFA must be 1 or 0, got '${GPUFLEET_EFA:-}'"
+require_settings "$NODE_SETTINGS" GPUFLEET_EFA
+[[ $GPUFLEET_EFA =~ ^[01]$ ]] || die "GPUFLEET_EFA must be 1 or 0, got '$GPUFLEET_EFA'"
 if [[ $GPUFLEET_EFA == 0 ]]; then
   log "disabled (GPUFLEET_EFA=0)"
   exit 0
 fi
-[[ ${GPUFLEET_GPUDIRECT_RDMA:-} =~ ^[01]$ ]] ||
-  die "GPUFLEET_GPUDIRECT_RDMA must be 1 or 0, got '${GPUFLEET_GPUDIRECT_RDMA:-}'"
+require_settings "$NODE_SETTINGS" GPUFLEET_GPUDIRECT_RDMA
+[[ $GPUFLEET_GPUDIRECT_RDMA =~ ^[01]$ ]] || die "GPUFLEET_GPUDIRECT_RDMA must be 1 or 0, got '$GPUFLEET_GPUDIRECT_RDMA'"
 
 root=${GPUFLEET_ROOT:-}
 manifest=/etc/gpufleet/versions.json
