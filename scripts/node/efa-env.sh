@@ -66,7 +66,7 @@ manifest=/etc/gpufleet/versions.json
 [[ -f $root$manifest ]] || die "$manifest is missing: the node image was not built by gpufleet (no versions manifest)"
 command -v python3 >/dev/null || die "python3 is needed to read $manifest; install it on the image"
 # The plugin's directory: paths.aws_ofi_nccl_lib, which images record since the EFA installer may ship the plugin
-# (/opt/amazon/ofi-nccl/...); older images built it under GPUFLEET_OFI_NCCL_PREFIX (default /opt/aws-ofi-nccl).
+# (/opt/amazon/ofi-nccl/...); older images built it under GPUFLEET_AWS_OFI_NCCL_PREFIX (default /opt/aws-ofi-nccl).
 manifest_fields=$(python3 -c '
 import json, sys
 manifest = json.load(open(sys.argv[1]))
@@ -74,7 +74,7 @@ print(manifest["components"]["aws_ofi_nccl"])
 print(manifest.get("paths", {}).get("aws_ofi_nccl_lib", ""))' "$root$manifest" 2>/dev/null) ||
   die "$manifest is not valid JSON or has no components.aws_ofi_nccl"
 { read -r raw_version; read -r plugin_lib || true; } <<<"$manifest_fields"
-plugin_lib=${plugin_lib:-${GPUFLEET_OFI_NCCL_PREFIX:-/opt/aws-ofi-nccl}/lib}
+plugin_lib=${plugin_lib:-${GPUFLEET_AWS_OFI_NCCL_PREFIX:-/opt/aws-ofi-nccl}/lib}
 # Release tags read v1.7.3-aws; compare the numeric part only.
 [[ $raw_version =~ ^v?([0-9]+\.[0-9]+(\.[0-9]+)?) ]] ||
   die "components.aws_ofi_nccl in $manifest is '$raw_version', not a version such as 1.7.3"
