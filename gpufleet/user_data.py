@@ -1,9 +1,11 @@
 """Launch-template user data: the node scripts of scripts/node/ assembled, at synth time, into one bash script.
 
 The user data writes the settings to /etc/gpufleet/node.env (shell-quoted ``export`` lines, also read by the
-systemd units), installs the enabled scripts under /opt/gpufleet/node and their units, then starts the spot
-watcher and the node setup. A feature the environment turns off leaves its script out entirely. Running the
-user data again rewrites the same files and re-runs the idempotent setup; the setup unit repeats it at boot.
+systemd units), installs the scripts' shared helpers as /opt/gpufleet/lib/helpers.sh (scripts/lib/helpers.sh, which
+every script sources from ../lib/ beside its own directory), the enabled scripts under /opt/gpufleet/node and their
+units, then starts the spot watcher and the node setup. A feature the environment turns off leaves its script out
+entirely. Running the user data again rewrites the same files and re-runs the idempotent setup; the setup unit
+repeats it at boot.
 
 The launch template carries the script gzip-compressed: cloud-init uncompresses gzip user data and then treats it
 "as if it were not compressed" (source: cloud-init doc/rtd/topics/format.rst, "Gzip Compressed Content", which gives
@@ -17,6 +19,7 @@ from __future__ import annotations
 import base64
 import gzip
 import shlex
+from pathlib import Path
 
 from gpufleet import shipped_path
 from gpufleet.ami import published_profile
@@ -27,6 +30,8 @@ from gpufleet.errors import GpufleetError
 
 SCRIPTS_DIR = shipped_path("scripts", "node")
 INSTALL_DIR = "/opt/gpufleet/node"
+HELPERS = shipped_path("scripts", "lib", "helpers.sh")
+HELPERS_PATH = "/opt/gpufleet/lib/helpers.sh"
 SETTINGS_FILE = "/etc/gpufleet/node.env"
 UNIT_DIR = "/etc/systemd/system"
 SETUP_UNIT = "gpufleet-node-setup.service"
@@ -128,8 +133,8 @@ def _write_file(path: str, mode: str, content: str) -> str:
     return f"write_file \"$root{path}\" {mode} <<'{END_OF_FILE}'\n{content}{END_OF_FILE}\n"
 
 
-def _install(path: str, mode: str, source: str) -> str:
-    return _write_file(path, mode, _without_comments((SCRIPTS_DIR / source).read_text()))
+def _install(path: str, mode: str, source: Path) -> str:
+    return _write_file(path, mode, _without_comments(source.read_text()))
 
 
 def render_user_data(env: Environment, instance: InstanceType) -> str:
@@ -156,8 +161,11 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
         _write_file(SETTINGS_FILE, "0644", "".join(f"export {k}={shlex.quote(v)}\n" for k, v in settings.items())),
         f'# shellcheck source=/dev/null\n. "$root{SETTINGS_FILE}"\n',
     ]
-    parts += [_install(f"{INSTALL_DIR}/{name}.sh", "0755", f"{name}.sh") for name in installed]
-    parts += [_install(f"{UNIT_DIR}/{unit}", "0644", unit) for unit in units]
+    if installed:
+        # Written before the scripts that source it, so no installed script is ever without it.
+        parts.append(_install(HELPERS_PATH, "0644", HELPERS))
+    parts += [_install(f"{INSTALL_DIR}/{name}.sh", "0755", SCRIPTS_DIR / f"{name}.sh") for name in installed]
+    parts += [_install(f"{UNIT_DIR}/{unit}", "0644", SCRIPTS_DIR / unit) for unit in units]
     if scripts and instance.nvswitch:
         parts.append(_write_file(f"{UNIT_DIR}/{SETUP_UNIT}.d/fabric-manager.conf", "0644", FABRIC_MANAGER_DROP_IN))
     if units:

@@ -16,7 +16,7 @@ from constructs import Construct
 from gpufleet.ami.pipeline import Pipeline, publish_regions
 from gpufleet.environment import Environment
 from gpufleet.rules import LOG_RETENTION_DAYS
-from stacks.constructs.ami_build_project import AmiBuildProject
+from stacks.constructs.ami_build_project import AMI_PROFILE_VARIABLE, AmiBuildProject
 
 AMI_PIPELINE_STACK_NAME = "gpufleet-ami-pipeline"
 # The CDK app runs from a checkout: the repository is the directory above stacks/.
@@ -78,7 +78,7 @@ class AmiPipelineStack(cdk.Stack):
                         event=events.RuleTargetInput.from_object(
                             {
                                 "environmentVariablesOverride": [
-                                    {"name": "PROFILE", "value": profile, "type": "PLAINTEXT"}
+                                    {"name": AMI_PROFILE_VARIABLE, "value": profile, "type": "PLAINTEXT"}
                                 ]
                             }
                         ),

@@ -14,7 +14,7 @@ locals {
   # Every provisioning script gets all of these (docs/reference/ami-scripts.md: which of them each script reads).
   script_environment = concat(
     [
-      "GPUFLEET_PROFILE=${var.profile}",
+      "GPUFLEET_AMI_PROFILE=${var.profile}",
       "GPUFLEET_OS_FAMILY=${var.os_family}",
       "GPUFLEET_OS_VERSION=${var.os_version}",
       "GPUFLEET_NVSWITCH=${var.nvswitch ? "1" : "0"}",

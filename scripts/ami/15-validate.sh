@@ -7,7 +7,7 @@ source "${GPUFLEET_LIB_DIR:-$(dirname "${BASH_SOURCE[0]}")/lib}/common.sh"
 
 readonly COMPONENT_KEYS=(driver fabric_manager cuda cudnn nccl efa_installer aws_ofi_nccl nccl_tests fsx_lustre onednn
   container_toolkit)
-required=(GPUFLEET_PROFILE GPUFLEET_OS_FAMILY GPUFLEET_OS_VERSION GPUFLEET_NVSWITCH)
+required=(GPUFLEET_AMI_PROFILE GPUFLEET_OS_FAMILY GPUFLEET_OS_VERSION GPUFLEET_NVSWITCH)
 for key in "${COMPONENT_KEYS[@]}"; do required+=("GPUFLEET_${key^^}_VERSION"); done
 # OS package names as ami/packages.yaml resolves them for the profile.
 required+=(GPUFLEET_FSX_LUSTRE_PACKAGE GPUFLEET_CONTAINER_TOOLKIT_PACKAGE)
@@ -112,7 +112,7 @@ done
 manifest_dir="$(root_path /etc/gpufleet)"
 mkdir -p "$manifest_dir"
 {
-  printf '{"profile": %s,\n' "$(json_string "$GPUFLEET_PROFILE")"
+  printf '{"profile": %s,\n' "$(json_string "$GPUFLEET_AMI_PROFILE")"
   printf ' "os": {"family": %s, "version": %s},\n' "$(json_string "$GPUFLEET_OS_FAMILY")" \
     "$(json_string "$GPUFLEET_OS_VERSION")"
   printf ' "components": {%s},\n' "$(IFS=,; printf '%s' "${components[*]}" | sed 's/,"/, "/g')"

@@ -9,19 +9,19 @@
 # through SSM Run Command, with the event's reservation id and end date as arguments; so the hook has about ten
 # minutes. Output goes to the Run Command's output.
 set -euo pipefail
+# shellcheck source=../lib/helpers.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
 
 readonly NOTICE_KIND=capacity-block-expiration
-
-log() { echo "capacity-block-end: $*"; }
-die() { echo "capacity-block-end: error: $*" >&2; exit 1; }
 
 (($# == 2)) || die "usage: capacity-block-end.sh RESERVATION_ID END_DATE (from the block's expiration warning)"
 reservation=$1 end=$2
 [[ $reservation =~ ^cr-[0-9a-f]{17}$ ]] || die "'$reservation' is not a Capacity Reservation id"
 # EventBridge's end-date: an ISO 8601 time, e.g. 2026-11-27T11:30:00Z.
 [[ $end =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+(Z|[+-][0-9:]+)$ ]] || die "'$end' is not an end date"
-block=${GPUFLEET_CAPACITY_BLOCK:-}
-[[ -n $block ]] || die "GPUFLEET_CAPACITY_BLOCK is not set: this node is not in a Capacity Block"
+# The block of this node: only nodes of a Capacity Block have this script.
+require_settings "$NODE_SETTINGS" GPUFLEET_CAPACITY_BLOCK
+block=$GPUFLEET_CAPACITY_BLOCK
 hook=${GPUFLEET_CHECKPOINT_HOOK:-}
 # Shared with spot-watcher.sh: one record per notice kind the hook ran for.
 record=${GPUFLEET_ROOT:-}/var/lib/gpufleet/checkpoint-hook-runs/$NOTICE_KIND

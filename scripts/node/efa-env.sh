@@ -6,15 +6,14 @@
 # LD_LIBRARY_PATH: docker --env-file sets values as written, without expansion (docker/cli pkg/kvfile/kvfile.go:
 # "no interpolation or substitution"), so an LD_LIBRARY_PATH there would replace the container's own.
 set -euo pipefail
+# shellcheck source=../lib/helpers.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
 
 # PREFIX:LIBRARY pairs. The EFA installer puts libfabric and Open MPI in lib64 on Amazon Linux and RHEL, in lib on
 # Ubuntu and Debian (EC2 user guide, efa-start-nccl-base "Add the Libfabric directory to LD_LIBRARY_PATH", per OS;
 # aws-samples/aws-efa-nccl-baseami-pipeline nvidia-efa-ml-al2.yml and -ubuntu2004.yml profile scripts): the
 # directory used is the one that holds the library.
 readonly INSTALLED_LIBRARIES=(/opt/amazon/efa:libfabric.so /opt/amazon/openmpi:libmpi.so)
-
-log() { echo "efa-env: $*"; }
-die() { echo "efa-env: error: $*" >&2; exit 1; }
 
 # True when version $1 sorts before version $2.
 version_before() { [[ $1 != "$2" && $(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n 1) == "$1" ]]; }
@@ -53,20 +52,21 @@ write_file() {
   mv -f "$1.tmp" "$1"
 }
 
-[[ ${GPUFLEET_EFA:-} =~ ^[01]$ ]] || die "GPUFLEET_EFA must be 1 or 0, got '${GPUFLEET_EFA:-}'"
+require_settings "$NODE_SETTINGS" GPUFLEET_EFA
+[[ $GPUFLEET_EFA =~ ^[01]$ ]] || die "GPUFLEET_EFA must be 1 or 0, got '$GPUFLEET_EFA'"
 if [[ $GPUFLEET_EFA == 0 ]]; then
   log "disabled (GPUFLEET_EFA=0)"
   exit 0
 fi
-[[ ${GPUFLEET_GPUDIRECT_RDMA:-} =~ ^[01]$ ]] ||
-  die "GPUFLEET_GPUDIRECT_RDMA must be 1 or 0, got '${GPUFLEET_GPUDIRECT_RDMA:-}'"
+require_settings "$NODE_SETTINGS" GPUFLEET_GPUDIRECT_RDMA
+[[ $GPUFLEET_GPUDIRECT_RDMA =~ ^[01]$ ]] || die "GPUFLEET_GPUDIRECT_RDMA must be 1 or 0, got '$GPUFLEET_GPUDIRECT_RDMA'"
 
 root=${GPUFLEET_ROOT:-}
 manifest=/etc/gpufleet/versions.json
 [[ -f $root$manifest ]] || die "$manifest is missing: the node image was not built by gpufleet (no versions manifest)"
 command -v python3 >/dev/null || die "python3 is needed to read $manifest; install it on the image"
 # The plugin's directory: paths.aws_ofi_nccl_lib, which images record since the EFA installer may ship the plugin
-# (/opt/amazon/ofi-nccl/...); older images built it under GPUFLEET_OFI_NCCL_PREFIX (default /opt/aws-ofi-nccl).
+# (/opt/amazon/ofi-nccl/...); older images built it under GPUFLEET_AWS_OFI_NCCL_PREFIX (default /opt/aws-ofi-nccl).
 manifest_fields=$(python3 -c '
 import json, sys
 manifest = json.load(open(sys.argv[1]))
@@ -74,7 +74,7 @@ print(manifest["components"]["aws_ofi_nccl"])
 print(manifest.get("paths", {}).get("aws_ofi_nccl_lib", ""))' "$root$manifest" 2>/dev/null) ||
   die "$manifest is not valid JSON or has no components.aws_ofi_nccl"
 { read -r raw_version; read -r plugin_lib || true; } <<<"$manifest_fields"
-plugin_lib=${plugin_lib:-${GPUFLEET_OFI_NCCL_PREFIX:-/opt/aws-ofi-nccl}/lib}
+plugin_lib=${plugin_lib:-${GPUFLEET_AWS_OFI_NCCL_PREFIX:-/opt/aws-ofi-nccl}/lib}
 # Release tags read v1.7.3-aws; compare the numeric part only.
 [[ $raw_version =~ ^v?([0-9]+\.[0-9]+(\.[0-9]+)?) ]] ||
   die "components.aws_ofi_nccl in $manifest is '$raw_version', not a version such as 1.7.3"

@@ -11,18 +11,18 @@
 # Clocks are tuning, not a requirement: whatever nvidia-smi refuses is a warning, and the script exits 0 so that
 # node setup goes on.
 set -euo pipefail
+# shellcheck source=../lib/helpers.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
 
-log() { echo "gpu-clocks: $*"; }
-warn() { echo "gpu-clocks: warning: $*" >&2; }
-die() { echo "gpu-clocks: error: $*" >&2; exit 1; }
-
-[[ ${GPUFLEET_MAX_CLOCKS:-} =~ ^[01]$ ]] || die "GPUFLEET_MAX_CLOCKS must be 1 or 0, got '${GPUFLEET_MAX_CLOCKS:-}'"
+require_settings "$NODE_SETTINGS" GPUFLEET_MAX_CLOCKS
+[[ $GPUFLEET_MAX_CLOCKS =~ ^[01]$ ]] || die "GPUFLEET_MAX_CLOCKS must be 1 or 0, got '$GPUFLEET_MAX_CLOCKS'"
 if [[ $GPUFLEET_MAX_CLOCKS == 0 ]]; then
   log "disabled (GPUFLEET_MAX_CLOCKS=0)"
   exit 0
 fi
-expected=${GPUFLEET_GPU_COUNT:?set GPUFLEET_GPU_COUNT to the number of GPUs of the instance type}
-capability=${GPUFLEET_GPU_COMPUTE_CAPABILITY:?set GPUFLEET_GPU_COMPUTE_CAPABILITY to the compute capability of the GPUs, e.g. 9.0}
+require_settings "$NODE_SETTINGS" GPUFLEET_GPU_COUNT GPUFLEET_GPU_COMPUTE_CAPABILITY
+expected=$GPUFLEET_GPU_COUNT
+capability=$GPUFLEET_GPU_COMPUTE_CAPABILITY
 [[ $capability =~ ^([0-9]+)\.[0-9]+$ ]] ||
   die "GPUFLEET_GPU_COMPUTE_CAPABILITY must be MAJOR.MINOR (e.g. 8.0), got '$capability'"
 memory_lock_is_deferred=$((BASH_REMATCH[1] >= 9))

@@ -10,17 +10,17 @@
 #   no longer persistent across system reboots", so it is enabled again at every boot and never reset.
 # This runs at every boot; a GPU with no room left for the profile is left as it is.
 set -euo pipefail
-
-log() { echo "mig: $*"; }
-die() { echo "mig: error: $*" >&2; exit 1; }
+# shellcheck source=../lib/helpers.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
 
 profile=${GPUFLEET_MIG_PROFILE:-}
 if [[ -z $profile ]]; then
   log "disabled (GPUFLEET_MIG_PROFILE is empty)"
   exit 0
 fi
-expected=${GPUFLEET_GPU_COUNT:?set GPUFLEET_GPU_COUNT to the number of GPUs of the instance type}
-capability=${GPUFLEET_GPU_COMPUTE_CAPABILITY:?set GPUFLEET_GPU_COMPUTE_CAPABILITY to the compute capability of the GPUs, e.g. 9.0}
+require_settings "$NODE_SETTINGS" GPUFLEET_GPU_COUNT GPUFLEET_GPU_COMPUTE_CAPABILITY
+expected=$GPUFLEET_GPU_COUNT
+capability=$GPUFLEET_GPU_COMPUTE_CAPABILITY
 [[ $capability =~ ^([0-9]+)\.[0-9]+$ ]] ||
   die "GPUFLEET_GPU_COMPUTE_CAPABILITY must be MAJOR.MINOR (e.g. 8.0), got '$capability'"
 # Hopper is compute capability 9.0; every later generation enables MIG the Hopper way.

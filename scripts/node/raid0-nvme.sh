@@ -18,6 +18,8 @@
 # prefixes the /sys paths read.
 set -euo pipefail
 shopt -s nullglob
+# shellcheck source=../lib/helpers.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
 
 readonly INSTANCE_STORE_MODEL="Amazon EC2 NVMe Instance Storage"
 readonly ARRAY=/dev/md/scratch
@@ -33,16 +35,15 @@ readonly MOUNT_OPTIONS=noatime
 # A fresh scratch volume is shared by every job user, like /tmp.
 readonly SCRATCH_MODE=1777
 
-log() { echo "raid0-nvme: $*"; }
-die() { echo "raid0-nvme: error: $*" >&2; exit 1; }
-
-[[ ${GPUFLEET_RAID0_NVME:-} =~ ^[01]$ ]] || die "GPUFLEET_RAID0_NVME must be 1 or 0, got '${GPUFLEET_RAID0_NVME:-}'"
+require_settings "$NODE_SETTINGS" GPUFLEET_RAID0_NVME
+[[ $GPUFLEET_RAID0_NVME =~ ^[01]$ ]] || die "GPUFLEET_RAID0_NVME must be 1 or 0, got '$GPUFLEET_RAID0_NVME'"
 if [[ $GPUFLEET_RAID0_NVME == 0 ]]; then
   log "disabled (GPUFLEET_RAID0_NVME=0)"
   exit 0
 fi
-mount_point=${GPUFLEET_SCRATCH_MOUNT:?set GPUFLEET_SCRATCH_MOUNT to the scratch mount point, e.g. /scratch}
-expected=${GPUFLEET_NVME_COUNT:?set GPUFLEET_NVME_COUNT to the number of instance-store drives}
+require_settings "$NODE_SETTINGS" GPUFLEET_SCRATCH_MOUNT GPUFLEET_NVME_COUNT
+mount_point=$GPUFLEET_SCRATCH_MOUNT
+expected=$GPUFLEET_NVME_COUNT
 wait_seconds=${GPUFLEET_NVME_WAIT_SECONDS:-30}
 [[ $wait_seconds =~ ^[0-9]+$ ]] || die "GPUFLEET_NVME_WAIT_SECONDS must be a number of seconds, got '$wait_seconds'"
 sysfs_block=${GPUFLEET_ROOT:-}/sys/class/block

@@ -3,11 +3,11 @@
 # gpufleet-node-setup.service runs it at every boot. One failing script does not keep the others from
 # running; the run fails if any of them failed.
 set -euo pipefail
+# shellcheck source=../lib/helpers.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
 
-log() { echo "node-setup: $*"; }
-die() { echo "node-setup: error: $*" >&2; exit 1; }
-
-scripts=${GPUFLEET_SETUP_SCRIPTS?set GPUFLEET_SETUP_SCRIPTS to the setup scripts to run, e.g. "raid0-nvme gpu-clocks"}
+require_settings "$NODE_SETTINGS" GPUFLEET_SETUP_SCRIPTS
+scripts=$GPUFLEET_SETUP_SCRIPTS
 script_dir=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 
 failed=()
@@ -17,4 +17,4 @@ for name in $scripts; do
   "$script_dir/$name.sh" || failed+=("$name")
 done
 [[ ${#failed[@]} -eq 0 ]] || die "failed: ${failed[*]} (see the lines above)"
-log "done: ${scripts:-nothing to run}"
+log "done: $scripts"

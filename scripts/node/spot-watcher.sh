@@ -19,6 +19,8 @@
 # (10 minutes: stacks/constructs/gpu_auto_scaling_group.py), after the hook has run.
 # Runs as gpufleet-spot-watcher.service; stdout goes to the journal.
 set -euo pipefail
+# shellcheck source=../lib/helpers.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
 
 readonly INTERRUPTION=spot/instance-action REBALANCE=events/recommendations/rebalance
 readonly LIFECYCLE=autoscaling/target-lifecycle-state TERMINATED=Terminated
@@ -30,10 +32,8 @@ notice_paths=("$INTERRUPTION")
 notice_paths+=("$REBALANCE")
 readonly NOTICE_PATHS=("${notice_paths[@]}")
 
-log() { echo "spot-watcher: $*"; }
-die() { echo "spot-watcher: error: $*" >&2; exit 1; }
-
-[[ ${GPUFLEET_SPOT_WATCHER:-} =~ ^[01]$ ]] || die "GPUFLEET_SPOT_WATCHER must be 1 or 0, got '${GPUFLEET_SPOT_WATCHER:-}'"
+require_settings "$NODE_SETTINGS" GPUFLEET_SPOT_WATCHER
+[[ $GPUFLEET_SPOT_WATCHER =~ ^[01]$ ]] || die "GPUFLEET_SPOT_WATCHER must be 1 or 0, got '$GPUFLEET_SPOT_WATCHER'"
 if [[ $GPUFLEET_SPOT_WATCHER == 0 ]]; then
   log "disabled (GPUFLEET_SPOT_WATCHER=0)"
   exit 0
@@ -51,7 +51,8 @@ hook_runs=${GPUFLEET_ROOT:-}/var/lib/gpufleet/checkpoint-hook-runs
 # GPUFLEET_GROUP_NAME_HAS_IMAGE is 1 (fleet.rollout replace-all; stacks/constructs/gpu_auto_scaling_group.py).
 group=${GPUFLEET_AUTO_SCALING_GROUP:-}
 group_has_image=${GPUFLEET_GROUP_NAME_HAS_IMAGE:-0}
-[[ -z $lifecycle_hook || -n $group ]] || die "GPUFLEET_AUTO_SCALING_GROUP must name the group of GPUFLEET_LIFECYCLE_HOOK"
+# The group of GPUFLEET_LIFECYCLE_HOOK, whose name complete-lifecycle-action needs.
+[[ -z $lifecycle_hook ]] || require_settings "$NODE_SETTINGS" GPUFLEET_AUTO_SCALING_GROUP
 [[ $group_has_image =~ ^[01]$ ]] || die "GPUFLEET_GROUP_NAME_HAS_IMAGE must be 1 or 0, got '$group_has_image'"
 
 [[ $poll_seconds =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "GPUFLEET_POLL_SECONDS must be a number of seconds, got '$poll_seconds'"

@@ -11,20 +11,22 @@
 #              3 only GPU resets are needed (the one failing check is gpu-health and no GPU is to replace).
 # Reads the kernel log with dmesg: run as root where kernel.dmesg_restrict is 1.
 #
-# Required: GPUFLEET_EXPECTED_GPUS (e.g. 8), GPUFLEET_EXPECTED_EFA (EFA devices, 0 to skip the check),
-#           GPUFLEET_NVSWITCH (1 | 0), GPUFLEET_INSTANCE_TYPE (e.g. p4d.24xlarge, for `gpufleet topo-check`).
+# Required: GPUFLEET_GPU_COUNT (e.g. 8) and GPUFLEET_INSTANCE_TYPE (e.g. p4d.24xlarge, for `gpufleet topo-check`),
+#           both in the node's /etc/gpufleet/node.env (`. /etc/gpufleet/node.env` exports them),
+#           GPUFLEET_EFA_COUNT (EFA devices, 0 to skip the check), GPUFLEET_NVSWITCH (1 | 0).
 # Optional: GPUFLEET_AMI_PROFILE (the profile the environment's image comes from, as the user data writes it to
 #           /etc/gpufleet/node.env; empty: image-profile is not checked), GPUFLEET_ROOT (prefix of /etc/gpufleet/versions.json, for tests), GPUFLEET_CLI (default `gpufleet`;
 #           may hold several words, e.g. `python3 -m gpufleet`).
 set -euo pipefail
+# shellcheck source=../lib/helpers.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
+# Exit statuses 1 and 3 are verdicts on the node; a setting missing or malformed is 2.
+ERROR_STATUS=2
 
-die() { echo "node-health-check: $*" >&2; exit 2; }
-
-for variable in GPUFLEET_EXPECTED_GPUS GPUFLEET_EXPECTED_EFA GPUFLEET_NVSWITCH GPUFLEET_INSTANCE_TYPE; do
-  [[ -n "${!variable:-}" ]] || die "$variable is not set (see the header of $0)"
-done
-[[ "$GPUFLEET_EXPECTED_GPUS" =~ ^[0-9]+$ ]] || die "GPUFLEET_EXPECTED_GPUS must be a number, got '$GPUFLEET_EXPECTED_GPUS'"
-[[ "$GPUFLEET_EXPECTED_EFA" =~ ^[0-9]+$ ]] || die "GPUFLEET_EXPECTED_EFA must be a number, got '$GPUFLEET_EXPECTED_EFA'"
+require_settings "see the header of scripts/ops/node-health-check.sh" \
+  GPUFLEET_GPU_COUNT GPUFLEET_EFA_COUNT GPUFLEET_NVSWITCH GPUFLEET_INSTANCE_TYPE
+[[ "$GPUFLEET_GPU_COUNT" =~ ^[0-9]+$ ]] || die "GPUFLEET_GPU_COUNT must be a number, got '$GPUFLEET_GPU_COUNT'"
+[[ "$GPUFLEET_EFA_COUNT" =~ ^[0-9]+$ ]] || die "GPUFLEET_EFA_COUNT must be a number, got '$GPUFLEET_EFA_COUNT'"
 [[ "$GPUFLEET_NVSWITCH" =~ ^[01]$ ]] || die "GPUFLEET_NVSWITCH must be 1 or 0, got '$GPUFLEET_NVSWITCH'"
 read -r -a gpufleet_cli <<< "${GPUFLEET_CLI:-gpufleet}"
 manifest="${GPUFLEET_ROOT:-}/etc/gpufleet/versions.json"
@@ -45,8 +47,8 @@ check_gpu_count() {
     count=0
   fi
   local status=0
-  [[ "$count" -eq "$GPUFLEET_EXPECTED_GPUS" ]] || status=1
-  report gpu-count "$status" "$count GPUs visible (expected $GPUFLEET_EXPECTED_GPUS)"
+  [[ "$count" -eq "$GPUFLEET_GPU_COUNT" ]] || status=1
+  report gpu-count "$status" "$count GPUs visible (expected $GPUFLEET_GPU_COUNT)"
 }
 
 check_image_profile() {
@@ -96,8 +98,8 @@ check_fabric_manager() {
 }
 
 check_efa() {
-  if [[ "$GPUFLEET_EXPECTED_EFA" -eq 0 ]]; then
-    report efa 0 "not expected (GPUFLEET_EXPECTED_EFA=0)"
+  if [[ "$GPUFLEET_EFA_COUNT" -eq 0 ]]; then
+    report efa 0 "not expected (GPUFLEET_EFA_COUNT=0)"
     return
   fi
   local listing count
@@ -108,8 +110,8 @@ check_efa() {
   # One RDM domain per EFA device (rdmap16s27-rdm, ...); a device may be listed more than once.
   count=$(awk '$1 == "domain:" {print $2}' <<< "$listing" | sort -u | grep -c . || true)
   local status=0
-  [[ "$count" -eq "$GPUFLEET_EXPECTED_EFA" ]] || status=1
-  report efa "$status" "$count EFA devices (expected $GPUFLEET_EXPECTED_EFA)"
+  [[ "$count" -eq "$GPUFLEET_EFA_COUNT" ]] || status=1
+  report efa "$status" "$count EFA devices (expected $GPUFLEET_EFA_COUNT)"
 }
 
 # --- GPU health: one verdict per GPU (ok | reset | replace) -----------------------------------------------------

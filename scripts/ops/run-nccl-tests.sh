@@ -10,12 +10,12 @@
 #           /opt/nccl-tests/build), GPUFLEET_NCCL_LOG (default nccl-TEST-TIMESTAMP.log in the current directory),
 #           GPUFLEET_ROOT (prefix of /etc/profile.d/gpufleet-efa.sh, for tests), GPUFLEET_CLI (default gpufleet).
 set -euo pipefail
+# shellcheck source=../lib/helpers.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
+# A run refused before it starts exits 2, apart from the exit statuses of mpirun's failures (1) and nccl-report.
+ERROR_STATUS=2
 
-die() { echo "run-nccl-tests: $*" >&2; exit 2; }
-
-for variable in GPUFLEET_HOSTFILE GPUFLEET_INSTANCE_TYPE; do
-  [[ -n "${!variable:-}" ]] || die "$variable is not set (see the header of $0)"
-done
+require_settings "see the header of scripts/ops/run-nccl-tests.sh" GPUFLEET_HOSTFILE GPUFLEET_INSTANCE_TYPE
 hostfile=$GPUFLEET_HOSTFILE
 [[ -r "$hostfile" ]] || die "hostfile $hostfile not found: make it with \`gpufleet hosts ENV --format mpi > $hostfile\`"
 test_name=${GPUFLEET_NCCL_TEST:-all_reduce_perf}
@@ -52,8 +52,8 @@ if [[ -r "$efa_environment" ]]; then
   # shellcheck source=/dev/null
   source "$efa_environment"
 else
-  echo "run-nccl-tests: warning: no $efa_environment (efa-env.sh writes it on EFA nodes): NCCL finds EFA and" \
-    "the aws-ofi-nccl plugin only if LD_LIBRARY_PATH already has them" >&2
+  warn "no $efa_environment (efa-env.sh writes it on EFA nodes): NCCL finds EFA and" \
+    "the aws-ofi-nccl plugin only if LD_LIBRARY_PATH already has them"
 fi
 export PATH="$PATH:/opt/amazon/openmpi/bin"
 
@@ -72,7 +72,7 @@ mapfile -t hosts < <(awk 'NF {print $1}' "$hostfile")
 mig_modes=$(mpirun --hostfile "$hostfile" -n "$nodes" -N 1 --bind-to none --tag-output \
   nvidia-smi --query-gpu=mig.mode.current --format=csv,noheader 2>&1) || {
   printf '%s\n' "$mig_modes" >&2
-  echo "run-nccl-tests: cannot read the MIG mode of the hosts of $hostfile (mpirun nvidia-smi failed, output above)" >&2
+  error "cannot read the MIG mode of the hosts of $hostfile (mpirun nvidia-smi failed, output above)"
   exit 1
 }
 mig_hosts=$(awk -v hosts="${hosts[*]}" 'BEGIN { split(hosts, host, " ") }
@@ -83,13 +83,13 @@ mig_hosts=$(awk -v hosts="${hosts[*]}" 'BEGIN { split(hosts, host, " ") }
 [[ -z "$mig_hosts" ]] ||
   die "GPUs in MIG mode on $mig_hosts: NCCL is not supported with MIG (use nodes of an environment without node.mig_profile)"
 
-echo "run-nccl-tests: $test_name on $nodes node(s) x $gpus GPU(s), floor $min_busbw GB/s, log $log" >&2
+log "$test_name on $nodes node(s) x $gpus GPU(s), floor $min_busbw GB/s, log $log" >&2
 # MPI only starts the ranks: keep its own traffic on TCP (not the EFA devices NCCL uses) and leave pinning to NCCL.
 status=0
 mpirun --hostfile "$hostfile" -n $((gpus * nodes)) -N "$gpus" \
   --bind-to none --mca pml '^cm,ucx' --mca btl tcp,self --mca btl_tcp_if_exclude lo,docker0 \
   "${forwarded[@]}" \
   "$binary" -b 8 -e 16G -f 2 -g 1 2>&1 | tee "$log" || status=$?
-[[ "$status" -eq 0 ]] || { echo "run-nccl-tests: mpirun failed (exit $status); log: $log" >&2; exit 1; }
+[[ "$status" -eq 0 ]] || { error "mpirun failed (exit $status); log: $log"; exit 1; }
 
 "${gpufleet_cli[@]}" nccl-report "$log" --min-busbw "$min_busbw"

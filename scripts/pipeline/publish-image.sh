@@ -4,39 +4,40 @@
 # region gets the SSM parameter /gpufleet/ami/PROFILE (tagged with the build) once its image is available there.
 # Regions are independent: a copy that fails leaves that region's parameter on its previous image, the other regions
 # are still published, and the script fails at the end naming the regions it could not publish.
-# Settings: PROFILE, PACKER_MANIFEST (relative to the source tree), CODEBUILD_BUILD_ID, AWS_REGION (the build
-# region), PUBLISH_REGIONS (space-separated PROFILE=REGION,REGION,... entries; a profile without one is published
-# in the build region only).
+# Settings: GPUFLEET_AMI_PROFILE, GPUFLEET_PACKER_MANIFEST (relative to the source tree), CODEBUILD_BUILD_ID,
+# AWS_REGION (the build region), GPUFLEET_PUBLISH_REGIONS (space-separated PROFILE=REGION,REGION,... entries; a
+# profile without one is published in the build region only).
 set -euo pipefail
+# shellcheck source=../lib/helpers.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
 
-for name in PROFILE PACKER_MANIFEST CODEBUILD_BUILD_ID AWS_REGION; do
-  [[ -n "${!name:-}" ]] || { echo "publish-image: $name is not set" >&2; exit 1; }
-done
+require_settings "$PIPELINE_SETTINGS" GPUFLEET_AMI_PROFILE GPUFLEET_PACKER_MANIFEST CODEBUILD_BUILD_ID AWS_REGION
+profile=$GPUFLEET_AMI_PROFILE
+manifest=$GPUFLEET_PACKER_MANIFEST
 cd "$(dirname "$0")/../.."
-[[ -f "$PACKER_MANIFEST" ]] || { echo "publish-image: $PACKER_MANIFEST not found (did packer build finish?)" >&2; exit 1; }
+[[ -f "$manifest" ]] || die "$manifest not found (did packer build finish?)"
 
 # The manifest accumulates runs; the image is the artifact of the last run, "REGION:ami-...".
-image="$(python3 - "$PACKER_MANIFEST" <<'PYTHON'
+image="$(python3 - "$manifest" <<'PYTHON'
 import json, sys
 manifest = json.load(open(sys.argv[1]))
 builds = [b for b in manifest.get("builds", []) if b.get("packer_run_uuid") == manifest.get("last_run_uuid")]
 print(builds[-1]["artifact_id"].split(":")[-1] if builds else "")
 PYTHON
 )"
-[[ "$image" =~ ^ami-[0-9a-f]{8}([0-9a-f]{9})?$ ]] ||
-  { echo "publish-image: no AMI id in the last run of $PACKER_MANIFEST (found '${image}')" >&2; exit 1; }
+[[ "$image" =~ ^ami-[0-9a-f]{8}([0-9a-f]{9})?$ ]] || die "no AMI id in the last run of $manifest (found '${image}')"
 
 regions="$AWS_REGION"
-read -ra entries <<<"${PUBLISH_REGIONS:-}"
+read -ra entries <<<"${GPUFLEET_PUBLISH_REGIONS:-}"
 for entry in "${entries[@]}"; do
-  if [[ "${entry%%=*}" == "$PROFILE" ]]; then
+  if [[ "${entry%%=*}" == "$profile" ]]; then
     regions="${entry#*=}"
   fi
 done
 IFS=, read -ra regions <<<"$regions"
 
-parameter="/gpufleet/ami/$PROFILE"
-tags="{Key=gpufleet:profile,Value=$PROFILE},{Key=gpufleet:build-id,Value=$CODEBUILD_BUILD_ID}"
+parameter="/gpufleet/ami/$profile"
+tags="{Key=gpufleet:profile,Value=$profile},{Key=gpufleet:build-id,Value=$CODEBUILD_BUILD_ID}"
 declare -A images=()
 failed=()
 
@@ -48,7 +49,7 @@ wait_until_available() {
     aws ec2 wait image-available --region "$region" --image-ids "$copy" && return 0
     state="$(aws ec2 describe-images --region "$region" --image-ids "$copy" --query 'Images[0].State' --output text)" ||
       return 1
-    [[ "$state" == pending ]] || { echo "publish-image: $copy in $region is $state" >&2; return 1; }
+    [[ "$state" == pending ]] || { error "$copy in $region is $state"; return 1; }
   done
   return 1
 }
@@ -71,9 +72,9 @@ for region in "${regions[@]}"; do
       --tag-specifications "ResourceType=image,Tags=[$tags]" "ResourceType=snapshot,Tags=[$tags]" \
       --query ImageId --output text)"; then
     images[$region]="$copy"
-    echo "copying $image to $region as $copy"
+    log "copying $image to $region as $copy"
   else
-    echo "publish-image: copying $image to $region failed; $parameter there keeps its image" >&2
+    error "copying $image to $region failed; $parameter there keeps its image"
     failed+=("$region")
   fi
 done
@@ -82,23 +83,22 @@ for region in "${regions[@]}"; do
   [[ -n "${images[$region]:-}" ]] || continue
   published="${images[$region]}"
   if [[ "$region" != "$AWS_REGION" ]] && ! wait_until_available "$region" "$published"; then
-    echo "publish-image: $published in $region is not available; $parameter there keeps its image" >&2
+    error "$published in $region is not available; $parameter there keeps its image"
     failed+=("$region")
     continue
   fi
   if aws ssm put-parameter --region "$region" --name "$parameter" --type String --data-type aws:ec2:image \
       --value "$published" --overwrite \
-      --description "gpufleet AMI of profile $PROFILE (written by the AMI pipeline)" >/dev/null &&
+      --description "gpufleet AMI of profile $profile (written by the AMI pipeline)" >/dev/null &&
     aws ssm add-tags-to-resource --region "$region" --resource-type Parameter --resource-id "$parameter" \
-      --tags "Key=gpufleet:profile,Value=$PROFILE" "Key=gpufleet:build-id,Value=$CODEBUILD_BUILD_ID" >/dev/null; then
-    echo "published $published to $parameter in $region (build $CODEBUILD_BUILD_ID)"
+      --tags "Key=gpufleet:profile,Value=$profile" "Key=gpufleet:build-id,Value=$CODEBUILD_BUILD_ID" >/dev/null; then
+    log "published $published to $parameter in $region (build $CODEBUILD_BUILD_ID)"
   else
-    echo "publish-image: writing $parameter in $region failed" >&2
+    error "writing $parameter in $region failed"
     failed+=("$region")
   fi
 done
 
 if ((${#failed[@]})); then
-  echo "publish-image: $PROFILE is not published in ${failed[*]} (the build log above says why)" >&2
-  exit 1
+  die "$profile is not published in ${failed[*]} (the build log above says why)"
 fi

@@ -1,6 +1,6 @@
-"""The CodeBuild project that builds one AMI profile per build (env var PROFILE): Packer on a pinned, verified
-release, the image copied to and its id published as /gpufleet/ami/PROFILE in every region of the profile, and a
-role limited to what Packer's amazon-ebs builder does with the rendered templates (ami/packer) and to those
+"""The CodeBuild project that builds one AMI profile per build (env var GPUFLEET_AMI_PROFILE): Packer on a pinned,
+verified release, the image copied to and its id published as /gpufleet/ami/PROFILE in every region of the profile,
+and a role limited to what Packer's amazon-ebs builder does with the rendered templates (ami/packer) and to those
 copies. The build instance gets the stack's own instance profile, so the build role creates no IAM role or policy:
 it may only pass that one role to EC2."""
 
@@ -25,7 +25,10 @@ from gpufleet.constants import PROFILE_TAG_KEY, SOURCE_AMI_TAG_KEY
 # image or snapshot carries it once Packer has finished it (see pipeline_image_statements).
 # Packer names its temporary key pair packer_<uuid>.
 PACKER_TEMPORARY_KEY_PAIR = "packer_*"
-BUILD_INSTANCE_PROFILE_VARIABLE = "BUILD_INSTANCE_PROFILE"
+# The build's environment variables: scripts/pipeline reads them (every one of ours carries the GPUFLEET_ prefix;
+# CodeBuild's own, CODEBUILD_* and AWS_*, keep their names). Each build is started with the profile to build.
+AMI_PROFILE_VARIABLE = "GPUFLEET_AMI_PROFILE"
+BUILD_INSTANCE_PROFILE_VARIABLE = "GPUFLEET_BUILD_INSTANCE_PROFILE"
 # CUDA, NCCL, nccl-tests and oneDNN are compiled or installed on the build instance: builds take one to two hours,
 # and copies to other regions up to two more (scripts/pipeline/publish-image.sh).
 BUILD_TIMEOUT = cdk.Duration.hours(5)
@@ -35,7 +38,7 @@ PACKER_MANIFEST = "build/image-manifest.json"
 
 
 def publish_regions_variable(publish_regions: Mapping[str, tuple[str, ...]]) -> str:
-    """PUBLISH_REGIONS as publish-image.sh reads it: PROFILE=REGION,REGION entries, space-separated."""
+    """GPUFLEET_PUBLISH_REGIONS as publish-image.sh reads it: PROFILE=REGION,REGION entries, space-separated."""
     return " ".join(f"{profile}={','.join(regions)}" for profile, regions in publish_regions.items())
 
 
@@ -56,13 +59,13 @@ def buildspec(
         "env": {
             "shell": "bash",
             "variables": {
-                "PACKER_VERSION": packer.version,
-                "PACKER_SHA256": packer.sha256 or "",
-                "HASHICORP_KEY_FINGERPRINT": packer.signing_key_fingerprint,
-                "SESSION_MANAGER_PLUGIN_VERSION": session_manager_plugin_version,
-                "BUILD_SUBNET_ID": build_subnet_id or "",
-                "PACKER_MANIFEST": PACKER_MANIFEST,
-                "PUBLISH_REGIONS": publish_regions_variable(publish_regions),
+                "GPUFLEET_PACKER_VERSION": packer.version,
+                "GPUFLEET_PACKER_SHA256": packer.sha256 or "",
+                "GPUFLEET_HASHICORP_KEY_FINGERPRINT": packer.signing_key_fingerprint,
+                "GPUFLEET_SESSION_MANAGER_PLUGIN_VERSION": session_manager_plugin_version,
+                "GPUFLEET_BUILD_SUBNET_ID": build_subnet_id or "",
+                "GPUFLEET_PACKER_MANIFEST": PACKER_MANIFEST,
+                "GPUFLEET_PUBLISH_REGIONS": publish_regions_variable(publish_regions),
             },
         },
         "phases": {
@@ -271,7 +274,8 @@ class AmiBuildProject(Construct):
         self.project = codebuild.Project(
             self,
             "Project",
-            description="gpufleet AMI build: packer build of the profile named by the PROFILE environment variable",
+            description=f"gpufleet AMI build: packer build of the profile named by the {AMI_PROFILE_VARIABLE} "
+            "environment variable",
             source=codebuild.Source.s3(bucket=source.bucket, path=source.s3_object_key),
             build_spec=codebuild.BuildSpec.from_object(
                 buildspec(

@@ -158,7 +158,7 @@ def test_packer_1_6_auto_loads_the_variables_file_and_reads_the_locals(tmp_path,
     assert values["var.instance_profile"] == ""
     environment = _hcl_value(values["local.script_environment"])
     assert environment[:6] == [
-        "GPUFLEET_PROFILE=p4d-ubuntu1804-cuda11",
+        "GPUFLEET_AMI_PROFILE=p4d-ubuntu1804-cuda11",
         "GPUFLEET_OS_FAMILY=ubuntu",
         "GPUFLEET_OS_VERSION=18.04",
         "GPUFLEET_NVSWITCH=1",

@@ -365,6 +365,7 @@ def test_the_user_data_writes_scripts_executable_and_the_rest_read_only_then_res
     }
     assert modes == {
         "etc/gpufleet/node.env": "0o644",
+        "opt/gpufleet/lib/helpers.sh": "0o644",
         "opt/gpufleet/node/raid0-nvme.sh": "0o755",
         "opt/gpufleet/node/mig.sh": "0o755",
         "opt/gpufleet/node/gpu-clocks.sh": "0o755",
@@ -381,6 +382,29 @@ def test_the_user_data_writes_scripts_executable_and_the_rest_read_only_then_res
         "restart gpufleet-spot-watcher.service",
         "restart gpufleet-node-setup.service",
     ]
+
+
+def test_the_helpers_are_written_before_the_scripts_that_source_them():
+    written = re.findall(r'^write_file "\$root(/opt/gpufleet/\S+)"', render(everything_on()), re.MULTILINE)
+
+    assert written == [
+        "/opt/gpufleet/lib/helpers.sh",
+        "/opt/gpufleet/node/raid0-nvme.sh",
+        "/opt/gpufleet/node/mig.sh",
+        "/opt/gpufleet/node/gpu-clocks.sh",
+        "/opt/gpufleet/node/efa-env.sh",
+        "/opt/gpufleet/node/run-setup.sh",
+        "/opt/gpufleet/node/spot-watcher.sh",
+    ]
+
+
+def test_a_node_without_scripts_gets_no_helpers():
+    """h100 is all on-demand: with EFA and every node option off there is nothing to install."""
+    env = with_node(load_named_environment("h100"), raid0_nvme=False, max_clocks=False)
+    user_data = render(env.model_copy(update={"efa": False}))
+
+    assert installed_scripts(user_data) == set()
+    assert "helpers.sh" not in user_data
 
 
 def test_a_capacity_block_node_gets_the_end_of_block_script(tmp_path):

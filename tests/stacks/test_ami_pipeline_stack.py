@@ -69,15 +69,15 @@ def as_list(value) -> list:
 def test_buildspec_runs_the_pipeline_scripts_with_the_pinned_tools_and_the_publish_regions(template):
     spec = buildspec(template)
     assert spec["env"]["variables"] == {
-        "PACKER_VERSION": "1.11.2",
-        "PACKER_SHA256": "",
-        "HASHICORP_KEY_FINGERPRINT": "C874011F0AB405110D02105534365D9472D7468F",
-        "SESSION_MANAGER_PLUGIN_VERSION": "1.2.764.0",
-        "BUILD_SUBNET_ID": "",
-        "PACKER_MANIFEST": "build/image-manifest.json",
+        "GPUFLEET_PACKER_VERSION": "1.11.2",
+        "GPUFLEET_PACKER_SHA256": "",
+        "GPUFLEET_HASHICORP_KEY_FINGERPRINT": "C874011F0AB405110D02105534365D9472D7468F",
+        "GPUFLEET_SESSION_MANAGER_PLUGIN_VERSION": "1.2.764.0",
+        "GPUFLEET_BUILD_SUBNET_ID": "",
+        "GPUFLEET_PACKER_MANIFEST": "build/image-manifest.json",
         # environments/h100.yaml deploys in us-west-2, environments/p5-block.yaml in us-east-2; both read
         # /gpufleet/ami/ubuntu2204-cuda12.
-        "PUBLISH_REGIONS": "p4d-ubuntu1804-cuda11=us-east-1 p4d-al2-cuda11=us-east-1 "
+        "GPUFLEET_PUBLISH_REGIONS": "p4d-ubuntu1804-cuda11=us-east-1 p4d-al2-cuda11=us-east-1 "
         "ubuntu2204-cuda12=us-east-1,us-east-2,us-west-2",
     }
     assert spec["phases"] == {
@@ -381,7 +381,7 @@ def test_build_instance_profile_is_the_stacks_and_reaches_render(template):
     _, project = only(template, "AWS::CodeBuild::Project")
     variables = project["Properties"]["Environment"]["EnvironmentVariables"]
     # build-image.sh renders with it (tests/scripts/pipeline/test_buildspec_run.py).
-    assert {"Name": "BUILD_INSTANCE_PROFILE", "Type": "PLAINTEXT", "Value": {"Ref": profile_id}} in variables
+    assert {"Name": "GPUFLEET_BUILD_INSTANCE_PROFILE", "Type": "PLAINTEXT", "Value": {"Ref": profile_id}} in variables
 
 
 def test_one_schedule_rule_per_profile_starts_the_project_with_its_profile(template):
@@ -393,7 +393,7 @@ def test_one_schedule_rule_per_profile_starts_the_project_with_its_profile(templ
         (target,) = rule["Properties"]["Targets"]
         assert target["Arn"] == {"Fn::GetAtt": [project_id, "Arn"]}
         (override,) = json.loads(target["Input"])["environmentVariablesOverride"]
-        assert override["name"] == "PROFILE"
+        assert override["name"] == "GPUFLEET_AMI_PROFILE"
         profiles.append(override["value"])
     assert sorted(profiles) == ["p4d-al2-cuda11", "p4d-ubuntu1804-cuda11", "ubuntu2204-cuda12"]
 

@@ -154,7 +154,7 @@ STUBS = {
 
 def contract_env(os_family: str = "ubuntu", os_version: str = "18.04", nvswitch: str = "1") -> dict[str, str]:
     env = {
-        "GPUFLEET_PROFILE": "p4d-ubuntu1804-cuda11",
+        "GPUFLEET_AMI_PROFILE": "p4d-ubuntu1804-cuda11",
         "GPUFLEET_OS_FAMILY": os_family,
         "GPUFLEET_OS_VERSION": os_version,
         "GPUFLEET_NVSWITCH": nvswitch,

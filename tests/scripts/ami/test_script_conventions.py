@@ -41,7 +41,7 @@ REQUIRED = [
     ("12-onednn.sh", "GPUFLEET_ONEDNN_URL"),
     ("13-container-runtime.sh", "GPUFLEET_CONTAINER_TOOLKIT_VERSION"),
     ("14-cleanup.sh", "GPUFLEET_OS_FAMILY"),
-    ("15-validate.sh", "GPUFLEET_PROFILE"),
+    ("15-validate.sh", "GPUFLEET_AMI_PROFILE"),
 ]
 
 

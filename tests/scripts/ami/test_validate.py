@@ -264,7 +264,7 @@ def test_without_nvswitch_fabric_manager_is_not_checked_and_recorded_as_null(goo
 
 
 def test_amazon_linux_reads_rpm_versions_of_the_packages_the_data_names(good_image, amazon_linux_2):
-    good_image.env["GPUFLEET_PROFILE"] = "p4d-al2-cuda11"
+    good_image.env["GPUFLEET_AMI_PROFILE"] = "p4d-al2-cuda11"
     (good_image.state / "packages/lustre-client-utils").unlink()
     good_image.set_package("lustre-client", "2.10.8-1.amzn2")
     result = good_image.run("15-validate.sh")

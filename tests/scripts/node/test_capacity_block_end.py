@@ -96,7 +96,7 @@ def test_a_failing_hook_is_reported_not_fatal(end_of_block):
         (
             (BLOCK, END),
             {"GPUFLEET_CAPACITY_BLOCK": ""},
-            "GPUFLEET_CAPACITY_BLOCK is not set: this node is not in a Capacity Block",
+            "GPUFLEET_CAPACITY_BLOCK is not set (from /etc/gpufleet/node.env)",
         ),
     ],
 )

@@ -219,8 +219,8 @@ def test_missing_setting_is_a_clear_error(node, settings, missing):
 
     result = node.run("raid0-nvme.sh", check=False, **settings)
 
-    assert result.returncode != 0
-    assert missing in result.stderr
+    assert result.returncode == 1
+    assert result.stderr == f"raid0-nvme: error: {missing} is not set (from /etc/gpufleet/node.env)\n"
     assert node.calls("mdadm") == []
 
 

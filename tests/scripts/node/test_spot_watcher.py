@@ -305,5 +305,5 @@ def test_a_lifecycle_hook_without_its_group_is_refused(node, watch):
     result, _ = watch(iterations=1, check=False, GPUFLEET_LIFECYCLE_HOOK="gpufleet-checkpoint")
     assert (result.returncode, result.stderr) == (
         1,
-        "spot-watcher: error: GPUFLEET_AUTO_SCALING_GROUP must name the group of GPUFLEET_LIFECYCLE_HOOK\n",
+        "spot-watcher: error: GPUFLEET_AUTO_SCALING_GROUP is not set (from /etc/gpufleet/node.env)\n",
     )

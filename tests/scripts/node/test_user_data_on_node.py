@@ -29,6 +29,8 @@ def test_user_data_installs_scripts_units_and_settings(node, tmp_path):
 
     installed = sorted(path.name for path in (node.root / "opt/gpufleet/node").iterdir())
     assert installed == ["efa-env.sh", "gpu-clocks.sh", "mig.sh", "raid0-nvme.sh", "run-setup.sh", "spot-watcher.sh"]
+    # The scripts source it from ../lib beside their own directory.
+    assert sorted(path.name for path in (node.root / "opt/gpufleet/lib").iterdir()) == ["helpers.sh"]
     units = node.root / "etc/systemd/system"
     assert (units / "gpufleet-node-setup.service").exists() and (units / "gpufleet-spot-watcher.service").exists()
     assert "nvidia-fabricmanager.service" in (units / "gpufleet-node-setup.service.d/fabric-manager.conf").read_text()
@@ -86,7 +88,7 @@ def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path):
     )
 
     assert setup.returncode == 0, setup.stderr
-    ran = [line.split("running ")[1] for line in setup.stdout.splitlines() if line.startswith("node-setup: running")]
+    ran = [line.split("running ")[1] for line in setup.stdout.splitlines() if line.startswith("run-setup: running")]
     # MIG first: enabling it resets the A100s, which would drop clocks locked before.
     assert ran == ["raid0-nvme", "mig", "gpu-clocks", "efa-env"]
     assert node.state["mounts"] == {str(scratch): "/dev/md/scratch"}
@@ -111,5 +113,5 @@ def test_a_failing_setup_script_does_not_stop_the_others(node, tmp_path):
     )
 
     assert setup.returncode == 1
-    assert "node-setup: running efa-env" in setup.stdout
-    assert "node-setup: error: failed: gpu-clocks" in setup.stderr
+    assert "run-setup: running efa-env" in setup.stdout
+    assert "run-setup: error: failed: gpu-clocks (see the lines above)" in setup.stderr

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 NODE = {
-    "GPUFLEET_EXPECTED_GPUS": "8",
-    "GPUFLEET_EXPECTED_EFA": "4",
+    "GPUFLEET_GPU_COUNT": "8",
+    "GPUFLEET_EFA_COUNT": "4",
     "GPUFLEET_NVSWITCH": "1",
     "GPUFLEET_INSTANCE_TYPE": "p4d.24xlarge",
 }
@@ -293,7 +293,6 @@ def test_cli_may_be_several_words(run_script, calls, stub_dir: Path) -> None:
 def test_required_settings(run_script, missing: str) -> None:
     done = run_script("node-health-check.sh", **{k: v for k, v in NODE.items() if k != missing})
     assert done.returncode == 2
-    assert (
-        done.stderr == f"node-health-check: {missing} is not set (see the header of "
-        f"{Path(__file__).parents[3] / 'scripts' / 'ops' / 'node-health-check.sh'})\n"
+    assert done.stderr == (
+        f"node-health-check: error: {missing} is not set (see the header of scripts/ops/node-health-check.sh)\n"
     )

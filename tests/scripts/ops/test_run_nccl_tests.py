@@ -109,7 +109,7 @@ def test_mig_nodes_are_refused(
     done = run_script("run-nccl-tests.sh", **settings(hostfile, tmp_path), STUB_MIG=modes)
     assert done.returncode == 2
     assert done.stderr == (
-        f"run-nccl-tests: GPUs in MIG mode on {refused}: NCCL is not supported with MIG "
+        f"run-nccl-tests: error: GPUs in MIG mode on {refused}: NCCL is not supported with MIG "
         "(use nodes of an environment without node.mig_profile)\n"
     )
     assert not any("all_reduce_perf" in call or call.startswith("gpufleet") for call in calls())

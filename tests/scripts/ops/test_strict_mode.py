@@ -39,8 +39,8 @@ def settings(script: str, tmp_path: Path) -> dict[str, str]:
         manifest.parent.mkdir(parents=True)
         manifest.write_text(json.dumps({"profile": "p4d-ubuntu1804-cuda11", "components": {"driver": "450.80.02"}}))
         return {
-            "GPUFLEET_EXPECTED_GPUS": "8",
-            "GPUFLEET_EXPECTED_EFA": "4",
+            "GPUFLEET_GPU_COUNT": "8",
+            "GPUFLEET_EFA_COUNT": "4",
             "GPUFLEET_NVSWITCH": "1",
             "GPUFLEET_INSTANCE_TYPE": "p4d.24xlarge",
             "GPUFLEET_AMI_PROFILE": "p4d-ubuntu1804-cuda11",

@@ -34,7 +34,9 @@ class Tools:
         return [call for call in calls if tool is None or call[0] == tool]
 
     def env(self, **settings: str) -> dict[str, str]:
-        """A clean environment: the fake tools first on PATH, then the system's (bash, python3, sha256sum, grep)."""
+        """A clean environment: the fake tools first on PATH, then the system's (bash, python3, sha256sum, grep).
+        install-tools.sh unpacks packer into GPUFLEET_TOOLS_BIN_DIR, /usr/local/bin by default: a test's own
+        directory, unless the test names another, so that no test puts its fake packer on the machine's PATH."""
         return {
             "PATH": f"{self.bin_dir}:/usr/local/bin:/usr/bin:/bin",
             "HOME": str(self.tmp_dir),
@@ -42,6 +44,7 @@ class Tools:
             "FAKE_STATE": str(self.state_file),
             "FAKE_LOG": str(self.log_file),
             "FAKE_BIN": str(self.bin_dir),
+            "GPUFLEET_TOOLS_BIN_DIR": str(self.tmp_dir / "tools-bin"),
             **settings,
         }
 

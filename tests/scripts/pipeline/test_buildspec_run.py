@@ -116,9 +116,9 @@ def build(tools, uploaded, venv, tmp_path):
             CODEBUILD_BUILD_SUCCEEDING="1",
             **spec["env"]["variables"],
             **{BUILD_INSTANCE_PROFILE_VARIABLE: INSTANCE_PROFILE},
-            PROFILE=profile,
+            GPUFLEET_AMI_PROFILE=profile,
             # The test's own: where install-tools.sh unpacks packer, the virtualenv, pip's configuration.
-            TOOLS_BIN_DIR=str(tmp_path / "tools"),
+            GPUFLEET_TOOLS_BIN_DIR=str(tmp_path / "tools"),
             GPUFLEET_VENV=str(venv),
             # pip builds gpufleet with the setuptools the virtualenv sees (the test environment's) rather than
             # installing one into a fresh isolated build environment for every build: the same wheel, in a third

@@ -12,19 +12,19 @@ from tests.scripts.pipeline.fake_tools import FINGERPRINT, PACKER_ZIP
 SCRIPT = SCRIPTS_DIR / "install-tools.sh"
 RELEASES = "https://releases.hashicorp.com/packer/1.11.2"
 SETTINGS = {
-    "PACKER_VERSION": "1.11.2",
-    "PACKER_SHA256": "",
-    "HASHICORP_KEY_FINGERPRINT": FINGERPRINT,
-    "SESSION_MANAGER_PLUGIN_VERSION": "1.2.764.0",
+    "GPUFLEET_PACKER_VERSION": "1.11.2",
+    "GPUFLEET_PACKER_SHA256": "",
+    "GPUFLEET_HASHICORP_KEY_FINGERPRINT": FINGERPRINT,
+    "GPUFLEET_SESSION_MANAGER_PLUGIN_VERSION": "1.2.764.0",
 }
 
 
 def install(tools, tmp_path, **overrides):
-    return tools.run(SCRIPT, **{**SETTINGS, "TOOLS_BIN_DIR": str(tmp_path / "tools"), **overrides})
+    return tools.run(SCRIPT, **{**SETTINGS, "GPUFLEET_TOOLS_BIN_DIR": str(tmp_path / "tools"), **overrides})
 
 
 def test_downloads_verifies_then_installs_packer_and_the_plugin(tools, tmp_path):
-    result = install(tools, tmp_path, PACKER_SHA256=hashlib.sha256(PACKER_ZIP).hexdigest())
+    result = install(tools, tmp_path, GPUFLEET_PACKER_SHA256=hashlib.sha256(PACKER_ZIP).hexdigest())
     assert result.returncode == 0, result.stderr
     calls = tools.calls()
     downloads = [call[-1] for call in calls if call[0] == "curl"]
@@ -55,16 +55,20 @@ def test_downloads_verifies_then_installs_packer_and_the_plugin(tools, tmp_path)
         (
             {"packer_zip": "a tampered zip"},
             {},
-            "install-tools: packer_1.11.2_linux_amd64.zip does not match packer_1.11.2_SHA256SUMS",
+            "install-tools: error: packer_1.11.2_linux_amd64.zip does not match packer_1.11.2_SHA256SUMS",
         ),
         (
             {},
-            {"PACKER_SHA256": "0" * 64},
-            "install-tools: packer_1.11.2_linux_amd64.zip does not match PACKER_SHA256 (packer.sha256 of "
-            "ami/pipeline.yaml)",
+            {"GPUFLEET_PACKER_SHA256": "0" * 64},
+            "install-tools: error: packer_1.11.2_linux_amd64.zip does not match GPUFLEET_PACKER_SHA256 "
+            "(packer.sha256 of ami/pipeline.yaml)",
         ),
-        ({"fail": ["gpg --verify"]}, {}, "install-tools: the signature of packer_1.11.2_SHA256SUMS does not verify"),
-        ({"signer": "B" * 40}, {}, f"install-tools: packer_1.11.2_SHA256SUMS is not signed by {FINGERPRINT}"),
+        (
+            {"fail": ["gpg --verify"]},
+            {},
+            "install-tools: error: the signature of packer_1.11.2_SHA256SUMS does not verify",
+        ),
+        ({"signer": "B" * 40}, {}, f"install-tools: error: packer_1.11.2_SHA256SUMS is not signed by {FINGERPRINT}"),
         ({"fail": [f"curl {RELEASES}/packer_1.11.2_SHA256SUMS.sig"]}, {}, "curl: (22)"),
     ],
 )
@@ -78,7 +82,10 @@ def test_nothing_is_unpacked_unless_every_check_passes(tools, tmp_path, state, s
 
 
 def test_refuses_without_its_settings(tools, tmp_path):
-    result = install(tools, tmp_path, HASHICORP_KEY_FINGERPRINT="")
+    result = install(tools, tmp_path, GPUFLEET_HASHICORP_KEY_FINGERPRINT="")
     assert result.returncode == 1
-    assert result.stderr.strip() == "install-tools: HASHICORP_KEY_FINGERPRINT is not set"
+    assert result.stderr.splitlines() == [
+        "install-tools: error: GPUFLEET_HASHICORP_KEY_FINGERPRINT is not set (set by the AMI pipeline's CodeBuild "
+        "project, or by start-build --environment-variables-override)"
+    ]
     assert tools.calls() == []

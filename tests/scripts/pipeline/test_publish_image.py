@@ -19,10 +19,11 @@ TAGS = f"{{Key=gpufleet:profile,Value={PROFILE}}},{{Key=gpufleet:build-id,Value=
 
 @pytest.fixture
 def source(tmp_path) -> Path:
-    """The script finds the source tree from its own place: a tree holding only the script."""
+    """The script finds the source tree from its own place: a tree holding only the script and its helpers."""
     root = tmp_path / "src"
     (root / "scripts" / "pipeline").mkdir(parents=True)
     shutil.copy(SCRIPTS_DIR / "publish-image.sh", root / "scripts" / "pipeline")
+    shutil.copytree(SCRIPTS_DIR.parent / "lib", root / "scripts" / "lib")
     (root / "build").mkdir()
     return root
 
@@ -38,11 +39,11 @@ def publish(tools, source: Path, manifest: dict | None, **overrides: str):
     if manifest is not None:
         (source / "build" / "image-manifest.json").write_text(json.dumps(manifest))
     settings = {
-        "PROFILE": PROFILE,
-        "PACKER_MANIFEST": "build/image-manifest.json",
+        "GPUFLEET_AMI_PROFILE": PROFILE,
+        "GPUFLEET_PACKER_MANIFEST": "build/image-manifest.json",
         "CODEBUILD_BUILD_ID": BUILD_ID,
         "AWS_REGION": "us-east-1",
-        "PUBLISH_REGIONS": f"p4d-al2-cuda11=us-east-1 {PROFILE}=us-east-1,eu-west-1,us-west-2",
+        "GPUFLEET_PUBLISH_REGIONS": f"p4d-al2-cuda11=us-east-1 {PROFILE}=us-east-1,eu-west-1,us-west-2",
         **overrides,
     }
     return tools.run(source / "scripts" / "pipeline" / "publish-image.sh", **settings)
@@ -166,12 +167,12 @@ def test_copies_to_every_region_of_the_profile_then_publishes_each(tools, source
         tag("us-west-2"),
     ]
     assert result.stdout.splitlines()[-1] == (
-        f"published {copy_of('us-west-2')} to /gpufleet/ami/{PROFILE} in us-west-2 (build {BUILD_ID})"
+        f"publish-image: published {copy_of('us-west-2')} to /gpufleet/ami/{PROFILE} in us-west-2 (build {BUILD_ID})"
     )
 
 
 def test_a_profile_without_publish_regions_is_published_in_the_build_region(tools, source):
-    result = publish(tools, source, BUILT, PUBLISH_REGIONS="p4d-al2-cuda11=us-east-1,us-west-2")
+    result = publish(tools, source, BUILT, GPUFLEET_PUBLISH_REGIONS="p4d-al2-cuda11=us-east-1,us-west-2")
     assert result.returncode == 0, result.stderr
     assert tools.calls() == [put("us-east-1", BUILT_IMAGE), tag("us-east-1")]
 
@@ -191,7 +192,7 @@ def test_a_failed_copy_leaves_that_region_alone_and_fails_after_publishing_the_o
         tag("us-west-2"),
     ]
     assert result.stderr.splitlines()[-1] == (
-        f"publish-image: {PROFILE} is not published in eu-west-1 (the build log above says why)"
+        f"publish-image: error: {PROFILE} is not published in eu-west-1 (the build log above says why)"
     )
 
 
@@ -206,27 +207,37 @@ def test_a_copy_still_pending_gets_another_wait_and_a_failed_copy_is_not_publish
     assert published == ["us-east-1", "eu-west-1"]
     waiting = [call for call in tools.calls()[3:] if call[2] not in ("put-parameter", "add-tags-to-resource")]
     assert waiting == [wait("eu-west-1"), state("eu-west-1"), wait("eu-west-1"), wait("us-west-2"), state("us-west-2")]
-    assert f"publish-image: {copy_of('us-west-2')} in us-west-2 is failed" in result.stderr
+    assert f"publish-image: error: {copy_of('us-west-2')} in us-west-2 is failed" in result.stderr
     assert result.stderr.splitlines()[-1] == (
-        f"publish-image: {PROFILE} is not published in us-west-2 (the build log above says why)"
+        f"publish-image: error: {PROFILE} is not published in us-west-2 (the build log above says why)"
     )
 
 
 @pytest.mark.parametrize(
     ("manifest", "overrides", "message"),
     [
-        (BUILT, {"PROFILE": ""}, "publish-image: PROFILE is not set"),
-        (BUILT, {"CODEBUILD_BUILD_ID": ""}, "publish-image: CODEBUILD_BUILD_ID is not set"),
-        (None, {}, "publish-image: build/image-manifest.json not found (did packer build finish?)"),
+        (
+            BUILT,
+            {"GPUFLEET_AMI_PROFILE": ""},
+            "publish-image: error: GPUFLEET_AMI_PROFILE is not set (set by the AMI pipeline's CodeBuild project, or by "
+            "start-build --environment-variables-override)",
+        ),
+        (
+            BUILT,
+            {"CODEBUILD_BUILD_ID": ""},
+            "publish-image: error: CODEBUILD_BUILD_ID is not set (set by the AMI pipeline's CodeBuild project, or by "
+            "start-build --environment-variables-override)",
+        ),
+        (None, {}, "publish-image: error: build/image-manifest.json not found (did packer build finish?)"),
         (
             manifest_of(("a", f"us-east-1:{BUILT_IMAGE}"), last="b"),
             {},
-            "publish-image: no AMI id in the last run of build/image-manifest.json (found '')",
+            "publish-image: error: no AMI id in the last run of build/image-manifest.json (found '')",
         ),
         (
             manifest_of(("a", "us-east-1:snap-0123"), last="a"),
             {},
-            "publish-image: no AMI id in the last run of build/image-manifest.json (found 'snap-0123')",
+            "publish-image: error: no AMI id in the last run of build/image-manifest.json (found 'snap-0123')",
         ),
     ],
 )

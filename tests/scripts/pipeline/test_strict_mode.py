@@ -41,17 +41,17 @@ NOTHING_TO_CATCH = {
 
 SETTINGS = {
     "build-image.sh": {
-        "PROFILE": "ubuntu2204-cuda12",
-        "BUILD_INSTANCE_PROFILE": "gpufleet-build",
+        "GPUFLEET_AMI_PROFILE": "ubuntu2204-cuda12",
+        "GPUFLEET_BUILD_INSTANCE_PROFILE": "gpufleet-build",
         "AWS_REGION": "us-east-1",
         "CODEBUILD_BUILD_ID": "gpufleet-ami:1",
-        "PACKER_MANIFEST": "build/image-manifest.json",
+        "GPUFLEET_PACKER_MANIFEST": "build/image-manifest.json",
     },
     "install-gpufleet.sh": {},
     "install-tools.sh": {
-        "PACKER_VERSION": "1.11.2",
-        "HASHICORP_KEY_FINGERPRINT": FINGERPRINT,
-        "SESSION_MANAGER_PLUGIN_VERSION": "1.2.764.0",
+        "GPUFLEET_PACKER_VERSION": "1.11.2",
+        "GPUFLEET_HASHICORP_KEY_FINGERPRINT": FINGERPRINT,
+        "GPUFLEET_SESSION_MANAGER_PLUGIN_VERSION": "1.2.764.0",
     },
 }
 
@@ -66,7 +66,7 @@ def test_a_failing_step_stops_the_script(tools, tmp_path, case):
     probe = StepProbe(tmp_path / "venv" / "bin", str(tools.bin_dir))
     stopped_at_the_failure = probe.install(case)
     env = tools.env(
-        **SETTINGS[case.script], GPUFLEET_VENV=str(tmp_path / "venv"), TOOLS_BIN_DIR=str(tmp_path / "tools")
+        **SETTINGS[case.script], GPUFLEET_VENV=str(tmp_path / "venv"), GPUFLEET_TOOLS_BIN_DIR=str(tmp_path / "tools")
     )
     env["PATH"] = f"{probe.bin_dir}:{env['PATH']}"
 

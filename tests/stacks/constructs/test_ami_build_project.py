@@ -493,14 +493,16 @@ def test_the_buildspec_runs_the_pipeline_scripts_with_the_pipelines_pins_and_pub
         "env": {
             "shell": "bash",
             "variables": {
-                "PACKER_VERSION": "1.11.2",
-                "PACKER_SHA256": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-                "HASHICORP_KEY_FINGERPRINT": "C874011F0AB405110D02105534365D9472D7468F",
-                "SESSION_MANAGER_PLUGIN_VERSION": "1.2.764.0",
-                "BUILD_SUBNET_ID": "subnet-0a1b2c3d4e5f60718",
-                "PACKER_MANIFEST": "build/image-manifest.json",
+                "GPUFLEET_PACKER_VERSION": "1.11.2",
+                "GPUFLEET_PACKER_SHA256": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                "GPUFLEET_HASHICORP_KEY_FINGERPRINT": "C874011F0AB405110D02105534365D9472D7468F",
+                "GPUFLEET_SESSION_MANAGER_PLUGIN_VERSION": "1.2.764.0",
+                "GPUFLEET_BUILD_SUBNET_ID": "subnet-0a1b2c3d4e5f60718",
+                "GPUFLEET_PACKER_MANIFEST": "build/image-manifest.json",
                 # PROFILE=REGION,REGION entries in the order given, space-separated (publish-image.sh reads them).
-                "PUBLISH_REGIONS": "p4d-ubuntu1804-cuda11=us-east-1 ubuntu2204-cuda12=us-east-1,us-west-2,eu-west-1",
+                "GPUFLEET_PUBLISH_REGIONS": (
+                    "p4d-ubuntu1804-cuda11=us-east-1 ubuntu2204-cuda12=us-east-1,us-west-2,eu-west-1"
+                ),
             },
         },
         "phases": {
@@ -520,7 +522,7 @@ def test_the_project_builds_the_s3_source_on_a_small_standard_7_image_with_five_
 ):
     project = resource(checked_template, "AmiBuildProject9D0985DD")["Properties"]
     assert project["Description"] == (
-        "gpufleet AMI build: packer build of the profile named by the PROFILE environment variable"
+        "gpufleet AMI build: packer build of the profile named by the GPUFLEET_AMI_PROFILE environment variable"
     )
     assert project["Source"]["Type"] == "S3"
     assert project["Source"]["Location"].startswith("cdk-hnb659fds-assets-123456789012-us-east-1/")
@@ -528,7 +530,7 @@ def test_the_project_builds_the_s3_source_on_a_small_standard_7_image_with_five_
         "ComputeType": "BUILD_GENERAL1_SMALL",
         "EnvironmentVariables": [
             {
-                "Name": "BUILD_INSTANCE_PROFILE",
+                "Name": "GPUFLEET_BUILD_INSTANCE_PROFILE",
                 "Type": "PLAINTEXT",
                 "Value": {"Ref": "AmiBuildBuildInstanceProfile7C4501CF"},
             }
@@ -616,7 +618,8 @@ def test_every_wildcard_of_the_build_role_is_acknowledged_with_its_reason(checke
 
 
 def test_a_pipeline_without_checksum_subnet_or_publish_regions_passes_empty_values_to_the_build():
-    """publish-image.sh and build-image.sh read an empty PACKER_SHA256 / BUILD_SUBNET_ID as "not set"."""
+    """install-tools.sh and build-image.sh read an empty GPUFLEET_PACKER_SHA256 / GPUFLEET_BUILD_SUBNET_ID as "not
+    set"."""
     shipped = load_pipeline()
     assert (shipped.packer.sha256, shipped.subnet_id) == (None, None)
     spec = buildspec(
@@ -626,13 +629,13 @@ def test_a_pipeline_without_checksum_subnet_or_publish_regions_passes_empty_valu
         publish_regions={},
     )
     assert spec["env"]["variables"] == {
-        "PACKER_VERSION": "1.11.2",
-        "PACKER_SHA256": "",
-        "HASHICORP_KEY_FINGERPRINT": "C874011F0AB405110D02105534365D9472D7468F",
-        "SESSION_MANAGER_PLUGIN_VERSION": "1.2.764.0",
-        "BUILD_SUBNET_ID": "",
-        "PACKER_MANIFEST": "build/image-manifest.json",
-        "PUBLISH_REGIONS": "",
+        "GPUFLEET_PACKER_VERSION": "1.11.2",
+        "GPUFLEET_PACKER_SHA256": "",
+        "GPUFLEET_HASHICORP_KEY_FINGERPRINT": "C874011F0AB405110D02105534365D9472D7468F",
+        "GPUFLEET_SESSION_MANAGER_PLUGIN_VERSION": "1.2.764.0",
+        "GPUFLEET_BUILD_SUBNET_ID": "",
+        "GPUFLEET_PACKER_MANIFEST": "build/image-manifest.json",
+        "GPUFLEET_PUBLISH_REGIONS": "",
     }
 
 

@@ -1,0 +1,43 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034 # the settings sources below are read by the scripts that source this file
+# Helpers shared by the scripts of scripts/node, scripts/ops and scripts/pipeline; sourced, never run. The AMI
+# build's scripts/ami/*.sh have their own library (scripts/ami/lib/common.sh): Packer uploads it with them.
+#
+# Every script finds this file at ../lib/helpers.sh from its own directory, the same path wherever it runs: a
+# checkout, the installed package (gpufleet/data/scripts), the AMI pipeline's source tree, and a node, where the
+# user data installs it as /opt/gpufleet/lib/helpers.sh beside /opt/gpufleet/node/.
+#
+# Every line a script prints starts with its name, its file name without .sh: "mig: ...", "mig: error: ...".
+
+# Where the settings of a place come from, as require_settings names it. Nodes: the export lines the user data
+# writes (gpufleet/user_data.py). The AMI pipeline: its buildspec and project (stacks/constructs/ami_build_project.py)
+# or the override a build is started with.
+readonly NODE_SETTINGS="from /etc/gpufleet/node.env"
+readonly PIPELINE_SETTINGS="set by the AMI pipeline's CodeBuild project, or by start-build --environment-variables-override"
+
+SCRIPT_NAME=${0##*/}
+SCRIPT_NAME=${SCRIPT_NAME%.sh}
+# The exit status of die and require_settings; a script whose exit statuses say more sets its own after sourcing.
+ERROR_STATUS=1
+
+log() { printf '%s: %s\n' "$SCRIPT_NAME" "$*"; }
+warn() { printf '%s: warning: %s\n' "$SCRIPT_NAME" "$*" >&2; }
+error() { printf '%s: error: %s\n' "$SCRIPT_NAME" "$*" >&2; }
+die() {
+  error "$@"
+  exit "$ERROR_STATUS"
+}
+
+# require_settings SOURCE NAME...: every NAME must be set and non-empty. Each one that is not gets its own line,
+# "NAME is not set (SOURCE)", SOURCE saying where the setting comes from; then the script exits with ERROR_STATUS.
+require_settings() {
+  local source=$1 name missing=0
+  shift
+  for name in "$@"; do
+    if [[ -z ${!name:-} ]]; then
+      error "$name is not set ($source)"
+      missing=1
+    fi
+  done
+  ((missing == 0)) || exit "$ERROR_STATUS"
+}
