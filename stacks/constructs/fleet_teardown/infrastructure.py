@@ -56,7 +56,9 @@ class FleetTeardown(Construct):
             log_group_id="HandlerLogs",
             role_id="HandlerRole",
             role_description="gpufleet fleet teardown: cancel the fleet and terminate its nodes",
-            code=lambda_.Code.from_asset(str(RUNTIME_DIR), exclude=["__pycache__", "*.pyc"]),
+            # runtime/__init__.py makes the handler importable by the tests; Lambda loads handler.py as a top-level
+            # module, so the asset leaves it out and stays the same as when the handler lived in stacks/ alone.
+            code=lambda_.Code.from_asset(str(RUNTIME_DIR), exclude=["__pycache__", "*.pyc", "__init__.py"]),
             log_retention=log_retention,
         )
         role = base.role

@@ -168,7 +168,7 @@ def check_the_handlers_run_python_3_14_for_two_minutes_each_with_the_role_and_lo
 def check_the_handlers_asset_holds_the_handler_without_its_bytecode(outdir):
     (asset,) = [path for path in outdir.glob("asset.*") if (path / "handler.py").exists()]
     assert (RUNTIME_DIR / "__pycache__").is_dir()
-    assert asset_files(asset) == ["__init__.py", "handler.py"]
+    assert asset_files(asset) == ["handler.py"]
     assert (asset / "handler.py").read_text() == Path("stacks/constructs/fleet_teardown/runtime/handler.py").read_text()
 
 
