@@ -8,7 +8,7 @@ import pytest
 from gpufleet.constants import BACKEND_AUTO_SCALING
 from gpufleet.environment import CAPACITY_RESERVATION_RESOURCE_GROUP_ARN
 from gpufleet.loading import load_environment
-from tests.gpufleet.test_validators import changed, problems_of, write
+from tests.gpufleet.environment_files import changed, problems_of, write
 
 RESERVATION_ID = "cr-0123456789abcdef0"
 OTHER_RESERVATION_ID = "cr-0fedcba9876543210"

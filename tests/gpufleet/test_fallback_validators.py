@@ -6,7 +6,7 @@ import pytest
 
 from gpufleet.environment import Fallback
 from gpufleet.loading import load_environment
-from tests.gpufleet.test_validators import changed, problems_of, write
+from tests.gpufleet.environment_files import changed, problems_of, write
 
 FALLBACK = {"after_minutes": 15, "restore_after_minutes": 30, "max_extra_on_demand": 2}
 

@@ -2,38 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import yaml
 
 from gpufleet.ami import published_profile
 from gpufleet.ami.pipeline import publish_regions
 from gpufleet.environment import Environment
-from gpufleet.errors import GpufleetError
 from gpufleet.loading import PIPELINE_FILE_VARIABLE, environment_files, load_environments, load_pipeline, pipeline_file
+from tests.gpufleet.ami.pipeline_files import SHIPPED, problems, write
 
-SHIPPED = Path(__file__).resolve().parents[3] / "ami" / "pipeline.yaml"
 PROFILES = "p4d-al2-cuda11, p4d-ubuntu1804-cuda11, ubuntu2204-cuda12"
-
-
-def write(tmp_path: Path, **changes) -> Path:
-    document = yaml.safe_load(SHIPPED.read_text())
-    for dotted, value in changes.items():
-        section, _, key = dotted.partition("__")
-        if key:
-            document[section][key] = value
-        else:
-            document[section] = value
-    path = tmp_path / "pipeline.yaml"
-    path.write_text(yaml.safe_dump(document))
-    return path
-
-
-def problems(path: Path) -> list[str]:
-    with pytest.raises(GpufleetError) as error:
-        load_pipeline(path)
-    return [line.removeprefix(f"{path}: ") for line in error.value.problems]
 
 
 def test_shipped_pipeline_loads():
