@@ -54,3 +54,13 @@ def problems_of(tmp_path: Path, document: object, name: str = "lab") -> list[str
     with pytest.raises(GpufleetError) as raised:
         load_environment(path)
     return [line.removeprefix(f"{path}: ") for line in raised.value.problems]
+
+
+# Every node on demand: a reservation or Capacity Block with no spot part.
+ALL_ON_DEMAND = {"capacity.target": 2, "capacity.on_demand": 2}
+FALLBACK = {"after_minutes": 15, "restore_after_minutes": 30, "max_extra_on_demand": 2}
+
+
+def with_fallback(**changes) -> dict:
+    """The valid lab environment with four nodes, one on demand, and a fallback; dotted keys changed."""
+    return changed({"capacity.target": 4, "capacity.on_demand": 1, "fleet.fallback": dict(FALLBACK), **changes})
