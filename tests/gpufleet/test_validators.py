@@ -41,16 +41,6 @@ RULES = [
         "p4d.24xlarge, p4de.24xlarge, p5.48xlarge, g5.48xlarge, g5.8xlarge; add it to gpufleet/instance_types.yaml)",
     ),
     (
-        "capacity.on_demand",
-        3,
-        "capacity.on_demand: 3 is outside the target capacity (0 to capacity.target, which is 2)",
-    ),
-    (
-        "capacity.on_demand",
-        -1,
-        "capacity.on_demand: -1 is outside the target capacity (0 to capacity.target, which is 2)",
-    ),
-    (
         "fleet.capacity_rebalance",
         {"termination_delay_seconds": 300},
         "fleet.capacity_rebalance."

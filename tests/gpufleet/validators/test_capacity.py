@@ -1,4 +1,5 @@
-"""Capacity sources (capacity.reservation, capacity.capacity_block): what parsing and the rules refuse, line by line."""
+"""The capacity rules (gpufleet/validators/capacity.py): on-demand nodes within the target, and the capacity sources
+(capacity.reservation, capacity.capacity_block), each with the exact line `gpufleet validate` prints."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pytest
 
 from gpufleet.constants import BACKEND_AUTO_SCALING
 from gpufleet.loading import load_environment
-from tests.gpufleet.environment_files import ALL_ON_DEMAND, changed, problems_of, write
+from tests.gpufleet.environment_files import ALL_ON_DEMAND, changed, problems_of, with_change, write
 
 RESERVATION_ID = "cr-0123456789abcdef0"
 OTHER_RESERVATION_ID = "cr-0fedcba9876543210"
@@ -14,6 +15,25 @@ GROUP_ARN = "arn:aws:resource-groups:us-east-1:123456789012:group/gpu-reservatio
 
 
 AUTO_SCALING = {"fleet.backend": BACKEND_AUTO_SCALING}
+
+
+RULES = [
+    (
+        "capacity.on_demand",
+        3,
+        "capacity.on_demand: 3 is outside the target capacity (0 to capacity.target, which is 2)",
+    ),
+    (
+        "capacity.on_demand",
+        -1,
+        "capacity.on_demand: -1 is outside the target capacity (0 to capacity.target, which is 2)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "expected"), RULES, ids=[f"{rule[0]}={rule[1]!r}" for rule in RULES])
+def test_rule_reports_exact_message(tmp_path, field, value, expected):
+    assert problems_of(tmp_path, with_change(field, value)) == [expected]
 
 
 def test_a_reservation_by_id_with_every_node_on_demand_is_accepted(tmp_path):
