@@ -64,7 +64,7 @@ lint: setup
 bench: setup
 	python bench/synth_bench.py
 
-# Mutation testing with mutmut, on demand (slow; not part of make test). MODULES="gpufleet/validators.py ..." limits the
+# Mutation testing with mutmut, on demand (slow; not part of make test). MODULES="gpufleet/validators/capacity.py ..." limits the
 # run to those modules and their mirrored test files, TESTS="tests/..." names other tests; REPORT=1 only reprints the
 # last results, SURVIVORS=1 reruns only the last survivors. Results stay in mutants/ (see bench/mutation.py).
 mutate: setup

@@ -44,7 +44,7 @@ UNUSABLE_TAG = "not a usable tag (keys 1-128 characters, not starting with aws:,
 # A Capacity Reservation id is cr- and 17 hex digits (source: the ids in the EC2 API reference, e.g.
 # API_CapacityReservation.html "cr-1234567890abcdef0"; botocore's model gives the shape no pattern). The resource group
 # ARN pattern is botocore's resource-groups GroupArn shape (botocore/data/resource-groups/2017-11-27/service-2.json;
-# tests/gpufleet/test_capacity_validators.py compares the two).
+# tests/gpufleet/test_environment.py compares the two).
 CAPACITY_RESERVATION_ID = re.compile(r"cr-[0-9a-f]{17}")
 CAPACITY_RESERVATION_RESOURCE_GROUP_ARN = re.compile(
     r"arn:aws(-[a-z]+)*:resource-groups:[a-z]{2}(-[a-z]+)+-\d{1}:[0-9]{12}:group/"

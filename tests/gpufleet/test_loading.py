@@ -17,7 +17,9 @@ from gpufleet.loading import (
     load_environments,
     load_named_environment,
     load_pipeline,
+    parse_environment,
 )
+from tests.gpufleet.environment_files import write
 
 SHIPPED_DEV = Path(__file__).resolve().parents[2] / "environments" / "dev.yaml"
 NAME_PROBLEM = "is not a valid name (lower-case letters, digits and '-', starting with a letter, at most 24 characters)"
@@ -106,3 +108,18 @@ def test_several_files_report_every_problem_of_every_file(tmp_path):
         f"{bad_target}: capacity.target: 0 nodes is too few (at least 1)",
     )
     assert [env.name for env in load_environments([good, good])] == ["dev", "dev"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("name: [unclosed\n", "line 2: not valid YAML (expected ',' or ']', but got '<stream end>')"),
+        ("- just\n- a list\n", "(file): expected a mapping of keys to values (see environments/README.md)"),
+        ("", "(file): expected a mapping of keys to values (see environments/README.md)"),
+    ],
+)
+def test_unreadable_files(tmp_path, text, expected):
+    path = write(tmp_path, text)
+    with pytest.raises(GpufleetError) as raised:
+        parse_environment(path)
+    assert raised.value.problems == (f"{path}: {expected}",)

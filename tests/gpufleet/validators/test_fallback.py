@@ -6,14 +6,7 @@ import pytest
 
 from gpufleet.environment import Fallback
 from gpufleet.loading import load_environment
-from tests.gpufleet.test_validators import changed, problems_of, write
-
-FALLBACK = {"after_minutes": 15, "restore_after_minutes": 30, "max_extra_on_demand": 2}
-
-
-def with_fallback(**changes) -> dict:
-    """The valid lab environment with four nodes, one on demand, and a fallback; dotted keys changed."""
-    return changed({"capacity.target": 4, "capacity.on_demand": 1, "fleet.fallback": dict(FALLBACK), **changes})
+from tests.gpufleet.environment_files import FALLBACK, changed, problems_of, with_fallback, write
 
 
 def test_the_fallback_example_is_valid(tmp_path):
@@ -44,22 +37,6 @@ def test_fallback_defaults(tmp_path):
                 "modified (set fleet.type: maintain, or remove fallback)"
             ],
             id="request-fleet",
-        ),
-        pytest.param(
-            {"fleet.fallback.after_minutes": 4},
-            [
-                "fleet.fallback.after_minutes: 4 is shorter than the fallback's check interval (at least 5: the fleet "
-                "is checked every 5 minutes)"
-            ],
-            id="after-below-interval",
-        ),
-        pytest.param(
-            {"fleet.fallback.restore_after_minutes": 4},
-            [
-                "fleet.fallback.restore_after_minutes: 4 is shorter than the fallback's check interval (at least 5: "
-                "the fleet is checked every 5 minutes)"
-            ],
-            id="restore-below-interval",
         ),
         pytest.param(
             {"fleet.fallback.max_extra_on_demand": 0},
@@ -95,8 +72,6 @@ def test_refused(tmp_path, changes, expected):
     "changes",
     [
         pytest.param({"capacity.on_demand": 3, "fleet.fallback.max_extra_on_demand": 1}, id="one-spot-node"),
-        pytest.param({"fleet.fallback.after_minutes": 5}, id="after-at-interval"),
-        pytest.param({"fleet.fallback.restore_after_minutes": 5}, id="restore-at-interval"),
         pytest.param({"fleet.fallback.max_extra_on_demand": 1}, id="ceiling-one"),
         pytest.param({"fleet.fallback.max_extra_on_demand": 3}, id="ceiling-at-spot"),
         pytest.param({"capacity.on_demand": 0, "fleet.fallback.max_extra_on_demand": 4}, id="all-spot"),

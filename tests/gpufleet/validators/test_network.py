@@ -1,0 +1,106 @@
+"""The network rules (gpufleet/validators/network.py): the availability zone, a new VPC or an existing one, and a
+node subnet that holds every address; each with the exact line `gpufleet validate` prints."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.loading import load_environment
+from tests.gpufleet.environment_files import changed, problems_of, with_change, write
+
+RULES = [
+    (
+        "availability_zone",
+        "us-west-2a",
+        "availability_zone: 'us-west-2a' is not an availability zone of us-east-1 "
+        "(the region name followed by one letter, e.g. us-east-1a)",
+    ),
+    (
+        "network.vpc_id",
+        "vpc-0a1b2c3d",
+        "network: cidr and vpc_id/subnet_id both set (cidr creates a VPC; vpc_id "
+        "and subnet_id import one: keep one of the two)",
+    ),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "expected"), RULES, ids=[f"{rule[0]}={rule[1]!r}" for rule in RULES])
+def test_rule_reports_exact_message(tmp_path, field, value, expected):
+    assert problems_of(tmp_path, with_change(field, value)) == [expected]
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"network.cidr": None}, "network: no network chosen (set cidr for a new VPC, or both vpc_id and subnet_id)"),
+        (
+            {
+                "network.cidr": None,
+                "network.vpc_id": "vpc-0a1b2c3d",
+                "network.subnet_id": "subnet-0a1b2c3d",
+                "network.nat_gateway": True,
+            },
+            "network.nat_gateway: only a new VPC gets a NAT gateway (remove it, or use cidr)",
+        ),
+    ],
+)
+def test_rules_that_combine_fields(tmp_path, changes, expected):
+    assert problems_of(tmp_path, changed(changes)) == [expected]
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {"instance_type": "p5.48xlarge", "network.cidr": "10.40.0.0/24", "capacity.target": 115},
+            "network.cidr: /24 leaves 123 addresses in the node subnet, but 115 nodes (p5.48xlarge, 1 per node) "
+            "and 9 VPC endpoints need 124 (use /23 or larger)",
+        ),
+        (
+            {
+                "network.cidr": "10.40.0.0/24",
+                "capacity.target": 60,
+                "capacity.on_demand": 0,
+                "fleet.capacity_rebalance": {"replacement_strategy": "launch"},
+            },
+            "network.cidr: /24 leaves 123 addresses in the node subnet, but 120 nodes (p4d.24xlarge, 1 per node) "
+            "and 9 VPC endpoints need 129 (use /23 or larger)",
+        ),
+        (
+            # 242 nodes and 9 endpoints need 251 addresses: exactly what a /24 node subnet holds (256 - 5), so a /23 VPC
+            {"network.cidr": "10.40.0.0/24", "capacity.target": 242, "capacity.on_demand": 242},
+            "network.cidr: /24 leaves 123 addresses in the node subnet, but 242 nodes (p4d.24xlarge, 1 per node) "
+            "and 9 VPC endpoints need 251 (use /23 or larger)",
+        ),
+    ],
+    ids=["one-past-the-limit", "rebalance-doubles-spot", "suggestion-fits-exactly"],
+)
+def test_node_subnet_must_hold_every_address(tmp_path, changes, expected):
+    assert problems_of(tmp_path, changed(changes)) == [expected]
+
+
+def test_node_subnet_capacity_fits_at_the_limit(tmp_path):
+    document = changed({"instance_type": "p5.48xlarge", "network.cidr": "10.40.0.0/24", "capacity.target": 114})
+    assert load_environment(write(tmp_path, document)).capacity.target == 114
+
+
+def test_efa_only_interfaces_take_no_address(tmp_path, monkeypatch):
+    """A p5 node takes one address (its card-0 efa interface); without efa-only it would take 32."""
+    from gpufleet import catalog
+
+    document = changed({"instance_type": "p5.48xlarge", "network.cidr": "10.40.0.0/24", "capacity.target": 4})
+    assert load_environment(write(tmp_path, document)).capacity.target == 4
+    without_efa_only = catalog.load_catalog()["p5.48xlarge"].model_copy(update={"efa_only_interfaces": False})
+    monkeypatch.setattr("gpufleet.validators.network.load_catalog", lambda: {"p5.48xlarge": without_efa_only})
+    assert problems_of(tmp_path, document) == [
+        "network.cidr: /24 leaves 123 addresses in the node subnet, but 4 nodes (p5.48xlarge, 32 per node) and 9 "
+        "VPC endpoints need 137 (use /23 or larger)"
+    ]
+
+
+def test_without_efa_a_node_takes_one_address(tmp_path):
+    document = changed({"efa": False, "network.cidr": "10.40.0.0/24", "capacity.target": 115})
+    assert problems_of(tmp_path, document) == [
+        "network.cidr: /24 leaves 123 addresses in the node subnet, but 115 nodes (p4d.24xlarge, 1 per node) and 9 "
+        "VPC endpoints need 124 (use /23 or larger)"
+    ]
