@@ -8,10 +8,21 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk.assertions import Template
 
-from stacks.constructs.lambda_functions import lambda_base, log_group, provider
+from stacks.constructs.lambda_functions import LambdaBase, lambda_base, log_group, provider
 from tests.stacks.constructs.conftest import bare_stack
 
 INLINE = lambda_.Code.from_inline("def on_event(event, context): pass")
+
+
+def probe_base(stack: cdk.Stack, log_retention: logs.RetentionDays) -> LambdaBase:
+    return lambda_base(
+        stack,
+        log_group_id="Logs",
+        role_id="Role",
+        role_description="the probe",
+        code=INLINE,
+        log_retention=log_retention,
+    )
 
 
 def resources_of(stack: cdk.Stack, resource_type: str) -> dict:
@@ -65,14 +76,7 @@ def test_the_role_is_lambdas_and_may_write_its_log_group_and_nothing_else():
 
 def test_every_function_shares_the_role_log_group_code_and_runtime():
     stack = bare_stack()
-    base = lambda_base(
-        stack,
-        log_group_id="Logs",
-        role_id="Role",
-        role_description="the probe",
-        code=INLINE,
-        log_retention=logs.RetentionDays.ONE_MONTH,
-    )
+    base = probe_base(stack, logs.RetentionDays.ONE_MONTH)
     base.function("First", handler="index.on_event", timeout=cdk.Duration.minutes(2), description="first")
     base.function(
         "Second",
@@ -101,14 +105,7 @@ def test_every_function_shares_the_role_log_group_code_and_runtime():
 
 def test_a_provider_logs_to_a_log_group_of_its_own_and_acknowledges_its_framework():
     stack = bare_stack()
-    base = lambda_base(
-        stack,
-        log_group_id="Logs",
-        role_id="Role",
-        role_description="the probe",
-        code=INLINE,
-        log_retention=logs.RetentionDays.ONE_WEEK,
-    )
+    base = probe_base(stack, logs.RetentionDays.ONE_WEEK)
     on_event = base.function("OnEvent", handler="index.on_event", timeout=cdk.Duration.minutes(1), description="e")
     made = provider(stack, "Provider", on_event=on_event, log_retention=logs.RetentionDays.ONE_WEEK, purpose="x")
     log_groups = resources_of(stack, "AWS::Logs::LogGroup")
