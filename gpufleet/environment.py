@@ -338,7 +338,7 @@ class Environment(_Section):
         description="Environment name; must equal the file name without .yaml."
     )
     account: AccountId = Field(description='AWS account id, 12 digits, quoted ("123456789012").')
-    region: RegionName = Field(description="AWS region, e.g. us-east-1.")
+    region: RegionName = Field(description="AWS region (one the pinned botocore lists), e.g. us-east-1.")
     availability_zone: StrictStr = Field(description="The single AZ of the cluster (placement groups live in one AZ).")
     network: Network = Field(
         description="Where the nodes live: a new VPC (cidr) or an existing one (vpc_id, subnet_id)."
