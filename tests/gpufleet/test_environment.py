@@ -19,6 +19,7 @@ NAME_PROBLEM = "is not a valid name (lower-case letters, digits and '-', startin
 SIZES = "the VPC holds a node subnet, endpoint addresses and, with NAT, a public subnet"
 ROOT_VOLUME = "GiB is out of range (50 to 16384: the CUDA stack alone needs tens of GiB)"
 ROOT_DEVICE = "is not a root device name (/dev/sda1 for Ubuntu, /dev/xvda for Amazon Linux)"
+KEY_PAIR_PROBLEM = "is not an EC2 key pair name (1 to 255 ASCII characters)"
 # The regions of partition aws in botocore 1.44.5's partitions.json (botocore/data/partitions.json).
 AWS_REGIONS = (
     "af-south-1, ap-east-1, ap-east-2, ap-northeast-1, ap-northeast-2, ap-northeast-3, ap-south-1, ap-south-2, "
@@ -78,6 +79,11 @@ FIELD_RULES = [
     (environment._tag_key_problem, "", TAG_PROBLEM),
     (environment._tag_key_problem, "aws:team", TAG_PROBLEM),
     (environment._tag_key_problem, "AWS:team", TAG_PROBLEM),
+    (environment._key_pair_problem, "k", None),
+    (environment._key_pair_problem, "k" * 255, None),
+    (environment._key_pair_problem, "k" * 256, f"'{'k' * 256}' {KEY_PAIR_PROBLEM}"),
+    (environment._key_pair_problem, "", f"'' {KEY_PAIR_PROBLEM}"),
+    (environment._key_pair_problem, "clé", f"'clé' {KEY_PAIR_PROBLEM}"),
     (environment._tag_value_problem, "", None),
     (environment._tag_value_problem, "v" * 256, None),
     (environment._tag_value_problem, "v" * 257, TAG_PROBLEM),
@@ -289,6 +295,9 @@ BEFORE_TERMINATE = "launch-before-terminate"
             f"{AWS_REGIONS}; a region opened since needs newer boto3 and botocore pins)",
         ),
         ({"region": "us-west-2", "availability_zone": "us-west-2a"}, None),
+        ({"key_pair": "k" * 255}, None),
+        ({"key_pair": "k" * 256}, f"key_pair: '{'k' * 256}' {KEY_PAIR_PROBLEM}"),
+        ({"key_pair": ""}, f"key_pair: '' {KEY_PAIR_PROBLEM}"),
         ({"capacity.target": 1, "capacity.on_demand": 0}, None),
         ({"capacity.target": 0, "capacity.on_demand": 0}, "capacity.target: 0 nodes is too few (at least 1)"),
         ({REBALANCE: {"replacement_strategy": BEFORE_TERMINATE, "termination_delay_seconds": 120}}, None),
