@@ -63,6 +63,15 @@ CAPACITY_BLOCK_MARKET_TYPE = "capacity-block"
 # DescribeInstanceTypes' SupportedUsageClasses value of a type that Capacity Blocks sell (gpufleet/instance_types.yaml).
 CAPACITY_BLOCK_USAGE_CLASS = "capacity-block"
 
+# The node launch template's instance metadata options and root volume (stacks/constructs/node_launch_template.py).
+# `gpufleet preflight` gives the same values to IAM's policy simulator as the condition keys of the nodes' launch
+# (gpufleet.ops.preflight.deploy_request_context).
+NODE_METADATA_HTTP_ENDPOINT = "enabled"
+NODE_METADATA_HTTP_TOKENS = "required"  # IMDSv2 only
+NODE_METADATA_HOP_LIMIT = 2  # containers (nvidia-docker) reach IMDSv2 through one extra network hop
+NODE_ROOT_VOLUME_TYPE = "gp3"
+NODE_ROOT_VOLUME_ENCRYPTED = True
+
 # node.mig_purpose: work that stays inside one MIG instance. NVIDIA MIG user guide, "Deployment Considerations"
 # (https://docs.nvidia.com/datacenter/tesla/mig-user-guide/deployment-considerations.html): "NCCL is currently not
 # supported with MIG"; "P2P between MIG instances on different GPUs, or between MIG instances to non-MIG mode GPU

@@ -90,6 +90,14 @@ def _resource_id_problem(prefix: str) -> Callable[[str], str | None]:
     return problem
 
 
+def _key_pair_problem(name: str) -> str | None:
+    # source: EC2 API reference, CreateKeyPair KeyName: "Constraints: Up to 255 ASCII characters"
+    # (botocore/data/ec2/2016-11-15/service-2.json). An empty name names no key pair: leave key_pair out instead.
+    if not (1 <= len(name) <= 255 and name.isascii()):
+        return f"'{name}' is not an EC2 key pair name (1 to 255 ASCII characters)"
+    return None
+
+
 def _target_problem(target: int) -> str | None:
     return f"{target} nodes is too few (at least 1)" if target < 1 else None
 
@@ -338,7 +346,7 @@ class Environment(_Section):
         description="Environment name; must equal the file name without .yaml."
     )
     account: AccountId = Field(description='AWS account id, 12 digits, quoted ("123456789012").')
-    region: RegionName = Field(description="AWS region, e.g. us-east-1.")
+    region: RegionName = Field(description="AWS region (one the pinned botocore lists), e.g. us-east-1.")
     availability_zone: StrictStr = Field(description="The single AZ of the cluster (placement groups live in one AZ).")
     network: Network = Field(
         description="Where the nodes live: a new VPC (cidr) or an existing one (vpc_id, subnet_id)."
@@ -353,7 +361,9 @@ class Environment(_Section):
     root_volume_gib: Annotated[StrictInt, checked(_root_volume_problem)] = Field(
         200, description="Size of the encrypted gp3 root volume."
     )
-    key_pair: StrictStr | None = Field(None, description="EC2 key pair name; nodes are reached with SSM without one.")
+    key_pair: Annotated[StrictStr, checked(_key_pair_problem)] | None = Field(
+        None, description="EC2 key pair name (1 to 255 ASCII characters); nodes are reached with SSM without one."
+    )
     tags: dict[Annotated[StrictStr, checked(_tag_key_problem)], Annotated[StrictStr, checked(_tag_value_problem)]] = (
         Field(default_factory=dict, description="Tags on every resource and node.")
     )

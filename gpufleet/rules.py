@@ -10,12 +10,14 @@ them can all import it without importing each other.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, ClassVar, Generic, Literal, TypeVar
 
+import botocore.loaders
 from pydantic import AfterValidator, StrictInt, StrictStr
 
 Severity = Literal["error", "warning"]
@@ -92,9 +94,50 @@ def account_id_problem(account: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Partition:
+    name: str
+    region_pattern: str
+    regions: tuple[str, ...]
+
+
+@functools.cache
+def aws_partitions() -> tuple[Partition, ...]:
+    """The AWS partitions and their regions, as the pinned botocore lists them (botocore/data/partitions.json, the
+    partition data of its endpoint rule sets; its older endpoints.json lags it, lacking regions partitions.json has).
+    A region is a name that matches its partition's regionRegex: the pseudo-regions listed beside them (aws-global,
+    aws-cn-global, ...) are not."""
+    data = botocore.loaders.create_loader().load_data("partitions")
+    return tuple(
+        Partition(
+            name=partition["id"],
+            region_pattern=pattern,
+            regions=tuple(sorted(name for name in partition["regions"] if re.fullmatch(pattern, name))),
+        )
+        for partition in data["partitions"]
+        for pattern in [partition["regionRegex"]]
+    )
+
+
+def partition_of(region: str) -> Partition | None:
+    """The partition whose region pattern the name has (the patterns do not overlap: us-gov-west-1 is not aws's)."""
+    return next((p for p in aws_partitions() if re.fullmatch(p.region_pattern, region)), None)
+
+
 def region_problem(region: str) -> str | None:
-    if not re.fullmatch(r"[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d", region):
+    """A region botocore lists, refused otherwise: a deploy to a region that does not exist fails, and a mistyped
+    one (us-east-3) has the form of a real one. A region opened after the pinned botocore was released is refused
+    too, and the message says the fix (raise the pins). Refused rather than warned about: a warning would let a typo
+    synthesize, and `gpufleet preflight` fails on warnings all the same; regions open a few times a year, and how soon
+    botocore lists a new one is (unconfirmed)."""
+    partition = partition_of(region)
+    if partition is None:
         return f"'{region}' is not a region name (for example us-east-1, eu-west-2)"
+    if region not in partition.regions:
+        return (
+            f"'{region}' is not a region of partition {partition.name} (allowed, as the pinned botocore lists them: "
+            f"{', '.join(partition.regions)}; a region opened since needs newer boto3 and botocore pins)"
+        )
     return None
 
 

@@ -109,7 +109,9 @@ class SessionManagerPlugin(_Section):
 
 class Pipeline(_Section):
     account: AccountId = Field(description="AWS account id of the pipeline and its images, 12 digits, quoted.")
-    region: RegionName = Field(description="Region the images are built and published in, e.g. us-east-1.")
+    region: RegionName = Field(
+        description="Region the images are built and published in (one the pinned botocore lists), e.g. us-east-1."
+    )
     profiles: tuple[StrictStr, ...] = Field(description="AMI profiles (ami/profiles/NAME.yaml) the schedule builds.")
     schedule: Annotated[StrictStr, checked(_schedule_problem)] | None = Field(
         description="EventBridge cron expression for scheduled builds, e.g. cron(0 6 ? * SUN *); null: manual only."

@@ -23,7 +23,15 @@ from gpufleet.aws import (
     is_unavailable,
 )
 from gpufleet.catalog import InstanceType
-from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET
+from gpufleet.constants import (
+    BACKEND_AUTO_SCALING,
+    BACKEND_SPOT_FLEET,
+    NODE_METADATA_HOP_LIMIT,
+    NODE_METADATA_HTTP_ENDPOINT,
+    NODE_METADATA_HTTP_TOKENS,
+    NODE_ROOT_VOLUME_ENCRYPTED,
+    NODE_ROOT_VOLUME_TYPE,
+)
 from gpufleet.environment import Environment
 from gpufleet.ops.checks import Check, unavailable
 from gpufleet.ops.reservations import capacity_source_checks
@@ -409,15 +417,25 @@ DRY_RUN_FLEET_ROLE = "aws-ec2-spot-fleet-tagging-role"
 # UpdateAutoScalingGroup, and ec2:RunInstances, which Auto Scaling checks for the caller when a group with a launch
 # template is created or updated.
 # source: https://docs.aws.amazon.com/autoscaling/ec2/userguide/ec2-auto-scaling-launch-template-permissions.html
-AUTO_SCALING_ACTIONS = (
-    "autoscaling:CreateAutoScalingGroup",
-    "autoscaling:UpdateAutoScalingGroup",
-    "ec2:RunInstances",
-)
+CREATE_GROUP = "autoscaling:CreateAutoScalingGroup"
+UPDATE_GROUP = "autoscaling:UpdateAutoScalingGroup"
+RUN_INSTANCES = "ec2:RunInstances"
+AUTO_SCALING_ACTIONS = (CREATE_GROUP, UPDATE_GROUP, RUN_INSTANCES)
 # iam:SimulatePrincipalPolicy sees the service control policies: "The IAM policy simulator evaluates statements in
 # identity-based policies, service control policies (SCPs) including their condition keys and resource scoping";
 # each result's OrganizationsDecisionDetail.AllowedByOrganizations says whether the SCPs allow the action.
-# source: botocore/data/iam/2010-05-08/service-2.json (SimulatePrincipalPolicy, OrganizationsDecisionDetail)
+# It evaluates conditions only with the context it is given (ContextEntries): a key it is not given is absent, and a
+# negated condition on an absent key matches, so an SCP such as "deny unless aws:RequestedRegion is one of ours" or
+# "deny unless ec2:MetadataHttpTokens is required" denies a simulation without context although it allows the deploy.
+# Keys the caller's own policies needed and did not get come back in MissingContextValues (keys of SCPs do not:
+# "This field doesn't include context keys referenced by service control policies").
+# source: botocore/data/iam/2010-05-08/service-2.json (SimulatePrincipalPolicy, ContextEntry, EvaluationResult,
+# OrganizationsDecisionDetail)
+# "If the key that you specify in a policy condition is not present in the request context, the values do not match
+# and the condition is false. If the policy condition requires that the key is not matched, such as StringNotLike or
+# ArnNotLike, and the right key is not present, the condition is true." (IAM user guide,
+# reference_policies_elements_condition_operators.html): so each action is simulated with the keys its deploy request
+# carries and no others (a key given to an action whose request lacks it could turn such a condition around).
 # A dry-run RunInstances would meet the SCPs as well, but only RunInstances: the autoscaling actions cannot be tried.
 FAILURES_THAT_STOP_THE_COMMAND = EXPIRED_CODES | INVALID_CREDENTIAL_CODES | THROTTLING_CODES
 
@@ -489,21 +507,87 @@ def caller_principal_arn(sts: Any, iam: Any) -> str | None:
     return None
 
 
+ContextValue = str | int | bool
+# ContextEntry.ContextKeyType by the Python type of the value (botocore/data/iam/2010-05-08/service-2.json,
+# ContextKeyTypeEnum: string, numeric, boolean, ...); the Service Authorization Reference types the keys below String,
+# Numeric and Bool.
+CONTEXT_KEY_TYPES = {str: "string", int: "numeric", bool: "boolean"}
+
+
+def deploy_request_context(env: Environment) -> dict[str, dict[str, ContextValue]]:
+    """Action -> the condition keys, with their values, that the deploy's request for it carries and that are known
+    before the deploy.
+
+    Which keys each action has: the Service Authorization Reference (parliament 1.6.4 bundles it: iam_definition.json,
+    service prefixes autoscaling and ec2). aws:RequestedRegion is a global key, in every request (IAM user guide,
+    reference_policies_condition-keys.html). aws:RequestTag/KEY: the tags in the request; the environment's tags and
+    the environment tag are on the group (stacks/environment_stacks.py tags every resource) and on the nodes, volumes
+    and interfaces (the launch template's tag specifications); UpdateAutoScalingGroup carries no tags. The ec2 keys
+    are RunInstances' for the instance (ec2:InstanceType, ec2:AvailabilityZone, ec2:Metadata*) and the volume
+    (ec2:Encrypted, ec2:VolumeType) of the nodes' launch template, and ec2:Region. Left out, because their value is not
+    known before the deploy or differs between the nodes of one environment: aws:TagKeys (CloudFormation may add tags
+    of its own), ec2:InstanceMarketType (spot and on-demand nodes), ec2:InstanceProfile and ec2:LaunchTemplate (names
+    made at deploy), ec2:Tenancy (an existing VPC's), and the group's sizes and subnets (autoscaling:MinSize,
+    MaxSize, VPCZoneIdentifiers). What context Auto Scaling's own check of ec2:RunInstances for the caller carries is
+    not documented (unconfirmed): it is given the context of the nodes' launch.
+    """
+    region: dict[str, ContextValue] = {"aws:RequestedRegion": env.region}
+    tags: dict[str, ContextValue] = {f"aws:RequestTag/{key}": value for key, value in sorted(env.resource_tags.items())}
+    launch: dict[str, ContextValue] = {
+        "ec2:Region": env.region,
+        "ec2:AvailabilityZone": env.availability_zone,
+        "ec2:InstanceType": env.instance_type,
+        "ec2:MetadataHttpEndpoint": NODE_METADATA_HTTP_ENDPOINT,
+        "ec2:MetadataHttpTokens": NODE_METADATA_HTTP_TOKENS,
+        "ec2:MetadataHttpPutResponseHopLimit": NODE_METADATA_HOP_LIMIT,
+        "ec2:Encrypted": NODE_ROOT_VOLUME_ENCRYPTED,
+        "ec2:VolumeType": NODE_ROOT_VOLUME_TYPE,
+    }
+    return {CREATE_GROUP: {**region, **tags}, UPDATE_GROUP: region, RUN_INSTANCES: {**region, **launch, **tags}}
+
+
+def context_value_text(value: ContextValue) -> str:
+    """A value as a policy writes it: a Bool true or false."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def context_entries(context: dict[str, ContextValue]) -> list[dict[str, Any]]:
+    """SimulatePrincipalPolicy's ContextEntries."""
+    return [
+        {
+            "ContextKeyName": key,
+            "ContextKeyValues": [context_value_text(value)],
+            "ContextKeyType": CONTEXT_KEY_TYPES[type(value)],
+        }
+        for key, value in context.items()
+    ]
+
+
+def context_text(context: dict[str, ContextValue]) -> str:
+    return ", ".join(f"{key}={context_value_text(value)}" for key, value in context.items())
+
+
 def check_auto_scaling_policy(iam: Any, sts: Any, env: Environment) -> Check:
-    """Simulate the Auto Scaling deploy's actions for the caller; a denial by a service control policy fails (it
-    denies every principal, the deploy's too), a denial by the caller's own IAM policies warns (the deploy may run
-    under another role, CloudFormation's)."""
+    """Simulate the Auto Scaling deploy's actions for the caller, each with the context its request carries
+    (deploy_request_context). A denial by a service control policy fails (it denies every principal, the deploy's
+    too); a result that needed context keys the simulation could not be given warns, naming them (it may not hold);
+    a denial by the caller's own IAM policies warns (the deploy may run under another role, CloudFormation's)."""
     name = "autoscaling-api"
     if env.fleet.backend != BACKEND_AUTO_SCALING:
         return Check(name, "pass", f"skipped: fleet.backend is {env.fleet.backend}")
+    contexts = deploy_request_context(env)
     try:
         principal = caller_principal_arn(sts, iam)
         if principal is None:
             return Check(name, "warn", "could not check: the root user cannot be simulated; run preflight as a role")
-        pages = iam.get_paginator("simulate_principal_policy").paginate(
-            PolicySourceArn=principal, ActionNames=list(AUTO_SCALING_ACTIONS)
-        )
-        results = [result for page in pages for result in page["EvaluationResults"]]
+        results = [
+            result
+            for action, context in contexts.items()
+            for page in iam.get_paginator("simulate_principal_policy").paginate(
+                PolicySourceArn=principal, ActionNames=[action], ContextEntries=context_entries(context)
+            )
+            for result in page["EvaluationResults"]
+        ]
     except ClientError as error:
         if is_unavailable(error):
             return unavailable(name, error)
@@ -513,27 +597,34 @@ def check_auto_scaling_policy(iam: Any, sts: Any, env: Environment) -> Check:
         for r in results
         if not r.get("OrganizationsDecisionDetail", {}).get("AllowedByOrganizations", True)
     ]
-    by_iam = [
-        r["EvalActionName"]
-        for r in results
-        if r["EvalDecision"] != "allowed" and r["EvalActionName"] not in by_organizations
-    ]
     if by_organizations:
+        simulated = "; ".join(f"{action} with {context_text(contexts[action])}" for action in by_organizations)
         return Check(
             name,
             "fail",
             f"a service control policy denies {', '.join(by_organizations)} in account {env.account}: the "
-            "auto-scaling backend cannot deploy here; ask the organisation's administrators",
+            f"auto-scaling backend cannot deploy here; ask the organisation's administrators (simulated {simulated})",
         )
+    # Only the caller's own policies' keys come back here: the simulation of those results is not to be trusted.
+    unjudged = [r for r in results if r.get("MissingContextValues")]
+    problems = [
+        f"{r['EvalActionName']} came out {r['EvalDecision']} without {', '.join(r['MissingContextValues'])}, which "
+        "its request carries but preflight cannot know: check the conditions on those keys by hand"
+        for r in unjudged
+    ]
+    by_iam = [r["EvalActionName"] for r in results if r["EvalDecision"] != "allowed" and r not in unjudged]
     if by_iam:
-        return Check(
-            name,
-            "warn",
+        problems.append(
             f"{principal} may not call {', '.join(by_iam)} (its IAM policies); fine if the deploy runs under a role "
-            "that may (CloudFormation's execution role)",
+            "that may (CloudFormation's execution role)"
         )
+    if problems:
+        return Check(name, "warn", "; ".join(problems))
     return Check(
-        name, "pass", f"{', '.join(AUTO_SCALING_ACTIONS)} allowed for {principal} (policy simulation, SCPs included)"
+        name,
+        "pass",
+        f"{', '.join(AUTO_SCALING_ACTIONS)} allowed for {principal} (policy simulation with the deploy's request "
+        "context, SCPs included)",
     )
 
 

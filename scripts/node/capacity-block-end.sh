@@ -14,11 +14,27 @@ source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
 
 readonly NOTICE_KIND=capacity-block-expiration
 
+# end_time DATE: DATE in UTC ("2026-11-27 11:30:00 UTC") if it is an ISO 8601 time with a zone (Z or an offset,
+# seconds and their fraction optional) or seconds since the epoch; fails otherwise. The event's end-date has no
+# documented format: the EC2 user guide's example (capacity-blocks-monitor.html) shows only "[ODCR End Date]".
+# GNU date reads the ISO forms (coreutils 9.1 checked; the older coreutils of Ubuntu 18.04 and Amazon Linux 2
+# unconfirmed, and a date they cannot read is only logged as such).
+readonly ISO_DATE='[0-9]{4}-[0-9]{2}-[0-9]{2}'
+readonly ISO_TIME_AND_ZONE='[0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]+)?)?(Z|[+-][0-9]{2}(:?[0-9]{2})?)'
+end_time() {
+  local value=$1
+  if [[ $value =~ ^${ISO_DATE}T${ISO_TIME_AND_ZONE}$ ]]; then
+    date -u -d "$value" '+%Y-%m-%d %H:%M:%S UTC' 2>/dev/null
+  elif [[ $value =~ ^[0-9]{1,10}$ ]]; then
+    date -u -d "@$value" '+%Y-%m-%d %H:%M:%S UTC' 2>/dev/null
+  else
+    return 1
+  fi
+}
+
 (($# == 2)) || die "usage: capacity-block-end.sh RESERVATION_ID END_DATE (from the block's expiration warning)"
 reservation=$1 end=$2
 [[ $reservation =~ ^cr-[0-9a-f]{17}$ ]] || die "'$reservation' is not a Capacity Reservation id"
-# EventBridge's end-date: an ISO 8601 time, e.g. 2026-11-27T11:30:00Z.
-[[ $end =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]+(Z|[+-][0-9:]+)$ ]] || die "'$end' is not an end date"
 # The block of this node: only nodes of a Capacity Block have this script.
 require_settings "$NODE_SETTINGS" GPUFLEET_CAPACITY_BLOCK
 block=$GPUFLEET_CAPACITY_BLOCK
@@ -30,7 +46,14 @@ if [[ $reservation != "$block" ]]; then
   log "warning for $reservation, but this node is in $block: nothing to do"
   exit 0
 fi
-log "Capacity Block $block ends $end; EC2 terminates its instances from 30 minutes before that"
+# The warning itself says the end is near: a date this script cannot read is logged, never a reason to skip the hook.
+if when=$(end_time "$end"); then
+  log "Capacity Block $block ends $when; EC2 terminates its instances from 30 minutes before that"
+else
+  log "could not read the end date '$end' of Capacity Block $block (expected an ISO 8601 time with a zone, or" \
+    "seconds since the epoch); the warning comes 40 minutes before the end, and EC2 terminates its instances from" \
+    "30 minutes before it"
+fi
 if [[ -z $hook ]]; then
   log "no checkpoint hook configured (node.checkpoint_hook)"
 elif [[ -f $record ]]; then

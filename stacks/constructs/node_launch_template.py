@@ -9,6 +9,13 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from gpufleet.catalog import InstanceType
+from gpufleet.constants import (
+    NODE_METADATA_HOP_LIMIT,
+    NODE_METADATA_HTTP_ENDPOINT,
+    NODE_METADATA_HTTP_TOKENS,
+    NODE_ROOT_VOLUME_ENCRYPTED,
+    NODE_ROOT_VOLUME_TYPE,
+)
 from gpufleet.environment import Ami, CapacityReservation
 from stacks.constructs.capacity_reservations import (
     launch_template_capacity_reservation,
@@ -16,8 +23,6 @@ from stacks.constructs.capacity_reservations import (
 )
 from stacks.constructs.node_network_interfaces import node_network_interfaces
 
-# Containers (nvidia-docker) reach IMDSv2 through one extra network hop.
-IMDS_HOP_LIMIT = 2
 ROOT_VOLUME_IOPS = 3000
 ROOT_VOLUME_THROUGHPUT_MIBPS = 125
 
@@ -101,19 +106,19 @@ class NodeLaunchTemplate(Construct):
                     capacity_block_id=capacity_block_id, reservation=reservation, backend=backend
                 ),
                 metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
-                    http_endpoint="enabled",
-                    http_tokens="required",
-                    http_put_response_hop_limit=IMDS_HOP_LIMIT,
+                    http_endpoint=NODE_METADATA_HTTP_ENDPOINT,
+                    http_tokens=NODE_METADATA_HTTP_TOKENS,
+                    http_put_response_hop_limit=NODE_METADATA_HOP_LIMIT,
                 ),
                 block_device_mappings=[
                     ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
                         device_name=ami.root_device_name,
                         ebs=ec2.CfnLaunchTemplate.EbsProperty(
                             volume_size=root_volume_gib,
-                            volume_type="gp3",
+                            volume_type=NODE_ROOT_VOLUME_TYPE,
                             iops=ROOT_VOLUME_IOPS,
                             throughput=ROOT_VOLUME_THROUGHPUT_MIBPS,
-                            encrypted=True,
+                            encrypted=NODE_ROOT_VOLUME_ENCRYPTED,
                             delete_on_termination=True,
                         ),
                     )

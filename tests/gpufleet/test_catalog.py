@@ -6,6 +6,7 @@ import gzip
 import json
 from pathlib import Path
 
+import botocore.session
 import moto
 import pytest
 
@@ -67,3 +68,11 @@ def test_without_efa_only_support_every_card_takes_an_efa_interface_and_an_addre
 )
 def test_fabric_facts(name, nvswitch, gdr):
     assert (CATALOG[name].nvswitch, CATALOG[name].gpudirect_rdma) == (nvswitch, gdr)
+
+
+def test_every_catalog_type_is_in_botocores_instance_type_enum():
+    """The InstanceType enum of botocore's ec2 model (botocore/data/ec2/2016-11-15/service-2.json) lists the types EC2
+    had when the pinned botocore was released; `gpufleet validate` accepts only catalog types, so a catalog type
+    missing from it (a typo, or a type newer than the pin) would pass validation and fail at deploy."""
+    enum = botocore.session.get_session().get_service_model("ec2").shape_for("InstanceType").enum
+    assert sorted(set(CATALOG) - set(enum)) == []

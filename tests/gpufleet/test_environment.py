@@ -19,6 +19,15 @@ NAME_PROBLEM = "is not a valid name (lower-case letters, digits and '-', startin
 SIZES = "the VPC holds a node subnet, endpoint addresses and, with NAT, a public subnet"
 ROOT_VOLUME = "GiB is out of range (50 to 16384: the CUDA stack alone needs tens of GiB)"
 ROOT_DEVICE = "is not a root device name (/dev/sda1 for Ubuntu, /dev/xvda for Amazon Linux)"
+KEY_PAIR_PROBLEM = "is not an EC2 key pair name (1 to 255 ASCII characters)"
+# The regions of partition aws in botocore 1.44.5's partitions.json (botocore/data/partitions.json).
+AWS_REGIONS = (
+    "af-south-1, ap-east-1, ap-east-2, ap-northeast-1, ap-northeast-2, ap-northeast-3, ap-south-1, ap-south-2, "
+    "ap-southeast-1, ap-southeast-2, ap-southeast-3, ap-southeast-4, ap-southeast-5, ap-southeast-6, ap-southeast-7, "
+    "ca-central-1, ca-west-1, eu-central-1, eu-central-2, eu-north-1, eu-south-1, eu-south-2, eu-west-1, eu-west-2, "
+    "eu-west-3, il-central-1, me-central-1, me-south-1, me-west-1, mx-central-1, sa-east-1, sa-west-1, us-east-1, "
+    "us-east-2, us-west-1, us-west-2"
+)
 FIELD_RULES = [
     (environment._name_problem, "a", None),
     (environment._name_problem, "a23456789012345678901234", None),
@@ -70,6 +79,11 @@ FIELD_RULES = [
     (environment._tag_key_problem, "", TAG_PROBLEM),
     (environment._tag_key_problem, "aws:team", TAG_PROBLEM),
     (environment._tag_key_problem, "AWS:team", TAG_PROBLEM),
+    (environment._key_pair_problem, "k", None),
+    (environment._key_pair_problem, "k" * 255, None),
+    (environment._key_pair_problem, "k" * 256, f"'{'k' * 256}' {KEY_PAIR_PROBLEM}"),
+    (environment._key_pair_problem, "", f"'' {KEY_PAIR_PROBLEM}"),
+    (environment._key_pair_problem, "clé", f"'clé' {KEY_PAIR_PROBLEM}"),
     (environment._tag_value_problem, "", None),
     (environment._tag_value_problem, "v" * 256, None),
     (environment._tag_value_problem, "v" * 257, TAG_PROBLEM),
@@ -275,6 +289,15 @@ BEFORE_TERMINATE = "launch-before-terminate"
             "letter, at most 24 characters)",
         ),
         ({"region": "useast1"}, "region: 'useast1' is not a region name (for example us-east-1, eu-west-2)"),
+        (
+            {"region": "us-east-3", "availability_zone": "us-east-3a"},
+            f"region: 'us-east-3' is not a region of partition aws (allowed, as the pinned botocore lists them: "
+            f"{AWS_REGIONS}; a region opened since needs newer boto3 and botocore pins)",
+        ),
+        ({"region": "us-west-2", "availability_zone": "us-west-2a"}, None),
+        ({"key_pair": "k" * 255}, None),
+        ({"key_pair": "k" * 256}, f"key_pair: '{'k' * 256}' {KEY_PAIR_PROBLEM}"),
+        ({"key_pair": ""}, f"key_pair: '' {KEY_PAIR_PROBLEM}"),
         ({"capacity.target": 1, "capacity.on_demand": 0}, None),
         ({"capacity.target": 0, "capacity.on_demand": 0}, "capacity.target: 0 nodes is too few (at least 1)"),
         ({REBALANCE: {"replacement_strategy": BEFORE_TERMINATE, "termination_delay_seconds": 120}}, None),

@@ -52,6 +52,21 @@ def test_a_validator_reports_under_its_field_and_severity():
         (account_id_problem("123456789012"), None),
         (region_problem("useast1"), "'useast1' is not a region name (for example us-east-1, eu-west-2)"),
         (region_problem("us-gov-west-1"), None),
+        (region_problem("cn-northwest-1"), None),
+        (
+            region_problem("cn-north-2"),
+            "'cn-north-2' is not a region of partition aws-cn (allowed, as the pinned botocore lists them: cn-north-1, "
+            "cn-northwest-1; a region opened since needs newer boto3 and botocore pins)",
+        ),
+        (
+            region_problem("us-gov-west-2"),
+            "'us-gov-west-2' is not a region of partition aws-us-gov (allowed, as the pinned botocore lists them: "
+            "us-gov-east-1, us-gov-west-1; a region opened since needs newer boto3 and botocore pins)",
+        ),
+        # A partition's pseudo-region is no region: botocore lists it beside them, outside the partition's pattern.
+        (region_problem("aws-global"), "'aws-global' is not a region name (for example us-east-1, eu-west-2)"),
+        # partitions.json lists regions that botocore's older endpoints.json does not have yet.
+        (region_problem("me-west-1"), None),
         (log_retention_problem(30), None),
     ],
 )

@@ -32,6 +32,16 @@ def test_pipeline_file_can_be_redirected(monkeypatch, tmp_path):
         ({"account": 123456789012}, "account: input should be a valid string, got 123456789012 (put it in quotes)"),
         ({"region": "mars-1"}, "region: 'mars-1' is not a region name (for example us-east-1, eu-west-2)"),
         (
+            {"region": "eu-west-4"},
+            "region: 'eu-west-4' is not a region of partition aws (allowed, as the pinned botocore lists them: "
+            "af-south-1, ap-east-1, ap-east-2, ap-northeast-1, ap-northeast-2, ap-northeast-3, ap-south-1, ap-south-2, "
+            "ap-southeast-1, ap-southeast-2, ap-southeast-3, ap-southeast-4, ap-southeast-5, ap-southeast-6, "
+            "ap-southeast-7, ca-central-1, ca-west-1, eu-central-1, eu-central-2, eu-north-1, eu-south-1, eu-south-2, "
+            "eu-west-1, eu-west-2, eu-west-3, il-central-1, me-central-1, me-south-1, me-west-1, mx-central-1, "
+            "sa-east-1, sa-west-1, us-east-1, us-east-2, us-west-1, us-west-2; a region opened since needs newer "
+            "boto3 and botocore pins)",
+        ),
+        (
             {"schedule": "rate(7 days)"},
             "schedule: 'rate(7 days)' is not an EventBridge cron expression (six fields: cron(minutes hours "
             "day-of-month "

@@ -94,19 +94,19 @@ def serve_policy_simulation(monkeypatch: pytest.MonkeyPatch) -> None:
                 },
                 {"RoleName": "gpufleet-deployer"},
             )
-            iam_stub.add_response(
-                "simulate_principal_policy",
-                {
-                    "EvaluationResults": [
-                        {
-                            "EvalActionName": action,
-                            "EvalDecision": "allowed",
-                            "OrganizationsDecisionDetail": {"AllowedByOrganizations": True},
-                        }
-                        for action in preflight.AUTO_SCALING_ACTIONS
-                    ]
-                },
-            )
+            for action in preflight.AUTO_SCALING_ACTIONS:
+                iam_stub.add_response(
+                    "simulate_principal_policy",
+                    {
+                        "EvaluationResults": [
+                            {
+                                "EvalActionName": action,
+                                "EvalDecision": "allowed",
+                                "OrganizationsDecisionDetail": {"AllowedByOrganizations": True},
+                            }
+                        ]
+                    },
+                )
             return real(iam, sts, env)
 
     monkeypatch.setattr(preflight, "check_auto_scaling_policy", simulated)

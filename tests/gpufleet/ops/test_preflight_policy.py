@@ -8,16 +8,22 @@ fails the test. The auto-scaling environment is dev with fleet.backend changed
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
+from botocore.awsrequest import AWSResponse, HTTPHeaders
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
 from gpufleet.loading import load_named_environment
 from gpufleet.ops import preflight
-from tests.gpufleet.ops.variants import with_fleet
+from tests.gpufleet.ops.variants import with_fleet, with_tags
 
 # What EC2 says with UnauthorizedOperation: a fixed sentence, then an encoded message that
 # `aws sts decode-authorization-message` decodes (shortened here).
@@ -136,86 +142,207 @@ def test_auto_scaling_backend_skips_the_spot_fleet_dry_run() -> None:
 
 ROLE_ARN = "arn:aws:iam::123456789012:role/operators/gpufleet-operator"
 SESSION_ARN = "arn:aws:sts::123456789012:assumed-role/gpufleet-operator/alice"
-ACTIONS = ["autoscaling:CreateAutoScalingGroup", "autoscaling:UpdateAutoScalingGroup", "ec2:RunInstances"]
+CREATE, UPDATE, RUN = "autoscaling:CreateAutoScalingGroup", "autoscaling:UpdateAutoScalingGroup", "ec2:RunInstances"
+ACTIONS = [CREATE, UPDATE, RUN]
+# What each action's deploy request carries for the tests' dev (us-east-1a, p4d.24xlarge;
+# tests/gpufleet/ops/conftest.py) with fleet.backend auto-scaling and tags team and cost-center: the environment tag
+# and the file's tags are on the group and on the nodes; the node launch template asks for IMDSv2 only, a hop limit
+# of 2 and an encrypted gp3 root volume.
+TAGS = {"team": "ml-platform", "cost-center": "research"}
+DEV_TAGS = {
+    "aws:RequestTag/cost-center": ("string", ["research"]),
+    "aws:RequestTag/gpufleet:environment": ("string", ["dev"]),
+    "aws:RequestTag/team": ("string", ["ml-platform"]),
+}
+DEV_REGION = {"aws:RequestedRegion": ("string", ["us-east-1"])}
+DEV_CONTEXT = {
+    CREATE: {**DEV_REGION, **DEV_TAGS},
+    UPDATE: DEV_REGION,
+    RUN: {
+        **DEV_REGION,
+        **DEV_TAGS,
+        "ec2:Region": ("string", ["us-east-1"]),
+        "ec2:AvailabilityZone": ("string", ["us-east-1a"]),
+        "ec2:InstanceType": ("string", ["p4d.24xlarge"]),
+        "ec2:MetadataHttpEndpoint": ("string", ["enabled"]),
+        "ec2:MetadataHttpTokens": ("string", ["required"]),
+        "ec2:MetadataHttpPutResponseHopLimit": ("numeric", ["2"]),
+        "ec2:Encrypted": ("boolean", ["true"]),
+        "ec2:VolumeType": ("string", ["gp3"]),
+    },
+}
+RUN_CONTEXT_TEXT = (
+    "aws:RequestedRegion=us-east-1, ec2:Region=us-east-1, ec2:AvailabilityZone=us-east-1a, "
+    "ec2:InstanceType=p4d.24xlarge, ec2:MetadataHttpEndpoint=enabled, ec2:MetadataHttpTokens=required, "
+    "ec2:MetadataHttpPutResponseHopLimit=2, ec2:Encrypted=true, ec2:VolumeType=gp3, "
+    "aws:RequestTag/cost-center=research, aws:RequestTag/gpufleet:environment=dev, aws:RequestTag/team=ml-platform"
+)
+
+Context = dict[str, tuple[str, list[str]]]
 
 
-def evaluation(action: str, decision: str = "allowed", by_organizations: bool = True) -> dict[str, Any]:
-    return {
+def evaluation(
+    action: str, decision: str = "allowed", by_organizations: bool = True, missing: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    result: dict[str, Any] = {
         "EvalActionName": action,
         "EvalResourceName": "*",
         "EvalDecision": decision,
         "OrganizationsDecisionDetail": {"AllowedByOrganizations": by_organizations},
     }
+    if missing:
+        result["MissingContextValues"] = list(missing)
+    return result
 
 
-def auto_scaling_check(results: list[dict[str, Any]] | None, caller: str = SESSION_ARN) -> preflight.Check:
-    """Stubber on STS and IAM: the caller, its role (iam:GetRole gives the ARN with its path), the simulation."""
-    iam = boto3.client("iam", region_name="us-east-1")
+class SimulatingIam:
+    """An IAM client whose requests botocore builds and validates against the iam model, answered here in whatever
+    order they come: GetRole with the operator's role, each SimulatePrincipalPolicy with what `decide` says about its
+    action and context (None: AccessDenied). The simulations it saw are in `simulated`, by action."""
+
+    def __init__(self, decide: Callable[[str, Context], dict[str, Any]] | None) -> None:
+        self.client = boto3.client("iam", region_name="us-east-1")
+        self.decide = decide
+        self.simulated: dict[str, Context] = {}
+        self.client.meta.events.register("before-parameter-build.iam", self._keep_the_arguments)
+        self.client.meta.events.register("before-call.iam", self._answer)
+
+    @staticmethod
+    def _keep_the_arguments(params: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+        context["arguments"] = dict(params)
+
+    def _answer(self, model: Any, context: dict[str, Any], **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
+        arguments = context["arguments"]
+        if model.name == "GetRole":
+            assert arguments == {"RoleName": "gpufleet-operator"}
+            role = {"Path": "/operators/", "RoleName": "gpufleet-operator", "RoleId": "AROAEXAMPLEEXAMPLE01"}
+            return AWSResponse("", 200, HTTPHeaders(), None), {"Role": {**role, "Arn": ROLE_ARN}}
+        assert model.name == "SimulatePrincipalPolicy"
+        if self.decide is None:
+            return AWSResponse("", 403, HTTPHeaders(), None), {"Error": {"Code": "AccessDenied", "Message": "no"}}
+        given = {
+            entry["ContextKeyName"]: (entry["ContextKeyType"], entry["ContextKeyValues"])
+            for entry in arguments.get("ContextEntries", [])
+        }
+        self.simulated.update({action: given for action in arguments["ActionNames"]})
+        assert arguments["PolicySourceArn"] in (ROLE_ARN, "arn:aws:iam::123456789012:user/alice")
+        results = [self.decide(action, given) for action in arguments["ActionNames"]]
+        return AWSResponse("", 200, HTTPHeaders(), None), {"EvaluationResults": results, "IsTruncated": False}
+
+
+def auto_scaling_check(
+    decide: Callable[[str, Context], dict[str, Any]] | None, caller: str = SESSION_ARN
+) -> tuple[preflight.Check, SimulatingIam]:
+    iam = SimulatingIam(decide)
     sts = boto3.client("sts", region_name="us-east-1")
-    with Stubber(iam) as iam_stub, Stubber(sts) as sts_stub:
+    with Stubber(sts) as sts_stub:
         sts_stub.add_response(
             "get_caller_identity", {"UserId": "AROAEXAMPLE:alice", "Account": "123456789012", "Arn": caller}
         )
-        if caller == SESSION_ARN:
-            iam_stub.add_response(
-                "get_role",
-                {
-                    "Role": {
-                        "Path": "/operators/",
-                        "RoleName": "gpufleet-operator",
-                        "RoleId": "AROAEXAMPLEEXAMPLE01",
-                        "Arn": ROLE_ARN,
-                        "CreateDate": "2025-01-01T00:00:00Z",
-                    }
-                },
-                {"RoleName": "gpufleet-operator"},
-            )
-        if results is None:
-            iam_stub.add_client_error(
-                "simulate_principal_policy",
-                service_error_code="AccessDenied",
-                service_message="no",
-                http_status_code=403,
-            )
-        elif caller != "arn:aws:iam::123456789012:root":
-            iam_stub.add_response(
-                "simulate_principal_policy",
-                {"EvaluationResults": results, "IsTruncated": False},
-                {"PolicySourceArn": ROLE_ARN if caller == SESSION_ARN else caller, "ActionNames": ACTIONS},
-            )
         env = with_fleet(load_named_environment("dev"), backend="auto-scaling")
-        check = preflight.check_auto_scaling_policy(iam, sts, env)
-        iam_stub.assert_no_pending_responses()
-    return check
+        check = preflight.check_auto_scaling_policy(iam.client, sts, with_tags(env, TAGS))
+    return check, iam
+
+
+def allowed(action: str, context: Context) -> dict[str, Any]:
+    return evaluation(action)
 
 
 def test_auto_scaling_actions_allowed_pass() -> None:
-    check = auto_scaling_check([evaluation(action) for action in ACTIONS])
+    check, _ = auto_scaling_check(allowed)
     assert check == preflight.Check(
         "autoscaling-api",
         "pass",
-        f"{', '.join(ACTIONS)} allowed for {ROLE_ARN} (policy simulation, SCPs included)",
+        f"{CREATE}, {UPDATE}, {RUN} allowed for {ROLE_ARN} (policy simulation with the deploy's request context, "
+        "SCPs included)",
     )
 
 
-def test_a_service_control_policy_denial_fails() -> None:
-    results = [
-        evaluation(ACTIONS[0]),
-        evaluation(ACTIONS[1]),
-        evaluation("ec2:RunInstances", "explicitDeny", by_organizations=False),
-    ]
-    check = auto_scaling_check(results)
+def test_each_action_is_simulated_with_the_context_its_deploy_request_carries() -> None:
+    _, iam = auto_scaling_check(allowed)
+    assert iam.simulated == DEV_CONTEXT
+
+
+def test_each_context_key_is_one_the_service_authorization_reference_lists_for_its_action() -> None:
+    """parliament bundles the Service Authorization Reference: every key preflight gives an action is a condition key
+    of that action (any resource type; aws:RequestTag/${TagKey} stands for each tag) or a global key of every request.
+    """
+    package = importlib.util.find_spec("parliament")  # found, not imported: its import warns (pkg_resources)
+    assert package is not None and package.origin is not None
+    reference = json.loads((Path(package.origin).parent / "iam_definition.json").read_text())
+    services = {service["prefix"]: service for service in reference}
+    global_keys = {"aws:RequestedRegion"}
+    for action, context in DEV_CONTEXT.items():
+        prefix, name = action.split(":")
+        (privilege,) = [p for p in services[prefix]["privileges"] if p["privilege"] == name]
+        listed = {key for resource in privilege["resource_types"] for key in resource["condition_keys"]}
+        for key in context:
+            generic = re.sub(r"^aws:RequestTag/.*", "aws:RequestTag/${TagKey}", key)
+            assert generic in listed | global_keys, (action, key)
+
+
+def imdsv2_in_our_regions_scp(action: str, context: Context) -> dict[str, Any]:
+    """A common service control policy, evaluated as IAM does: deny ec2:RunInstances unless
+    ec2:MetadataHttpTokens is "required" (StringNotEquals), and deny everything outside us-east-1 and us-west-2
+    (StringNotEquals on aws:RequestedRegion). A negated operator on a key the request lacks matches: denied."""
+    tokens = context.get("ec2:MetadataHttpTokens", ("string", []))[1]
+    region = context.get("aws:RequestedRegion", ("string", []))[1]
+    denied = (action == RUN and tokens != ["required"]) or region not in (["us-east-1"], ["us-west-2"])
+    return evaluation(action, "explicitDeny" if denied else "allowed", by_organizations=not denied)
+
+
+def test_an_scp_requiring_imdsv2_in_our_regions_allows_the_deploy() -> None:
+    """Simulated without the request's context, this SCP would deny every action (issue 19 item 9)."""
+    check, _ = auto_scaling_check(imdsv2_in_our_regions_scp)
+    assert check.status == "pass", check.detail
+
+
+def test_a_service_control_policy_denial_fails_with_the_context_it_was_simulated_with() -> None:
+    def deny_run_instances(action: str, context: Context) -> dict[str, Any]:
+        return evaluation(action, "explicitDeny", by_organizations=False) if action == RUN else evaluation(action)
+
+    check, _ = auto_scaling_check(deny_run_instances)
     assert check == preflight.Check(
         "autoscaling-api",
         "fail",
         "a service control policy denies ec2:RunInstances in account 123456789012: the auto-scaling backend cannot "
-        "deploy here; ask the organisation's administrators",
+        f"deploy here; ask the organisation's administrators (simulated ec2:RunInstances with {RUN_CONTEXT_TEXT})",
+    )
+
+
+def test_a_denial_for_want_of_context_warns_naming_the_keys() -> None:
+    def lacks_tag_keys(action: str, context: Context) -> dict[str, Any]:
+        if action == RUN:
+            return evaluation(action, "implicitDeny", missing=("aws:TagKeys", "ec2:InstanceMarketType"))
+        return evaluation(action)
+
+    check, _ = auto_scaling_check(lacks_tag_keys)
+    assert check == preflight.Check(
+        "autoscaling-api",
+        "warn",
+        "ec2:RunInstances came out implicitDeny without aws:TagKeys, ec2:InstanceMarketType, which its request "
+        "carries but preflight cannot know: check the conditions on those keys by hand",
+    )
+
+
+def test_an_allow_for_want_of_context_warns_too() -> None:
+    def lacks_a_key(action: str, context: Context) -> dict[str, Any]:
+        return evaluation(action, missing=("autoscaling:MinSize",)) if action == CREATE else evaluation(action)
+
+    check, _ = auto_scaling_check(lacks_a_key)
+    assert check == preflight.Check(
+        "autoscaling-api",
+        "warn",
+        "autoscaling:CreateAutoScalingGroup came out allowed without autoscaling:MinSize, which its request carries "
+        "but preflight cannot know: check the conditions on those keys by hand",
     )
 
 
 def test_the_callers_own_iam_denial_warns() -> None:
-    results = [evaluation(ACTIONS[0], "implicitDeny"), evaluation(ACTIONS[1], "implicitDeny"), evaluation(ACTIONS[2])]
-    check = auto_scaling_check(results)
+    def iam_denies_the_group(action: str, context: Context) -> dict[str, Any]:
+        return evaluation(action, "implicitDeny") if action != RUN else evaluation(action)
+
+    check, _ = auto_scaling_check(iam_denies_the_group)
     assert check == preflight.Check(
         "autoscaling-api",
         "warn",
@@ -224,24 +351,43 @@ def test_the_callers_own_iam_denial_warns() -> None:
     )
 
 
+def test_missing_context_and_an_iam_denial_are_both_reported() -> None:
+    def both(action: str, context: Context) -> dict[str, Any]:
+        if action == UPDATE:
+            return evaluation(action, "implicitDeny")
+        return evaluation(action, missing=("aws:TagKeys",)) if action == CREATE else evaluation(action)
+
+    check, _ = auto_scaling_check(both)
+    assert check == preflight.Check(
+        "autoscaling-api",
+        "warn",
+        "autoscaling:CreateAutoScalingGroup came out allowed without aws:TagKeys, which its request carries but "
+        f"preflight cannot know: check the conditions on those keys by hand; {ROLE_ARN} may not call "
+        "autoscaling:UpdateAutoScalingGroup (its IAM policies); fine if the deploy runs under a role that may "
+        "(CloudFormation's execution role)",
+    )
+
+
 def test_an_iam_user_is_simulated_as_itself() -> None:
     user = "arn:aws:iam::123456789012:user/alice"
-    check = auto_scaling_check([evaluation(action) for action in ACTIONS], caller=user)
+    check, iam = auto_scaling_check(allowed, caller=user)
     assert check.status == "pass" and user in check.detail
+    assert set(iam.simulated) == set(ACTIONS)
 
 
 def test_simulation_denied_is_a_warning() -> None:
-    check = auto_scaling_check(None)
+    check, _ = auto_scaling_check(None)
     assert check == preflight.Check(
         "autoscaling-api", "warn", "could not check: SimulatePrincipalPolicy AccessDenied: no"
     )
 
 
 def test_the_root_user_cannot_be_simulated() -> None:
-    check = auto_scaling_check([], caller="arn:aws:iam::123456789012:root")
+    check, iam = auto_scaling_check(allowed, caller="arn:aws:iam::123456789012:root")
     assert check == preflight.Check(
         "autoscaling-api", "warn", "could not check: the root user cannot be simulated; run preflight as a role"
     )
+    assert iam.simulated == {}
 
 
 def test_spot_fleet_backend_skips_the_simulation() -> None:

@@ -19,6 +19,10 @@ def with_capacity(env: Environment, **keys: Any) -> Environment:
     return Environment.model_validate({**env.model_dump(), "capacity": {**env.capacity.model_dump(), **keys}})
 
 
+def with_tags(env: Environment, tags: dict[str, str]) -> Environment:
+    return Environment.model_validate({**env.model_dump(), "tags": tags})
+
+
 def fallback(max_extra_on_demand: int, after_minutes: int = 15, restore_after_minutes: int = 60) -> dict[str, int]:
     return {
         "after_minutes": after_minutes,

@@ -48,8 +48,8 @@ def test_the_warning_for_the_nodes_block_runs_the_hook(end_of_block, tmp_path):
 
     assert runs == [f"capacity-block-expiration {END}"]
     assert result.stdout.splitlines() == [
-        f"capacity-block-end: Capacity Block {BLOCK} ends {END}; EC2 terminates its instances from 30 minutes "
-        "before that",
+        f"capacity-block-end: Capacity Block {BLOCK} ends 2026-11-27 11:30:00 UTC; EC2 terminates its instances "
+        "from 30 minutes before that",
         f'capacity-block-end: running checkpoint hook: echo "$GPUFLEET_NOTICE_PATH $GPUFLEET_NOTICE" >> '
         f"{tmp_path / 'hook.log'}",
         "capacity-block-end: checkpoint hook finished",
@@ -88,11 +88,61 @@ def test_a_failing_hook_is_reported_not_fatal(end_of_block):
 
 
 @pytest.mark.parametrize(
+    ("end", "when"),
+    [
+        ("2026-11-27T11:30:00Z", "2026-11-27 11:30:00 UTC"),
+        ("2026-11-27T12:30:00+01:00", "2026-11-27 11:30:00 UTC"),
+        ("2026-11-27T06:00:00-0530", "2026-11-27 11:30:00 UTC"),
+        ("2026-11-27T11:30:00.000Z", "2026-11-27 11:30:00 UTC"),
+        ("2026-11-27T11:30:00.123456+00:00", "2026-11-27 11:30:00 UTC"),
+        ("2026-11-27T11:30Z", "2026-11-27 11:30:00 UTC"),
+        ("1795779000", "2026-11-27 11:30:00 UTC"),
+    ],
+)
+def test_the_end_date_is_read_in_each_form_and_the_hook_runs(end_of_block, end, when):
+    result, runs = end_of_block(BLOCK, end)
+
+    assert runs == [f"capacity-block-expiration {end}"]
+    assert result.stdout.splitlines()[0] == (
+        f"capacity-block-end: Capacity Block {BLOCK} ends {when}; EC2 terminates its instances from 30 minutes "
+        "before that"
+    )
+
+
+@pytest.mark.parametrize(
+    "end",
+    [
+        "",
+        "soon",
+        "[ODCR End Date]",
+        "2026-11-27T11:30:00",  # no zone: local time of what?
+        "2026-11-27 11:30:00Z",
+        "2026-13-45T25:61:00Z",
+        "17957790000000",  # milliseconds? too many digits for seconds
+        "Fri, 27 Nov 2026 11:30:00 GMT",
+        "null",
+    ],
+)
+def test_an_end_date_it_cannot_read_is_logged_and_the_hook_runs_all_the_same(end_of_block, end):
+    """The EC2 user guide's example of the event shows only a placeholder for end-date: whatever EC2 sends, the
+    warning means the block ends within the hour, so the hook runs (issue 19 item 9)."""
+    result, runs = end_of_block(BLOCK, end)
+
+    assert runs == [f"capacity-block-expiration {end}"]
+    assert result.stdout.splitlines()[0] == (
+        f"capacity-block-end: could not read the end date '{end}' of Capacity Block {BLOCK} (expected an ISO 8601 "
+        "time with a zone, or seconds since the epoch); the warning comes 40 minutes before the end, and EC2 "
+        "terminates its instances from 30 minutes before it"
+    )
+    assert result.stdout.splitlines()[-1] == "capacity-block-end: checkpoint hook finished"
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize(
     ("args", "settings", "error"),
     [
         ((BLOCK,), {}, "usage: capacity-block-end.sh RESERVATION_ID END_DATE (from the block's expiration warning)"),
         (("cr-1; reboot", END), {}, "'cr-1; reboot' is not a Capacity Reservation id"),
-        ((BLOCK, "soon"), {}, "'soon' is not an end date"),
         (
             (BLOCK, END),
             {"GPUFLEET_CAPACITY_BLOCK": ""},
