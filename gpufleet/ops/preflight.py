@@ -35,6 +35,7 @@ from gpufleet.constants import (
 from gpufleet.environment import Environment
 from gpufleet.ops.checks import Check, unavailable
 from gpufleet.ops.reservations import capacity_source_checks
+from gpufleet.rules import partition_of
 from gpufleet.validators.fleet import valid_until_problem
 
 Lifecycle = Literal["on-demand", "spot"]
@@ -440,20 +441,18 @@ AUTO_SCALING_ACTIONS = (CREATE_GROUP, UPDATE_GROUP, RUN_INSTANCES)
 FAILURES_THAT_STOP_THE_COMMAND = EXPIRED_CODES | INVALID_CREDENTIAL_CODES | THROTTLING_CODES
 
 
-def partition_of(region: str) -> str:
-    """The ARN partition of a region. source: botocore/data/endpoints.json (partitions aws, aws-cn, aws-us-gov)."""
-    if region.startswith("cn-"):
-        return "aws-cn"
-    if region.startswith("us-gov-"):
-        return "aws-us-gov"
-    return "aws"
+def partition_name(region: str) -> str:
+    """The ARN partition of a region the environment's parsing accepted (so botocore lists it)."""
+    partition = partition_of(region)
+    assert partition is not None, f"{region}: the environment's parsing accepts only regions botocore lists"
+    return partition.name
 
 
 def dry_run_spot_fleet_config(env: Environment) -> dict[str, Any]:
     """The smallest Spot Fleet request of the environment's type and AZ: one node, a one-shot request. It is only
     ever sent with DryRun=True (check_spot_fleet_policy)."""
     return {
-        "IamFleetRole": f"arn:{partition_of(env.region)}:iam::{env.account}:role/{DRY_RUN_FLEET_ROLE}",
+        "IamFleetRole": f"arn:{partition_name(env.region)}:iam::{env.account}:role/{DRY_RUN_FLEET_ROLE}",
         "TargetCapacity": 1,
         "Type": "request",
         "AllocationStrategy": env.fleet.allocation_strategy,

@@ -413,3 +413,16 @@ def test_preflight_reports_a_denied_spot_fleet_end_to_end(stubbed, monkeypatch: 
         "status": "pass",
         "detail": "skipped: fleet.backend is spot-fleet",
     }
+
+
+@pytest.mark.parametrize(
+    ("region", "zone", "role"),
+    [
+        ("us-east-1", "us-east-1a", "arn:aws:iam::123456789012:role/aws-ec2-spot-fleet-tagging-role"),
+        ("cn-north-1", "cn-north-1a", "arn:aws-cn:iam::123456789012:role/aws-ec2-spot-fleet-tagging-role"),
+        ("us-gov-west-1", "us-gov-west-1a", "arn:aws-us-gov:iam::123456789012:role/aws-ec2-spot-fleet-tagging-role"),
+    ],
+)
+def test_the_dry_run_names_the_fleet_role_in_the_regions_partition(region, zone, role):
+    env = load_named_environment("dev").model_copy(update={"region": region, "availability_zone": zone})
+    assert preflight.dry_run_spot_fleet_config(env)["IamFleetRole"] == role
