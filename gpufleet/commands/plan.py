@@ -125,8 +125,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"{len(changes)} change(s); {len(node_changes)} replace or terminate running nodes")
         if plan.possible:
             print(
-                f"cannot tell whether running nodes are replaced: {len(plan.possible)} more change(s) replace or "
-                f"terminate them if {unread} resolves to a new value"
+                f"cannot tell whether running nodes are replaced: {len(plan.possible)} change(s) replace or terminate "
+                f"them if {unread} resolves to a new value"
             )
         elif not changes:
             print("running nodes unaffected")

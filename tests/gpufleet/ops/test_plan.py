@@ -452,7 +452,7 @@ IF_NEW_IMAGE = (
     "(SpotFleetRequestConfigData.TagSpecifications): replaces running nodes"
 )
 CANNOT_TELL_SUMMARY = (
-    "cannot tell whether running nodes are replaced: 1 more change(s) replace or terminate them if "
+    "cannot tell whether running nodes are replaced: 1 change(s) replace or terminate them if "
     f"{IMAGE_PARAMETER} resolves to a new value"
 )
 CANNOT_TELL_ERROR = (
