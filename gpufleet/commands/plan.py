@@ -1,7 +1,9 @@
 """gpufleet plan ENV [--against STACK=FILE | --against DIR] [--cdk-out DIR] [--allow-replace] [--json]: what a
 deploy of the environment will do to its resources and above all to running nodes, one line per change.
 
-Exit status 3 when a change replaces or terminates running nodes (unless --allow-replace), 0 otherwise.
+Exit codes: 0 running nodes unaffected; 3 a change replaces or terminates running nodes; 4 cannot tell: an SSM
+parameter the deploy resolves could not be read, and a new value there would replace or terminate running nodes
+(--allow-replace turns 3 and 4 into 0); 1 bad input, or AWS failed.
 """
 
 from __future__ import annotations
@@ -13,15 +15,29 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpufleet.errors import GpufleetError
 
+if TYPE_CHECKING:
+    from gpufleet.ops.plan import DeployTimeParameter
+
 NODE_CHANGE_EXIT = 3
+CANNOT_TELL_EXIT = 4
+EXIT_CODES = (
+    "exit codes: 0 running nodes unaffected; 3 the deploy replaces or terminates running nodes; 4 cannot tell: an "
+    "SSM parameter the deploy resolves could not be read, and a new value would replace or terminate running nodes "
+    "(--allow-replace turns 3 and 4 into 0); 1 bad input, or AWS failed"
+)
+# Why --against cannot say what a Systems Manager parameter resolves to.
+OFFLINE = "--against reads nothing from AWS"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "plan", help="before a deploy: every resource change of an environment and whether it replaces running nodes"
+        "plan",
+        help="before a deploy: every resource change of an environment and whether it replaces running nodes",
+        epilog=EXIT_CODES,
     )
     parser.add_argument("env", metavar="ENV", help="environment name (environments/ENV.yaml)")
     parser.add_argument(
@@ -36,7 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--cdk-out", type=Path, metavar="DIR", help="use this synthesized cloud assembly instead of synthesizing"
     )
     parser.add_argument(
-        "--allow-replace", action="store_true", help="exit 0 even when running nodes are replaced or terminated"
+        "--allow-replace",
+        action="store_true",
+        help="exit 0 even when running nodes are replaced or terminated, or may be (exit codes 3 and 4)",
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of one line per change")
     parser.set_defaults(handler=run)
@@ -44,7 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpufleet.loading import load_named_environment
-    from gpufleet.ops.plan import StackPair, plan_changes
+    from gpufleet.ops.plan import StackPair, plan_deploy
 
     env = load_named_environment(args.env)
     if args.cdk_out:
@@ -64,10 +82,19 @@ def run(args: argparse.Namespace) -> int:
         else:
             sources[name], old_templates[name] = deployed_template(name, env.region)
     pairs = [StackPair(name, old_templates[name], synthesized[name]) for name in synthesized]
-    changes = plan_changes(pairs, env.region)
+    parameters = [
+        parameter
+        for pair in pairs
+        for parameter in read_deploy_time_parameters(
+            pair.name, pair.old, pair.new, None if args.against else env.region
+        )
+    ]
+    plan = plan_deploy(pairs, parameters, env.region)
+    changes = plan.changes
     node_changes = [change for change in changes if change.affects_running_nodes]
     # What a deploy that resolves a new image does to this fleet (fleet.rollout; a request fleet is always replace-all).
     rollout = env.fleet.image_rollout
+    unread = " or ".join(dict.fromkeys(parameter.logical_id for parameter in parameters if parameter.cannot_tell))
     if args.json:
         document = {
             "environment": env.name,
@@ -75,29 +102,49 @@ def run(args: argparse.Namespace) -> int:
             "compared_with": sources,
             "rollout": rollout,
             "replaces_running_nodes": bool(node_changes),
+            "cannot_tell_whether_running_nodes_are_replaced": bool(plan.possible),
+            "parameters": [parameter.as_dict() for parameter in parameters],
             "changes": [change.as_dict() for change in changes],
+            "changes_if_unread_parameters_are_new": [change.as_dict() for change in plan.possible],
         }
         print(json.dumps(document, indent=2))
     else:
         print(f"Plan {env.name} ({env.region}):")
         for name, source in sources.items():
             print(f"  {name}: against {source}")
+        for parameter in parameters:
+            print(f"  {parameter.line()}")
         for change in changes:
             print(change.line())
         if not changes:
             print("no changes")
+        for change in plan.possible:
+            print(f"if {unread} resolves to a new value: {change.line()}")
         print(f"fleet.rollout: {rollout}")
-        print(
-            f"{len(changes)} change(s); {len(node_changes)} replace or terminate running nodes"
-            if changes
-            else "running nodes unaffected"
-        )
-    if node_changes and not args.allow_replace:
+        if changes:
+            print(f"{len(changes)} change(s); {len(node_changes)} replace or terminate running nodes")
+        if plan.possible:
+            print(
+                f"cannot tell whether running nodes are replaced: {len(plan.possible)} change(s) replace or terminate "
+                f"them if {unread} resolves to a new value"
+            )
+        elif not changes:
+            print("running nodes unaffected")
+    if args.allow_replace:
+        return 0
+    if node_changes:
         print(
             f"{env.name}: this deploy replaces or terminates running nodes; rerun with --allow-replace to accept",
             file=sys.stderr,
         )
         return NODE_CHANGE_EXIT
+    if plan.possible:
+        print(
+            f"{env.name}: cannot tell whether this deploy replaces running nodes ({unread} not read); "
+            "rerun with --allow-replace to accept",
+            file=sys.stderr,
+        )
+        return CANNOT_TELL_EXIT
     return 0
 
 
@@ -193,3 +240,66 @@ def deployed_template(stack_name: str, region: str) -> tuple[str, dict]:
         except json.JSONDecodeError:
             raise GpufleetError(f"{stack_name}: the deployed template is not JSON; compare with --against") from None
     return f"deployed stack {stack_name}", dict(body)
+
+
+def read_deploy_time_parameters(stack_name: str, old: dict, new: dict, region: str | None) -> list[DeployTimeParameter]:
+    """The deployed stack's parameters that CloudFormation resolves from Parameter Store at the deploy and that some
+    resource refers to, with the value the stack resolved at its last deploy (DescribeStacks) and the one the key
+    holds now (GetParameter); region None (--against): nothing is read. A parameter the deployed stack does not have
+    shows up as a template change already (a new Ref)."""
+    from gpufleet.ops.plan import DeployTimeParameter, ssm_parameter_defaults
+
+    saved_keys = {name: str(parameter.get("Default", "")) for name, parameter in old.get("Parameters", {}).items()}
+    declared = {name: default for name, default in ssm_parameter_defaults(new).items() if name in saved_keys}
+    if not declared:
+        return []
+    stack_parameters, unreadable = deployed_parameters(stack_name, region) if region else ({}, OFFLINE)
+    found = []
+    for logical_id, default in declared.items():
+        deployed = stack_parameters.get(logical_id, {})
+        key = deployed.get("ParameterValue", saved_keys[logical_id])
+        ignored_default = default if default != key else ""
+        resolved = deployed.get("ResolvedValue")
+        if region is None or unreadable or resolved is None:
+            why = unreadable or "DescribeStacks shows no value the stack resolved"
+            found.append(DeployTimeParameter(stack_name, logical_id, key, None, None, why, ignored_default))
+            continue
+        current, why = parameter_value(key, region)
+        found.append(DeployTimeParameter(stack_name, logical_id, key, resolved, current, why, ignored_default))
+    return found
+
+
+def deployed_parameters(stack_name: str, region: str) -> tuple[dict[str, dict], str]:
+    """The deployed stack's parameters by logical id (DescribeStacks), or why they cannot be read."""
+    from botocore.exceptions import ClientError
+
+    from gpufleet.aws import Aws, aws_errors, describe_failure, is_unavailable
+
+    with aws_errors(region):
+        try:
+            (stack,) = Aws(region).client("cloudformation").describe_stacks(StackName=stack_name)["Stacks"]
+        except ClientError as error:
+            if not is_unavailable(error):
+                raise
+            return {}, describe_failure(error, region)
+    return {parameter["ParameterKey"]: parameter for parameter in stack.get("Parameters", [])}, ""
+
+
+def parameter_value(key: str, region: str) -> tuple[str | None, str]:
+    """What the SSM parameter holds now, or why that cannot be read."""
+    from botocore.exceptions import ClientError
+
+    from gpufleet.aws import Aws, aws_errors, describe_failure, error_code, is_unavailable
+
+    with aws_errors(region):
+        try:
+            return str(Aws(region).client("ssm").get_parameter(Name=key)["Parameter"]["Value"]), ""
+        except ClientError as error:
+            # source: botocore's ssm model, GetParameter errors (ParameterNotFound); the CloudFormation user guide
+            # page cited in gpufleet/ops/plan.py: "If a specified parameter doesn't exist in Parameter Store under
+            # the caller's AWS account, CloudFormation returns a validation error."
+            if error_code(error) == "ParameterNotFound":
+                return None, f"it does not exist in {region} (ParameterNotFound), so the deploy fails until it does"
+            if is_unavailable(error):
+                return None, describe_failure(error, region)
+            raise

@@ -11,6 +11,16 @@ addition.
 Node impact comes from where the nodes live: the node group (a Spot Fleet or an Auto Scaling group, by
 fleet.backend) owns them, and the resources it reaches through its references (launch template, placement group,
 security group, subnet, VPC) hold them.
+
+A template parameter of a Systems Manager type (the node image: AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>)
+holds an SSM parameter's key, and CloudFormation "always fetches the latest values from Parameter Store when it
+updates stacks" (CloudFormation user guide, Systems Manager parameter types, https://docs.aws.amazon.com/
+AWSCloudFormation/latest/UserGuide/systems-manager-parameter-types.html): a deploy changes what refers to such a
+parameter when the key holds a new value, although no template text changed. The value a stack resolved at its
+last deploy is in DescribeStacks Parameters[].ResolvedValue ("returned only for Systems Manager parameter types in
+the template": botocore's cloudformation model, shape Parameter). A plan takes, per stack, the parameters that
+resolve to a new value and counts every reference to them as changed; for parameters it could not read it plans
+once more as if they had changed, to say what a deploy would then do to running nodes.
 """
 
 from __future__ import annotations
@@ -34,6 +44,9 @@ NODE_HOSTING_TYPES = frozenset(
 ATTRIBUTES_CHANGED_BY_UPDATE = {LAUNCH_TEMPLATE_TYPE: frozenset({"LatestVersionNumber", "DefaultVersionNumber"})}
 # CDK's bookkeeping resource: its Analytics string changes with the construct tree, never with the cluster.
 IGNORED_TYPES = frozenset({"AWS::CDK::Metadata"})
+# Template parameter types whose value CloudFormation fetches from Parameter Store at every deploy (source: the user
+# guide page in the module doc: the Value<...> types; AWS::SSM::Parameter::Name is the key itself, not resolved).
+SSM_PARAMETER_TYPE_PREFIX = "AWS::SSM::Parameter::Value<"
 
 REPLACES_NODES = "replaces running nodes"
 TERMINATES_NODES = "terminates nodes"
@@ -43,6 +56,11 @@ IN_PLACE = "in place: running nodes unaffected"
 NO_NODE_EFFECT = "no effect on nodes"
 RUNNING_NODES_UNAFFECTED = "running nodes unaffected"
 NODE_AFFECTING = frozenset({REPLACES_NODES, TERMINATES_NODES})
+
+# What a deploy-time parameter does at the next deploy.
+UNCHANGED = "unchanged"
+NEW_VALUE = "new value"
+CANNOT_TELL = "cannot tell"
 
 _MISSING = object()
 
@@ -183,6 +201,8 @@ class StackPair:
     name: str
     old: dict  # {} when the stack is not deployed yet
     new: dict  # {} when the stack is no longer synthesized
+    # Logical ids of the template parameters that resolve to a new value at the deploy.
+    new_parameter_values: frozenset[str] = frozenset()
 
     def resources(self, which: str) -> dict:
         template = self.old if which == "old" else self.new
@@ -194,7 +214,8 @@ def plan_changes(pairs: Iterable[StackPair], region: str) -> list[Change]:
     inside a stack and through exports across stacks until nothing more changes."""
     pairs = list(pairs)
     changes: dict[tuple[str, str], Change] = {}
-    replaced: dict[str, set[str]] = {pair.name: set() for pair in pairs}
+    # By stack, what every Ref to takes a new value at deploy: replaced and removed resources, and parameters.
+    replaced: dict[str, set[str]] = {pair.name: set(pair.new_parameter_values) for pair in pairs}
     updated: dict[str, dict[str, str]] = {pair.name: {} for pair in pairs}
     while True:
         new_exports = _exports_changing(pairs, replaced)
@@ -367,3 +388,106 @@ def _on_demand_split(properties: dict, path: tuple[str, ...]) -> tuple:
     for key in path:
         distribution = distribution.get(key, {})
     return distribution.get("OnDemandBaseCapacity"), distribution.get("OnDemandPercentageAboveBaseCapacity")
+
+
+def ssm_parameter_defaults(template: dict) -> dict[str, str]:
+    """The template's parameters of a Systems Manager type that some resource refers to, by logical id: the SSM key
+    each defaults to. (CDK's BootstrapVersion is of such a type too, but only a rule refers to it.)"""
+    referred = _references(list(template.get("Resources", {}).values()))
+    return {
+        logical_id: str(parameter.get("Default", ""))
+        for logical_id, parameter in template.get("Parameters", {}).items()
+        if str(parameter.get("Type", "")).startswith(SSM_PARAMETER_TYPE_PREFIX) and logical_id in referred
+    }
+
+
+@dataclass(frozen=True)
+class DeployTimeParameter:
+    """A parameter of a deployed stack that CloudFormation resolves from Parameter Store at the deploy: the value the
+    stack resolved at its last deploy and the one its key holds now, or why they could not be compared."""
+
+    stack: str
+    logical_id: str
+    key: str  # the SSM parameter the deploy resolves
+    deployed: str | None = None
+    current: str | None = None
+    cannot_tell: str = ""  # why deployed and current could not both be read
+    ignored_default: str = ""  # the template's default, when the deploy resolves another key (see key_note)
+
+    @property
+    def outcome(self) -> str:
+        if self.cannot_tell:
+            return CANNOT_TELL
+        return UNCHANGED if self.deployed == self.current else NEW_VALUE
+
+    def line(self) -> str:
+        where = f"{self.stack} {self.logical_id}"
+        if self.outcome == CANNOT_TELL:
+            said = f"{where}: cannot tell what SSM parameter {self.key} resolves to at the deploy: {self.cannot_tell}"
+        elif self.outcome == UNCHANGED:
+            said = f"{where}: SSM parameter {self.key} still holds {self.current}, the value of the last deploy"
+        else:
+            said = (
+                f"{where}: SSM parameter {self.key} resolved to {self.deployed} at the last deploy and holds "
+                f"{self.current} now: the deploy takes the new value"
+            )
+        return f"{said}; {self.key_note()}" if self.ignored_default else said
+
+    def key_note(self) -> str:
+        # The CDK CLI sends UsePreviousValue for every parameter a deployed stack has (`cdk deploy
+        # --previous-parameters`, default true: aws/aws-cdk-cli packages/aws-cdk/lib/cli/cli-config.ts and cli.ts;
+        # packages/@aws-cdk/toolkit-lib/lib/api/deployments/cfn-api.ts, ParameterValues), and for an SSM parameter
+        # type that keeps the key, not the value (the user guide page in the module doc): a new default in the
+        # template is not used.
+        return (
+            f"the template's default is now {self.ignored_default}, which cdk deploy does not use for a deployed "
+            "stack (it keeps the stack's key; --no-previous-parameters takes the default)"
+        )
+
+    def as_dict(self) -> dict:
+        return {
+            "stack": self.stack,
+            "logical_id": self.logical_id,
+            "ssm_parameter": self.key,
+            "deployed_value": self.deployed,
+            "current_value": self.current,
+            "outcome": self.outcome,
+            "cannot_tell": self.cannot_tell or None,
+            "ignored_default": self.ignored_default or None,
+        }
+
+
+@dataclass
+class Plan:
+    changes: list[Change]
+    # Changes that replace or terminate running nodes if the parameters that could not be read resolve to new
+    # values (beyond those in changes).
+    possible: list[Change]
+
+
+def plan_deploy(pairs: Iterable[StackPair], parameters: Iterable[DeployTimeParameter], region: str) -> Plan:
+    """The changes of a deploy whose deploy-time parameters resolve as `parameters` say; where one cannot be told,
+    the node-affecting changes a new value there would add."""
+    pairs, parameters = list(pairs), list(parameters)
+
+    def with_new_values(outcomes: set[str]) -> list[StackPair]:
+        return [
+            StackPair(
+                pair.name,
+                pair.old,
+                pair.new,
+                frozenset(p.logical_id for p in parameters if p.stack == pair.name and p.outcome in outcomes),
+            )
+            for pair in pairs
+        ]
+
+    changes = plan_changes(with_new_values({NEW_VALUE}), region)
+    if not any(p.outcome == CANNOT_TELL for p in parameters):
+        return Plan(changes, [])
+    certain = {(c.stack, c.logical_id) for c in changes if c.affects_running_nodes}
+    possible = [
+        change
+        for change in plan_changes(with_new_values({NEW_VALUE, CANNOT_TELL}), region)
+        if change.affects_running_nodes and (change.stack, change.logical_id) not in certain
+    ]
+    return Plan(changes, possible)

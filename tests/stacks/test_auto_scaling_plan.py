@@ -85,3 +85,34 @@ def test_a_replaced_placement_group_strands_the_groups_nodes(templates):
     _, changes = group_change(old, new)
     placement = next(c for c in changes if c.resource_type == "AWS::EC2::PlacementGroup")
     assert (placement.action, placement.node_impact) == ("replacement", "terminates nodes")
+
+
+# The node image parameter (ami.ssm_parameter) as CDK names it in the cluster stack.
+IMAGE_PARAMETER = "NodeLaunchTemplateNodeImageParameter4F083533"
+
+
+def image_changes(template: dict, stack: str) -> list[str]:
+    """The plan of a deploy whose template is unchanged but whose image parameter resolves to a new image."""
+    pair = StackPair(stack, template, copy.deepcopy(template), frozenset({IMAGE_PARAMETER}))
+    return [change.line() for change in plan_changes([pair], "us-east-1") if change.node_impact != "no effect on nodes"]
+
+
+def test_a_new_image_from_ssm_under_replace_all_replaces_the_group(matrix_assembly):
+    """asg-g5 (rollout replace-all): the group's create-only name carries the resolved image."""
+    stack = "gpufleet-asg-g5-cluster"
+    assert image_changes(matrix_assembly.template_json(stack), stack) == [
+        f"{stack} NodeGroupA8D4A5C5 [AWS::AutoScaling::AutoScalingGroup] replacement (AutoScalingGroupName): "
+        "replaces running nodes",
+        f"{stack} NodeLaunchTemplateCABE86F2 [AWS::EC2::LaunchTemplate] in place (LaunchTemplateData.ImageId): "
+        "in place: new launch template version, new nodes only",
+    ]
+
+
+def test_a_new_image_from_ssm_under_manual_is_a_new_launch_template_version_for_new_nodes(auto_scaling_assembly):
+    stack = "gpufleet-asg-cluster"
+    assert image_changes(auto_scaling_assembly.template_json(stack), stack) == [
+        f"{stack} NodeGroupA8D4A5C5 [AWS::AutoScaling::AutoScalingGroup] in place "
+        "(MixedInstancesPolicy.LaunchTemplate.LaunchTemplateSpecification.Version): in place: running nodes unaffected",
+        f"{stack} NodeLaunchTemplateCABE86F2 [AWS::EC2::LaunchTemplate] in place (LaunchTemplateData.ImageId): "
+        "in place: new launch template version, new nodes only",
+    ]

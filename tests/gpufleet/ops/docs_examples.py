@@ -1,14 +1,15 @@
-"""Prints the worked examples of `gpufleet preflight` and `gpufleet cost` that docs/operations/aws-commands.md and
-docs/guides/deploying.md show, run in-process against moto and botocore's Stubber with the fixtures the tests use
-(tests/gpufleet/ops/conftest.py). Not collected by `make test` (the file name does not start with test_); run it by
-name and paste what it prints:
+"""Prints the worked examples of `gpufleet preflight`, `gpufleet cost` and `gpufleet plan` that
+docs/operations/aws-commands.md, docs/guides/deploying.md and docs/guides/updating.md show, run in-process against
+moto and botocore's Stubber with the fixtures the tests use (tests/gpufleet/ops/conftest.py). Not collected by
+`make test` (the file name does not start with test_); run it by name and paste what it prints:
 
     .venv/bin/pytest tests/gpufleet/ops/docs_examples.py -q -s -p no:cacheprovider
 
 What moto lacks is answered here, and the docs say so next to each output: placement scores (GetSpotPlacementScores),
 EC2's vCPU quotas (moto's Service Quotas knows none), the caller's policy simulation (SimulatePrincipalPolicy), the
-Capacity Block's description (moto has no Capacity Blocks) and Capacity Block offerings. Instance, image and fleet ids
-are moto's, so they change from run to run.
+Capacity Block's description (moto has no Capacity Blocks), Capacity Block offerings, and the deployed stacks and
+parameters plan reads (`deployed` in tests/gpufleet/ops/test_plan.py). Instance, image and fleet ids are moto's, so
+they change from run to run.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from botocore.stub import Stubber
 
 from gpufleet.loading import environments_dir
 from gpufleet.ops import preflight, reservations
+from tests.conftest import synthesize
 from tests.gpufleet.ops.test_cost import answer_capacity_blocks, offering
+from tests.gpufleet.ops.test_plan import changed_environment, deployed
 from tests.gpufleet.ops.test_preflight import create_service_linked_role
 
 REPOSITORY = Path(__file__).resolve().parents[3]
@@ -158,3 +161,27 @@ def test_cost_p5_block(environments, stubbed, run_cli) -> None:
         ],
     )
     show("gpufleet cost p5-block", run_cli)
+
+
+def serve_dev_replace_all(answered, monkeypatch, tmp_path: Path, holds: dict[str, str | dict]) -> None:
+    """environments/dev.yaml with fleet.rollout replace-all, synthesized into cdk.out in the current directory and
+    deployed as synthesized, its image parameter resolved to ami-0a1b2c3d4e5f60718 then; Parameter Store holds
+    `holds`."""
+    changed_environment(environments_dir(), "dev", lambda document: document["fleet"].update(rollout="replace-all"))
+    assembly = synthesize(tmp_path / "cdk.out", environments_dir())
+    monkeypatch.chdir(tmp_path)
+    templates = {name: assembly.template_json(name) for name in assembly.stack_names}
+    deployed(answered, templates, {"NodeLaunchTemplateNodeImageParameter4F083533": "ami-0a1b2c3d4e5f60718"}, holds)
+
+
+def test_plan_dev_replace_all_new_image(answered, run_cli, monkeypatch, tmp_path) -> None:
+    """The AMI pipeline published a new image since the last deploy."""
+    serve_dev_replace_all(
+        answered, monkeypatch, tmp_path, {"/gpufleet/ami/p4d-ubuntu1804-cuda11": "ami-0f9e8d7c6b5a49382"}
+    )
+    show("gpufleet plan dev --cdk-out cdk.out", run_cli)
+
+
+def test_plan_dev_replace_all_parameter_deleted(answered, run_cli, monkeypatch, tmp_path) -> None:
+    serve_dev_replace_all(answered, monkeypatch, tmp_path, {})
+    show("gpufleet plan dev --cdk-out cdk.out", run_cli)

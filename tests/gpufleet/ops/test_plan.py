@@ -7,6 +7,7 @@ test needs one specific change; the end-to-end tests synthesize a changed enviro
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import json
 import os
 import shutil
@@ -15,12 +16,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpufleet.ops.plan import StackPair, plan_changes, values_at
+from gpufleet.ops.plan import StackPair, plan_changes, ssm_parameter_defaults, values_at
 from tests.conftest import REPOSITORY, synthesize
+from tests.gpufleet.ops.conftest import client_error
 
 NETWORK, CLUSTER = "gpufleet-dev-network", "gpufleet-dev-cluster"
 FLEET, LAUNCH_TEMPLATE = "Fleet30813DF3", "NodeLaunchTemplateCABE86F2"
 SUBNET = "VpcnodesSubnet1Subnet50682361"
+# The node image parameter of the cluster stack: its logical id as CDK names it, the SSM key dev resolves.
+IMAGE_PARAMETER = "NodeLaunchTemplateNodeImageParameter4F083533"
+IMAGE_KEY = "/gpufleet/ami/p4d-ubuntu1804-cuda11"
+DEPLOYED_IMAGE, NEW_IMAGE = "ami-0123456789abcdef0", "ami-0fedcba9876543210"
+# What an offline plan (--against) says of the image parameter.
+IMAGE_NOT_READ = (
+    f"  {CLUSTER} {IMAGE_PARAMETER}: cannot tell what SSM parameter {IMAGE_KEY} resolves to at the deploy: "
+    "--against reads nothing from AWS"
+)
 
 
 @pytest.fixture
@@ -71,6 +82,7 @@ def test_a_create_only_fleet_property_replaces_the_fleet_and_exits_3(dev, run_cl
         "Plan dev (us-east-1):",
         f"  {NETWORK}: against {old}/{NETWORK}.template.json",
         f"  {CLUSTER}: against {old}/{CLUSTER}.template.json",
+        IMAGE_NOT_READ,
         f"{CLUSTER} {FLEET} [AWS::EC2::SpotFleet] replacement (SpotFleetRequestConfigData.AllocationStrategy): "
         "replaces running nodes",
         f"{CLUSTER} FleetTeardown6AA62985 [Custom::GpufleetFleetTeardown] in place (FleetRequestId): "
@@ -186,23 +198,17 @@ def test_wildcard_pointers_take_the_property_of_every_list_item():
     assert values_at(changed, "/properties/Rules/*/Port") == values_at(properties, "/properties/Rules/*/Port")
 
 
-def test_the_deployed_template_comes_from_get_template_original(dev, stubbed, run_cli, tmp_path):
+def test_the_deployed_template_comes_from_get_template_original(dev, answered, run_cli, tmp_path):
     new, old = dev
     fleet_config(new[CLUSTER])["TerminateInstancesWithExpiration"] = False
-    cloudformation = stubbed("cloudformation")
-    cloudformation.add_response(
-        "get_template",
-        {"TemplateBody": (old / f"{NETWORK}.template.json").read_text()},
-        {"StackName": NETWORK, "TemplateStage": "Original"},
-    )
-    cloudformation.add_client_error(
-        "get_template",
-        "ValidationError",
-        f"Stack with id {CLUSTER} does not exist",
-        expected_params={"StackName": CLUSTER, "TemplateStage": "Original"},
-    )
+
+    def get_template(params):
+        if params["StackName"] == CLUSTER:
+            return client_error("ValidationError", f"Stack with id {CLUSTER} does not exist")
+        return {"TemplateBody": (old / f"{params['StackName']}.template.json").read_text()}
+
+    cloudformation = answered("cloudformation", {"GetTemplate": get_template})
     code, out, _ = run_cli("plan", "dev", "--cdk-out", str(write_assembly(tmp_path / "new", new)))
-    cloudformation.assert_no_pending_responses()
     lines = out.splitlines()
     assert code == 0
     assert lines[1:3] == [
@@ -211,6 +217,11 @@ def test_the_deployed_template_comes_from_get_template_original(dev, stubbed, ru
     ]
     assert f"{CLUSTER} {FLEET} [AWS::EC2::SpotFleet] added: launches nodes" in lines
     assert not any(line.startswith(NETWORK) for line in lines)
+    # A stack not deployed yet has no resolved parameters to read.
+    assert sorted(cloudformation, key=str) == [
+        ("GetTemplate", {"StackName": CLUSTER, "TemplateStage": "Original"}),
+        ("GetTemplate", {"StackName": NETWORK, "TemplateStage": "Original"}),
+    ]
 
 
 def test_bad_against_arguments_are_one_line_each(dev, run_cli, tmp_path):
@@ -265,8 +276,317 @@ def test_plan_synthesizes_the_changed_environment_file_and_compares(dev, run_cli
     code, out, err = run_cli("plan", "dev", "--against", str(old))
     assert (code, err) == (0, "")
     assert out.splitlines()[3:] == [
+        IMAGE_NOT_READ,
         f"{CLUSTER} {FLEET} [AWS::EC2::SpotFleet] in place (SpotFleetRequestConfigData.TargetCapacity): "
         "in place: running nodes unaffected; launches nodes (target capacity 2 -> 3)",
         "fleet.rollout: manual",
         "1 change(s); 0 replace or terminate running nodes",
     ]
+
+
+@pytest.fixture(scope="module")
+def replace_all_dev(tmp_path_factory):
+    """dev with fleet.rollout replace-all, synthesized: the fleet's create-only tags carry the resolved image."""
+    environments = tmp_path_factory.mktemp("replace-all-environments")
+    changed_environment(environments, "dev", lambda document: document["fleet"].update(rollout="replace-all"))
+    return synthesize(tmp_path_factory.mktemp("replace-all.out"), environments)
+
+
+def deployed(
+    answered,
+    templates: dict[str, dict],
+    resolved: dict[str, str],
+    holds: dict[str, str | dict],
+    keys: dict[str, str] | None = None,
+    describe_error: dict | None = None,
+):
+    """AWS as a deploy of `templates` left it, answering what plan reads (moto 5.2.5 answers DescribeStacks without
+    ResolvedValue, and with the resolved value as ParameterValue: moto/cloudformation/models.py, parameter_list).
+    CloudFormation: GetTemplate gives the template; DescribeStacks (or describe_error) gives its parameters, each
+    with the key from `keys` or its default and ResolvedValue from `resolved`, by logical id. Parameter Store holds
+    `holds`: by key, a value or a client_error. Returns the calls made to CloudFormation and to Parameter Store."""
+
+    def stack(params):
+        return templates[params["StackName"]]
+
+    def describe(params):
+        if describe_error:
+            return describe_error
+        parameters = [
+            {"ParameterKey": name, "ParameterValue": (keys or {}).get(name, parameter["Default"])}
+            | ({"ResolvedValue": resolved[name]} if name in resolved else {})
+            for name, parameter in stack(params).get("Parameters", {}).items()
+        ]
+        return {
+            "Stacks": [
+                {
+                    "StackName": params["StackName"],
+                    "CreationTime": dt.datetime(2026, 5, 4, 9, 30, tzinfo=dt.UTC),
+                    "StackStatus": "UPDATE_COMPLETE",
+                    "Parameters": parameters,
+                }
+            ]
+        }
+
+    def parameter(params):
+        held = holds.get(params["Name"], client_error("ParameterNotFound", ""))
+        if isinstance(held, dict):
+            return held
+        return {"Parameter": {"Name": params["Name"], "Type": "String", "Value": held, "DataType": "aws:ec2:image"}}
+
+    cloudformation = answered(
+        "cloudformation",
+        {
+            "GetTemplate": lambda params: {"TemplateBody": json.dumps(stack(params))},
+            "DescribeStacks": describe,
+        },
+    )
+    return cloudformation, answered("ssm", {"GetParameter": parameter})
+
+
+def rollout(name: str, value: str) -> None:
+    """The shipped environment NAME, with fleet.rollout VALUE, as the environment file plan loads."""
+    changed_environment(Path(os.environ["GPUFLEET_ENVIRONMENTS_DIR"]), name, lambda d: d["fleet"].update(rollout=value))
+
+
+def test_a_new_image_under_replace_all_replaces_every_node_and_exits_3(replace_all_dev, answered, run_cli, tmp_path):
+    """The templates are the same; the image parameter holds a new image since the last deploy, which the fleet's
+    create-only gpufleet:image tag carries: the deploy replaces the fleet and every node."""
+    rollout("dev", "replace-all")
+    templates = {name: replace_all_dev.template_json(name) for name in (NETWORK, CLUSTER)}
+    deployed(answered, templates, {IMAGE_PARAMETER: DEPLOYED_IMAGE}, {IMAGE_KEY: NEW_IMAGE})
+    code, out, err = run_cli("plan", "dev", "--cdk-out", str(replace_all_dev.directory))
+    assert code == 3
+    assert out.splitlines() == [
+        "Plan dev (us-east-1):",
+        f"  {NETWORK}: against deployed stack {NETWORK}",
+        f"  {CLUSTER}: against deployed stack {CLUSTER}",
+        f"  {CLUSTER} {IMAGE_PARAMETER}: SSM parameter {IMAGE_KEY} resolved to {DEPLOYED_IMAGE} at the last deploy "
+        f"and holds {NEW_IMAGE} now: the deploy takes the new value",
+        f"{CLUSTER} {FLEET} [AWS::EC2::SpotFleet] replacement (SpotFleetRequestConfigData.TagSpecifications): "
+        "replaces running nodes",
+        f"{CLUSTER} FleetTeardown6AA62985 [Custom::GpufleetFleetTeardown] in place (FleetRequestId): "
+        "no effect on nodes",
+        f"{CLUSTER} FleetTeardownHandlerRoleDefaultPolicyDB68C174 [AWS::IAM::Policy] in place "
+        "(PolicyDocument.Statement): no effect on nodes",
+        f"{CLUSTER} {LAUNCH_TEMPLATE} [AWS::EC2::LaunchTemplate] in place (LaunchTemplateData.ImageId): "
+        "in place: new launch template version, new nodes only",
+        "fleet.rollout: replace-all",
+        "4 change(s); 1 replace or terminate running nodes",
+    ]
+    assert err == "dev: this deploy replaces or terminates running nodes; rerun with --allow-replace to accept\n"
+
+
+def test_the_same_image_under_replace_all_leaves_running_nodes_alone(replace_all_dev, answered, run_cli):
+    rollout("dev", "replace-all")
+    templates = {name: replace_all_dev.template_json(name) for name in (NETWORK, CLUSTER)}
+    cloudformation, ssm = deployed(answered, templates, {IMAGE_PARAMETER: DEPLOYED_IMAGE}, {IMAGE_KEY: DEPLOYED_IMAGE})
+    code, out, err = run_cli("plan", "dev", "--cdk-out", str(replace_all_dev.directory))
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [
+        "Plan dev (us-east-1):",
+        f"  {NETWORK}: against deployed stack {NETWORK}",
+        f"  {CLUSTER}: against deployed stack {CLUSTER}",
+        f"  {CLUSTER} {IMAGE_PARAMETER}: SSM parameter {IMAGE_KEY} still holds {DEPLOYED_IMAGE}, the value of the "
+        "last deploy",
+        "no changes",
+        "fleet.rollout: replace-all",
+        "running nodes unaffected",
+    ]
+    # The network stack has no parameter a resource refers to (only CDK's BootstrapVersion, which a rule reads).
+    assert sorted(cloudformation, key=str) == [
+        ("DescribeStacks", {"StackName": CLUSTER}),
+        ("GetTemplate", {"StackName": CLUSTER, "TemplateStage": "Original"}),
+        ("GetTemplate", {"StackName": NETWORK, "TemplateStage": "Original"}),
+    ]
+    assert ssm == [("GetParameter", {"Name": IMAGE_KEY})]
+
+
+def test_a_new_image_under_manual_is_a_new_launch_template_version_only(dev, answered, run_cli, tmp_path):
+    new, _ = dev
+    deployed(answered, copy.deepcopy(new), {IMAGE_PARAMETER: DEPLOYED_IMAGE}, {IMAGE_KEY: NEW_IMAGE})
+    code, out, err = run_cli("plan", "dev", "--cdk-out", str(write_assembly(tmp_path / "new", new)))
+    assert (code, err) == (0, "")
+    assert out.splitlines()[3:] == [
+        f"  {CLUSTER} {IMAGE_PARAMETER}: SSM parameter {IMAGE_KEY} resolved to {DEPLOYED_IMAGE} at the last deploy "
+        f"and holds {NEW_IMAGE} now: the deploy takes the new value",
+        f"{CLUSTER} {FLEET} [AWS::EC2::SpotFleet] in place (SpotFleetRequestConfigData.LaunchTemplateConfigs): "
+        "in place: running nodes unaffected",
+        f"{CLUSTER} {LAUNCH_TEMPLATE} [AWS::EC2::LaunchTemplate] in place (LaunchTemplateData.ImageId): "
+        "in place: new launch template version, new nodes only",
+        "fleet.rollout: manual",
+        "2 change(s); 0 replace or terminate running nodes",
+    ]
+
+
+def test_a_new_image_replaces_a_request_fleet(assembly, answered, run_cli):
+    """h100's fleet is a request fleet: its create-only tags carry the launch template version, which a new image
+    moves on."""
+    changed_environment(Path(os.environ["GPUFLEET_ENVIRONMENTS_DIR"]), "h100", lambda document: None)
+    cluster = "gpufleet-h100-cluster"
+    key = "/gpufleet/ami/ubuntu2204-cuda12"
+    deployed(answered, {cluster: assembly.template_json(cluster)}, {IMAGE_PARAMETER: DEPLOYED_IMAGE}, {key: NEW_IMAGE})
+    code, out, _ = run_cli("plan", "h100", "--cdk-out", str(assembly.directory))
+    assert code == 3
+    assert out.splitlines() == [
+        "Plan h100 (us-west-2):",
+        f"  {cluster}: against deployed stack {cluster}",
+        f"  {cluster} {IMAGE_PARAMETER}: SSM parameter {key} resolved to {DEPLOYED_IMAGE} at the last deploy and "
+        f"holds {NEW_IMAGE} now: the deploy takes the new value",
+        f"{cluster} {FLEET} [AWS::EC2::SpotFleet] replacement (SpotFleetRequestConfigData.TagSpecifications): "
+        "replaces running nodes",
+        f"{cluster} FleetTeardown6AA62985 [Custom::GpufleetFleetTeardown] in place (FleetRequestId): "
+        "no effect on nodes",
+        f"{cluster} FleetTeardownHandlerRoleDefaultPolicyDB68C174 [AWS::IAM::Policy] in place "
+        "(PolicyDocument.Statement): no effect on nodes",
+        f"{cluster} {LAUNCH_TEMPLATE} [AWS::EC2::LaunchTemplate] in place (LaunchTemplateData.ImageId): "
+        "in place: new launch template version, new nodes only",
+        "fleet.rollout: replace-all",
+        "4 change(s); 1 replace or terminate running nodes",
+    ]
+
+
+# What replace-all dev would do if its image parameter resolved to a new value.
+IF_NEW_IMAGE = (
+    f"if {IMAGE_PARAMETER} resolves to a new value: {CLUSTER} {FLEET} [AWS::EC2::SpotFleet] replacement "
+    "(SpotFleetRequestConfigData.TagSpecifications): replaces running nodes"
+)
+CANNOT_TELL_SUMMARY = (
+    "cannot tell whether running nodes are replaced: 1 change(s) replace or terminate them if "
+    f"{IMAGE_PARAMETER} resolves to a new value"
+)
+CANNOT_TELL_ERROR = (
+    f"dev: cannot tell whether this deploy replaces running nodes ({IMAGE_PARAMETER} not read); "
+    "rerun with --allow-replace to accept\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("holds", "describe_error", "why"),
+    [
+        ({}, None, "it does not exist in us-east-1 (ParameterNotFound), so the deploy fails until it does"),
+        (
+            {IMAGE_KEY: client_error("AccessDeniedException", "not authorized to perform: ssm:GetParameter")},
+            None,
+            "access denied to GetParameter in us-east-1 (AccessDeniedException): grant that action to your IAM role "
+            "or user",
+        ),
+        (
+            {IMAGE_KEY: DEPLOYED_IMAGE},
+            client_error("AccessDenied", "not authorized to perform: cloudformation:DescribeStacks"),
+            "access denied to DescribeStacks in us-east-1 (AccessDenied): grant that action to your IAM role or user",
+        ),
+    ],
+    ids=["parameter deleted", "parameter denied", "stack parameters denied"],
+)
+def test_an_image_parameter_that_cannot_be_read_under_replace_all_exits_4(
+    replace_all_dev, answered, run_cli, holds, describe_error, why
+):
+    rollout("dev", "replace-all")
+    templates = {name: replace_all_dev.template_json(name) for name in (NETWORK, CLUSTER)}
+    deployed(answered, templates, {IMAGE_PARAMETER: DEPLOYED_IMAGE}, holds, describe_error=describe_error)
+    code, out, err = run_cli("plan", "dev", "--cdk-out", str(replace_all_dev.directory))
+    assert (code, err) == (4, CANNOT_TELL_ERROR)
+    assert out.splitlines()[3:] == [
+        f"  {CLUSTER} {IMAGE_PARAMETER}: cannot tell what SSM parameter {IMAGE_KEY} resolves to at the deploy: {why}",
+        "no changes",
+        IF_NEW_IMAGE,
+        "fleet.rollout: replace-all",
+        CANNOT_TELL_SUMMARY,
+    ]
+    code, _, err = run_cli("plan", "dev", "--cdk-out", str(replace_all_dev.directory), "--allow-replace")
+    assert (code, err) == (0, "")
+
+
+def test_an_offline_plan_of_replace_all_cannot_tell_and_exits_4(replace_all_dev, run_cli):
+    rollout("dev", "replace-all")
+    code, out, err = run_cli(
+        "plan", "dev", "--cdk-out", str(replace_all_dev.directory), "--against", str(replace_all_dev.directory)
+    )
+    assert (code, err) == (4, CANNOT_TELL_ERROR)
+    assert out.splitlines()[3:] == [
+        IMAGE_NOT_READ,
+        "no changes",
+        IF_NEW_IMAGE,
+        "fleet.rollout: replace-all",
+        CANNOT_TELL_SUMMARY,
+    ]
+
+
+def test_an_image_parameter_that_cannot_be_read_under_manual_is_said_and_exits_0(dev, answered, run_json, tmp_path):
+    new, _ = dev
+    deployed(answered, copy.deepcopy(new), {IMAGE_PARAMETER: DEPLOYED_IMAGE}, {})
+    code, document = run_json("plan", "dev", "--cdk-out", str(write_assembly(tmp_path / "new", new)))
+    assert code == 0
+    assert document["parameters"] == [
+        {
+            "stack": CLUSTER,
+            "logical_id": IMAGE_PARAMETER,
+            "ssm_parameter": IMAGE_KEY,
+            "deployed_value": DEPLOYED_IMAGE,
+            "current_value": None,
+            "outcome": "cannot tell",
+            "cannot_tell": "it does not exist in us-east-1 (ParameterNotFound), so the deploy fails until it does",
+            "ignored_default": None,
+        }
+    ]
+    assert (document["changes"], document["changes_if_unread_parameters_are_new"]) == ([], [])
+    assert (document["replaces_running_nodes"], document["cannot_tell_whether_running_nodes_are_replaced"]) == (
+        False,
+        False,
+    )
+
+
+def test_a_stack_without_a_resolved_value_cannot_tell(replace_all_dev, answered, run_cli):
+    rollout("dev", "replace-all")
+    templates = {name: replace_all_dev.template_json(name) for name in (NETWORK, CLUSTER)}
+    _, ssm = deployed(answered, templates, {}, {IMAGE_KEY: DEPLOYED_IMAGE})
+    code, out, _ = run_cli("plan", "dev", "--cdk-out", str(replace_all_dev.directory))
+    assert code == 4
+    assert out.splitlines()[3] == (
+        f"  {CLUSTER} {IMAGE_PARAMETER}: cannot tell what SSM parameter {IMAGE_KEY} resolves to at the deploy: "
+        "DescribeStacks shows no value the stack resolved"
+    )
+    assert ssm == []
+
+
+def test_the_deploy_resolves_the_stacks_key_not_a_new_default(replace_all_dev, answered, run_cli):
+    """The stack was deployed with another ami.ssm_parameter: cdk deploy keeps that key (UsePreviousValue), so plan
+    reads that one and says the template's new default goes unused."""
+    rollout("dev", "replace-all")
+    templates = {name: replace_all_dev.template_json(name) for name in (NETWORK, CLUSTER)}
+    old_key = "/gpufleet/ami/p4d-ubuntu2004-cuda11"
+    _, ssm = deployed(
+        answered,
+        templates,
+        {IMAGE_PARAMETER: DEPLOYED_IMAGE},
+        {old_key: DEPLOYED_IMAGE, IMAGE_KEY: NEW_IMAGE},
+        keys={IMAGE_PARAMETER: old_key},
+    )
+    code, out, _ = run_cli("plan", "dev", "--cdk-out", str(replace_all_dev.directory))
+    assert code == 0
+    assert out.splitlines()[3] == (
+        f"  {CLUSTER} {IMAGE_PARAMETER}: SSM parameter {old_key} still holds {DEPLOYED_IMAGE}, the value of the last "
+        f"deploy; the template's default is now {IMAGE_KEY}, which cdk deploy does not use for a deployed stack (it "
+        "keeps the stack's key; --no-previous-parameters takes the default)"
+    )
+    assert ssm == [("GetParameter", {"Name": old_key})]
+
+
+def test_a_failed_read_of_the_parameter_is_one_line_and_exit_1(replace_all_dev, answered, run_cli):
+    rollout("dev", "replace-all")
+    templates = {name: replace_all_dev.template_json(name) for name in (NETWORK, CLUSTER)}
+    throttled = client_error("ThrottlingException", "Rate exceeded")
+    deployed(answered, templates, {IMAGE_PARAMETER: DEPLOYED_IMAGE}, {IMAGE_KEY: throttled})
+    code, out, err = run_cli("plan", "dev", "--cdk-out", str(replace_all_dev.directory))
+    assert (code, out) == (1, "")
+    assert err == (
+        "AWS throttled GetParameter in us-east-1 (ThrottlingException) after 8 attempts: wait a minute and retry, "
+        "or stop other tools calling the same API\n"
+    )
+
+
+def test_only_ssm_parameters_a_resource_refers_to_are_resolved_at_deploy(assembly):
+    """CDK's BootstrapVersion is an SSM parameter too, read by a rule only."""
+    assert ssm_parameter_defaults(assembly.template_json(CLUSTER)) == {IMAGE_PARAMETER: IMAGE_KEY}
+    assert ssm_parameter_defaults(assembly.template_json(NETWORK)) == {}
