@@ -332,9 +332,11 @@ def test_outputs_name_what_operators_need(assembly, name, node_group, other_back
 
 
 def test_p5_block_runs_every_node_in_its_capacity_block_through_an_auto_scaling_group(assembly):
-    """environments/p5-block.yaml: an Auto Scaling group of 2 nodes, all on-demand, launched with market type
-    capacity-block into the block's reservation, placed by EC2 rather than the placement group; the group goes,
-    with its nodes, before what they use; the block's expiration warning runs the checkpoint hook."""
+    """environments/p5-block.yaml: an Auto Scaling group of 2 nodes launched with market type capacity-block into the
+    block's reservation from the launch template itself (Capacity Blocks support no mixed instances policy), placed
+    by EC2 rather than the placement group; synthesized before the block (SYNTHESIS_TIME), it wants no node until
+    the scheduled action at the block's start, and scales in 50 minutes before its end; the group goes, with its
+    nodes, before what they use; the block's expiration warning still runs the checkpoint hook."""
     template = cluster(assembly, "p5-block")
     data = only_resource(template, "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
     assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
@@ -346,8 +348,19 @@ def test_p5_block_runs_every_node_in_its_capacity_block_through_an_auto_scaling_
     resources = template.to_json()["Resources"]
     ((group_id, group),) = template.find_resources("AWS::AutoScaling::AutoScalingGroup").items()
     properties = group["Properties"]
-    assert (properties["MinSize"], properties["MaxSize"], properties["DesiredCapacity"]) == ("2", "2", "2")
-    assert properties["MixedInstancesPolicy"]["InstancesDistribution"]["OnDemandBaseCapacity"] == 2
+    assert (properties["MinSize"], properties["MaxSize"], properties["DesiredCapacity"]) == ("0", "2", "0")
+    assert "MixedInstancesPolicy" not in properties
+    assert properties["LaunchTemplate"] == {
+        "LaunchTemplateId": {"Ref": logical_id(template, "AWS::EC2::LaunchTemplate")},
+        "Version": {"Fn::GetAtt": [logical_id(template, "AWS::EC2::LaunchTemplate"), "LatestVersionNumber"]},
+    }
+    assert group["UpdatePolicy"] == {"AutoScalingScheduledAction": {"IgnoreUnmodifiedGroupSizeProperties": True}}
+    actions = template.find_resources("AWS::AutoScaling::ScheduledAction")
+    assert sorted((a["Properties"]["StartTime"], a["Properties"]["DesiredCapacity"]) for a in actions.values()) == [
+        ("2027-01-11T11:30:00Z", 2),
+        ("2027-01-18T10:40:00Z", 0),
+    ]
+    assert {a["Properties"]["AutoScalingGroupName"]["Ref"] for a in actions.values()} == {group_id}
     assert properties["AutoScalingGroupName"] == "gpufleet-p5-block-nodes"
     guarded = {
         logical_id(template, "AWS::EC2::PlacementGroup"),

@@ -211,7 +211,8 @@ def test_an_unknown_reservation_fails():
 
 def block_environment(**changes: Any) -> Environment:
     document = {**yaml.safe_load(ENVIRONMENT), "instance_type": "p5.48xlarge"}
-    capacity = {"target": 2, "on_demand": 2, "capacity_block": {"reservation_id": RESERVATION_ID}}
+    block_dates = {"start": "2026-11-20T11:30:00Z", "end": "2026-11-27T11:30:00Z"}  # block()'s
+    capacity = {"target": 2, "on_demand": 2, "capacity_block": {"reservation_id": RESERVATION_ID, **block_dates}}
     return Environment.model_validate({**document, "capacity": capacity, **changes})
 
 
