@@ -18,16 +18,13 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from gpufleet.aws import error_code, error_message, is_unavailable
+from gpufleet.block_schedule import TERMINATION_LEAD
 from gpufleet.constants import RESERVATION_PREFERENCE_ONLY
 from gpufleet.environment import CapacityReservation, Environment
 from gpufleet.ops.checks import Check, unavailable
 
 NODE_PLATFORM = "Linux/UNIX"
 NODE_TENANCY = "default"
-# EC2 begins terminating the instances of a Capacity Block 30 minutes before its end (EC2 user guide,
-# capacity-blocks-using.html: "Thirty minutes before the reservation expires, we begin to terminate any instances
-# that are still running in the Capacity Block").
-CAPACITY_BLOCK_TERMINATION_LEAD = dt.timedelta(minutes=30)
 # A block whose nodes go within this long still launches, but barely: preflight warns.
 SHORT_NOTICE = dt.timedelta(hours=24)
 # ReservationType of a Capacity Block (botocore ec2 CapacityReservationType: default | capacity-block).
@@ -156,7 +153,7 @@ def check_capacity_block(ec2: Any, env: Environment, block_id: str, now: dt.date
     if block["TotalInstanceCount"] < env.capacity.target:
         problems.append(f"holds {block['TotalInstanceCount']} instances, not the {env.capacity.target} nodes")
     state, start, end = block["State"], block.get("StartDate"), block["EndDate"]
-    terminating = end - CAPACITY_BLOCK_TERMINATION_LEAD
+    terminating = end - TERMINATION_LEAD
     if state != "active" and state not in BLOCK_COMING:
         problems.append(f"state {state}")
     elif now >= terminating:
