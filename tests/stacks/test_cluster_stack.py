@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
+import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Capture, Match
 from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
@@ -12,6 +14,8 @@ from gpufleet.catalog import load_catalog
 from gpufleet.constants import BACKEND_SPOT_FLEET
 from gpufleet.loading import environment_files, load_environments
 from stacks.constructs.fleet_teardown.infrastructure import TOTAL_TIMEOUT
+from stacks.environment_stacks import add_compliance_checks, add_environment_stacks
+from tests.conftest import CDK_CONTEXT
 
 ENVIRONMENTS = {env.name: env for env in load_environments(environment_files())}
 SPOT_FLEET_ENVIRONMENTS = [name for name, env in ENVIRONMENTS.items() if env.fleet.backend == BACKEND_SPOT_FLEET]
@@ -394,3 +398,15 @@ def test_teardown_outwaits_cloudformations_spot_fleet_delete_and_stays_under_the
     spot_fleet = PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-east-1", "AWS::EC2::SpotFleet").schema
     assert spot_fleet["handlers"]["delete"]["timeoutInMinutes"] == 40
     assert 40 < TOTAL_TIMEOUT.to_minutes() == 50 < 60
+
+
+def test_p5_block_still_synthesizes_with_cdk_nag_after_its_block_has_ended(tmp_path):
+    """cdk destroy synthesizes first: a block whose scale-in has passed gives a group that wants no node and no
+    scheduled action (AWS refuses one in the past), and synthesis, cdk-nag included, goes on."""
+    app = cdk.App(outdir=str(tmp_path), context=CDK_CONTEXT)
+    add_compliance_checks(app)
+    add_environment_stacks(app, ENVIRONMENTS["p5-block"], dt.datetime(2027, 1, 18, 10, 40, tzinfo=dt.UTC))
+    template = app.synth().get_stack_by_name("gpufleet-p5-block-cluster").template
+    (group,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::AutoScaling::AutoScalingGroup"]
+    assert (group["Properties"]["MinSize"], group["Properties"]["DesiredCapacity"]) == ("0", "0")
+    assert not [r for r in template["Resources"].values() if r["Type"] == "AWS::AutoScaling::ScheduledAction"]
