@@ -3,10 +3,12 @@
 Without `-c env=NAME` it also holds the AMI pipeline stack (gpufleet-ami-pipeline, from ami/pipeline.yaml).
 
 Environments are validated first; any error stops synthesis with the same messages as `gpufleet validate`. Warnings
-(a fleet.valid_until that has passed) do not: `cdk destroy` synthesizes first, and a cluster must stay possible to
-tear down. `gpufleet preflight` is where they stop a launch.
+(a fleet.valid_until that has passed, a Capacity Block that has ended) do not: `cdk destroy` synthesizes first, and a
+cluster must stay possible to tear down. `gpufleet preflight` is where they stop a launch. A Capacity Block's
+scheduled actions depend on the time of synthesis (gpufleet.block_schedule).
 """
 
+import datetime as dt
 import sys
 
 import aws_cdk as cdk
@@ -29,8 +31,9 @@ def main() -> int:
         else:
             environments = load_environments(environment_files(), ami_pipeline)
         add_compliance_checks(app)
+        now = dt.datetime.now(dt.UTC)
         for environment in environments:
-            add_environment_stacks(app, environment)
+            add_environment_stacks(app, environment, now)
         if not selected:
             add_ami_pipeline_stack(app, ami_pipeline, environments)
     except GpufleetError as error:

@@ -88,6 +88,17 @@ SOURCE_AMI_TAG_KEY = "gpufleet:source-ami"
 # The termination lifecycle hook of an Auto Scaling group (fleet.backend auto-scaling), which the node watcher
 # completes (stacks/constructs/gpu_auto_scaling_group.py, scripts/node/spot-watcher.sh).
 TERMINATION_HOOK_NAME = "gpufleet-checkpoint"
+# How long a node the group terminates waits in Terminating:Wait for the checkpoint hook, at most, before the
+# termination goes on. The API allows 30 to 7200 seconds (PutLifecycleHook HeartbeatTimeout: "The range is from 30 to
+# 7200 seconds. The default value is 3600"; the same range in the LifecycleHookSpecification of the group's schema).
+# A spot interruption gives two minutes whatever the hook says; a termination the group decides (scale-in,
+# rebalancing, replacement, deletion, a Capacity Block's scheduled scale-in) gets this.
+TERMINATION_HOOK_TIMEOUT_SECONDS = 600
+
+# EC2 begins terminating the instances still running in a Capacity Block this long before the block's end (EC2 user
+# guide, capacity-blocks-using.html: "Thirty minutes before the reservation expires, we begin to terminate any
+# instances that are still running in the Capacity Block").
+CAPACITY_BLOCK_TERMINATION_LEAD_MINUTES = 30
 
 # The cluster stack's outputs, which the operator commands and `gpufleet summary` read.
 FLEET_OUTPUT_KEY = "FleetRequestId"

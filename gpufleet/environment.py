@@ -15,6 +15,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from gpufleet.block_schedule import SCALE_IN_LEAD
 from gpufleet.constants import (
     ALLOCATION_STRATEGIES,
     BACKEND_SPOT_FLEET,
@@ -216,11 +217,33 @@ class CapacityReservation(_Section):
     )
 
 
+def _utc_time_problem(moment: dt.datetime) -> str | None:
+    if moment.tzinfo is None:
+        return (
+            f"{moment.isoformat(sep=' ')} has no time zone (write it as DescribeCapacityReservations gives it, in UTC, "
+            "e.g. 2027-01-11T11:30:00Z)"
+        )
+    return None
+
+
+UtcTime = Annotated[dt.datetime, checked(_utc_time_problem)]
+
+
 class CapacityBlock(_Section):
-    """An EC2 Capacity Block for ML: every node launches into it (market type capacity-block)."""
+    """An EC2 Capacity Block for ML: every node launches into it (market type capacity-block), from its start to
+    shortly before its end (gpufleet.block_schedule)."""
 
     reservation_id: CapacityReservationId = Field(
         description="The Capacity Block's reservation id (cr-...); needs fleet.backend: auto-scaling."
+    )
+    start: UtcTime = Field(
+        description="When the block starts, with its time zone (its StartDate in DescribeCapacityReservations, e.g. "
+        "2027-01-11T11:30:00Z): the nodes launch then."
+    )
+    end: UtcTime = Field(
+        description="When the block ends, with its time zone (its EndDate, e.g. 2027-01-18T11:30:00Z; set the new one "
+        f"after extending the block): the group scales in to zero {SCALE_IN_LEAD // dt.timedelta(minutes=1)} minutes "
+        "before."
     )
 
 

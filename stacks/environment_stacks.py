@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
@@ -26,7 +28,8 @@ def add_compliance_checks(app: cdk.App) -> None:
     cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app, write_suppressions_to_cloud_formation=True))
 
 
-def add_environment_stacks(app: cdk.App, environment: Environment) -> list[cdk.Stack]:
+def add_environment_stacks(app: cdk.App, environment: Environment, now: dt.datetime) -> list[cdk.Stack]:
+    """now: the time of synthesis (a Capacity Block's schedule depends on it: gpufleet.block_schedule)."""
     aws_env = cdk.Environment(account=environment.account, region=environment.region)
     instance = load_catalog()[environment.instance_type]
     stacks: list[cdk.Stack] = []
@@ -45,6 +48,7 @@ def add_environment_stacks(app: cdk.App, environment: Environment) -> list[cdk.S
         f"{environment.stack_prefix}-cluster",
         environment=environment,
         instance=instance,
+        now=now,
         vpc=network_stack.vpc if network_stack else None,
         node_subnet=network_stack.node_subnet if network_stack else None,
         env=aws_env,

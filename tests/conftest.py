@@ -8,6 +8,7 @@ does it); `installed_wheel` is gpufleet built into a wheel and installed into a 
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import shutil
@@ -26,6 +27,9 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 REPOSITORY = Path(__file__).resolve().parent.parent
 FIXTURES = REPOSITORY / "tests" / "fixtures"
 CDK_CONTEXT = json.loads((REPOSITORY / "cdk.json").read_text())["context"]
+# The time the test syntheses take as now (a Capacity Block's schedule depends on it: gpufleet.block_schedule): before
+# the shipped p5-block's block, so its templates do not change as the real clock passes the block's dates.
+SYNTHESIS_TIME = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.UTC)
 # What a wheel is built from: the package (gpufleet/data links to ami/ and scripts/) and its metadata files.
 WHEEL_SOURCES = ("pyproject.toml", "README.md", "gpufleet", "ami", "scripts")
 
@@ -78,7 +82,7 @@ def synthesize(directory: Path, environments_dir: Path | None = None) -> Assembl
     app = cdk.App(outdir=str(directory), context=CDK_CONTEXT)
     add_compliance_checks(app)
     for environment in load_environments(environment_files(environments_dir)):
-        add_environment_stacks(app, environment)
+        add_environment_stacks(app, environment, SYNTHESIS_TIME)
     app.synth()
     return Assembly(directory)
 

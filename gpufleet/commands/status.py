@@ -1,5 +1,6 @@
 """gpufleet status ENV [--fleet-id ID | --group-name NAME] [--json]: the node group's state, capacity, instances and
-last 24h of events (Spot Fleet history, or the Auto Scaling group's scaling activities)."""
+last 24h of events (Spot Fleet history, or the Auto Scaling group's scaling activities); for a Capacity Block, the
+block's dates and the group's scheduled scale-out and scale-in."""
 
 from __future__ import annotations
 
@@ -41,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
                 raise
             events, events_note = [], f"events unavailable: {describe_failure(error, env.region)}"
         fallback = fallback_status(aws.client("ssm"), env, fleet.id)
+        block = node_groups.capacity_block_status(aws, env, fleet.id)
     if args.json:
         document = {
             "environment": env.name,
@@ -59,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
             "events": [event.as_dict() for event in events],
             "events_note": events_note,
             "fallback": fallback.as_dict() if fallback else None,
+            "capacity_block": block.as_dict() if block else None,
         }
         print(json.dumps(document, indent=2))
         return 0
@@ -69,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
     )
     if fallback:
         print(fallback.line())
+    if block:
+        print("\n".join(block.lines()))
     print()
     instance_rows = [
         (

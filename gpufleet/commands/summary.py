@@ -111,8 +111,13 @@ def _node_group(resources: dict) -> tuple[str, int, int]:
             fleet = properties["SpotFleetRequestConfigData"]
             return BACKEND_SPOT_FLEET, fleet["OnDemandTargetCapacity"], fleet["TargetCapacity"]
         if resource["Type"] == "AWS::AutoScaling::AutoScalingGroup":
-            distribution = properties["MixedInstancesPolicy"]["InstancesDistribution"]
-            return BACKEND_AUTO_SCALING, distribution["OnDemandBaseCapacity"], int(properties["DesiredCapacity"])
+            # The group's target is its MaxSize: a Capacity Block group's DesiredCapacity is 0 outside its block.
+            # Without a mixed instances policy (a Capacity Block's group) every node is of the launch template's
+            # market, none spot (stacks/constructs/gpu_auto_scaling_group.py).
+            target = int(properties["MaxSize"])
+            policy = properties.get("MixedInstancesPolicy")
+            on_demand = policy["InstancesDistribution"]["OnDemandBaseCapacity"] if policy else target
+            return BACKEND_AUTO_SCALING, on_demand, target
     raise GpufleetError("the cluster stack holds neither a Spot Fleet nor an Auto Scaling group")
 
 

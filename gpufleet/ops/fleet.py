@@ -1,6 +1,6 @@
 """The cluster's node group, whatever fleet.backend keeps the nodes running (a Spot Fleet request or an Auto Scaling
 group): found from the cluster stack output, its capacity, instances and recent events, one describe function per
-backend behind find_node_group and node_group_events."""
+backend behind find_node_group and node_group_events; and a Capacity Block group's schedule (capacity_block_status)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,12 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from gpufleet.aws import error_code
+from gpufleet.aws import describe_failure, error_code, is_unavailable
+from gpufleet.block_schedule import TERMINATION_LEAD
 from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET, NODE_GROUP_OUTPUTS
 from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
+from gpufleet.ops.reservations import describe_reservations
 
 EVENT_WINDOW = dt.timedelta(hours=24)
 
@@ -253,3 +255,101 @@ def group_id_option(args: Any, env: Environment) -> str | None:
         if value is not None and option != wanted:
             raise GpufleetError(f"{option}: {env.name} uses fleet.backend {env.fleet.backend}; pass {wanted} instead")
     return args.fleet_id or args.group_name
+
+
+def _moment(value: dt.datetime) -> str:
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+@dataclass(frozen=True)
+class ScheduledScaling:
+    """A scheduled action of the group that has not run yet: at start_time its desired capacity becomes this."""
+
+    start_time: dt.datetime
+    desired_capacity: int | None
+
+    def text(self) -> str:
+        desired = "-" if self.desired_capacity is None else self.desired_capacity
+        return f"{_moment(self.start_time)} desired {desired}"
+
+
+@dataclass(frozen=True)
+class CapacityBlockStatus:
+    """A Capacity Block group's schedule: the block as EC2 describes it (state, start, end; None where it could not
+    be read), the group's scheduled actions still ahead, and what the environment file gets wrong about them."""
+
+    reservation_id: str
+    state: str | None
+    start: dt.datetime | None
+    end: dt.datetime | None
+    actions: tuple[ScheduledScaling, ...]
+    notes: tuple[str, ...]
+
+    def lines(self) -> list[str]:
+        if self.state is None or self.start is None or self.end is None:
+            block = f"Capacity Block {self.reservation_id}"
+        else:
+            block = (
+                f"Capacity Block {self.reservation_id}: {self.state}, {_moment(self.start)} to {_moment(self.end)} "
+                f"(EC2 terminates its instances from {_moment(self.end - TERMINATION_LEAD)})"
+            )
+        scheduled = "; ".join(action.text() for action in self.actions) or "nothing left"
+        return [block, f"Scheduled: {scheduled}", *self.notes]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "reservation_id": self.reservation_id,
+            "state": self.state,
+            "start": self.start.isoformat() if self.start else None,
+            "end": self.end.isoformat() if self.end else None,
+            "scheduled_actions": [
+                {"start_time": a.start_time.isoformat(), "desired_capacity": a.desired_capacity} for a in self.actions
+            ],
+            "notes": list(self.notes),
+        }
+
+
+def scheduled_actions(autoscaling: Any, group_name: str) -> tuple[ScheduledScaling, ...]:
+    """The group's scheduled actions that have not run (DescribeScheduledActions returns only those), soonest first."""
+    pages = autoscaling.get_paginator("describe_scheduled_actions").paginate(AutoScalingGroupName=group_name)
+    actions = [
+        ScheduledScaling(action["StartTime"], action.get("DesiredCapacity"))
+        for page in pages
+        for action in page["ScheduledUpdateGroupActions"]
+    ]
+    return tuple(sorted(actions, key=lambda action: action.start_time))
+
+
+def capacity_block_status(aws: Any, env: Environment, group_name: str) -> CapacityBlockStatus | None:
+    """The schedule of the environment's Capacity Block group; None without a block. The block's dates come from
+    DescribeCapacityReservations (StartDate, EndDate) and are compared with capacity.capacity_block's, which the
+    scheduled actions were synthesized from (gpufleet.block_schedule): a block extended since, or dates copied wrong,
+    get a note saying what to set."""
+    block = env.capacity.capacity_block
+    if block is None:
+        return None
+    notes = []
+    state = start = end = None
+    try:
+        found = describe_reservations(aws.client("ec2"), [block.reservation_id])
+    except ClientError as error:
+        if not (is_unavailable(error) or error_code(error).startswith("InvalidCapacityReservationId")):
+            raise
+        notes.append(f"block unavailable: {describe_failure(error, env.region)}")
+    else:
+        (reservation,) = found
+        state, start, end = reservation["State"], reservation.get("StartDate"), reservation["EndDate"]
+        for key, file_value, ec2_value in (("start", block.start, start), ("end", block.end, end)):
+            if ec2_value is not None and ec2_value != file_value:
+                notes.append(
+                    f"the block's {key} is {_moment(ec2_value)}, but capacity.capacity_block.{key} says "
+                    f"{_moment(file_value)}: set it to the block's and deploy, or the group scales at the wrong time"
+                )
+    return CapacityBlockStatus(
+        reservation_id=block.reservation_id,
+        state=state,
+        start=start,
+        end=end,
+        actions=scheduled_actions(aws.client("autoscaling"), group_name),
+        notes=tuple(notes),
+    )

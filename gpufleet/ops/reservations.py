@@ -18,16 +18,13 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from gpufleet.aws import error_code, error_message, is_unavailable
+from gpufleet.block_schedule import TERMINATION_LEAD
 from gpufleet.constants import RESERVATION_PREFERENCE_ONLY
-from gpufleet.environment import CapacityReservation, Environment
+from gpufleet.environment import CapacityBlock, CapacityReservation, Environment
 from gpufleet.ops.checks import Check, unavailable
 
 NODE_PLATFORM = "Linux/UNIX"
 NODE_TENANCY = "default"
-# EC2 begins terminating the instances of a Capacity Block 30 minutes before its end (EC2 user guide,
-# capacity-blocks-using.html: "Thirty minutes before the reservation expires, we begin to terminate any instances
-# that are still running in the Capacity Block").
-CAPACITY_BLOCK_TERMINATION_LEAD = dt.timedelta(minutes=30)
 # A block whose nodes go within this long still launches, but barely: preflight warns.
 SHORT_NOTICE = dt.timedelta(hours=24)
 # ReservationType of a Capacity Block (botocore ec2 CapacityReservationType: default | capacity-block).
@@ -44,7 +41,7 @@ def capacity_source_checks(ec2: Any, resource_groups: Any, env: Environment, now
     if env.capacity.reservation is not None:
         checks.append(check_reservations(ec2, resource_groups, env, env.capacity.reservation, now))
     if env.capacity.capacity_block is not None:
-        checks.append(check_capacity_block(ec2, env, env.capacity.capacity_block.reservation_id, now))
+        checks.append(check_capacity_block(ec2, env, env.capacity.capacity_block, now))
     return checks
 
 
@@ -136,8 +133,10 @@ def check_reservations(
     return Check("reservation", "warn", f"{text}: {nodes - room} launch as plain on-demand (preference first)")
 
 
-def check_capacity_block(ec2: Any, env: Environment, block_id: str, now: dt.datetime) -> Check:
-    """The block must be for this type and AZ, hold every node, and not be over; a scheduled one says when."""
+def check_capacity_block(ec2: Any, env: Environment, capacity_block: CapacityBlock, now: dt.datetime) -> Check:
+    """The block must be for this type and AZ, hold every node, and not be over; a scheduled one says when. Its start
+    and end must be the file's: the group's scheduled actions are synthesized from those (gpufleet.block_schedule)."""
+    block_id = capacity_block.reservation_id
     try:
         (block,) = describe_reservations(ec2, [block_id])
     except ClientError as error:
@@ -156,7 +155,15 @@ def check_capacity_block(ec2: Any, env: Environment, block_id: str, now: dt.date
     if block["TotalInstanceCount"] < env.capacity.target:
         problems.append(f"holds {block['TotalInstanceCount']} instances, not the {env.capacity.target} nodes")
     state, start, end = block["State"], block.get("StartDate"), block["EndDate"]
-    terminating = end - CAPACITY_BLOCK_TERMINATION_LEAD
+    for verb, key, described, written in (
+        ("starts", "start", start, capacity_block.start),
+        ("ends", "end", end, capacity_block.end),
+    ):
+        if described is not None and described != written:
+            problems.append(
+                f"{verb} {_moment(described)}, not {_moment(written)} (set capacity.capacity_block.{key} to it)"
+            )
+    terminating = end - TERMINATION_LEAD
     if state != "active" and state not in BLOCK_COMING:
         problems.append(f"state {state}")
     elif now >= terminating:

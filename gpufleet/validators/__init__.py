@@ -10,7 +10,8 @@ message).
 A problem is an error or a warning. Errors stop synthesis. Warnings are rules about launching capacity that a file
 can come to break with no edit, by the clock alone: synthesis goes on, because `cdk destroy` synthesizes first and
 the teardown of an existing cluster must stay possible. `gpufleet validate` prints warnings and `gpufleet preflight`
-fails on them. The one such rule is fleet.valid_until in the past: every other rule judges the file against itself,
+fails on them. Two such rules: fleet.valid_until in the past, and a Capacity Block whose nodes' time is over
+(capacity.capacity_block.end): every other rule judges the file against itself,
 the instance catalog, ami/pipeline.yaml or the node scripts, which change only when someone edits them (the
 capacity and subnet-size rules included: a file that passed at deploy passes at teardown).
 """
@@ -25,7 +26,10 @@ from gpufleet.environment import Environment
 from gpufleet.rules import Problem
 from gpufleet.validators.base import EnvironmentValidator, ValidationContext
 from gpufleet.validators.capacity import (
+    CapacityBlockEndedValidator,
+    CapacityBlockRolloutValidator,
     CapacityBlockValidator,
+    CapacityBlockWindowValidator,
     OnDemandCapacityValidator,
     ReservationGroupRegionValidator,
     ReservationIdsBackendValidator,
@@ -76,6 +80,9 @@ VALIDATORS: tuple[EnvironmentValidator, ...] = (
     ReservationGroupRegionValidator(),
     ReservationPreferenceValidator(),
     CapacityBlockValidator(),
+    CapacityBlockWindowValidator(),
+    CapacityBlockEndedValidator(),
+    CapacityBlockRolloutValidator(),
     ReservedInstanceTypeValidator(),
     ValidUntilValidator(),
     AutoScalingFleetTypeValidator(),

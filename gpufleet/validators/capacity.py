@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
+from gpufleet.block_schedule import SCALE_IN_LEAD, scale_in_time
 from gpufleet.catalog import load_catalog
 from gpufleet.constants import (
     BACKEND_SPOT_FLEET,
     CAPACITY_BLOCK_USAGE_CLASS,
     RESERVATION_PREFERENCE_FIRST,
     RESERVATION_PREFERENCE_ONLY,
+    ROLLOUT_REPLACE_ALL,
 )
 from gpufleet.environment import Environment
 from gpufleet.rules import Problem
@@ -158,3 +162,63 @@ class ReservedInstanceTypeValidator(EnvironmentValidator):
                 "choose one of those, or remove capacity.capacity_block)"
             )
         return []
+
+
+def _moment(value: dt.datetime) -> str:
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _minutes(duration: dt.timedelta) -> int:
+    return duration // dt.timedelta(minutes=1)
+
+
+class CapacityBlockWindowValidator(EnvironmentValidator):
+    """The nodes run from the block's start until SCALE_IN_LEAD before its end (gpufleet.block_schedule): a block
+    whose end comes sooner than that after its start leaves them no time, whatever the two dates were meant to be."""
+
+    field = "capacity.capacity_block.end"
+
+    def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
+        block = env.capacity.capacity_block
+        if block is None or scale_in_time(block.end) > block.start:
+            return []
+        return self.problem(
+            f"{_moment(block.end)} leaves no time after the start, {_moment(block.start)}: the nodes are scaled in "
+            f"{_minutes(SCALE_IN_LEAD)} minutes before the end (copy StartDate and EndDate from "
+            "DescribeCapacityReservations, with their time zone)"
+        )
+
+
+class CapacityBlockEndedValidator(EnvironmentValidator):
+    """A warning: the block ends with no edit to the file, and the cluster must still be possible to destroy. Once
+    its scale-in time has passed, the group is synthesized with no nodes and no scheduled action."""
+
+    field = "capacity.capacity_block.end"
+    severity = "warning"
+
+    def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
+        block = env.capacity.capacity_block
+        if block is None or scale_in_time(block.end) > context.now:
+            return []
+        return self.problem(
+            f"the block's nodes were scaled in at {_moment(scale_in_time(block.end))}, {_minutes(SCALE_IN_LEAD)} "
+            f"minutes before it ends ({_moment(block.end)}): a deploy launches no node (set the reservation_id, start "
+            "and end of a new block, or tear the cluster down)"
+        )
+
+
+class CapacityBlockRolloutValidator(EnvironmentValidator):
+    """Under replace-all a new image makes a new group, which CloudFormation creates before it deletes the old one:
+    the new group would wait for capacity that the old group's nodes hold in the block, and its scheduled actions,
+    replaced with it, cannot be created with a start already past (PutScheduledUpdateGroupAction: "If you try to
+    schedule your action in the past, Amazon EC2 Auto Scaling returns an error message")."""
+
+    field = "fleet.rollout"
+
+    def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
+        if env.capacity.capacity_block is None or env.fleet.image_rollout != ROLLOUT_REPLACE_ALL:
+            return []
+        return self.problem(
+            "replace-all makes a new group next to the old one, but the old group's nodes hold the Capacity Block "
+            "(remove rollout, or set it to manual: new nodes take the new image)"
+        )

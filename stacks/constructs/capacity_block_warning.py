@@ -1,10 +1,11 @@
 """The nodes of a Capacity Block hear of its end before EC2 reclaims them: an EventBridge rule on the block's
 expiration warning runs scripts/node/capacity-block-end.sh (the checkpoint hook) on them through SSM Run Command.
 
-Why this way: instance metadata exposes neither the Capacity Block nor its end, and the end date is not known at
-synthesis (a block can be bought or extended after the deploy). EC2 emits "Capacity Block Expiration Warning" to
-EventBridge forty minutes before the block ends, ten minutes before it begins terminating the instances (EC2 user
-guide, capacity-blocks-monitor.html and capacity-blocks-using.html); the event's detail carries
+Why this way: instance metadata exposes neither the Capacity Block nor its end. The group's scheduled scale-in, made
+from capacity.capacity_block.end, normally ends the nodes first (gpufleet.block_schedule); this rule is for nodes
+still there when EC2's warning comes (an end copied wrong, a scale-in that did not run). EC2 emits "Capacity Block
+Expiration Warning" to EventBridge forty minutes before the block ends, ten minutes before it begins terminating the
+instances (EC2 user guide, capacity-blocks-monitor.html and capacity-blocks-using.html); the event's detail carries
 capacity-reservation-id and end-date. The nodes need no extra permission (they are SSM managed instances already);
 the rule's role may send AWS-RunShellScript to this environment's instances only.
 

@@ -1,13 +1,42 @@
-"""The Auto Scaling group that keeps the nodes running (fleet.backend: auto-scaling): an on-demand base, spot for the
-rest, in the one node subnet, on the node launch template (which carries the placement group and tags the nodes).
+"""The Auto Scaling group that keeps the nodes running (fleet.backend: auto-scaling), in the one node subnet, on the
+node launch template (which carries the placement group or the Capacity Block, and tags the nodes): an on-demand
+base and spot for the rest (a mixed instances policy), or every node in a Capacity Block.
+
+Sizes. CloudFormation marks a group CREATE_COMPLETE "when the desired capacity is reached" (the DesiredCapacity
+description in cfn-lint's bundled AWS::AutoScaling::AutoScalingGroup schema, whose create handler may run 360
+minutes and update handler 2160). Whether a create whose launches keep failing fails early or waits that long, and
+whether an update waits for the desired capacity at all, is (unconfirmed): the handlers' stabilization rules are not
+public. MinSize is 0 and DesiredCapacity alone says how many nodes the group keeps: a minimum equal to the target
+adds no node, and would forbid the desired capacity of 0 that a Capacity Block group needs until its block starts.
+MaxSize is the target. A group without a block wants its target from its creation on: its create completes when the
+nodes are there, which may take as long as capacity is short.
+
+A Capacity Block group:
+- names the launch template itself (LaunchTemplate, at a fixed version), without a mixed instances policy: "Mixed
+  instances groups and warm pools are not supported" (EC2 Auto Scaling user guide,
+  launch-template-capacity-blocks.html, "Limitations"); "Launch-template-based targeting of Capacity Blocks ... is
+  not supported with mixed instances policies" and "Point your Auto Scaling group to a specific launch template
+  version instead of the $Default or $Latest version" (capacity-reservation-create-asg-procedure.html);
+- scales out at the block's start and in to zero before its end through AWS::AutoScaling::ScheduledAction
+  resources, when gpufleet.block_schedule says ("use scheduled scaling to scale out (add instances) and scale in
+  (remove instances) at the appropriate reservation times", the same guide); its DesiredCapacity is 0 until the
+  block starts, so a deploy before the start waits for no node;
+- keeps what a scheduled action set across deploys: "When you update a stack with an Auto Scaling group and
+  scheduled action, CloudFormation always sets the min size, max size, and desired capacity properties of your group
+  to the values that are defined in the AWS::AutoScaling::AutoScalingGroup section of your template", unless the
+  UpdatePolicy AutoScalingScheduledAction's IgnoreUnmodifiedGroupSizeProperties leaves them "unless you modified the
+  individual values in your template" (CloudFormation template reference, aws-resource-as-scheduledaction.html).
+A scheduled action that has run is gone (DescribeScheduledActions "Gets information about the scheduled actions that
+haven't run", botocore's autoscaling model); the first deploy after it leaves it out of the template, and that
+CloudFormation then takes the action as deleted is (unconfirmed).
 
 What a deploy does to a deployed group follows from AWS::AutoScaling::AutoScalingGroup's resource schema (cfn-lint's
 bundled copy, read with cfnlint.schema.PROVIDER_SCHEMA_MANAGER): only AutoScalingGroupName and InstanceId are
 createOnlyProperties, so capacity, tags, the mixed instances policy and the launch template version all update in
-place. The group has no UpdatePolicy: CloudFormation's AutoScalingReplacingUpdate and AutoScalingRollingUpdate act
-on every change of LaunchTemplate, VPCZoneIdentifier or PlacementGroup (CloudFormation template reference,
-"UpdatePolicy attribute", https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/
-aws-attribute-updatepolicy.html), and the launch template changes with any node setting, not only the image.
+place. The group has no AutoScalingReplacingUpdate or AutoScalingRollingUpdate policy: they act on every change of
+LaunchTemplate, VPCZoneIdentifier or PlacementGroup (CloudFormation template reference, "UpdatePolicy attribute",
+https://docs.aws.amazon.com/AWSCloudFormation/latest/TemplateReference/aws-attribute-updatepolicy.html), and the
+launch template changes with any node setting, not only the image. AutoScalingScheduledAction replaces no node.
 
 Image roll-out follows fleet.rollout, as for the Spot Fleet (stacks/constructs/gpu_spot_fleet.py):
 - manual: the group takes the new launch template version in place; running nodes keep their image, new nodes
@@ -15,6 +44,7 @@ Image roll-out follows fleet.rollout, as for the Spot Fleet (stacks/constructs/g
 - replace-all: the group's name carries the node image, resolved by CloudFormation at deploy time. A deploy that
   resolves a new image changes the create-only AutoScalingGroupName, so CloudFormation creates a new group, and
   deletes the old one (and with it its nodes) only after the new one is created; every other change stays in place.
+  Not for a Capacity Block group (gpufleet.validators.capacity says why).
 
 A change of OnDemandBaseCapacity (capacity.on_demand) replaces nodes gradually, new ones first (the schema's
 description of InstancesDistribution.OnDemandBaseCapacity: "An update to this setting means a gradual replacement of
@@ -22,41 +52,44 @@ instances"); `gpufleet plan` says so.
 
 Termination lifecycle hook: every node the group terminates (scale-in, rebalancing, replacement, the group's
 deletion) waits in Terminating:Wait until the node watcher (scripts/node/spot-watcher.sh) has run the checkpoint
-hook and completed the lifecycle action, or until HEARTBEAT_TIMEOUT passes, after which the termination goes on
-(DefaultResult CONTINUE). The node role may complete lifecycle actions of this group only.
+hook and completed the lifecycle action, or until TERMINATION_HOOK_TIMEOUT_SECONDS pass, after which the termination
+goes on (DefaultResult CONTINUE). The node role may complete lifecycle actions of this group only.
 
 Deleting the group terminates its nodes: "When you delete an Auto Scaling group, its desired, minimum, and maximum
 values are set to 0. As a result, the instances are terminated." (EC2 Auto Scaling user guide, "Delete your Auto
 Scaling infrastructure", https://docs.aws.amazon.com/autoscaling/ec2/userguide/as-process-shutdown.html); the
 schema's delete handler has the permissions for it (autoscaling:UpdateAutoScalingGroup, DeleteAutoScalingGroup)
-and runs up to 240 minutes. A node waits at most HEARTBEAT_TIMEOUT in Terminating:Wait, so the hook adds at most
-that to a deletion, far inside the handler's time. The group depends on the placement group, security group and
-launch template it uses, so CloudFormation deletes it, with its nodes, before any of them.
+and runs up to 240 minutes. A node waits at most TERMINATION_HOOK_TIMEOUT_SECONDS in Terminating:Wait, so the hook
+adds at most that to a deletion, far inside the handler's time. The group depends on the placement group, security
+group and launch template it uses, so CloudFormation deletes it, with its nodes, before any of them; its scheduled
+actions depend on it and go first.
 """
 
 from __future__ import annotations
+
+import datetime as dt
 
 import aws_cdk as cdk
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from gpufleet.block_schedule import BlockSchedule
 from gpufleet.constants import (
     AUTO_SCALING_ON_DEMAND_ALLOCATION_STRATEGIES,
     AUTO_SCALING_SPOT_ALLOCATION_STRATEGIES,
     ENVIRONMENT_TAG_KEY,
     ROLLOUT_REPLACE_ALL,
     TERMINATION_HOOK_NAME,
+    TERMINATION_HOOK_TIMEOUT_SECONDS,
 )
 from gpufleet.environment import CapacityReservation, Fleet
 from stacks.constructs.capacity_reservations import auto_scaling_capacity_reservation
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
 
-# Time a terminating node has for the checkpoint hook before the termination goes on. The API allows 30 to 7200
-# seconds (PutLifecycleHook HeartbeatTimeout: "The range is from 30 to 7200 seconds. The default value is 3600";
-# the same range in the LifecycleHookSpecification of the group's schema). A spot interruption gives two minutes
-# whatever the hook says; a termination the group decides (scale-in, rebalancing, replacement, deletion) gets this.
-HEARTBEAT_TIMEOUT = cdk.Duration.minutes(10)
+# The time of a scheduled action as AWS::AutoScaling::ScheduledAction takes it: "in YYYY-MM-DDThh:mm:ssZ format in
+# UTC/GMT only" (PutScheduledUpdateGroupAction StartTime, botocore's autoscaling model).
+SCHEDULE_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 def group_name(prefix: str, fleet: Fleet, image_id: str) -> str:
@@ -79,30 +112,36 @@ class GpuAutoScalingGroup(Construct):
         on_demand: int,
         fleet: Fleet,
         reservation: CapacityReservation | None,
+        block_schedule: BlockSchedule | None,
         launch_template: NodeLaunchTemplate,
         subnet_id: str,
     ) -> None:
         """name_prefix: the group's name, or its prefix under replace-all (Environment.auto_scaling_group_prefix);
-        target, on_demand: the nodes the group keeps and its on-demand base."""
+        target, on_demand: the nodes the group keeps and its on-demand base; block_schedule: for a Capacity Block
+        group, its desired capacity and scheduled actions at synthesis (gpufleet.block_schedule)."""
         super().__init__(scope, construct_id)
         template = launch_template.launch_template
+        template_version = autoscaling.CfnAutoScalingGroup.LaunchTemplateSpecificationProperty(
+            launch_template_id=template.ref, version=template.attr_latest_version_number
+        )
         name = group_name(name_prefix, fleet, launch_template.image_id)
         self.group = autoscaling.CfnAutoScalingGroup(
             self,
             "Resource",
             auto_scaling_group_name=name,
-            min_size=str(target),
+            min_size="0",
             max_size=str(target),
-            desired_capacity=str(target),
+            desired_capacity=str(block_schedule.desired_capacity if block_schedule else target),
             # The one node subnet: EFA traffic stays inside one subnet. The placement group comes with the launch
             # template (Placement.GroupName), as for the Spot Fleet.
             vpc_zone_identifier=[subnet_id],
             capacity_rebalance=fleet.capacity_rebalance is not None,
-            mixed_instances_policy=autoscaling.CfnAutoScalingGroup.MixedInstancesPolicyProperty(
+            launch_template=template_version if block_schedule else None,
+            mixed_instances_policy=None
+            if block_schedule
+            else autoscaling.CfnAutoScalingGroup.MixedInstancesPolicyProperty(
                 launch_template=autoscaling.CfnAutoScalingGroup.LaunchTemplateProperty(
-                    launch_template_specification=autoscaling.CfnAutoScalingGroup.LaunchTemplateSpecificationProperty(
-                        launch_template_id=template.ref, version=template.attr_latest_version_number
-                    ),
+                    launch_template_specification=template_version,
                     overrides=[
                         autoscaling.CfnAutoScalingGroup.LaunchTemplateOverridesProperty(instance_type=instance_type)
                     ],
@@ -121,7 +160,7 @@ class GpuAutoScalingGroup(Construct):
                 autoscaling.CfnAutoScalingGroup.LifecycleHookSpecificationProperty(
                     lifecycle_hook_name=TERMINATION_HOOK_NAME,
                     lifecycle_transition="autoscaling:EC2_INSTANCE_TERMINATING",
-                    heartbeat_timeout=HEARTBEAT_TIMEOUT.to_seconds(),
+                    heartbeat_timeout=TERMINATION_HOOK_TIMEOUT_SECONDS,
                     default_result="CONTINUE",
                 )
             ],
@@ -134,6 +173,8 @@ class GpuAutoScalingGroup(Construct):
                 )
             ],
         )
+        if block_schedule is not None:
+            self._schedule(block_schedule)
         for rule, reason in (
             (
                 "AwsSolutions-AS3",
@@ -150,6 +191,22 @@ class GpuAutoScalingGroup(Construct):
         ):
             cdk.Validations.of(self.group).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
         self._let_nodes_complete_their_lifecycle_action(launch_template.role, environment_name, name_prefix, fleet)
+
+    def _schedule(self, schedule: BlockSchedule) -> None:
+        """The block's scheduled actions, and the update policy that keeps what they set across deploys."""
+        self.group.cfn_options.update_policy = cdk.CfnUpdatePolicy(
+            auto_scaling_scheduled_action=cdk.CfnAutoScalingScheduledAction(
+                ignore_unmodified_group_size_properties=True
+            )
+        )
+        for action in schedule.actions:
+            autoscaling.CfnScheduledAction(
+                self,
+                action.name,
+                auto_scaling_group_name=self.group.ref,
+                start_time=action.at.astimezone(dt.UTC).strftime(SCHEDULE_TIME_FORMAT),
+                desired_capacity=action.desired_capacity,
+            )
 
     def _let_nodes_complete_their_lifecycle_action(
         self, role: iam.IRole, environment_name: str, prefix: str, fleet: Fleet

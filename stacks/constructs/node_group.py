@@ -16,6 +16,7 @@ import aws_cdk as cdk
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from gpufleet.block_schedule import BlockSchedule
 from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET, ENVIRONMENT_TAG_KEY, NODE_GROUP_OUTPUTS
 from gpufleet.environment import Capacity, Fleet
 from stacks.constructs.fleet_teardown.infrastructure import FleetTeardown
@@ -43,12 +44,14 @@ def node_group(
     capacity: Capacity,
     fleet: Fleet,
     group_name_prefix: str,
+    block_schedule: BlockSchedule | None,
     launch_template: NodeLaunchTemplate,
     subnet_id: str,
     guarded: list[Construct],
 ) -> NodeGroup:
     """The environment's node group, by fleet.backend; group_name_prefix: the Auto Scaling group's name or prefix;
-    guarded: the resources its nodes sit in, deleted only after the nodes are gone."""
+    block_schedule: the Capacity Block's schedule (an Auto Scaling group's); guarded: the resources its nodes sit in,
+    deleted only after the nodes are gone."""
     backend = fleet.backend
     if backend == BACKEND_AUTO_SCALING:
         group = GpuAutoScalingGroup(
@@ -61,6 +64,7 @@ def node_group(
             on_demand=capacity.on_demand,
             fleet=fleet,
             reservation=capacity.reservation,
+            block_schedule=block_schedule,
             launch_template=launch_template,
             subnet_id=subnet_id,
         )

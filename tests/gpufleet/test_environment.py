@@ -135,11 +135,12 @@ def test_a_pattern_rule_names_what_was_expected_and_an_example(value, problem):
     ],
 )
 def test_a_capacity_reservation_id_is_cr_and_17_hex_digits(reservation_id, problem):
+    dates = {"start": "2099-01-05T11:30:00Z", "end": "2099-01-12T11:30:00Z"}
     if problem is None:
-        assert environment.CapacityBlock(reservation_id=reservation_id).reservation_id == reservation_id
+        assert environment.CapacityBlock(reservation_id=reservation_id, **dates).reservation_id == reservation_id
     else:
         with pytest.raises(ValueError, match=re.escape(problem)):
-            environment.CapacityBlock(reservation_id=reservation_id)
+            environment.CapacityBlock(reservation_id=reservation_id, **dates)
 
 
 # The same rules met in whole files, as loading reports them: the exact line `gpufleet validate` prints (less the
@@ -439,9 +440,21 @@ def test_resource_group_arn_pattern_is_botocores():
             "(e.g. cr-0123456789abcdef0)",
         ),
         (
+            "capacity.capacity_block.zone",
+            "us-east-1a",
+            "capacity.capacity_block.zone: unknown key (allowed here: reservation_id, start, end)",
+        ),
+        (
             "capacity.capacity_block.end",
-            "2026-12-01",
-            "capacity.capacity_block.end: unknown key (allowed here: reservation_id)",
+            "2027-01-18 11:30",
+            "capacity.capacity_block.end: 2027-01-18 11:30:00 has no time zone (write it as "
+            "DescribeCapacityReservations gives it, in UTC, e.g. 2027-01-11T11:30:00Z)",
+        ),
+        (
+            "capacity.capacity_block.start",
+            "next monday",
+            "capacity.capacity_block.start: input should be a valid datetime or date, invalid character in year, "
+            "got 'next monday'",
         ),
     ],
 )

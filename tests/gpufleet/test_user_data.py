@@ -409,7 +409,9 @@ def test_a_node_without_scripts_gets_no_helpers():
 
 def test_a_capacity_block_node_gets_the_end_of_block_script(tmp_path):
     env = load_named_environment("h100")
-    block = CapacityBlock(reservation_id="cr-0123456789abcdef0")
+    block = CapacityBlock(
+        reservation_id="cr-0123456789abcdef0", start="2099-01-05T11:30:00Z", end="2099-01-12T11:30:00Z"
+    )
     env = env.model_copy(update={"capacity": env.capacity.model_copy(update={"capacity_block": block})})
     user_data = render(env)
 

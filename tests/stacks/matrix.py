@@ -13,8 +13,8 @@ the constructs too. What each entry stands for:
 - request-p4de: a one-shot Spot Fleet request of 2 on-demand p4de nodes in an existing VPC, without EFA, ending at
   valid_until, launching only into a resource group of reservations; a fixed Amazon Linux image (/dev/xvda), the
   node options off, MIG for single-node inference;
-- block-p5: an Auto Scaling group of 2 p5 nodes in a Capacity Block, in the smallest VPC allowed, rollout manual, a
-  fixed image whose root device is /dev/nvme0n1;
+- block-p5: an Auto Scaling group of 2 p5 nodes in a Capacity Block (a week in 2099: ahead of any clock the tests
+  run under), in the smallest VPC allowed, rollout manual, a fixed image whose root device is /dev/nvme0n1;
 - asg-g5: an Auto Scaling group of 4 g5.48xlarge nodes (2 on-demand) going to two reservations first, with capacity
   rebalancing, the capacity fallback and replace-all;
 - small-g5: a Spot Fleet that maintains 1 on-demand g5.8xlarge node (one network card) in one reservation, rollout
@@ -97,7 +97,15 @@ MATRIX: dict[str, dict] = {
         "availability_zone": "us-east-2c",
         "network": {"cidr": "10.60.0.0/24"},
         "instance_type": "p5.48xlarge",
-        "capacity": {"target": 2, "on_demand": 2, "capacity_block": {"reservation_id": RESERVATION_ID}},
+        "capacity": {
+            "target": 2,
+            "on_demand": 2,
+            "capacity_block": {
+                "reservation_id": RESERVATION_ID,
+                "start": "2099-01-05T11:30:00Z",
+                "end": "2099-01-12T11:30:00Z",
+            },
+        },
         "fleet": {
             "backend": "auto-scaling",
             "allocation_strategy": "capacityOptimizedPrioritized",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
 
-from stacks.constructs.gpu_auto_scaling_group import HEARTBEAT_TIMEOUT
+from gpufleet.constants import TERMINATION_HOOK_TIMEOUT_SECONDS
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", UserWarning)
@@ -37,7 +37,8 @@ def group(assembly, name):
 def test_the_group_keeps_target_nodes_with_the_on_demand_base_and_spot_above_it(auto_scaling_assembly):
     _, resource = group(auto_scaling_assembly, "asg")
     properties = resource["Properties"]
-    assert (properties["MinSize"], properties["MaxSize"], properties["DesiredCapacity"]) == ("4", "4", "4")
+    # No minimum: the desired capacity alone says how many nodes the group keeps.
+    assert (properties["MinSize"], properties["MaxSize"], properties["DesiredCapacity"]) == ("0", "4", "4")
     assert properties["MixedInstancesPolicy"]["InstancesDistribution"] == {
         "OnDemandAllocationStrategy": "lowest-price",
         "OnDemandBaseCapacity": 1,
@@ -113,7 +114,7 @@ def test_the_termination_hook_waits_for_the_checkpoint_within_the_allowed_range(
     described = GROUP_SCHEMA["definitions"]["LifecycleHookSpecification"]["properties"]["HeartbeatTimeout"]
     low, high = map(int, re.search(r"from ``(\d+)`` to ``(\d+)`` seconds", described["description"]).groups())
     assert (low, high) == (30, 7200)
-    assert low <= HEARTBEAT_TIMEOUT.to_seconds() <= high
+    assert low <= TERMINATION_HOOK_TIMEOUT_SECONDS <= high
 
 
 def test_deleting_the_group_scales_it_to_zero_within_hours_not_minutes_of_hook_waiting():
@@ -122,7 +123,7 @@ def test_deleting_the_group_scales_it_to_zero_within_hours_not_minutes_of_hook_w
     delete = GROUP_SCHEMA["handlers"]["delete"]
     assert {"autoscaling:UpdateAutoScalingGroup", "autoscaling:DeleteAutoScalingGroup"} <= set(delete["permissions"])
     assert delete["timeoutInMinutes"] == 240
-    assert HEARTBEAT_TIMEOUT.to_minutes() < delete["timeoutInMinutes"]
+    assert TERMINATION_HOOK_TIMEOUT_SECONDS / 60 < delete["timeoutInMinutes"]
 
 
 @pytest.mark.parametrize("name", ["asg", "asgp5"])

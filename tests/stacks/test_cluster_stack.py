@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
+import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Capture, Match
 from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
@@ -12,6 +14,8 @@ from gpufleet.catalog import load_catalog
 from gpufleet.constants import BACKEND_SPOT_FLEET
 from gpufleet.loading import environment_files, load_environments
 from stacks.constructs.fleet_teardown.infrastructure import TOTAL_TIMEOUT
+from stacks.environment_stacks import add_compliance_checks, add_environment_stacks
+from tests.conftest import CDK_CONTEXT
 
 ENVIRONMENTS = {env.name: env for env in load_environments(environment_files())}
 SPOT_FLEET_ENVIRONMENTS = [name for name, env in ENVIRONMENTS.items() if env.fleet.backend == BACKEND_SPOT_FLEET]
@@ -332,9 +336,11 @@ def test_outputs_name_what_operators_need(assembly, name, node_group, other_back
 
 
 def test_p5_block_runs_every_node_in_its_capacity_block_through_an_auto_scaling_group(assembly):
-    """environments/p5-block.yaml: an Auto Scaling group of 2 nodes, all on-demand, launched with market type
-    capacity-block into the block's reservation, placed by EC2 rather than the placement group; the group goes,
-    with its nodes, before what they use; the block's expiration warning runs the checkpoint hook."""
+    """environments/p5-block.yaml: an Auto Scaling group of 2 nodes launched with market type capacity-block into the
+    block's reservation from the launch template itself (Capacity Blocks support no mixed instances policy), placed
+    by EC2 rather than the placement group; synthesized before the block (SYNTHESIS_TIME), it wants no node until
+    the scheduled action at the block's start, and scales in 50 minutes before its end; the group goes, with its
+    nodes, before what they use; the block's expiration warning still runs the checkpoint hook."""
     template = cluster(assembly, "p5-block")
     data = only_resource(template, "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
     assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
@@ -346,8 +352,19 @@ def test_p5_block_runs_every_node_in_its_capacity_block_through_an_auto_scaling_
     resources = template.to_json()["Resources"]
     ((group_id, group),) = template.find_resources("AWS::AutoScaling::AutoScalingGroup").items()
     properties = group["Properties"]
-    assert (properties["MinSize"], properties["MaxSize"], properties["DesiredCapacity"]) == ("2", "2", "2")
-    assert properties["MixedInstancesPolicy"]["InstancesDistribution"]["OnDemandBaseCapacity"] == 2
+    assert (properties["MinSize"], properties["MaxSize"], properties["DesiredCapacity"]) == ("0", "2", "0")
+    assert "MixedInstancesPolicy" not in properties
+    assert properties["LaunchTemplate"] == {
+        "LaunchTemplateId": {"Ref": logical_id(template, "AWS::EC2::LaunchTemplate")},
+        "Version": {"Fn::GetAtt": [logical_id(template, "AWS::EC2::LaunchTemplate"), "LatestVersionNumber"]},
+    }
+    assert group["UpdatePolicy"] == {"AutoScalingScheduledAction": {"IgnoreUnmodifiedGroupSizeProperties": True}}
+    actions = template.find_resources("AWS::AutoScaling::ScheduledAction")
+    assert sorted((a["Properties"]["StartTime"], a["Properties"]["DesiredCapacity"]) for a in actions.values()) == [
+        ("2027-01-11T11:30:00Z", 2),
+        ("2027-01-18T10:40:00Z", 0),
+    ]
+    assert {a["Properties"]["AutoScalingGroupName"]["Ref"] for a in actions.values()} == {group_id}
     assert properties["AutoScalingGroupName"] == "gpufleet-p5-block-nodes"
     guarded = {
         logical_id(template, "AWS::EC2::PlacementGroup"),
@@ -381,3 +398,15 @@ def test_teardown_outwaits_cloudformations_spot_fleet_delete_and_stays_under_the
     spot_fleet = PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-east-1", "AWS::EC2::SpotFleet").schema
     assert spot_fleet["handlers"]["delete"]["timeoutInMinutes"] == 40
     assert 40 < TOTAL_TIMEOUT.to_minutes() == 50 < 60
+
+
+def test_p5_block_still_synthesizes_with_cdk_nag_after_its_block_has_ended(tmp_path):
+    """cdk destroy synthesizes first: a block whose scale-in has passed gives a group that wants no node and no
+    scheduled action (AWS refuses one in the past), and synthesis, cdk-nag included, goes on."""
+    app = cdk.App(outdir=str(tmp_path), context=CDK_CONTEXT)
+    add_compliance_checks(app)
+    add_environment_stacks(app, ENVIRONMENTS["p5-block"], dt.datetime(2027, 1, 18, 10, 40, tzinfo=dt.UTC))
+    template = app.synth().get_stack_by_name("gpufleet-p5-block-cluster").template
+    (group,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::AutoScaling::AutoScalingGroup"]
+    assert (group["Properties"]["MinSize"], group["Properties"]["DesiredCapacity"]) == ("0", "0")
+    assert not [r for r in template["Resources"].values() if r["Type"] == "AWS::AutoScaling::ScheduledAction"]

@@ -13,6 +13,7 @@ from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
 
 from gpufleet.loading import parse_environment
 from stacks.environment_stacks import add_environment_stacks
+from tests.conftest import SYNTHESIS_TIME
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 # h100 deploys into an existing VPC: one stack to synthesize, the cluster.
@@ -37,7 +38,7 @@ def maintained(env):
 def synthesized_fleet(env) -> tuple[str, dict]:
     """The logical id and properties of the environment's Spot Fleet."""
     app = cdk.App()
-    add_environment_stacks(app, env)
+    add_environment_stacks(app, env, SYNTHESIS_TIME)
     template = app.synth().get_stack_by_name(f"{env.stack_prefix}-cluster").template
     ((logical_id, fleet),) = [(k, r) for k, r in template["Resources"].items() if r["Type"] == "AWS::EC2::SpotFleet"]
     return logical_id, fleet["Properties"]
@@ -124,7 +125,7 @@ def create_only_changes(before, after) -> list[str]:
 
     def resources(env) -> dict[str, dict]:
         app = cdk.App()
-        stacks = add_environment_stacks(app, env)
+        stacks = add_environment_stacks(app, env, SYNTHESIS_TIME)
         assembly = app.synth()
         return {
             f"{stack.stack_name}/{logical_id}": resource

@@ -1,5 +1,6 @@
-"""Prints the worked examples of `gpufleet preflight`, `gpufleet cost` and `gpufleet plan` that
-docs/operations/aws-commands.md, docs/guides/deploying.md and docs/guides/updating.md show, run in-process against
+"""Prints the worked examples of `gpufleet preflight`, `gpufleet cost`, `gpufleet plan` and `gpufleet status` that
+docs/operations/aws-commands.md, docs/guides/deploying.md, docs/guides/updating.md and docs/guides/capacity.md show,
+run in-process against
 moto and botocore's Stubber with the fixtures the tests use (tests/gpufleet/ops/conftest.py). Not collected by
 `make test` (the file name does not start with test_); run it by name and paste what it prints:
 
@@ -24,7 +25,7 @@ import pytest
 from botocore.stub import Stubber
 
 from gpufleet.loading import environments_dir
-from gpufleet.ops import preflight, reservations
+from gpufleet.ops import fleet, preflight, reservations
 from tests.conftest import synthesize
 from tests.gpufleet.ops.test_cost import answer_capacity_blocks, offering
 from tests.gpufleet.ops.test_plan import changed_environment, deployed
@@ -126,27 +127,69 @@ def test_preflight_dev(environments, node_image_id, spot_fleet, scores, stubbed,
     show("gpufleet preflight dev --suggest-az", run_cli)
 
 
+# The block of environments/p5-block.yaml as DescribeCapacityReservations describes it, before it starts.
+P5_BLOCK = {
+    "CapacityReservationId": "cr-0123456789abcdef0",
+    "ReservationType": "capacity-block",
+    "InstanceType": "p5.48xlarge",
+    "AvailabilityZone": "us-east-2a",
+    "TotalInstanceCount": 2,
+    "AvailableInstanceCount": 2,
+    "State": "scheduled",
+    "StartDate": dt.datetime(2027, 1, 11, 11, 30, tzinfo=dt.UTC),
+    "EndDate": dt.datetime(2027, 1, 18, 11, 30, tzinfo=dt.UTC),
+    "EndDateType": "limited",
+}
+
+
 def test_preflight_p5_block(environments, moto, stubbed, monkeypatch, run_cli) -> None:
-    """environments/p5-block.yaml as shipped: its image in us-east-2, Auto Scaling's role, the block active."""
+    """environments/p5-block.yaml as shipped: its image in us-east-2, Auto Scaling's role, the block scheduled."""
     shutil.copy(REPOSITORY / "environments" / "p5-block.yaml", environments_dir())
     publish_image("us-east-2", "gpufleet-ubuntu2204-cuda12-20261122", "/gpufleet/ami/ubuntu2204-cuda12")
     boto3.client("iam", region_name="us-east-1").create_service_linked_role(AWSServiceName="autoscaling.amazonaws.com")
     serve_quotas(stubbed, [("L-417A185B", 384.0)])
     serve_policy_simulation(monkeypatch)
-    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
-    block = {
-        "CapacityReservationId": "cr-0123456789abcdef0",
-        "ReservationType": "capacity-block",
-        "InstanceType": "p5.48xlarge",
-        "AvailabilityZone": "us-east-2a",
-        "TotalInstanceCount": 2,
-        "AvailableInstanceCount": 2,
-        "State": "active",
-        "StartDate": now - dt.timedelta(hours=2),
-        "EndDate": (now + dt.timedelta(days=2)).replace(hour=11, minute=30, second=0),
-    }
-    monkeypatch.setattr(reservations, "describe_reservations", lambda ec2, ids: [block])
+    monkeypatch.setattr(reservations, "describe_reservations", lambda ec2, ids: [P5_BLOCK])
     show("gpufleet preflight p5-block", run_cli)
+
+
+def test_status_p5_block(environments, moto, monkeypatch, run_cli) -> None:
+    """environments/p5-block.yaml deployed before its block: the group in moto with the two scheduled actions its
+    template holds (tests/stacks/test_cluster_stack.py), the block scheduled."""
+    shutil.copy(REPOSITORY / "environments" / "p5-block.yaml", environments_dir())
+    ec2 = boto3.client("ec2", region_name="us-east-2")
+    image = ec2.register_image(
+        Name="gpufleet-ubuntu2204-cuda12-20261122",
+        RootDeviceName="/dev/sda1",
+        BlockDeviceMappings=[{"DeviceName": "/dev/sda1", "Ebs": {"VolumeSize": 8}}],
+    )["ImageId"]
+    template = ec2.create_launch_template(
+        LaunchTemplateName="gpufleet-p5-block-nodes",
+        LaunchTemplateData={"ImageId": image, "InstanceType": "p5.48xlarge"},
+    )["LaunchTemplate"]["LaunchTemplateId"]
+    vpc = ec2.create_vpc(CidrBlock="10.60.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.60.0.0/17", AvailabilityZone="us-east-2a")["Subnet"]
+    autoscaling = boto3.client("autoscaling", region_name="us-east-2")
+    autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName="gpufleet-p5-block-nodes",
+        MinSize=0,
+        MaxSize=2,
+        DesiredCapacity=0,
+        VPCZoneIdentifier=subnet["SubnetId"],
+        LaunchTemplate={"LaunchTemplateId": template, "Version": "1"},
+    )
+    for name, start, desired in (
+        ("scale-out", "2027-01-11T11:30:00Z", 2),
+        ("scale-in", "2027-01-18T10:40:00Z", 0),
+    ):
+        autoscaling.put_scheduled_update_group_action(
+            AutoScalingGroupName="gpufleet-p5-block-nodes",
+            ScheduledActionName=name,
+            StartTime=start,
+            DesiredCapacity=desired,
+        )
+    monkeypatch.setattr(fleet, "describe_reservations", lambda ec2, ids: [P5_BLOCK])
+    show("gpufleet status p5-block --group-name gpufleet-p5-block-nodes", run_cli)
 
 
 def test_cost_p5_block(environments, stubbed, run_cli) -> None:

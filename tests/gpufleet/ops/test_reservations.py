@@ -62,8 +62,8 @@ def block(**changes: Any) -> dict[str, Any]:
             "InstanceType": "p5.48xlarge",
             "TotalInstanceCount": 2,
             "AvailableInstanceCount": 2,
-            "StartDate": dt.datetime(2026, 11, 20, 11, 30, tzinfo=dt.UTC),
-            "EndDate": dt.datetime(2026, 11, 27, 11, 30, tzinfo=dt.UTC),
+            "StartDate": BLOCK_START,
+            "EndDate": BLOCK_END,
             "EndDateType": "limited",
             "ReservationType": "capacity-block",
             "CapacityAllocations": [],
@@ -209,10 +209,16 @@ def test_an_unknown_reservation_fails():
     ]
 
 
-def block_environment(**changes: Any) -> Environment:
+BLOCK_START = dt.datetime(2026, 11, 20, 11, 30, tzinfo=dt.UTC)
+BLOCK_END = dt.datetime(2026, 11, 27, 11, 30, tzinfo=dt.UTC)
+
+
+def block_environment(start: dt.datetime = BLOCK_START, end: dt.datetime = BLOCK_END) -> Environment:
+    """p5-like environment of 2 nodes in the block, whose file says it runs from START to END (block()'s dates)."""
     document = {**yaml.safe_load(ENVIRONMENT), "instance_type": "p5.48xlarge"}
-    capacity = {"target": 2, "on_demand": 2, "capacity_block": {"reservation_id": RESERVATION_ID}}
-    return Environment.model_validate({**document, "capacity": capacity, **changes})
+    block_of_file = {"reservation_id": RESERVATION_ID, "start": start, "end": end}
+    capacity = {"target": 2, "on_demand": 2, "capacity_block": block_of_file}
+    return Environment.model_validate({**document, "capacity": capacity})
 
 
 BLOCK = f"{RESERVATION_ID} (2 x p5.48xlarge in us-east-1a)"
@@ -224,8 +230,9 @@ def test_an_active_block_with_room_passes():
 
 
 def test_a_scheduled_block_says_when_it_starts():
-    scheduled = block(State="scheduled", StartDate=dt.datetime(2026, 11, 24, 11, 30, tzinfo=dt.UTC))
-    assert run(block_environment(), [scheduled]) == [
+    starts = dt.datetime(2026, 11, 24, 11, 30, tzinfo=dt.UTC)
+    scheduled = block(State="scheduled", StartDate=starts)
+    assert run(block_environment(start=starts), [scheduled]) == [
         (
             "capacity-block",
             "warn",
@@ -236,7 +243,7 @@ def test_a_scheduled_block_says_when_it_starts():
 
 def test_a_block_whose_termination_has_begun_fails():
     ending = block(EndDate=NOW + dt.timedelta(minutes=20))
-    assert run(block_environment(), [ending]) == [
+    assert run(block_environment(end=NOW + dt.timedelta(minutes=20)), [ending]) == [
         (
             "capacity-block",
             "fail",
@@ -247,7 +254,7 @@ def test_a_block_whose_termination_has_begun_fails():
 
 def test_a_block_ending_within_a_day_warns():
     ending = block(EndDate=NOW + dt.timedelta(hours=3))
-    assert run(block_environment(), [ending])[0][1:] == (
+    assert run(block_environment(end=NOW + dt.timedelta(hours=3)), [ending])[0][1:] == (
         "warn",
         f"{BLOCK}: active; ends 2026-11-23 09:00 UTC, instances terminated from 2026-11-23 08:30 UTC, "
         "in less than a day",
@@ -276,7 +283,36 @@ def test_a_plain_reservation_named_as_a_block_fails():
 
 def test_an_expired_block_fails():
     expired = block(State="expired", EndDate=NOW - dt.timedelta(days=1))
-    assert run(block_environment(), [expired])[0][1:] == ("fail", f"{BLOCK}: state expired")
+    assert run(block_environment(end=NOW - dt.timedelta(days=1)), [expired])[0][1:] == (
+        "fail",
+        f"{BLOCK}: state expired",
+    )
+
+
+@pytest.mark.parametrize(
+    ("described", "why"),
+    [
+        pytest.param(
+            {"EndDate": dt.datetime(2026, 12, 4, 11, 30, tzinfo=dt.UTC)},
+            "ends 2026-12-04 11:30 UTC, not 2026-11-27 11:30 UTC (set capacity.capacity_block.end to it)",
+            id="extended",
+        ),
+        pytest.param(
+            {"StartDate": dt.datetime(2026, 11, 20, 12, 30, tzinfo=dt.UTC)},
+            "starts 2026-11-20 12:30 UTC, not 2026-11-20 11:30 UTC (set capacity.capacity_block.start to it)",
+            id="an-hour-off",
+        ),
+    ],
+)
+def test_a_block_whose_dates_are_not_the_files_fails(described, why):
+    """The group scales out and in on the file's dates: wrong ones launch nodes too late or leave them to EC2's
+    terminations."""
+    assert run(block_environment(), [block(**described)]) == [("capacity-block", "fail", f"{BLOCK}: {why}")]
+
+
+def test_the_same_moment_in_another_time_zone_is_the_same_date():
+    in_ohio = BLOCK_END.astimezone(dt.timezone(dt.timedelta(hours=-5)))
+    assert run(block_environment(end=in_ohio), [block()])[0][1] == "pass"
 
 
 def test_a_block_partly_in_use_warns():

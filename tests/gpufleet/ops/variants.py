@@ -32,4 +32,5 @@ def fallback(max_extra_on_demand: int, after_minutes: int = 15, restore_after_mi
 
 
 def capacity_block(reservation_id: str) -> dict[str, str]:
-    return {"reservation_id": reservation_id}
+    """A week's block far enough ahead that no clock the tests run under has reached it."""
+    return {"reservation_id": reservation_id, "start": "2099-01-05T11:30:00Z", "end": "2099-01-12T11:30:00Z"}

@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from gpufleet.constants import BACKEND_AUTO_SCALING
-from gpufleet.loading import load_environment
+from gpufleet.loading import load_environment, parse_environment
+from gpufleet.rules import Problem
+from gpufleet.validators import validate_environment
 from tests.gpufleet.environment_files import ALL_ON_DEMAND, changed, problems_of, with_change, write
 
 RESERVATION_ID = "cr-0123456789abcdef0"
@@ -15,6 +19,8 @@ GROUP_ARN = "arn:aws:resource-groups:us-east-1:123456789012:group/gpu-reservatio
 
 
 AUTO_SCALING = {"fleet.backend": BACKEND_AUTO_SCALING}
+# A week's block, far enough ahead that no clock the tests run under has reached it.
+BLOCK = {"reservation_id": RESERVATION_ID, "start": "2099-01-05T11:30:00Z", "end": "2099-01-12T11:30:00Z"}
 
 
 RULES = [
@@ -137,7 +143,7 @@ def test_first_with_spot_nodes_and_the_auto_scaling_backend(tmp_path):
 
 
 def test_a_capacity_block_with_the_auto_scaling_backend(tmp_path):
-    document = changed({**AUTO_SCALING, **ALL_ON_DEMAND, "capacity.capacity_block": {"reservation_id": RESERVATION_ID}})
+    document = changed({**AUTO_SCALING, **ALL_ON_DEMAND, "capacity.capacity_block": BLOCK})
     assert load_environment(write(tmp_path, document)).capacity.capacity_block.reservation_id == RESERVATION_ID
 
 
@@ -162,15 +168,94 @@ def test_a_capacity_block_with_the_auto_scaling_backend(tmp_path):
     ],
 )
 def test_capacity_blocks_refused(tmp_path, changes, expected):
-    document = changed(
-        {**AUTO_SCALING, **ALL_ON_DEMAND, "capacity.capacity_block": {"reservation_id": RESERVATION_ID}, **changes}
-    )
+    document = changed({**AUTO_SCALING, **ALL_ON_DEMAND, "capacity.capacity_block": BLOCK, **changes})
     assert problems_of(tmp_path, document) == [expected]
 
 
 def test_a_capacity_block_is_refused_with_a_spot_fleet(tmp_path):
-    document = changed({**ALL_ON_DEMAND, "capacity.capacity_block": {"reservation_id": RESERVATION_ID}})
+    document = changed({**ALL_ON_DEMAND, "capacity.capacity_block": BLOCK})
     assert problems_of(tmp_path, document) == [
         "capacity.capacity_block: a Spot Fleet cannot launch into a Capacity Block (AWS documents RunInstances, "
         "EC2 Fleets of type instant and Auto Scaling groups for them): set fleet.backend: auto-scaling"
+    ]
+
+
+def test_a_capacity_block_keeps_its_start_and_end_in_utc(tmp_path):
+    document = changed(
+        {**AUTO_SCALING, **ALL_ON_DEMAND, "capacity.capacity_block": {**BLOCK, "start": "2099-01-05T12:30:00+01:00"}}
+    )
+    block = load_environment(write(tmp_path, document)).capacity.capacity_block
+    assert (block.start.astimezone(dt.UTC), block.end) == (
+        dt.datetime(2099, 1, 5, 11, 30, tzinfo=dt.UTC),
+        dt.datetime(2099, 1, 12, 11, 30, tzinfo=dt.UTC),
+    )
+
+
+@pytest.mark.parametrize(
+    ("end", "expected"),
+    [
+        pytest.param(
+            "2099-01-05T12:20:00Z",
+            [
+                "capacity.capacity_block.end: 2099-01-05 12:20 UTC leaves no time after the start, 2099-01-05 11:30 "
+                "UTC: the nodes are scaled in 50 minutes before the end (copy StartDate and EndDate from "
+                "DescribeCapacityReservations, with their time zone)"
+            ],
+            id="scale-in-at-the-start",
+        ),
+        pytest.param(
+            "2099-01-04T11:30:00Z",
+            [
+                "capacity.capacity_block.end: 2099-01-04 11:30 UTC leaves no time after the start, 2099-01-05 11:30 "
+                "UTC: the nodes are scaled in 50 minutes before the end (copy StartDate and EndDate from "
+                "DescribeCapacityReservations, with their time zone)"
+            ],
+            id="end-before-start",
+        ),
+        pytest.param("2099-01-05T12:20:01Z", [], id="one-second-of-nodes"),
+    ],
+)
+def test_a_block_must_leave_the_nodes_time_between_its_start_and_its_scale_in(tmp_path, end, expected):
+    document = changed({**AUTO_SCALING, **ALL_ON_DEMAND, "capacity.capacity_block": {**BLOCK, "end": end}})
+    if expected:
+        assert problems_of(tmp_path, document) == expected
+    else:
+        assert load_environment(write(tmp_path, document)).capacity.capacity_block.end.minute == 20
+
+
+ENDED = (
+    "the block's nodes were scaled in at 2099-01-12 10:40 UTC, 50 minutes before it ends (2099-01-12 11:30 UTC): a "
+    "deploy launches no node (set the reservation_id, start and end of a new block, or tear the cluster down)"
+)
+
+
+@pytest.mark.parametrize(
+    ("now", "expected"),
+    [
+        pytest.param(dt.datetime(2099, 1, 12, 10, 39, 59, tzinfo=dt.UTC), [], id="just-before-the-scale-in"),
+        pytest.param(
+            dt.datetime(2099, 1, 12, 10, 40, tzinfo=dt.UTC),
+            [Problem("capacity.capacity_block.end", ENDED, "warning")],
+            id="at-the-scale-in",
+        ),
+        pytest.param(
+            dt.datetime(2099, 2, 1, tzinfo=dt.UTC),
+            [Problem("capacity.capacity_block.end", ENDED, "warning")],
+            id="weeks-after",
+        ),
+    ],
+)
+def test_a_block_past_its_scale_in_warns_so_that_the_cluster_can_still_be_destroyed(tmp_path, now, expected):
+    """By the clock alone: a warning, like a fleet.valid_until that has passed (synthesis goes on)."""
+    path = write(tmp_path, changed({**AUTO_SCALING, **ALL_ON_DEMAND, "capacity.capacity_block": BLOCK}))
+    assert validate_environment(parse_environment(path), path, now=now) == expected
+
+
+def test_a_capacity_block_group_cannot_replace_all(tmp_path):
+    document = changed(
+        {**AUTO_SCALING, **ALL_ON_DEMAND, "capacity.capacity_block": BLOCK, "fleet.rollout": "replace-all"}
+    )
+    assert problems_of(tmp_path, document) == [
+        "fleet.rollout: replace-all makes a new group next to the old one, but the old group's nodes hold the "
+        "Capacity Block (remove rollout, or set it to manual: new nodes take the new image)"
     ]

@@ -92,7 +92,11 @@ def test_a_capacity_block_refuses_fallback(tmp_path):
             "instance_type": "p5.48xlarge",
             "fleet.backend": "auto-scaling",
             "fleet.fallback": {**FALLBACK, "max_extra_on_demand": 1},
-            "capacity.capacity_block": {"reservation_id": "cr-0123456789abcdef0"},
+            "capacity.capacity_block": {
+                "reservation_id": "cr-0123456789abcdef0",
+                "start": "2099-01-05T11:30:00Z",
+                "end": "2099-01-12T11:30:00Z",
+            },
         }
     )
     assert problems_of(tmp_path, document) == [

@@ -18,6 +18,8 @@ from tests.scripts.node.conftest import SCRIPTS_DIR
 from tests.stacks.constructs.conftest import ENVIRONMENT
 
 BLOCK = "cr-0123456789abcdef0"
+# The block's dates (required in capacity.capacity_block); the script is given the end by the expiration warning.
+BLOCK_DATES = {"start": "2099-01-05T11:30:00Z", "end": "2099-01-12T11:30:00Z"}
 END = "2026-11-27T11:30:00Z"
 
 
@@ -164,7 +166,7 @@ def test_the_run_command_from_the_rule_runs_the_hook_with_the_nodes_settings(nod
     document = {
         **yaml.safe_load(ENVIRONMENT),
         "instance_type": "p5.48xlarge",
-        "capacity": {"target": 2, "on_demand": 2, "capacity_block": {"reservation_id": BLOCK}},
+        "capacity": {"target": 2, "on_demand": 2, "capacity_block": {"reservation_id": BLOCK, **BLOCK_DATES}},
         "node": {"checkpoint_hook": f'echo "$GPUFLEET_NOTICE" >> {hook_log}', "raid0_nvme": False, "max_clocks": False},
         "efa": False,
     }

@@ -22,6 +22,7 @@ from tests.stacks.matrix import MATRIX
 
 CFN_LINT = Path(sys.executable).with_name("cfn-lint")
 RESERVATION_ID = "cr-0123456789abcdef0"
+BLOCK = {"reservation_id": RESERVATION_ID, "start": "2099-01-05T11:30:00Z", "end": "2099-01-12T11:30:00Z"}
 OTHER_RESERVATION_ID = "cr-0fedcba9876543210"
 GROUP_ARN = "arn:aws:resource-groups:us-east-1:123456789012:group/gpu-reservations"
 ALL_ON_DEMAND = {"target": 2, "on_demand": 2}
@@ -64,7 +65,7 @@ def test_with_auto_scaling_the_group_targets_the_reservations_not_the_launch_tem
 
 
 def test_a_capacity_block_node_launches_as_capacity_block_into_the_block_outside_any_placement_group(stack):
-    data = launch_template_data(stack, with_capacity(AUTO_SCALING, capacity_block={"reservation_id": RESERVATION_ID}))
+    data = launch_template_data(stack, with_capacity(AUTO_SCALING, capacity_block=BLOCK))
     assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
     assert data["CapacityReservationSpecification"] == {
         "CapacityReservationTarget": {"CapacityReservationId": RESERVATION_ID}
@@ -123,9 +124,7 @@ def test_auto_scaling_group_capacity_reservation(stack, reservation, expected):
     )
 
 
-@pytest.mark.parametrize(
-    "capacity", [{}, {"capacity_block": {"reservation_id": RESERVATION_ID}}], ids=["no source", "capacity block"]
-)
+@pytest.mark.parametrize("capacity", [{}, {"capacity_block": BLOCK}], ids=["no source", "capacity block"])
 def test_the_group_leaves_no_reservation_and_a_capacity_block_to_the_launch_template(stack, capacity):
     assert auto_scaling_capacity_reservation(with_capacity(**capacity).capacity.reservation) is None
 

@@ -1,12 +1,17 @@
 """The Auto Scaling group on its own, for every auto-scaling entry of the environment matrix: its name, capacity, mix,
-reservations, lifecycle hook and tag, and the groups whose lifecycle actions its nodes may complete."""
+reservations, lifecycle hook and tag, and the groups whose lifecycle actions its nodes may complete; and a Capacity
+Block group's sizes and scheduled actions before, during and after its block."""
 
 from __future__ import annotations
+
+import datetime as dt
 
 import pytest
 from aws_cdk.assertions import Template
 
+from gpufleet.block_schedule import block_schedule
 from stacks.constructs.gpu_auto_scaling_group import GpuAutoScalingGroup
+from tests.conftest import SYNTHESIS_TIME
 from tests.stacks.constructs.conftest import bare_stack
 from tests.stacks.constructs.test_node_launch_template import add_launch_template
 from tests.stacks.matrix import OTHER_RESERVATION_ID, RESERVATION_ID
@@ -43,27 +48,17 @@ def group_arn(region: str, name: str) -> dict:
 # Per auto-scaling entry of the matrix (tests/stacks/matrix.py): the group's properties, and the group ARNs in the
 # nodes' CompleteLifecycleAction statement.
 MATRIX_GROUPS = {
-    # rollout manual: a fixed name, so a new image is a new launch template version taken in place.
+    # rollout manual: a fixed name, so a new image is a new launch template version taken in place. A Capacity Block
+    # group names the launch template itself, with no mixed instances policy, and wants no node before its block.
     "block-p5": (
         {
             "AutoScalingGroupName": "gpufleet-block-p5-nodes",
-            "MinSize": "2",
+            "MinSize": "0",
             "MaxSize": "2",
-            "DesiredCapacity": "2",
+            "DesiredCapacity": "0",
             "VPCZoneIdentifier": [SUBNET],
             "CapacityRebalance": False,
-            "MixedInstancesPolicy": {
-                "LaunchTemplate": {
-                    "LaunchTemplateSpecification": LAUNCH_TEMPLATE,
-                    "Overrides": [{"InstanceType": "p5.48xlarge"}],
-                },
-                "InstancesDistribution": {
-                    "OnDemandAllocationStrategy": "lowest-price",
-                    "OnDemandBaseCapacity": 2,
-                    "OnDemandPercentageAboveBaseCapacity": 0,
-                    "SpotAllocationStrategy": "capacity-optimized-prioritized",
-                },
-            },
+            "LaunchTemplate": LAUNCH_TEMPLATE,
             # The Capacity Block is the launch template's: no reservation here.
             "LifecycleHookSpecificationList": LIFECYCLE_HOOKS,
             "Tags": [{"Key": "gpufleet:environment", "PropagateAtLaunch": False, "Value": "block-p5"}],
@@ -76,7 +71,7 @@ MATRIX_GROUPS = {
             "AutoScalingGroupName": {
                 "Fn::Join": ["-", ["gpufleet-asg-g5-nodes", {"Ref": "NodeNodeImageParameter5454208B"}]]
             },
-            "MinSize": "4",
+            "MinSize": "0",
             "MaxSize": "4",
             "DesiredCapacity": "4",
             "VPCZoneIdentifier": [SUBNET],
@@ -115,6 +110,7 @@ def matrix_group(request, matrix) -> tuple[str, dict, list, dict, list]:
     of the stack, and the acknowledgements (construct path, finding, reason) of the construct's cdk-nag findings."""
     environment = matrix[request.param]
     stack = bare_stack(environment.region)
+    block = environment.capacity.capacity_block
     group = GpuAutoScalingGroup(
         stack,
         "NodeGroup",
@@ -125,6 +121,11 @@ def matrix_group(request, matrix) -> tuple[str, dict, list, dict, list]:
         on_demand=environment.capacity.on_demand,
         fleet=environment.fleet,
         reservation=environment.capacity.reservation,
+        block_schedule=block_schedule(
+            start=block.start, end=block.end, target=environment.capacity.target, now=SYNTHESIS_TIME
+        )
+        if block
+        else None,
         launch_template=add_launch_template(stack, environment),
         subnet_id=SUBNET,
     )
@@ -232,3 +233,95 @@ def test_the_groups_cdk_nag_findings_are_acknowledged_with_their_reasons(matrix_
             "of their own environment's group",
         ),
     ]
+
+
+# A week's Capacity Block for the block-p5 entry's two nodes, and the group's construct at a given time of synthesis.
+BLOCK_START = dt.datetime(2027, 1, 11, 11, 30, tzinfo=dt.UTC)
+BLOCK_END = dt.datetime(2027, 1, 18, 11, 30, tzinfo=dt.UTC)
+GROUP_ID = "NodeGroupA8D4A5C5"
+# What the group's update policy must be once scheduled actions change its sizes: a deploy leaves the sizes they set.
+KEEP_SCHEDULED_SIZES = {"AutoScalingScheduledAction": {"IgnoreUnmodifiedGroupSizeProperties": True}}
+SCALE_OUT = {
+    "Type": "AWS::AutoScaling::ScheduledAction",
+    "Properties": {
+        "AutoScalingGroupName": {"Ref": GROUP_ID},
+        "StartTime": "2027-01-11T11:30:00Z",
+        "DesiredCapacity": 2,
+    },
+}
+# 50 minutes before the block's end: EC2 terminates what still runs 30 minutes before it, and the termination hook
+# gives each node up to 10 minutes (LIFECYCLE_HOOKS) for the checkpoint hook first.
+SCALE_IN = {
+    "Type": "AWS::AutoScaling::ScheduledAction",
+    "Properties": {
+        "AutoScalingGroupName": {"Ref": GROUP_ID},
+        "StartTime": "2027-01-18T10:40:00Z",
+        "DesiredCapacity": 0,
+    },
+}
+
+
+def block_group_resources(matrix, now: dt.datetime) -> dict:
+    environment = matrix["block-p5"]
+    stack = bare_stack(environment.region)
+    GpuAutoScalingGroup(
+        stack,
+        "NodeGroup",
+        environment_name=environment.name,
+        name_prefix=environment.auto_scaling_group_prefix,
+        instance_type=environment.instance_type,
+        target=2,
+        on_demand=2,
+        fleet=environment.fleet,
+        reservation=None,
+        block_schedule=block_schedule(start=BLOCK_START, end=BLOCK_END, target=2, now=now),
+        launch_template=add_launch_template(stack, environment),
+        subnet_id=SUBNET,
+    )
+    return Template.from_stack(stack).to_json()["Resources"]
+
+
+def sizes_and_actions(resources: dict) -> tuple[tuple[str, str, str], dict, dict]:
+    group = resources[GROUP_ID]
+    properties = group["Properties"]
+    actions = {k: r for k, r in resources.items() if r["Type"] == "AWS::AutoScaling::ScheduledAction"}
+    return (properties["MinSize"], properties["MaxSize"], properties["DesiredCapacity"]), group["UpdatePolicy"], actions
+
+
+def test_before_its_block_the_group_wants_no_node_and_scales_out_at_the_start_and_in_before_the_end(matrix):
+    """A deploy before the block waits for no node (CloudFormation completes a group when its desired capacity is
+    reached), and no mixed instances policy: Capacity Blocks do not support one."""
+    resources = block_group_resources(matrix, dt.datetime(2027, 1, 4, 9, 0, tzinfo=dt.UTC))
+    assert sizes_and_actions(resources) == (
+        ("0", "2", "0"),
+        KEEP_SCHEDULED_SIZES,
+        {"NodeGroupScaleOutCAFD8162": SCALE_OUT, "NodeGroupScaleIn09BDA0E4": SCALE_IN},
+    )
+    assert "MixedInstancesPolicy" not in resources[GROUP_ID]["Properties"]
+    assert resources[GROUP_ID]["Properties"]["LaunchTemplate"] == LAUNCH_TEMPLATE
+
+
+def test_inside_its_block_the_group_wants_every_node_and_keeps_its_scale_in_under_the_same_logical_id(matrix):
+    """A start already past cannot be scheduled (PutScheduledUpdateGroupAction refuses a time in the past): the group
+    wants the nodes itself; the scale-in keeps its logical id, so a deploy leaves it in place."""
+    resources = block_group_resources(matrix, dt.datetime(2027, 1, 12, 0, 0, tzinfo=dt.UTC))
+    assert sizes_and_actions(resources) == (
+        ("0", "2", "2"),
+        KEEP_SCHEDULED_SIZES,
+        {"NodeGroupScaleIn09BDA0E4": SCALE_IN},
+    )
+
+
+def test_after_its_scale_in_the_group_wants_no_node_and_schedules_nothing(matrix):
+    """A block that has ended still synthesizes (cdk destroy synthesizes first), with nothing left to schedule."""
+    resources = block_group_resources(matrix, dt.datetime(2027, 1, 18, 10, 30, tzinfo=dt.UTC))
+    assert sizes_and_actions(resources) == (("0", "2", "0"), KEEP_SCHEDULED_SIZES, {})
+
+
+def test_only_the_block_group_has_scheduled_actions_and_the_policy_that_keeps_their_sizes(matrix_group):
+    """block-p5's block is in 2099: at SYNTHESIS_TIME both its actions are ahead."""
+    name, _, _, resources, _ = matrix_group
+    in_block = name == "block-p5"
+    assert resources[GROUP_ID].get("UpdatePolicy") == (KEEP_SCHEDULED_SIZES if in_block else None)
+    actions = [r for r in resources.values() if r["Type"] == "AWS::AutoScaling::ScheduledAction"]
+    assert len(actions) == (2 if in_block else 0)

@@ -7,7 +7,9 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
+from gpufleet.block_schedule import block_schedule
 from stacks.constructs.node_group import node_group
+from tests.conftest import SYNTHESIS_TIME
 from tests.stacks.constructs.conftest import bare_stack, environment
 from tests.stacks.constructs.test_node_launch_template import add_launch_template
 from tests.stacks.matrix import MATRIX
@@ -25,6 +27,7 @@ def matrix_node_group(request, matrix):
 
 
 def add_node_group(stack, environment, launch_template, guarded):
+    block = environment.capacity.capacity_block
     return node_group(
         stack,
         environment_name=environment.name,
@@ -32,6 +35,11 @@ def add_node_group(stack, environment, launch_template, guarded):
         capacity=environment.capacity,
         fleet=environment.fleet,
         group_name_prefix=environment.auto_scaling_group_prefix,
+        block_schedule=block_schedule(
+            start=block.start, end=block.end, target=environment.capacity.target, now=SYNTHESIS_TIME
+        )
+        if block
+        else None,
         launch_template=launch_template,
         subnet_id="subnet-0123456789abcdef0",
         guarded=guarded,
