@@ -10,9 +10,11 @@ addition.
 
 Node impact comes from where the nodes live: the node group (a Spot Fleet or an Auto Scaling group, by
 fleet.backend) owns them, and the resources it reaches through its references (launch template, placement group,
-security group, subnet, VPC) hold them. A scheduled action (AWS::AutoScaling::ScheduledAction: a Capacity Block
-group's scale-out and scale-in) sizes an Auto Scaling group from outside it, at its StartTime; what a change to one
-launches or terminates is said with when.
+security group, subnet, VPC) hold them. Two resources size an Auto Scaling group from outside it: a scheduled action
+(AWS::AutoScaling::ScheduledAction: a Capacity Block group's scale-out and scale-in) sets the group's sizes at its
+StartTime, and the GroupCapacity custom resource (gpufleet.constants.GROUP_CAPACITY_RESOURCE_TYPE) sets the desired
+capacity of a group without a block to its Target at the deploy; what a change to either launches or terminates is
+said with when.
 
 A template parameter of a Systems Manager type (the node image: AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>)
 holds an SSM parameter's key, and CloudFormation "always fetches the latest values from Parameter Store when it
@@ -31,6 +33,8 @@ import copy
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+from gpufleet.constants import GROUP_CAPACITY_RESOURCE_TYPE, ROLLOUT_REPLACE_ALL
 
 FLEET_TYPE = "AWS::EC2::SpotFleet"
 AUTO_SCALING_GROUP_TYPE = "AWS::AutoScaling::AutoScalingGroup"
@@ -335,6 +339,8 @@ def _judge_node_impact(changes: list[Change], pairs: list[StackPair]) -> None:
             change.node_impact = _fleet_impact(change, pair)
         elif change.resource_type == SCHEDULED_ACTION_TYPE and change.action == "in place":
             change.node_impact = _scheduled_impact(*_properties(pair, change.logical_id))
+        elif change.resource_type == GROUP_CAPACITY_RESOURCE_TYPE and change.action in ("in place", "added"):
+            change.node_impact = _capacity_impact(change, *_properties(pair, change.logical_id))
         elif key not in fleet_uses:
             change.node_impact = NO_NODE_EFFECT
         elif change.resource_type in NODE_HOSTING_TYPES and change.action in ("replacement", "removed"):
@@ -445,6 +451,22 @@ def _scheduled_impact(old: dict | None, new: dict) -> str:
         if str(desired) == "0":
             return f"{TERMINATES_NODES} {moved} (desired capacity 0)"
         return f"{IN_PLACE}; launches nodes {moved} (desired capacity {desired})"
+    return IN_PLACE
+
+
+def _capacity_impact(change: Change, old: dict | None, new: dict) -> str:
+    """The GroupCapacity resource sets its group's desired capacity to Target when it is created and when the group
+    or the target changes; under rollout replace-all a new group's resource waits for the new nodes."""
+    target = new.get("Target")
+    if old is None:
+        return f"{RUNNING_NODES_UNAFFECTED}; launches nodes up to desired capacity {target}"
+    if "AutoScalingGroupName" in change.properties:
+        waits = "; the deploy waits until they are InService" if new.get("Rollout") == ROLLOUT_REPLACE_ALL else ""
+        return f"{IN_PLACE}; launches nodes in the new group (desired capacity {target}){waits}"
+    if sized := _size_change(old.get("Target"), target):
+        if int(target) > int(old["Target"]):
+            return f"{IN_PLACE}; launches nodes (desired capacity {sized})"
+        return f"{TERMINATES_NODES} (desired capacity {sized})"
     return IN_PLACE
 
 

@@ -11,6 +11,7 @@ import pytest
 from gpufleet.ops.plan import StackPair, plan_changes
 
 CLUSTER = "gpufleet-asgp5-cluster"
+CAPACITY_TYPE = "Custom::GpufleetGroupCapacity"
 
 
 @pytest.fixture
@@ -42,22 +43,33 @@ def test_a_new_image_under_replace_all_replaces_the_group_and_its_nodes(template
     assert change.affects_running_nodes
 
 
-def test_more_desired_capacity_launches_nodes_in_place(templates):
-    old, new = templates
-    group_properties(new).update(MinSize="3", MaxSize="3", DesiredCapacity="3")
-    change, _ = group_change(old, new)
-    assert (change.action, change.node_impact) == (
+def capacity_and_group(old, new, target: int):
+    """The plan's lines for the group capacity resource and the group when the environment's target becomes TARGET:
+    the resource's Target and the group's MaxSize (as tests/stacks/constructs/ check them synthesized)."""
+    ((capacity_id, capacity),) = [(k, r) for k, r in new["Resources"].items() if r["Type"] == CAPACITY_TYPE]
+    capacity["Properties"]["Target"] = target
+    group_properties(new)["MaxSize"] = str(target)
+    changes = {c.logical_id: c for c in plan_changes([StackPair(CLUSTER, old, new)], "us-east-1")}
+    group_id = next(k for k, r in new["Resources"].items() if r["Type"] == "AWS::AutoScaling::AutoScalingGroup")
+    return changes[capacity_id], changes[group_id]
+
+
+def test_a_higher_target_launches_nodes_in_place(templates):
+    capacity, group = capacity_and_group(*templates, 3)
+    assert (capacity.action, capacity.node_impact) == (
         "in place",
         "in place: running nodes unaffected; launches nodes (desired capacity 2 -> 3)",
     )
-    assert not change.affects_running_nodes
+    assert (group.properties, group.node_impact) == (["MaxSize"], "in place: running nodes unaffected")
+    assert not (capacity.affects_running_nodes or group.affects_running_nodes)
 
 
-def test_less_desired_capacity_terminates_nodes(templates):
-    old, new = templates
-    group_properties(new).update(MinSize="1", MaxSize="1", DesiredCapacity="1")
-    change, _ = group_change(old, new)
-    assert change.node_impact == "terminates nodes (desired capacity 2 -> 1)" and change.affects_running_nodes
+def test_a_lower_target_terminates_nodes(templates):
+    """The group's lower maximum takes its desired capacity down with it (CloudFormation updates the group first),
+    and the resource sets it to the target."""
+    capacity, group = capacity_and_group(*templates, 1)
+    assert capacity.node_impact == "terminates nodes (desired capacity 2 -> 1)" and capacity.affects_running_nodes
+    assert group.node_impact == "terminates nodes above the new maximum (maximum size 2 -> 1)"
 
 
 def test_a_new_on_demand_base_replaces_nodes_gradually(templates):
@@ -103,6 +115,9 @@ def test_a_new_image_from_ssm_under_replace_all_replaces_the_group(matrix_assemb
     assert image_changes(matrix_assembly.template_json(stack), stack) == [
         f"{stack} NodeGroupA8D4A5C5 [AWS::AutoScaling::AutoScalingGroup] replacement (AutoScalingGroupName): "
         "replaces running nodes",
+        f"{stack} NodeGroupCapacityFB91B065 [Custom::GpufleetGroupCapacity] in place (AutoScalingGroupName): in place: "
+        "running nodes unaffected; launches nodes in the new group (desired capacity 4); the deploy waits until they "
+        "are InService",
         f"{stack} NodeLaunchTemplateCABE86F2 [AWS::EC2::LaunchTemplate] in place (LaunchTemplateData.ImageId): "
         "in place: new launch template version, new nodes only",
     ]
@@ -201,3 +216,24 @@ def test_a_lower_group_maximum_terminates_the_nodes_above_it(assembly):
         "terminates nodes above the new maximum (maximum size 2 -> 1)",
         True,
     )
+
+
+def test_upgrading_a_deployed_group_to_the_capacity_resource_leaves_its_nodes(templates):
+    """A group deployed with DesiredCapacity in its template (gpufleet before the GroupCapacity resource): the deploy
+    drops the property, which leaves the group's desired capacity as it is, and creates the resource, which sets it to
+    the target it already has."""
+    old, new = templates
+    for logical_id in [k for k in old["Resources"] if k.startswith("NodeGroupCapacity")]:
+        del old["Resources"][logical_id]
+    group_properties(old)["DesiredCapacity"] = "2"
+    lines = [
+        c.line()
+        for c in plan_changes([StackPair(CLUSTER, old, new)], "us-east-1")
+        if c.resource_type in ("AWS::AutoScaling::AutoScalingGroup", CAPACITY_TYPE)
+    ]
+    assert lines == [
+        f"{CLUSTER} NodeGroupA8D4A5C5 [AWS::AutoScaling::AutoScalingGroup] in place (DesiredCapacity): in place: "
+        "running nodes unaffected",
+        f"{CLUSTER} NodeGroupCapacityFB91B065 [Custom::GpufleetGroupCapacity] added: running nodes unaffected; "
+        "launches nodes up to desired capacity 2",
+    ]
