@@ -16,16 +16,21 @@ smaller than the current size of the group, this sets the group's DesiredCapacit
 UpdateAutoScalingGroup, botocore's autoscaling model).
 
 So this resource sets the desired capacity to the target (SetDesiredCapacity) on Create, and on an Update that names
-another group or another target; a redeploy that changes neither sends it nothing (CloudFormation updates a custom
-resource only when its properties change), so what the capacity fallback or an operator set stays. It references
+another group or another target; a redeploy that changes neither sends it nothing ("A custom resource is updated
+whenever any of its properties change. It is not re-executed when its source code changes", aws-cdk
+docs/CLOUDFORMATION.md, "Custom Resources"), so what the capacity fallback or an operator set stays. It references
 the group, so CloudFormation creates or updates the group (its MaxSize first) before it. Delete does nothing:
 deleting the group terminates its nodes.
 
-Under fleet.rollout replace-all a new image is a new group, created before the old one is deleted. The new group's
-resource (an Update naming the new group) waits until the new group has `target` nodes InService, polled by the
-Provider's is_complete, for at most WAIT; then it fails, and CloudFormation rolls the update back: it deletes the new
-group with its nodes and the old group keeps its own (runtime/handler.py says how the handler tells a swap from a
-first deploy or a rollback). Under manual it returns at once.
+Under fleet.rollout replace-all a new image is a new group. "A Stack Update is done in 2 phases: first rollback-able
+changes and then deletes": new resources and updates in UPDATE_IN_PROGRESS, "delete replaced resources" in
+UPDATE_COMPLETE_CLEANUP_IN_PROGRESS; on a rollback, UPDATE_ROLLBACK_COMPLETE_CLEANUP_IN_PROGRESS "will do deletes,
+including for resources that got created in this update" (the same document, "Failing Resource Deletions",
+"Rollbacks"). The new group's resource (an Update naming the new group, in the first phase) waits until the new group
+has `target` nodes InService, polled by the Provider's is_complete, for at most WAIT; then it fails, and CloudFormation
+rolls the update back: it deletes the new group with its nodes and the old group, never deleted, keeps its own
+(runtime/handler.py says how the handler tells a swap from a first deploy or a rollback). Under manual it returns at
+once.
 """
 
 from __future__ import annotations

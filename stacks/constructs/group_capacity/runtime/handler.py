@@ -20,7 +20,10 @@ field it returns "will be passed through to isComplete" (here WaitUntil and Olde
 with the error's message as the reason (custom-resources/README.md, "Asynchronous Providers: isComplete", and
 lib/provider-framework/runtime/cfn-response.js safeHandler, in the installed package's jsii assembly,
 aws_cdk/_jsii/aws-cdk-lib@2.275.0.jsii.tgz). "If an Update event fails, CloudFormation will issue an additional
-Update with the previous properties" (the same README, "When there are errors"): that is the rollback above.
+Update with the previous properties" (the same README, "When there are errors"); "The rollback update will have
+ResourceProperties=OLD and OldResourceProperties=NEW" (aws-cdk docs/CLOUDFORMATION.md): that is the rollback above.
+"Boolean properties are stringified" (the same document); that numbers arrive as strings too is (unconfirmed), so
+Target is read with int() and compared as text.
 
 Lambda environment: ENVIRONMENT_TAG_KEY and ENVIRONMENT_NAME (the tag every group of the environment carries),
 WAIT_SECONDS (how long a replace-all deploy waits for the new group's nodes).
