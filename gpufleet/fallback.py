@@ -34,8 +34,10 @@ behaviour comes from):
   are missing the fallback's raise is applied again at once; otherwise the new part stands, except that on a Spot
   Fleet a part below the live on-demand nodes is raised to them (the undocumented case again).
 - While the fleet cannot or should not be changed (a Spot Fleet being modified, cancelled or not found; an Auto
-  Scaling group being deleted, refreshed or not found) the fallback holds and forgets its clocks: an instance
-  refresh's terminations are not a spot shortage (problem 5).
+  Scaling group being deleted or not found) the fallback holds; what a deletion or cancellation ends is no shortage,
+  so the clocks start again after it (a modification, over within the minute, keeps them). During an Auto Scaling
+  group's instance refresh the nodes it has ended are not a spot shortage either (problem 5): the fallback holds
+  unless nodes are missing and launches failed, which is a shortage the refresh itself cannot finish without.
 """
 
 from __future__ import annotations
@@ -100,7 +102,10 @@ class Observation:
     on_demand_running: int  # on-demand nodes pending or running
     failures: tuple[LaunchFailure, ...] = ()
     busy: str = ""  # why the fleet cannot be changed now ("" when it can)
-    replacing: bool = False  # busy ending and launching nodes on its own (an instance refresh, a deletion)
+    replacing: bool = False  # busy ending and launching nodes on its own (a deletion, a cancelled fleet)
+    # An Auto Scaling group's instance refresh under way ("" when none): the nodes it ends are not a shortage, but
+    # its replacements may find spot short.
+    refresh: str = ""
     # Spot Fleet only: the live on-demand nodes, newest first, and the state of the checkpoint hooks the fallback
     # started (instance id -> CHECKPOINT_RUNNING | CHECKPOINT_DONE).
     on_demand_nodes: tuple[str, ...] = ()
@@ -281,6 +286,17 @@ def decide(settings: FallbackSettings, observation: Observation, state: Fallback
         )
         return Decision(action, on_demand, dropped + reason, new_state, total, checkpoint, terminate)
 
+    if observation.refresh and not (fleet.missing and counts):
+        return decision(
+            HOLD,
+            fleet.on_demand,
+            f"{observation.refresh}: the nodes it replaces are not a spot shortage; the fallback acts only on missing "
+            f"nodes with launch failures ({fleet.counts()})",
+            total=observation.target,
+            short_since=None,
+            healthy_since=None,
+            failures={},
+        )
     if observation.busy:
         # Nodes an instance refresh or a deletion ends are not a shortage: the clocks start again after it. A
         # modification in progress keeps them (it is over within the minute: a redeploy must not cost `after`).

@@ -52,7 +52,8 @@ class ModelEndpoint:
     def _answer(self, model: Any, context: dict[str, Any], **kwargs: Any) -> tuple[AWSResponse, dict[str, Any]]:
         assert self.world is not None, "no world to answer"
         try:
-            parsed = self.world.answer(model.name, context[_CONTEXT_KEY])
+            service = model.service_model.signing_name
+            parsed = self.world.answer(service, model.name, context[_CONTEXT_KEY])
         except ModelError as error:
             return AWSResponse(None, 400, {}, None), {
                 "Error": {"Code": error.code, "Message": error.message},

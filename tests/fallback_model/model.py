@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 START = dt.datetime(2026, 11, 23, 6, 0, tzinfo=dt.UTC)
@@ -81,7 +81,8 @@ class Unknowns:
     spot_fleet_on_demand_decrease: str = "keep"
     # UpdateAutoScalingGroup with an InstancesDistribution that names some fields: the others "merge" (stay as they
     # are: "Any properties that you don't specify are not changed", [UpdateAutoScalingGroup], read as reaching into
-    # the structure) or take their defaults ("replace": OnDemandPercentageAboveBaseCapacity 100, [InstancesDistribution]).
+    # the structure) or take their defaults ("replace": OnDemandPercentageAboveBaseCapacity 100,
+    # [InstancesDistribution]).
     distribution_update: str = "merge"
     # DescribeAutoScalingGroups shows SpotInstancePools (2, its default) with any strategy, and an update that sends it
     # with a strategy other than lowest-price is refused ([InstancesDistribution]: "Valid only when the
@@ -146,6 +147,7 @@ class World:
         self._ids = itertools.count(1)
         self.page_size = 2  # items a list operation returns per page, so that every reader pages
         self.fleet: SpotFleet | AutoScalingGroup | None = None
+        self.operations: list[tuple[str, str]] = []  # (caller, "service:Operation") of every call, reads included
 
     def new_id(self, prefix: str) -> str:
         return f"{prefix}-{next(self._ids):017x}"
@@ -310,7 +312,8 @@ class World:
             command.status = "Failed"
         return {"CommandId": command.id, "InstanceId": command.instance_id, "Status": command.status}
 
-    def answer(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+    def answer(self, service: str, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+        self.operations.append((self.caller, f"{service}:{operation}"))
         for owner in (self.fleet, self):
             handler = getattr(owner, operation, None)
             if handler is not None:
@@ -620,7 +623,7 @@ class AutoScalingGroup:
             self.terminate(instance, "group")
         counted = [i for i in self.live() if i.id not in being_replaced]
         have = {market: len([i for i in counted if i.market == market]) for market in (ON_DEMAND, SPOT)}
-        gap = self.desired - len(counted)
+        gap = self.desired - len(counted) - len(self._refreshing())
         for market in (ON_DEMAND, SPOT):
             for _ in range(max(min(wanted[market] - have[market], gap), 0)):
                 if not self._launch(market):
@@ -634,19 +637,26 @@ class AutoScalingGroup:
                 if not self._launch(market, replaces=old.id):
                     break
 
+    def _refreshing(self) -> list[Instance]:
+        """Instances an instance refresh is terminating: each keeps its place until it is gone."""
+        return [i for i in self.instances() if i.cause == "refresh" and i.state != "terminated"]
+
     def refresh(self) -> None:
-        """[instance-refresh]: one instance at a time is terminated (through the lifecycle hook) and the group
-        launches its replacement; the refresh is Successful once every instance is newer than its start (the batch
-        size follows MinHealthyPercentage: one at a time here, unconfirmed)."""
+        """[instance-refresh]: with the default instance maintenance policy (MinHealthyPercentage 90,
+        MaxHealthyPercentage 100) the refresh terminates an instance (through its lifecycle hook) before the group
+        launches its replacement, and goes on to the next once the group is whole and in service again; here one at
+        a time (the batch size follows the percentages: unconfirmed). Successful once every instance is newer than
+        its start."""
         for refresh in self.refreshes:
             if refresh["Status"] != "InProgress":
                 continue
             started = refresh["_started"]
             old = [i for i in self.live() if i.launched < started]
-            if not old:
+            if not old and not self._refreshing():
                 refresh["Status"], refresh["EndTime"] = "Successful", at(self.world.minute)
                 continue
-            if not any(i.ending_at is not None and i.state != "terminated" for i in self.instances()):
+            whole = len(self.live()) >= self.desired and all(i.state == "running" for i in self.live())
+            if old and whole and not self._refreshing():
                 self.terminate(old[0], "refresh")
 
     def start_refresh(self) -> None:

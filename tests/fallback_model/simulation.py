@@ -137,6 +137,13 @@ class Simulation:
                 self._check(minute)
         return self
 
+    def check_now(self) -> dict[str, Any]:
+        """One run of the handler at the world's minute, outside the loop."""
+        endpoint().world = self.world
+        self.world.caller = "fallback"
+        with self._environment(), contextlib.redirect_stdout(io.StringIO()):
+            return handler.run(self.backend, self.node_group_id, PARAMETER, endpoint().clients, at(self.world.minute))
+
     @contextlib.contextmanager
     def _environment(self) -> Iterator[None]:
         values = {

@@ -325,7 +325,8 @@ class AutoScalingGroup:
         # (the base first, as the group launches it first: InstancesDistribution.OnDemandBaseCapacity).
         unseen = len([i for i in members if i not in described])
         to_on_demand = min(unseen, max(base - on_demand, 0))
-        busy = self._busy(group)
+        # The group's Status is set only "when the DeleteAutoScalingGroup operation is in progress".
+        busy = f"group is {group['Status']}" if group.get("Status") else ""
         return NodeGroup(
             Observation(
                 at=now,
@@ -336,13 +337,13 @@ class AutoScalingGroup:
                 failures=tuple(self._failures(since, now)),
                 busy=busy,
                 replacing=bool(busy),
+                refresh="" if busy else self._refresh(),
             ),
             now,
         )
 
-    def _busy(self, group: dict[str, Any]) -> str:
-        if group.get("Status"):
-            return f"group is {group['Status']}"
+    def _refresh(self) -> str:
+        """The instance refresh under way, as a phrase ("" when none)."""
         refreshes = self.autoscaling.describe_instance_refreshes(AutoScalingGroupName=self.name)["InstanceRefreshes"]
         for refresh in refreshes:
             if refresh["Status"] in ACTIVE_REFRESH:
