@@ -410,7 +410,7 @@ def _missing(
     # ones launch-first, which spot cannot finish): raising the part up to them would launch nothing.
     wanted_unbounded = max(fleet.on_demand, fleet.on_demand_nodes) + min(fleet.spot_missing, fleet.missing)
     wanted = min(wanted_unbounded, fleet.ceiling)
-    if wanted <= fleet.on_demand:
+    if wanted <= max(fleet.on_demand, fleet.on_demand_nodes):
         return decision(
             HOLD,
             fleet.on_demand,

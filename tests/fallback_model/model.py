@@ -342,6 +342,8 @@ class SpotFleet:
         self.modified_by = "deploy"  # who changed the request last: the cause of what the change sets in motion
         self.excess_policy = "default"
         self.members: list[str] = []
+        # Instances listed whatever their state: the list "is refreshed periodically and might be out of date".
+        self.listed_anyway: set[str] = set()
         self.history: list[dict[str, Any]] = []
         self._last_failure = {SPOT: -FAILURE_EVERY_MINUTES, ON_DEMAND: -FAILURE_EVERY_MINUTES}
 
@@ -462,7 +464,7 @@ class SpotFleet:
                 **({"SpotInstanceRequestId": f"sir-{i.id[2:10]}"} if i.market == SPOT else {}),
             }
             for i in self.instances()
-            if i.state in ("pending", "running")
+            if i.state in ("pending", "running") or i.id in self.listed_anyway
         ]
         return {"SpotFleetRequestId": self.id, **paged(active, params, self.world.page_size, "ActiveInstances")}
 

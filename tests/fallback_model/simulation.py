@@ -30,7 +30,7 @@ from tests.fallback_model.model import (
 )
 
 PARAMETER = "/gpufleet/model/fallback"
-CHECKPOINT_COMMAND = ". /etc/gpufleet/node.env && bash -c \"$GPUFLEET_CHECKPOINT_HOOK\""
+CHECKPOINT_COMMAND = '. /etc/gpufleet/node.env && bash -c "$GPUFLEET_CHECKPOINT_HOOK"'
 # The longest a node may wait for its checkpoint hook before the fallback ends it (gpufleet.fallback).
 CHECKPOINT_TIMEOUT_MINUTES = 10
 # At most this many runs that change the fleet in any 60 minutes (no oscillation). With after 15 and restore_after 30,

@@ -21,9 +21,7 @@ def test_problem_3_with_both_markets_short_the_missing_nodes_go_to_whichever_mar
     """The issue's simulation: target 8, floor 2; spot holds 3 nodes from minute 5 and 8 from minute 50; on-demand
     has the floor and two more. The raise asks for three on-demand nodes and gets two; the third request goes back to
     spot, which fills it when it returns, and the two extra on-demand nodes go back to spot after restore_after."""
-    sim = Simulation(
-        backend, Availability(spot=((0, 6), (5, 3), (50, 8)), on_demand=((0, 4),)), max_extra=3
-    ).run(120)
+    sim = Simulation(backend, Availability(spot=((0, 6), (5, 3), (50, 8)), on_demand=((0, 4),)), max_extra=3).run(120)
     assert sim.violations == []
     first_raise, revert = sim.changes()[:2]
     assert (first_raise[1:], revert[1:]) == (("raise", 2, 5), ("revert", 5, 4))
