@@ -198,11 +198,9 @@ class World:
     def reclaim_spot(self) -> None:
         """[spot-interruptions]: when EC2 needs the capacity back, spot instances get the notice and end; the newest
         go first (which ones EC2 takes is unconfirmed)."""
-        held = [i for i in self.instances.values() if i.market == SPOT and i.state in ("pending", "running")]
-        excess = len([i for i in held if i.ending_at is None]) - max(
-            self.availability.capacity(SPOT, self.minute) - len([i for i in held if i.ending_at is not None]), 0
-        )
-        for instance in sorted((i for i in held if i.ending_at is None), key=lambda i: -i.launched)[: max(excess, 0)]:
+        staying = [i for i in self.instances.values() if i.market == SPOT and i.live]
+        excess = len(staying) - self.availability.capacity(SPOT, self.minute)
+        for instance in sorted(staying, key=lambda i: -i.launched)[: max(excess, 0)]:
             self.notify_interruption(instance, "ec2")
 
     def record(self, operation: str, parameters: dict[str, Any]) -> None:
