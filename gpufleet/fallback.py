@@ -559,12 +559,17 @@ def _probe_progress(
             **cleared,
         )
     wanted = fleet.on_demand - arrived
+    withdrawn = (
+        f", target {observation.target} -> {fleet.target + arrived} (the requests that did not come withdrawn)"
+        if arrived < extra
+        else ""
+    )
     return decision(
         LOWER,
         wanted,
         f"hand-back after {minutes(lasted)}: {arrived} of {extra} extra spot node(s) came ({fleet.counts()}), "
-        f"checkpoint hooks done: on-demand part {fleet.on_demand} -> {wanted}, target {observation.target} -> "
-        f"{fleet.target + arrived}; the on-demand node(s) end at the next check",
+        f"checkpoint hooks done: on-demand part {fleet.on_demand} -> {wanted}{withdrawn}; the on-demand node(s) end "
+        "at the next check",
         total=fleet.target + arrived,
         short_since=None,
         probe_total=fleet.target + arrived,

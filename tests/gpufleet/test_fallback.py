@@ -379,8 +379,7 @@ def probe(minute, spot, *, checkpoints=DONE, missing=0, nodes=NODES, target=10):
                 10,
                 (),
                 "hand-back after 10 min: 2 of 2 extra spot node(s) came (6 spot + 4 on-demand of 8, on-demand part 4), "
-                "checkpoint hooks done: on-demand part 4 -> 2, target 10 -> 10; the on-demand node(s) end at the next "
-                "check",
+                "checkpoint hooks done: on-demand part 4 -> 2; the on-demand node(s) end at the next check",
             ),
             id="a-hook-past-its-timeout-counts-as-done",
         ),
@@ -392,8 +391,7 @@ def probe(minute, spot, *, checkpoints=DONE, missing=0, nodes=NODES, target=10):
                 10,
                 (),
                 "hand-back after 5 min: 2 of 2 extra spot node(s) came (6 spot + 4 on-demand of 8, on-demand part 4), "
-                "checkpoint hooks done: on-demand part 4 -> 2, target 10 -> 10; the on-demand node(s) end at the next "
-                "check",
+                "checkpoint hooks done: on-demand part 4 -> 2; the on-demand node(s) end at the next check",
             ),
             id="lowers-the-part-once-spot-came-and-the-hooks-ran",
         ),
@@ -405,8 +403,8 @@ def probe(minute, spot, *, checkpoints=DONE, missing=0, nodes=NODES, target=10):
                 9,
                 (),
                 "hand-back after 15 min: 1 of 2 extra spot node(s) came (5 spot + 4 on-demand of 8, on-demand part 4), "
-                "checkpoint hooks done: on-demand part 4 -> 3, target 10 -> 9; the on-demand node(s) end at the next "
-                "check",
+                "checkpoint hooks done: on-demand part 4 -> 3, target 10 -> 9 (the requests that did not come "
+                "withdrawn); the on-demand node(s) end at the next check",
             ),
             id="after-after-hands-back-what-came-and-withdraws-the-rest",
         ),

@@ -19,6 +19,8 @@ from gpufleet.environment import Fallback
 from stacks.constructs.capacity_fallback.infrastructure import RUNTIME_DIR, CapacityFallback, nag_rendering
 from stacks.environment_stacks import add_compliance_checks
 from tests.conftest import CDK_CONTEXT
+from tests.fallback_model.model import Availability
+from tests.fallback_model.simulation import Simulation
 from tests.stacks.constructs.conftest import ACCOUNT, REGION, asset_files
 from tests.stacks.test_iam_resources import StackContext, policy_statements, unmatched_pairs, unmatched_resources
 
@@ -636,3 +638,25 @@ def test_the_cdk_nag_synthesis_passes_every_check(synthesized):
     check_on_a_spot_fleet_the_node_and_unscoped_read_wildcards_are_acknowledged_by_name(synthesized)
     check_on_an_auto_scaling_group_the_group_wildcard_and_the_unscoped_reads_are_acknowledged(synthesized)
     check_the_state_cleanup_providers_findings_are_acknowledged_for_it(synthesized)
+
+
+@pytest.mark.parametrize(
+    ("backend", "synthesized_as"), [("spot-fleet", "spot-fleet"), ("auto-scaling", "auto-scaling-ref")]
+)
+def test_the_role_grants_exactly_the_calls_the_handler_makes_against_the_model(synthesized, backend, synthesized_as):
+    """The handler run against the model (tests/fallback_model/) through a raise, a hand-back and, on a group, an
+    instance refresh: every API call it makes is an action of its role, and every action of its role (the log group's
+    aside) is one it makes."""
+    events = {60: [Simulation.refresh]} if backend == "auto-scaling" else {}
+    sim = Simulation(backend, Availability(spot=((0, 6), (5, 4), (40, 6)), on_demand=((0, 20),)), events=events).run(
+        120
+    )
+    called = {operation for caller, operation in sim.world.operations if caller == "fallback"}
+    statements = synthesized[synthesized_as][POLICY_ID]["Properties"]["PolicyDocument"]["Statement"]
+    granted = {
+        action
+        for statement in statements
+        for action in ([statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"])
+        if not action.startswith("logs:")
+    }
+    assert called == granted
