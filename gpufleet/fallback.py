@@ -24,12 +24,13 @@ behaviour comes from):
     on-demand nodes by spot ones, launching each new node before it terminates the old one, and terminates through
     its lifecycle hook (AWS documents both), so a spot shortage leaves the on-demand nodes where they are;
   - a Spot Fleet (HAND_BACK_BY_FALLBACK): EC2 documents no swap of an on-demand node for a spot one when the on-demand
-    part falls (unconfirmed either way), so the fallback never leaves the part below the live on-demand nodes. It
-    probes: the fleet's total rises by the extra nodes (documented: the fleet launches spot nodes), and the
-    checkpoint hook runs on as many on-demand nodes. Once the spot nodes are there (or after `after` with those that
-    came) and each hook has finished (or `checkpoint_timeout` passed), the fallback ends as many checkpointed
-    on-demand nodes as spot nodes came and sets total and part back in one change: nothing is left for EC2 to
-    decide, so the outcome does not depend on the undocumented case (problem 4).
+    part falls alone (unconfirmed either way: the model has both), so the fallback asks for spot first and ends the
+    on-demand nodes itself, in three changes (_probe_progress): the total rises by the extra nodes (documented: the
+    fleet launches spot) while the checkpoint hook starts on every on-demand node; once the spot nodes came (or
+    `after` passed) and every hook finished (or `checkpoint_timeout` passed), the part drops by the spot nodes that
+    came; at the next check the fallback ends as many checkpointed on-demand nodes as remain above the part and sets
+    the total back. Whether EC2 keeps the surplus or swaps it in between, every node that ends has had its hook, and
+    no gap opens (problem 4).
 - A change made outside the fallback (a deploy writes the template's part back, problem 5) is followed: when nodes
   are missing the fallback's raise is applied again at once; otherwise the new part stands, except that on a Spot
   Fleet a part below the live on-demand nodes is raised to them (the undocumented case again).
