@@ -39,7 +39,7 @@ def test_json(fixture_path, capsys):
 
 def test_stdin(fixture_path, capsys, monkeypatch):
     with open(fixture_path("topo", "p5.txt")) as handle:
-        monkeypatch.setattr("sys.stdin", io.StringIO(handle.read()))
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(handle.read().encode())))
     assert main(["topo-check", "--instance-type", "p5.48xlarge", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert (report["gpus"], report["nvlink_pairs"], len(report["nics"]), report["ok"]) == (8, 28, 32, True)
