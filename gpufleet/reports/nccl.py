@@ -407,7 +407,8 @@ def _average_busbw(rows: tuple[Row, ...]) -> float | None:
     busbw = [m.busbw for row in rows for m in (row.out_of_place, row.in_place)]
     if not busbw:
         return None
-    return float(f"{sum(busbw) / len(busbw):.6g}")
+    # Each term divided first: a sum of values near the float limit (a damaged log's) would overflow to infinity.
+    return float(f"{sum(value / len(busbw) for value in busbw):.6g}")
 
 
 def _collective_of(program: str) -> str | None:
