@@ -84,8 +84,8 @@ def _mutation(draw: st.DrawFn, data: bytes) -> bytes:
     position = draw(st.integers(0, len(data)))
     kind = draw(
         st.sampled_from(
-            ["cut", "flip", "byte", "insert", "special", "drop", "double", "number", "broken number", "interleave",
-             "crlf"]
+            ["cut", "flip", "byte", "insert", "special", "drop", "double", "number", "broken number", "cell",
+             "interleave", "crlf"]
         )
     )  # fmt: skip
     if kind == "cut":
@@ -115,6 +115,20 @@ def _mutation(draw: st.DrawFn, data: bytes) -> bytes:
             cut = draw(st.integers(0, len(number.group())))
             new = number.group()[:cut] + draw(st.sampled_from([b"!", b"\x1a", b".", b"e", b"-", b" "])) + b"1943e+06"
         return data[: number.start()] + new + data[number.end() :]
+    if kind == "cell":
+        # One whitespace-separated word of a line (a cell of a table row, a YAML value, a JSON token) replaced.
+        index = draw(st.integers(0, len(lines) - 1))
+        words = re.split(rb"(\s+)", lines[index])
+        word = draw(st.integers(0, len(words) - 1))
+        words[word] = draw(
+            st.one_of(
+                st.integers(20, 500).map(lambda digits: b"9" * digits),
+                st.sampled_from([b"4!1943e+06", b"\x1a0", b"1e400", b"-0", b"0x10", b"1_000"]),
+                st.sampled_from(SPECIAL),
+            )
+        )
+        lines[index] = b"".join(words)
+        return b"\n".join(lines)
     if kind == "interleave" and len(lines) > 1:
         other = draw(st.sampled_from(lines))
         fragment = other[draw(st.integers(0, len(other))) :]
