@@ -67,8 +67,19 @@ def numbered_lines(source: str, *, max_line: int, exit_code: int) -> Iterator[tu
             tail = chunk
             while len(tail) == max_line and not tail.endswith(b"\n"):
                 tail = _readline(handle, max_line, name, exit_code)
-            for piece in chunk.decode("utf-8", errors="replace").splitlines() or [""]:
+            for piece in _pieces(chunk.decode("utf-8", errors="replace")):
                 yield number, piece
+
+
+def text_lines(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of each line of ``text``, numbered and split as numbered_lines does a file's."""
+    for number, chunk in enumerate(text.split("\n"), start=1):
+        for piece in _pieces(chunk):
+            yield number, piece
+
+
+def _pieces(line: str) -> list[str]:
+    return line.splitlines() or [""]
 
 
 @contextlib.contextmanager
@@ -101,4 +112,6 @@ def _readline(handle: BinaryIO, size: int, name: str, exit_code: int) -> bytes:
 
 
 def _size(limit: int) -> str:
-    return f"{limit // MIB} MiB" if limit >= MIB else f"{limit // KIB} KiB"
+    if limit >= MIB:
+        return f"{limit // MIB} MiB"
+    return f"{limit // KIB} KiB" if limit >= KIB else f"{limit} bytes"

@@ -43,7 +43,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
+
+from gpufleet.input_files import text_lines
 
 # Launchers put these in front of every line of a rank's output (see the module docstring for each one's source).
 # One match removes every stacked prefix: each repetition takes the first alternative that matches and never gives
@@ -173,17 +175,9 @@ def strip_launcher_prefix(line: str) -> str:
     return line[_LAUNCHER_PREFIXES.match(line).end() :]  # type: ignore[union-attr]  # matches at least ""
 
 
-def numbered_lines(text: str) -> Iterator[tuple[int, str]]:
-    """(line number, text) of each line of ``text``, numbered as gpufleet.input_files.numbered_lines numbers a
-    file's."""
-    for number, chunk in enumerate(text.split("\n"), start=1):
-        for piece in chunk.splitlines() or [""]:
-            yield number, piece
-
-
 def parse_nccl_log(text: str) -> tuple[CollectiveTable, ...]:
     """Every results table in ``text``, in order; NoTableError when there is none."""
-    return parse_nccl_lines(numbered_lines(text))
+    return parse_nccl_lines(text_lines(text))
 
 
 def parse_nccl_lines(lines: Iterable[tuple[int, str]]) -> tuple[CollectiveTable, ...]:
