@@ -76,7 +76,8 @@ _BINARY = re.compile(
 # collective is inferred from far from their limits.
 _WHOLE_NUMBER = re.compile(r"[0-9]{1,20}")
 _ROOT = re.compile(r"-?[0-9]{1,20}")
-_NUMBER = re.compile(r"-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+# Times, bandwidths, counts and deviations are never negative.
+_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
 # Header columns after "size count type": redop root time algbw busbw #wrong time algbw busbw #wrong.
 _COLUMNS_AFTER_TYPE = 10
 # A table holds one row per message size: a sweep from 1 B to 16 GiB by factor 2 is 35 rows. Far more rows or
@@ -316,17 +317,17 @@ class _TableBuilder:
         max_error: float | None = None
         if check != "N/A":
             if self.layout == "old":
-                max_error = _finite(check, f"{placement} error", "a number or N/A")
+                max_error = _finite(check, f"{placement} error", "a number of at least 0, or N/A")
             else:
                 # A count, which nccl-tests may print in %g form (1e+06).
                 count = _finite(check, f"{placement} #wrong", "a count of wrong elements or N/A")
-                if count < 0 or not count.is_integer():
+                if not count.is_integer():
                     raise _CellError(f"{placement} #wrong is {_shown(check)}, expected a count of wrong elements")
                 wrong = int(count)
         return Measurement(
-            _finite(time_us, f"{placement} time", "a number"),
-            _finite(algbw, f"{placement} algbw", "a number"),
-            _finite(busbw, f"{placement} busbw", "a number"),
+            _finite(time_us, f"{placement} time", "a number of at least 0"),
+            _finite(algbw, f"{placement} algbw", "a number of at least 0"),
+            _finite(busbw, f"{placement} busbw", "a number of at least 0"),
             wrong,
             max_error,
         )
@@ -341,7 +342,7 @@ class _TableBuilder:
 
     def read_average(self, number: int, value: str) -> None:
         try:
-            self.avg_busbw = _finite(value, "'Avg bus bandwidth'", "a number")
+            self.avg_busbw = _finite(value, "'Avg bus bandwidth'", "a number of at least 0")
         except _CellError as error:
             self._unreadable(number, str(error))
 
