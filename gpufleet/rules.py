@@ -11,13 +11,14 @@ them can all import it without importing each other.
 from __future__ import annotations
 
 import functools
+import importlib.util
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, ClassVar, Generic, Literal, TypeVar
 
-import botocore.loaders
 from pydantic import AfterValidator, StrictInt, StrictStr
 
 Severity = Literal["error", "warning"]
@@ -101,13 +102,21 @@ class Partition:
     regions: tuple[str, ...]
 
 
+def botocore_data_file(name: str) -> Path:
+    """A file of the pinned botocore's bundled data, found without importing botocore: the app and `gpufleet
+    validate` need the data, not the SDK (importing botocore.loaders costs every synthesis about 0.07 s)."""
+    spec = importlib.util.find_spec("botocore")
+    assert spec is not None and spec.submodule_search_locations, "botocore is a dependency of gpufleet"
+    return Path(spec.submodule_search_locations[0]) / "data" / name
+
+
 @functools.cache
 def aws_partitions() -> tuple[Partition, ...]:
     """The AWS partitions and their regions, as the pinned botocore lists them (botocore/data/partitions.json, the
     partition data of its endpoint rule sets; its older endpoints.json lags it, lacking regions partitions.json has).
     A region is a name that matches its partition's regionRegex: the pseudo-regions listed beside them (aws-global,
     aws-cn-global, ...) are not."""
-    data = botocore.loaders.create_loader().load_data("partitions")
+    data = json.loads(botocore_data_file("partitions.json").read_text())
     return tuple(
         Partition(
             name=partition["id"],

@@ -21,7 +21,8 @@ from stacks.constructs.ami_build_project import AMI_PROFILE_VARIABLE, AmiBuildPr
 AMI_PIPELINE_STACK_NAME = "gpufleet-ami-pipeline"
 # The CDK app runs from a checkout: the repository is the directory above stacks/.
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
-# The build needs gpufleet (package, profiles, templates, scripts) and its lock file; nothing local or generated.
+# The build needs gpufleet (package, profiles, templates, scripts) and its lock file; nothing local or generated:
+# everything .gitignore names is left out (tests/stacks/test_ami_pipeline_stack.py holds the two lists together).
 SOURCE_EXCLUDES = [
     ".venv",
     "node_modules",
@@ -32,6 +33,9 @@ SOURCE_EXCLUDES = [
     "*.egg-info",
     ".pytest_cache",
     ".ruff_cache",
+    ".mypy_cache",  # make lint's, about 160 MB: hashed and copied into the asset on every synthesis
+    ".import_linter_cache",
+    "site",  # a local `mkdocs build`
     "build",
     "out",
     "cdk.context.json",

@@ -97,6 +97,7 @@ class ClusterStack(cdk.Stack):
                 environment_name=environment.name,
                 on_demand_floor=environment.capacity.on_demand,
                 fallback=environment.fleet.fallback,
+                checkpoint_hook=bool(environment.node.checkpoint_hook),
                 log_retention=logs.RetentionDays.ONE_MONTH,
             )
 

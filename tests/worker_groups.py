@@ -21,6 +21,7 @@ GROUP_FILES: dict[str, tuple[str, ...]] = {
         "tests/test_app.py",
         "tests/gpufleet/ops/test_plan.py",
         "tests/gpufleet/commands/test_summary.py",
+        "tests/fuzz/test_summary.py",
     ),
     "wheel": ("tests/packaging/",),
 }

@@ -9,15 +9,23 @@ as computed), and a verdict.
 A table fails when it has wrong elements (or, in the old nccl-tests layout, out-of-bounds checks), when it was
 cut short (neither an "Avg bus bandwidth" nor a "Collective test concluded" line: the run died), or when its
 peak busbw is below ``--min-busbw`` (applied
-to every table). Exit codes: 0 every table passed; 1 a table failed; 2 unusable input (unreadable file, or a
-file with no nccl-tests table: its name is printed).
+to every table). A line of a table that starts like a row (a byte count) but cannot be read as one (launcher
+output cut into it, a damaged number), and a damaged "Avg bus bandwidth" or "Out of bounds values" line, is
+printed on stderr as ``LOG: line N: what is wrong, what was expected``; its table still fails on what the lines
+read show for certain (wrong elements, a run cut short) but is never passed: it is "not judged".
+
+Exit codes: 0 every table passed; 1 a table failed; 2 unusable input: an unreadable file, a file with no
+nccl-tests table or with more rows or tables than any run prints (its name is printed), or a table not judged
+when none failed. A log is read one line at a time (of a line over 64 KiB only the start is looked at), so a
+log of any size is read in bounded memory.
 
 ``--json`` prints one object. It always has ``collectives`` (one entry per table, in order, each with
 ``source``, ``collective``, ``layout``, ``ranks``, ``hosts``, ``rows``, ``avg_busbw``, ``avg_busbw_computed``
 (true where avg_busbw is computed here, not stated by the log), ``peak_busbw``, ``peak_size_bytes``, ``wrong``,
-``out_of_bounds``, ``truncated``, ``problems``, ``passed``) and the totals
-``wrong``, ``problems`` and ``passed``. When the input holds exactly one table (the common case) that table's
-fields are also copied to the top level, so ``jq .peak_busbw`` works without indexing.
+``out_of_bounds``, ``truncated``, ``problems``, ``unreadable_lines`` (the first 10, ``line N: ...``),
+``unreadable_line_count``, ``passed``) and the totals ``wrong``, ``problems``, ``unreadable_lines`` (each with
+its source) and ``passed``. When the input holds exactly one table (the common case) that table's fields are also
+copied to the top level, so ``jq .peak_busbw`` works without indexing.
 """
 
 from __future__ import annotations
@@ -28,9 +36,19 @@ import sys
 from pathlib import Path
 
 from gpufleet.errors import GpufleetError
-from gpufleet.reports.nccl import CollectiveTable, Measurement, NoTableError, parse_nccl_log, table_problems
+from gpufleet.input_files import display_name, numbered_lines
+from gpufleet.reports.nccl import (
+    MAX_LINE_BYTES,
+    CollectiveTable,
+    LogTooLargeError,
+    Measurement,
+    NoTableError,
+    parse_nccl_lines,
+    table_problems,
+)
 from gpufleet.reports.plot import human_size, plot_busbw, title_for
 
+FAILED = 1
 UNUSABLE_INPUT = 2
 
 
@@ -49,13 +67,16 @@ def run(args: argparse.Namespace) -> int:
     found: list[tuple[str, CollectiveTable]] = []
     errors: list[str] = []
     for log in args.logs:
-        name, text = _read(log)
+        name = display_name(log)
+        lines = numbered_lines(log, max_line=MAX_LINE_BYTES, exit_code=UNUSABLE_INPUT)
         try:
-            found.extend((name, table) for table in parse_nccl_log(text))
-        except NoTableError as error:
+            found.extend((name, table) for table in parse_nccl_lines(lines))
+        except (NoTableError, LogTooLargeError) as error:
             errors.append(f"{name}: {error}")
     if errors:
         raise GpufleetError(*errors, exit_code=UNUSABLE_INPUT)
+    for line in _unreadable_lines(found):
+        print(line, file=sys.stderr)
     problems = {id(table): table_problems(table, args.min_busbw) for _, table in found}
     if args.json:
         print(json.dumps(_report_json(found, problems), indent=2))
@@ -65,16 +86,22 @@ def run(args: argparse.Namespace) -> int:
         plot_busbw([table for _, table in found], args.plot, args.min_busbw)
         if not args.json:
             print(f"plot: {args.plot}")
-    return 1 if any(problems.values()) else 0
+    if any(problems.values()):
+        return FAILED
+    return UNUSABLE_INPUT if any(table.unreadable_count for _, table in found) else 0
 
 
-def _read(log: str) -> tuple[str, str]:
-    if log == "-":
-        return "<stdin>", sys.stdin.read()
-    try:
-        return log, Path(log).read_text(encoding="utf-8", errors="replace")
-    except OSError as error:
-        raise GpufleetError(f"{log}: cannot read ({error.strerror})", exit_code=UNUSABLE_INPUT) from None
+def _unreadable_lines(found: list[tuple[str, CollectiveTable]]) -> list[str]:
+    """One line per unreadable line of every table, then how many more a table had than it lists."""
+    lines: list[str] = []
+    for source, table in found:
+        lines.extend(f"{source}: {unreadable}" for unreadable in table.unreadable)
+        if table.unreadable_count > len(table.unreadable):
+            lines.append(
+                f"{source}: {table.unreadable_count - len(table.unreadable)} more unreadable lines in the same "
+                f"table after line {table.unreadable[-1].line}"
+            )
+    return lines
 
 
 def _measurement_json(m: Measurement) -> dict:
@@ -109,7 +136,9 @@ def _table_json(source: str, table: CollectiveTable, problems: tuple[str, ...]) 
         "out_of_bounds": table.out_of_bounds,
         "truncated": table.truncated,
         "problems": list(problems),
-        "passed": not problems,
+        "unreadable_lines": [str(unreadable) for unreadable in table.unreadable],
+        "unreadable_line_count": table.unreadable_count,
+        "passed": not problems and not table.unreadable_count,
     }
 
 
@@ -121,7 +150,8 @@ def _report_json(found: list[tuple[str, CollectiveTable]], problems: dict[int, t
         collectives=collectives,
         wrong=sum(entry["wrong"] for entry in collectives),
         problems=every_problem,
-        passed=not every_problem,
+        unreadable_lines=[f"{entry['source']}: {line}" for entry in collectives for line in entry["unreadable_lines"]],
+        passed=all(entry["passed"] for entry in collectives),
     )
     return report
 
@@ -155,11 +185,24 @@ def _print_text(found: list[tuple[str, CollectiveTable]], problems: dict[int, tu
             avg = f"{table.avg_busbw:g} GB/s"
         else:
             source = "as the log states it"
-            avg = f"{table.avg_busbw:g} GB/s" if table.avg_busbw is not None else "not stated (log truncated)"
+            avg = f"{table.avg_busbw:g} GB/s" if table.avg_busbw is not None else _missing_average(table)
         print(f"avg busbw ({source}): {avg}")
         print(f"wrong: {table.wrong}")
-        table_problems_ = problems[id(table)]
-        print("verdict: " + ("PASS" if not table_problems_ else "FAIL: " + "; ".join(table_problems_)))
+        print(f"verdict: {_verdict(table, problems[id(table)])}")
     if len(found) > 1:
-        failed = sum(1 for _, table in found if problems[id(table)])
-        print(f"\noverall: {'PASS' if not failed else 'FAIL'} ({len(found) - failed} of {len(found)} tables passed)")
+        verdicts = [_verdict(table, problems[id(table)]).split(":")[0] for _, table in found]
+        overall = next((verdict for verdict in ("FAIL", "NOT JUDGED") if verdict in verdicts), "PASS")
+        print(f"\noverall: {overall} ({verdicts.count('PASS')} of {len(found)} tables passed)")
+
+
+def _missing_average(table: CollectiveTable) -> str:
+    return "not stated (log truncated)" if table.truncated else "not read (see stderr)"
+
+
+def _verdict(table: CollectiveTable, table_problems_: tuple[str, ...]) -> str:
+    if table_problems_:
+        return "FAIL: " + "; ".join(table_problems_)
+    if table.unreadable_count:
+        count = table.unreadable_count
+        return f"NOT JUDGED: {count} line{'' if count == 1 else 's'} of the table could not be read (see stderr)"
+    return "PASS"

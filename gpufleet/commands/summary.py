@@ -1,18 +1,36 @@
-"""gpufleet summary [CDK_OUT]: one line per synthesized environment, read back from the cloud assembly."""
+"""gpufleet summary [CDK_OUT]: one line per synthesized environment, read back from the cloud assembly.
+
+Exit codes: 0 the summary is printed; 1 no cloud assembly at CDK_OUT, none of gpufleet's cluster stacks in it, or a
+file of it that cannot be read: every problem is one line naming the file and where in it (``line L column C`` for
+JSON that does not parse, the path of keys for a value that is missing or of the wrong kind). Each file is read
+whole, up to 16 MiB.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from gpufleet.catalog import load_catalog
 from gpufleet.constants import AVAILABILITY_ZONE_OUTPUT_KEY, BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET
 from gpufleet.errors import GpufleetError
+from gpufleet.input_files import MIB, decode_utf8, read_limited
 from gpufleet.table import format_table
 
 CLUSTER_STACK_SUFFIX = "-cluster"
+# CloudFormation takes a template of at most 1 MB (source: awsdocs/aws-cloudformation-user-guide,
+# cloudformation-limits.md, "Template body size in an Amazon S3 object"); gpufleet's are about 60 KB and the
+# manifest of the four shipped environments about 40 KB. 16 MiB leaves room for many environments.
+MAX_ASSEMBLY_FILE_BYTES = 16 * MIB
+# A stack name: a letter, then letters, digits and hyphens (source: AWS CloudFormation API Reference, CreateStack,
+# StackName). The artifact id of each gpufleet stack is its stack name, and names its template file.
+_STACK_NAME = re.compile(r"[A-Za-z][-A-Za-z0-9]{0,127}")
+_DIGITS = re.compile(r"[0-9]{1,9}")
+_FIX = "synthesize it again (make synth)"
 
 
 @dataclass(frozen=True)
@@ -64,29 +82,112 @@ def summarize(cdk_out: Path) -> list[ClusterSummary]:
     manifest_file = cdk_out / "manifest.json"
     if not manifest_file.is_file():
         raise GpufleetError(f"{cdk_out}: no cloud assembly here (run `cdk synth` first)")
-    artifacts = json.loads(manifest_file.read_text())["artifacts"]
-    stacks = sorted(
-        name
-        for name, artifact in artifacts.items()
-        if artifact["type"] == "aws:cloudformation:stack" and name.endswith(CLUSTER_STACK_SUFFIX)
-    )
+    manifest = _JsonFile(manifest_file)
+    stacks = []
+    for name, artifact in manifest.get(manifest.document, ("artifacts",), dict).items():
+        kind = manifest.get(artifact, ("artifacts", name, "type"), str)
+        if kind != "aws:cloudformation:stack" or not name.endswith(CLUSTER_STACK_SUFFIX):
+            continue
+        if not _STACK_NAME.fullmatch(name):
+            raise GpufleetError(f"{manifest_file}: artifacts: {_quoted(name)} is not a stack name; {_FIX}")
+        stacks.append(name)
     if not stacks:
         raise GpufleetError(f"{cdk_out}: the cloud assembly holds no gpufleet cluster stack")
-    return [_summarize_stack(cdk_out, name) for name in stacks]
+    return [_summarize_stack(cdk_out, name) for name in sorted(stacks)]
+
+
+class _JsonFile:
+    """A JSON file of the assembly and typed access to its values: each problem is one line naming the file and
+    the path of keys to the value (``Resources.NodeGroup.Properties.DesiredCapacity``)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        data = read_limited(
+            str(path), limit=MAX_ASSEMBLY_FILE_BYTES, expected="a file of a cloud assembly (tens of KB)", exit_code=1
+        )
+        text = decode_utf8(str(path), data, fix=_FIX, exit_code=1)
+        try:
+            self.document: Any = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise GpufleetError(
+                f"{path}: line {error.lineno} column {error.colno}: not valid JSON ({error.msg}); {_FIX}"
+            ) from None
+        except ValueError as error:  # a number of more than 4300 digits (int() refuses it)
+            raise GpufleetError(f"{path}: not valid JSON ({str(error).split(':')[0]}); {_FIX}") from None
+        except RecursionError:
+            raise GpufleetError(f"{path}: not valid JSON (nested too deeply to read); {_FIX}") from None
+
+    def get(self, value: Any, path: tuple[str, ...], kind: type) -> Any:
+        """``value[key]`` for the last key of ``path`` (the keys from the document's root, for messages), checked
+        to be of ``kind``; ``value`` must be an object."""
+        *parents, key = path
+        if not isinstance(value, dict):
+            raise self.problem(tuple(parents), "an object", value)
+        if key not in value:
+            raise GpufleetError(f"{self.path}: {_dotted(path)}: missing; {_FIX}")
+        found = value[key]
+        if not isinstance(found, kind) or (kind is int and isinstance(found, bool)):
+            raise self.problem(path, _KINDS[kind], found)
+        return found
+
+    def problem(self, path: tuple[str, ...], expected: str, found: Any) -> GpufleetError:
+        return GpufleetError(
+            f"{self.path}: {_dotted(path) or '(file)'}: expected {expected}, got {_quoted(found)}; {_FIX}"
+        )
+
+
+_KINDS = {dict: "an object", list: "a list", str: "a string", int: "a whole number"}
+
+
+def _dotted(path: tuple[str, ...]) -> str:
+    return ".".join(path)
+
+
+def _quoted(value: Any) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else f"{text[:40]}..."
 
 
 def _summarize_stack(cdk_out: Path, stack: str) -> ClusterSummary:
-    template = json.loads((cdk_out / f"{stack}.template.json").read_text())
-    resources = template["Resources"]
+    template = _JsonFile(cdk_out / f"{stack}.template.json")
+    resources = template.get(template.document, ("Resources",), dict)
+    typed: dict[str, list[tuple[str, Any]]] = {}
+    for resource_id, resource in resources.items():
+        resource_type = template.get(resource, ("Resources", resource_id, "Type"), str)
+        typed.setdefault(resource_type, []).append((resource_id, resource))
 
-    def only(resource_type: str) -> dict:
-        (properties,) = [r["Properties"] for r in resources.values() if r["Type"] == resource_type]
-        return properties
+    def only(resource_type: str) -> tuple[tuple[str, ...], dict]:
+        """(path, properties) of the one resource of ``resource_type``."""
+        found = typed.get(resource_type, [])
+        if len(found) != 1:
+            raise GpufleetError(
+                f"{template.path}: Resources: {len(found)} resources of type {resource_type}, expected 1; {_FIX}"
+            )
+        resource_id, resource = found[0]
+        path = ("Resources", resource_id, "Properties")
+        return path, template.get(resource, path, dict)
 
-    template_data = only("AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
-    backend, on_demand, target = _node_group(resources)
-    instance = load_catalog()[template_data["InstanceType"]]
-    interfaces = template_data["NetworkInterfaces"]
+    launch_template_path, launch_template = only("AWS::EC2::LaunchTemplate")
+    data_path = (*launch_template_path, "LaunchTemplateData")
+    template_data = template.get(launch_template, data_path, dict)
+    backend, on_demand, target = _node_group(template, typed)
+    instance_type = template.get(template_data, (*data_path, "InstanceType"), str)
+    instance = load_catalog().get(instance_type)
+    if instance is None:
+        raise GpufleetError(
+            f"{template.path}: {_dotted((*data_path, 'InstanceType'))}: {_quoted(instance_type)} is not in the "
+            f"instance catalog; {_FIX}"
+        )
+    interfaces_path = (*data_path, "NetworkInterfaces")
+    interfaces = template.get(template_data, interfaces_path, list)
+    interface_types = [
+        template.get(interface, (*interfaces_path[:-1], f"NetworkInterfaces[{index}]", "InterfaceType"), str)
+        for index, interface in enumerate(interfaces)
+    ]
+    placement_group_path, placement_group = only("AWS::EC2::PlacementGroup")
+    outputs = template.get(template.document, ("Outputs",), dict)
+    zone_path = ("Outputs", AVAILABILITY_ZONE_OUTPUT_KEY)
+    zone = template.get(template.get(outputs, zone_path, dict), (*zone_path, "Value"), str)
     return ClusterSummary(
         environment=stack.removeprefix("gpufleet-").removesuffix(CLUSTER_STACK_SUFFIX),
         stack=stack,
@@ -97,33 +198,62 @@ def _summarize_stack(cdk_out: Path, stack: str) -> ClusterSummary:
         gpus=target * instance.gpu.count,
         gpu_model=instance.gpu.model,
         # Both interface types give the node an EFA device; efa-only has no ENA device besides.
-        efa_interfaces_per_node=sum(1 for i in interfaces if i["InterfaceType"] in ("efa", "efa-only")),
-        placement_strategy=_placement(template_data, only("AWS::EC2::PlacementGroup")["Strategy"]),
-        availability_zone=template["Outputs"][AVAILABILITY_ZONE_OUTPUT_KEY]["Value"],
+        efa_interfaces_per_node=sum(1 for kind in interface_types if kind in ("efa", "efa-only")),
+        placement_strategy=_placement(
+            template,
+            template_data,
+            data_path,
+            template.get(placement_group, (*placement_group_path, "Strategy"), str),
+        ),
+        availability_zone=zone,
     )
 
 
-def _node_group(resources: dict) -> tuple[str, int, int]:
+def _node_group(template: _JsonFile, typed: dict[str, list[tuple[str, Any]]]) -> tuple[str, int, int]:
     """(fleet.backend, on-demand nodes, target) of the one Spot Fleet or Auto Scaling group of the stack."""
-    for resource in resources.values():
-        properties = resource.get("Properties", {})
-        if resource["Type"] == "AWS::EC2::SpotFleet":
-            fleet = properties["SpotFleetRequestConfigData"]
-            return BACKEND_SPOT_FLEET, fleet["OnDemandTargetCapacity"], fleet["TargetCapacity"]
-        if resource["Type"] == "AWS::AutoScaling::AutoScalingGroup":
-            # The group's target is its MaxSize: a Capacity Block group's DesiredCapacity is 0 outside its block.
-            # Without a mixed instances policy (a Capacity Block's group) every node is of the launch template's
-            # market, none spot (stacks/constructs/gpu_auto_scaling_group.py).
-            target = int(properties["MaxSize"])
-            policy = properties.get("MixedInstancesPolicy")
-            on_demand = policy["InstancesDistribution"]["OnDemandBaseCapacity"] if policy else target
-            return BACKEND_AUTO_SCALING, on_demand, target
-    raise GpufleetError("the cluster stack holds neither a Spot Fleet nor an Auto Scaling group")
+    if fleets := typed.get("AWS::EC2::SpotFleet"):
+        resource_id, resource = fleets[0]
+        properties_path = ("Resources", resource_id, "Properties")
+        config_path = (*properties_path, "SpotFleetRequestConfigData")
+        config = template.get(template.get(resource, properties_path, dict), config_path, dict)
+        return (
+            BACKEND_SPOT_FLEET,
+            template.get(config, (*config_path, "OnDemandTargetCapacity"), int),
+            template.get(config, (*config_path, "TargetCapacity"), int),
+        )
+    if groups := typed.get("AWS::AutoScaling::AutoScalingGroup"):
+        resource_id, resource = groups[0]
+        properties_path = ("Resources", resource_id, "Properties")
+        properties = template.get(resource, properties_path, dict)
+        # The group's target is its MaxSize: a Capacity Block group's DesiredCapacity is 0 outside its block.
+        # CloudFormation types the sizes as strings ("2").
+        max_size_path = (*properties_path, "MaxSize")
+        max_size = template.get(properties, max_size_path, str)
+        if not _DIGITS.fullmatch(max_size):
+            raise template.problem(max_size_path, 'a node count such as "2"', max_size)
+        target = int(max_size)
+        # Without a mixed instances policy (a Capacity Block's group) every node is of the launch template's market,
+        # none spot (stacks/constructs/gpu_auto_scaling_group.py).
+        if "MixedInstancesPolicy" not in properties:
+            return BACKEND_AUTO_SCALING, target, target
+        policy_path = (*properties_path, "MixedInstancesPolicy")
+        distribution_path = (*policy_path, "InstancesDistribution")
+        distribution = template.get(template.get(properties, policy_path, dict), distribution_path, dict)
+        return (
+            BACKEND_AUTO_SCALING,
+            template.get(distribution, (*distribution_path, "OnDemandBaseCapacity"), int),
+            target,
+        )
+    raise GpufleetError(f"{template.path}: Resources: neither a Spot Fleet nor an Auto Scaling group; {_FIX}")
 
 
-def _placement(template_data: dict, placement_group_strategy: str) -> str:
+def _placement(template: _JsonFile, template_data: dict, data_path: tuple[str, ...], strategy: str) -> str:
     """The placement group's strategy when the launch template names it; a Capacity Block's nodes are placed by EC2
     (the launch template names no placement group then: stacks/constructs/node_launch_template.py)."""
-    if "GroupName" in template_data.get("Placement", {}):
-        return placement_group_strategy
-    return template_data["InstanceMarketOptions"]["MarketType"]
+    if "Placement" in template_data:
+        placement = template.get(template_data, (*data_path, "Placement"), dict)
+        if "GroupName" in placement:
+            return strategy
+    market_path = (*data_path, "InstanceMarketOptions")
+    market = template.get(template_data, market_path, dict)
+    return template.get(market, (*market_path, "MarketType"), str)

@@ -5,17 +5,18 @@
 
 Exit codes: 0 the matrix matches the catalog; 1 problems found (a non-NVLink pair on an NVSwitch type, fewer
 NVLinks on one pair, missing GPUs or EFA devices); 2 unusable input (unreadable file, no matrix, a matrix cut
-short) or an instance type the catalog does not know.
+short, a file over 1 MiB) or an instance type the catalog does not know. Bytes that are not UTF-8 are read as
+U+FFFD.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from gpufleet.catalog import load_catalog
 from gpufleet.errors import GpufleetError
+from gpufleet.input_files import MIB, display_name, read_limited
 from gpufleet.reports.topology import (
     Topology,
     TopologyCheck,
@@ -25,6 +26,9 @@ from gpufleet.reports.topology import (
 )
 
 UNUSABLE_INPUT = 2
+# A capture of the largest catalog type (p5.48xlarge: 8 GPUs and 32 NICs) is about 10 KB; the limit leaves room for
+# a capture inside a longer log.
+MAX_CAPTURE_BYTES = 1 * MIB
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -43,7 +47,14 @@ def run(args: argparse.Namespace) -> int:
             f"--instance-type {args.instance_type}: not in the catalog (known: {', '.join(sorted(catalog))})",
             exit_code=UNUSABLE_INPUT,
         )
-    name, text = _read(args.file)
+    name = display_name(args.file)
+    data = read_limited(
+        args.file,
+        limit=MAX_CAPTURE_BYTES,
+        expected="an nvidia-smi topo -m capture (a few KB)",
+        exit_code=UNUSABLE_INPUT,
+    )
+    text = data.decode("utf-8", errors="replace")
     try:
         topology = parse_topology(text)
     except TopologyParseError as error:
@@ -54,16 +65,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_text(name, check, topology)
     return 0 if check.ok else 1
-
-
-def _read(path: str) -> tuple[str, str]:
-    if path == "-":
-        return "<stdin>", sys.stdin.read()
-    try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
-            return path, handle.read()
-    except OSError as error:
-        raise GpufleetError(f"{path}: cannot read ({error.strerror})", exit_code=UNUSABLE_INPUT) from None
 
 
 def _as_json(check: TopologyCheck, topology: Topology) -> dict:

@@ -45,8 +45,21 @@ class FallbackStatus:
         checked = self.state.checked_at.strftime("%Y-%m-%d %H:%M:%SZ") if self.state.checked_at else "-"
         return (
             f"{prefix}: on-demand part {on_demand} (capacity.on_demand {self.floor} + {on_demand - self.floor} extra, "
-            f"at most {self.max_extra}); {checked} {self.state.action}: {self.state.reason}"
+            f"at most {self.max_extra}); {checked} {self.state.action}: {self.state.reason}{self._hand_back()}"
         )
+
+    def _hand_back(self) -> str:
+        """A Spot Fleet hand-back under way (gpufleet.fallback): the on-demand nodes it is to end, and its step."""
+        state = self.state
+        if state is None or state.probe_total is None:
+            return ""
+        started = state.probe_started.strftime("%H:%M:%SZ") if state.probe_started else "-"
+        step = (
+            "the part is lowered, they end at the next run"
+            if state.probe_lowered
+            else f"waiting for {state.probe_extra} extra spot node(s) and the checkpoint hooks"
+        )
+        return f"; hand-back since {started} of {', '.join(state.probe_nodes)}: {step}"
 
     def as_dict(self) -> dict[str, Any]:
         document: dict[str, Any] = {

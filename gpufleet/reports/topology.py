@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import re
 
 from gpufleet.catalog import InstanceType
@@ -56,7 +57,17 @@ class Topology:
         return tuple((nic, legend.get(nic) if _NIC_COLUMN.match(nic) else nic) for nic in self.nics)
 
     def link(self, a: str, b: str) -> str:
-        return self.matrix[self.devices.index(a)][self.devices.index(b)]
+        index = self._index
+        return self.matrix[index[a]][index[b]]
+
+    @functools.cached_property
+    def _index(self) -> dict[str, int]:
+        """Each device's position (the first, for a name the header repeats): a lookup in constant time, so that
+        checking every GPU pair takes time in proportion to the matrix."""
+        index: dict[str, int] = {}
+        for position, device in enumerate(self.devices):
+            index.setdefault(device, position)
+        return index
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,24 +91,27 @@ class TopologyParseError(ValueError):
 def parse_topology(text: str) -> Topology:
     lines = [_ANSI.sub("", line).rstrip("\r\n") for line in text.splitlines()]
     header_index, devices, affinity_columns = _find_header(lines)
+    known = set(devices)
     rows: dict[str, tuple[str, ...]] = {}
     affinities: dict[str, tuple[str, ...]] = {}
     for line in lines[header_index + 1 :]:
         cells = _cells(line)
-        if not cells or cells[0] not in devices or cells[0] in rows:
+        if not cells or cells[0] not in known or cells[0] in rows:
             continue
         label, values = cells[0], cells[1:]
         links = values[: len(devices)]
         if len(links) < len(devices) or not all(_LINK.match(cell) for cell in links):
             raise TopologyParseError(
-                f"row {label} has {sum(bool(_LINK.match(c)) for c in links)} of {len(devices)} link cells "
+                f"row {_shown(label)} has {sum(bool(_LINK.match(c)) for c in links)} of {len(devices)} link cells "
                 "(capture cut short?)"
             )
         rows[label] = tuple(links)
         affinities[label] = tuple(values[len(devices) : len(devices) + len(affinity_columns)])
     missing = [device for device in devices if device not in rows]
     if missing:
-        raise TopologyParseError(f"no row for {', '.join(missing)} (capture cut short?)")
+        named = ", ".join(_shown(device) for device in missing[:8])
+        more = f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+        raise TopologyParseError(f"no row for {named}{more} (capture cut short?)")
     gpus = [d for d in devices if _GPU.match(d)]
 
     def affinity(column: str) -> tuple[tuple[str, str], ...]:
@@ -115,6 +129,11 @@ def parse_topology(text: str) -> Topology:
             (match.group("nic"), match.group("device")) for line in lines if (match := _NIC_LEGEND.match(line))
         ),
     )
+
+
+def _shown(device: str) -> str:
+    """A device name for a message, cut to 40 characters (a damaged header can hold anything)."""
+    return device if len(device) <= 40 else f"{device[:40]}..."
 
 
 def _cells(line: str) -> list[str]:

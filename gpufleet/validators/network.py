@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from gpufleet.catalog import load_catalog
-from gpufleet.environment import Environment
+from gpufleet.environment import LARGEST_VPC_PREFIX, Environment
 from gpufleet.rules import Problem
 from gpufleet.validators.base import EnvironmentValidator, ValidationContext
 
@@ -61,11 +61,17 @@ class NodeSubnetCapacityValidator(EnvironmentValidator):
         if needed <= available:
             return []
         vpc_prefix = env.network.node_subnet_prefix - 1
-        fitting = next(p for p in range(vpc_prefix, 0, -1) if self.addresses(p + 1) >= needed)
+        fitting = [p for p in range(vpc_prefix, LARGEST_VPC_PREFIX - 1, -1) if self.addresses(p + 1) >= needed]
+        fix = (
+            f"use /{fitting[0]} or larger"
+            if fitting
+            else f"more than a /{LARGEST_VPC_PREFIX}, the largest VPC allowed, holds: lower capacity.target, or use "
+            "an existing VPC (vpc_id, subnet_id)"
+        )
         return self.problem(
             f"/{vpc_prefix} leaves {available} addresses in the node subnet, but {peak_nodes} nodes "
             f"({env.instance_type}, {per_node} per node) and {self.interface_endpoints} VPC endpoints need {needed} "
-            f"(use /{fitting} or larger)"
+            f"({fix})"
         )
 
     def addresses(self, subnet_prefix: int) -> int:

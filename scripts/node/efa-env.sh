@@ -67,12 +67,21 @@ manifest=/etc/gpufleet/versions.json
 command -v python3 >/dev/null || die "python3 is needed to read $manifest; install it on the image"
 # The plugin's directory: paths.aws_ofi_nccl_lib, which images record since the EFA installer may ship the plugin
 # (/opt/amazon/ofi-nccl/...); older images built it under GPUFLEET_AWS_OFI_NCCL_PREFIX (default /opt/aws-ofi-nccl).
+# scripts/ami/15-validate.sh writes about 1 KB: a manifest over 64 KiB is not one it wrote, and is not read. Each
+# value must be a string on one line (the two are read as two lines).
 manifest_fields=$(python3 -c '
 import json, sys
-manifest = json.load(open(sys.argv[1]))
-print(manifest["components"]["aws_ofi_nccl"])
-print(manifest.get("paths", {}).get("aws_ofi_nccl_lib", ""))' "$root$manifest" 2>/dev/null) ||
-  die "$manifest is not valid JSON or has no components.aws_ofi_nccl"
+with open(sys.argv[1], "rb") as handle:
+    data = handle.read(65537)
+if len(data) > 65536:
+    sys.exit(1)
+manifest = json.loads(data)
+fields = (manifest["components"]["aws_ofi_nccl"], manifest.get("paths", {}).get("aws_ofi_nccl_lib", ""))
+if not all(isinstance(field, str) and field.isprintable() for field in fields):
+    sys.exit(1)
+print(*fields, sep="\n")' "$root$manifest" 2>/dev/null) ||
+  die "$manifest is not a versions manifest: expected JSON of at most 64 KiB with components.aws_ofi_nccl," \
+    "and paths.aws_ofi_nccl_lib if any, each a string on one line"
 { read -r raw_version; read -r plugin_lib || true; } <<<"$manifest_fields"
 plugin_lib=${plugin_lib:-${GPUFLEET_AWS_OFI_NCCL_PREFIX:-/opt/aws-ofi-nccl}/lib}
 # Release tags read v1.7.3-aws; compare the numeric part only.

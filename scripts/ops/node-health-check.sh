@@ -30,6 +30,8 @@ require_settings "see the header of scripts/ops/node-health-check.sh" \
 [[ "$GPUFLEET_NVSWITCH" =~ ^[01]$ ]] || die "GPUFLEET_NVSWITCH must be 1 or 0, got '$GPUFLEET_NVSWITCH'"
 read -r -a gpufleet_cli <<< "${GPUFLEET_CLI:-gpufleet}"
 manifest="${GPUFLEET_ROOT:-}/etc/gpufleet/versions.json"
+# scripts/ami/15-validate.sh writes about 1 KB; a larger file is not one it wrote, and is not read.
+MANIFEST_MAX_BYTES=65536
 
 failures=0
 report() {  # report NAME STATUS(0 = pass) MESSAGE
@@ -39,6 +41,25 @@ report() {  # report NAME STATUS(0 = pass) MESSAGE
     echo "FAIL $1: $3"
     failures=$((failures + 1))
   fi
+}
+
+# manifest_value FILTER: the string the jq FILTER (.profile) selects in the versions manifest, on one line (control
+# characters as ?), empty where there is none. When the manifest is not one JSON object of at most
+# MANIFEST_MAX_BYTES, prints one line saying why and returns 1.
+manifest_value() {
+  local value size
+  size=$(stat -c %s -- "$manifest" 2>/dev/null) || size=0  # gone: jq says so below
+  if ((size > MANIFEST_MAX_BYTES)); then
+    echo "$manifest is $size bytes, more than a versions manifest ($MANIFEST_MAX_BYTES at most): not read"
+    return 1
+  fi
+  if ! value=$(jq -r --slurp 'if length == 1 and (.[0] | type) == "object"
+      then .[0] | ((try ('"$1"') catch null) | strings | gsub("[[:cntrl:]]"; "?")) // ""
+      else error("expected one JSON object") end' "$manifest" 2>&1); then
+    echo "$manifest is not a versions manifest ($(head -n 1 <<< "$value"))"
+    return 1
+  fi
+  echo "$value"
 }
 
 check_gpu_count() {
@@ -61,7 +82,10 @@ check_image_profile() {
     report image-profile 1 "$manifest not found: was this node built from a gpufleet image?"
     return
   fi
-  actual=$(jq -r '.profile // empty' "$manifest")
+  if ! actual=$(manifest_value .profile); then
+    report image-profile 1 "$actual"
+    return
+  fi
   local status=0
   [[ "$actual" == "$GPUFLEET_AMI_PROFILE" ]] || status=1
   report image-profile "$status" "image built from profile ${actual:-unknown} (environment: $GPUFLEET_AMI_PROFILE)"
@@ -73,7 +97,10 @@ check_driver() {
     report driver 1 "$manifest not found: was this node built from a gpufleet image?"
     return
   fi
-  expected=$(jq -r '.components.driver // empty' "$manifest")
+  if ! expected=$(manifest_value .components.driver); then
+    report driver 1 "$expected"
+    return
+  fi
   if [[ -z "$expected" ]]; then
     report driver 1 "$manifest has no components.driver"
     return

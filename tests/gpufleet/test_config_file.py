@@ -3,6 +3,9 @@ the file holds (bytes that are not UTF-8, characters YAML refuses, a problem wit
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from pydantic import BaseModel, ConfigDict, StrictStr, model_validator
 
@@ -93,3 +96,53 @@ def test_an_environment_that_is_not_utf8_is_one_line_on_stderr_not_a_traceback(t
     assert capsys.readouterr().err.splitlines() == [
         f"{path}: line 2: not UTF-8 text (byte 0xa0: invalid start byte); save it as UTF-8"
     ]
+
+
+# What a configuration file may hold is narrower than YAML (issue 23): time and memory follow the file's size.
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        # Each level is one recursion of PyYAML's composer: a RecursionError traceback before.
+        (b"name: " + b"[" * 100_000 + b"\n", "line 1: not valid YAML (nested more than 64 levels deep)"),
+        (
+            b"anchor: &one value\nname: *one\n",
+            "line 2: not valid YAML (aliases (*name) are not supported here: write the value out)",
+        ),
+    ],
+    ids=["nesting", "alias"],
+)
+def test_yaml_beyond_configuration_is_one_line(tmp_path, data, expected):
+    assert problems_reading(tmp_path, data) == (expected,)
+
+
+def test_nested_aliases_are_refused_in_time(tmp_path):
+    # Nine lines standing for 10^9 strings: quoting the value in a message took hours before, in C code that no
+    # signal interrupts, so the command runs in a process of its own.
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    path = tmp_path / "lab.yaml"
+    path.write_text("\n".join([*lines, "name: *a8", ""]))
+    done = subprocess.run(
+        [sys.executable, "-m", "gpufleet", "validate", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stderr.splitlines()) == (
+        1,
+        [f"{path}: line 2: not valid YAML (aliases (*name) are not supported here: write the value out)"],
+    )
+
+
+def test_a_file_far_larger_than_a_configuration_is_refused_unread(tmp_path):
+    path = tmp_path / "settings.yaml"
+    with path.open("wb") as handle:
+        handle.truncate(64 * 1024 * 1024)  # sparse: nothing written
+    with pytest.raises(GpufleetError) as raised:
+        read_model(path, Settings, reference="SETTINGS.md")
+    assert raised.value.problems == (
+        f"{path}: larger than 1 MiB, far more than a configuration file (a few KB): refused unread",
+    )
+
+
+def test_a_long_value_is_quoted_short(tmp_path):
+    assert problems_reading(tmp_path, b"name: [" + b"x, " * 1000 + b"x]\n") == (
+        "name: input should be a valid string, got ['x', 'x', 'x', 'x', 'x', 'x', ...] (put it in quotes)",
+    )

@@ -1,53 +1,63 @@
 """The capacity fallback's decision over fleet histories: each history is a list of checks, fed to decide one after
-the other with the state each leaves; the last decision is compared with a literal."""
+the other with the state each leaves; the last decision is compared with literals. (How the fleets answer the
+decisions is tests/fallback_model/'s part.)"""
 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 
 import pytest
 
 from gpufleet.fallback import (
-    ERROR,
+    ALIGN,
+    CHECKPOINT_DONE,
+    CHECKPOINT_RUNNING,
+    HAND_BACK,
+    HAND_BACK_BY_FALLBACK,
     HOLD,
     LOWER,
     NO_CAPACITY,
     PRICE,
+    PROBE,
     RAISE,
+    REAPPLY,
+    REVERT,
     FallbackSettings,
     FallbackState,
     LaunchFailure,
     Observation,
     decide,
+    parameter_name,
 )
 
 START = dt.datetime(2026, 11, 23, 6, 0, tzinfo=dt.UTC)
 # dev-like: 8 nodes, 2 on demand, raise after 15 min, restore after 30, at most 2 extra on-demand nodes.
-SETTINGS = FallbackSettings(
-    target=8,
-    floor=2,
-    after=dt.timedelta(minutes=15),
-    restore_after=dt.timedelta(minutes=30),
-    max_extra=2,
-)
+GROUP = FallbackSettings(floor=2, after=dt.timedelta(minutes=15), restore_after=dt.timedelta(minutes=30), max_extra=2)
+FLEET = replace(GROUP, hands_back=HAND_BACK_BY_FALLBACK)
 
 
 def at(minute: float) -> dt.datetime:
     return START + dt.timedelta(minutes=minute)
 
 
-def check(minute, on_demand, spot, on_demand_running=None, failures=()):
-    """One check: the fleet's on-demand part, its live spot nodes and on-demand nodes (default: the on-demand part)."""
+def check(minute, part, spot, on_demand=None, *, target=8, failures=(), nodes=(), checkpoints=None, **busy):
+    """One look: the on-demand part, live spot and on-demand nodes (default: the part), launch failures as
+    (minute, kind), the fleet's on-demand node ids, newest first (Spot Fleet), and its checkpoint hooks."""
     return Observation(
         at=at(minute),
-        on_demand_target=on_demand,
+        target=target,
+        on_demand_target=part,
         spot_running=spot,
-        on_demand_running=on_demand if on_demand_running is None else on_demand_running,
+        on_demand_running=part if on_demand is None else on_demand,
         failures=tuple(LaunchFailure(at(m), kind, "probe") for m, kind in failures),
+        on_demand_nodes=tuple(nodes),
+        checkpoints=checkpoints or {},
+        **busy,
     )
 
 
-def run(history, settings=SETTINGS, state=None):
+def run(history, settings=GROUP, state=None):
     state = state or FallbackState(node_group_id="sfr-1")
     decision = None
     for observation in history:
@@ -56,382 +66,531 @@ def run(history, settings=SETTINGS, state=None):
     return decision
 
 
-HISTORIES = [
-    pytest.param([check(0, 2, 6)], (HOLD, 2, "spot part full (6 of 6); on-demand part at its floor 2"), id="full"),
-    pytest.param(
-        [check(0, 2, 4, failures=[(0, NO_CAPACITY)]), check(14, 2, 4)],
-        (
-            HOLD,
-            2,
-            "2 of 6 spot nodes missing for 14 min (launch failures: no-capacity x1); on-demand part 2 rises after "
-            "15 min",
-        ),
-        id="short-14-minutes",
-    ),
-    pytest.param(
-        [check(0, 2, 4, failures=[(0, NO_CAPACITY)]), check(14.99, 2, 4)],
-        (
-            HOLD,
-            2,
-            "2 of 6 spot nodes missing for 14.99 min (launch failures: no-capacity x1); on-demand part 2 rises after "
-            "15 min",
-        ),
-        id="short-just-under-after",
-    ),
-    pytest.param(
-        [check(0, 2, 4, failures=[(0, NO_CAPACITY)]), check(5, 2, 4, failures=[(4, PRICE)]), check(15, 2, 4)],
-        (
-            RAISE,
-            4,
-            "2 of 6 spot nodes missing for 15 min (launch failures: no-capacity x1, price x1): on-demand part 2 -> 4",
-        ),
-        id="short-exactly-after-raises-by-shortfall",
-    ),
-    pytest.param(
-        [check(0, 2, 5), check(15, 2, 5)],
-        (
-            RAISE,
-            3,
-            "1 of 6 spot nodes missing for 15 min (the history reports no launch failure): on-demand part 2 -> 3",
-        ),
-        id="shortfall-without-failure-raises-too",
-    ),
-    pytest.param(
-        [check(0, 2, 3, failures=[(0, ERROR)]), check(15, 2, 3)],
-        (
-            RAISE,
-            4,
-            "3 of 6 spot nodes missing for 15 min (launch failures: error x1): on-demand part 2 -> 4 (capped at the "
-            "ceiling)",
-        ),
-        id="raise-capped-at-ceiling",
-    ),
-    pytest.param(
-        [check(0, 4, 3), check(15, 4, 3)],
-        (
-            HOLD,
-            4,
-            "1 of 4 spot nodes missing for 15 min (the history reports no launch failure); on-demand part 4 is at its "
-            "ceiling (capacity.on_demand 2 + max_extra_on_demand 2, at most the target 8)",
-        ),
-        id="at-ceiling-holds",
-    ),
-    pytest.param(
-        [check(0, 2, 4), check(5, 2, 6), check(10, 2, 4), check(20, 2, 4)],
-        (
-            HOLD,
-            2,
-            "2 of 6 spot nodes missing for 10 min (the history reports no launch failure); on-demand part 2 rises "
-            "after 15 min",
-        ),
-        id="a-full-check-restarts-the-shortfall-clock",
-    ),
-    pytest.param(
-        [check(0, 2, 5), check(15, 2, 5), check(20, 3, 4), check(34, 3, 4)],
-        (
-            HOLD,
-            3,
-            "1 of 5 spot nodes missing for 14 min (the history reports no launch failure); on-demand part 3 rises "
-            "after 15 min",
-        ),
-        id="after-a-raise-a-new-shortfall-waits-again",
-    ),
-    pytest.param(
-        [check(0, 4, 4), check(29, 4, 4)],
-        (HOLD, 4, "spot back for 29 min; one of 2 extra on-demand node(s) goes after 30 min"),
-        id="restore-just-before",
-    ),
-    pytest.param(
-        [check(0, 4, 4), check(30, 4, 4)],
-        (LOWER, 3, "spot back for 30 min: on-demand part 4 -> 3, one node for spot (floor 2)"),
-        id="restore-exactly-lowers-one",
-    ),
-    pytest.param(
-        [check(0, 4, 4), check(30, 4, 4), check(35, 3, 5), check(59, 3, 5)],
-        (HOLD, 3, "spot back for 29 min; one of 1 extra on-demand node(s) goes after 30 min"),
-        id="each-step-waits-restore-after-again",
-    ),
-    pytest.param(
-        [check(0, 4, 4), check(30, 4, 4), check(35, 3, 5), check(60, 3, 5)],
-        (LOWER, 2, "spot back for 30 min: on-demand part 3 -> 2, one node for spot (floor 2)"),
-        id="second-step-reaches-the-floor",
-    ),
-    pytest.param(
-        [check(0, 4, 4), check(10, 4, 4, failures=[(12, NO_CAPACITY)]), check(40, 4, 4)],
-        (HOLD, 4, "spot back for 28 min; one of 2 extra on-demand node(s) goes after 30 min"),
-        id="a-failure-restarts-the-restore-clock",
-    ),
-    pytest.param(
-        [check(0, 4, 4), check(10, 4, 4, failures=[(12, NO_CAPACITY)]), check(42, 4, 4)],
-        (LOWER, 3, "spot back for 30 min: on-demand part 4 -> 3, one node for spot (floor 2)"),
-        id="restore-counted-from-the-last-failure",
-    ),
-    pytest.param(
-        [check(0, 4, 4), check(30, 4, 4, on_demand_running=3)],
-        (
-            HOLD,
-            4,
-            "2 extra on-demand node(s); waiting for the fleet to reach its target (7 of 8) before replacing one",
-        ),
-        id="never-lowers-below-target",
-    ),
-    pytest.param(
-        [check(0, 4, 4), check(20, 4, 3), check(30, 4, 4), check(59, 4, 4)],
-        (HOLD, 4, "spot back for 29 min; one of 2 extra on-demand node(s) goes after 30 min"),
-        id="a-shortfall-restarts-the-restore-clock",
-    ),
-    pytest.param(
-        [check(0, 3, 3, failures=[(0, NO_CAPACITY)]), check(5, 3, 5), check(10, 3, 3), check(20, 3, 3)],
-        (
-            HOLD,
-            3,
-            "2 of 5 spot nodes missing for 10 min (the history reports no launch failure); on-demand part 3 rises "
-            "after 15 min",
-        ),
-        id="a-full-check-above-the-floor-restarts-the-shortfall-clock-and-its-failures",
-    ),
-    pytest.param(
-        [
-            check(0, 3, 3, failures=[(0, NO_CAPACITY)]),
-            check(5, 3, 5, on_demand_running=2),
-            check(10, 3, 3),
-            check(20, 3, 3),
-        ],
-        (
-            HOLD,
-            3,
-            "2 of 5 spot nodes missing for 10 min (the history reports no launch failure); on-demand part 3 rises "
-            "after 15 min",
-        ),
-        id="a-full-spot-part-below-target-restarts-the-shortfall-clock-and-its-failures",
-    ),
-    pytest.param(
-        [check(0, 5, 1), check(15, 5, 1)],
-        (
-            HOLD,
-            5,
-            "2 of 3 spot nodes missing for 15 min (the history reports no launch failure); on-demand part 5 is at its "
-            "ceiling (capacity.on_demand 2 + max_extra_on_demand 2, at most the target 8)",
-        ),
-        id="above-the-ceiling-a-shortfall-never-lowers",
-    ),
-    pytest.param(
-        [check(0, 1, 7), check(30, 1, 7)],
-        (HOLD, 1, "spot part full (7 of 7); on-demand part at its floor 1"),
-        id="below-the-floor-never-lowers",
-    ),
-    pytest.param(
-        [check(0, 4, 4), check(20, 4, 3), check(30, 4, 4)],
-        (HOLD, 4, "spot back for 0 min; one of 2 extra on-demand node(s) goes after 30 min"),
-        id="spot-back-after-a-shortfall-counts-from-then",
-    ),
-    pytest.param(
-        [check(0, 4, 3, failures=[(0, NO_CAPACITY)]), check(15, 4, 3, failures=[(14, PRICE)]), check(20, 4, 3)],
-        (
-            HOLD,
-            4,
-            "1 of 4 spot nodes missing for 20 min (launch failures: no-capacity x1, price x1); on-demand part 4 is at "
-            "its ceiling (capacity.on_demand 2 + max_extra_on_demand 2, at most the target 8)",
-        ),
-        id="at-the-ceiling-the-shortfall-clock-and-its-failures-go-on",
-    ),
-    pytest.param(
-        [check(0, 2, 4, failures=[(0, NO_CAPACITY)]), check(5, 2, 6), check(10, 2, 4), check(20, 2, 4)],
-        (
-            HOLD,
-            2,
-            "2 of 6 spot nodes missing for 10 min (the history reports no launch failure); on-demand part 2 rises "
-            "after 15 min",
-        ),
-        id="a-full-check-at-the-floor-forgets-the-failures",
-    ),
-    pytest.param(
-        [check(0, 2, 6), check(30, 3, 5)],
-        (LOWER, 2, "spot back for 30 min: on-demand part 3 -> 2, one node for spot (floor 2)"),
-        id="a-raise-set-by-hand-is-given-back-counting-from-the-first-full-check",
-    ),
-    pytest.param(
-        [check(0, 4, 4), check(20, 4, 4, on_demand_running=3, failures=[(18, NO_CAPACITY)]), check(30, 4, 4)],
-        (HOLD, 4, "spot back for 12 min; one of 2 extra on-demand node(s) goes after 30 min"),
-        id="a-failure-while-waiting-for-the-target-restarts-the-restore-clock",
-    ),
-    pytest.param(
-        [check(0, 4, 4), check(20, 4, 4, on_demand_running=3), check(30, 4, 4)],
-        (LOWER, 3, "spot back for 30 min: on-demand part 4 -> 3, one node for spot (floor 2)"),
-        id="waiting-for-the-target-keeps-the-restore-clock",
-    ),
-]
+def outcome(decision):
+    return decision.action, decision.on_demand, decision.reason
 
 
-@pytest.mark.parametrize(("history", "expected"), HISTORIES)
-def test_decision_over_a_fleet_history(history, expected):
-    decision = run(history)
-    assert (decision.action, decision.on_demand, decision.reason) == expected
-
-
-SMALL = FallbackSettings(
-    target=3, floor=2, after=dt.timedelta(minutes=15), restore_after=dt.timedelta(minutes=30), max_extra=2
-)
+SHORT = [check(0, 2, 4, failures=[(0, NO_CAPACITY)])]
 
 
 @pytest.mark.parametrize(
     ("history", "expected"),
     [
         pytest.param(
-            [check(0, 2, 0), check(15, 2, 0)],
+            [check(0, 2, 6)],
+            (HOLD, 2, "fleet full (6 spot + 2 on-demand of 8, on-demand part 2); on-demand part at its floor 2"),
+            id="full-at-the-floor",
+        ),
+        pytest.param(
+            [*SHORT, check(14.99, 2, 4)],
+            (
+                HOLD,
+                2,
+                "2 node(s) missing for 14.99 min (4 spot + 2 on-demand of 8, on-demand part 2; launch failures: "
+                "no-capacity x1); on-demand part 2 rises after 15 min",
+            ),
+            id="missing-just-under-after-holds",
+        ),
+        pytest.param(
+            [*SHORT, check(5, 2, 4, failures=[(4, PRICE)]), check(15, 2, 4)],
+            (
+                RAISE,
+                4,
+                "2 node(s) missing for 15 min (4 spot + 2 on-demand of 8, on-demand part 2; launch failures: "
+                "no-capacity x1, price x1): on-demand part 2 -> 4",
+            ),
+            id="missing-exactly-after-raises-by-the-missing-spot-nodes",
+        ),
+        pytest.param(
+            [check(0, 2, 5), check(15, 2, 5)],
             (
                 RAISE,
                 3,
-                "1 of 1 spot nodes missing for 15 min (the history reports no launch failure): on-demand part 2 -> 3",
+                "1 node(s) missing for 15 min (5 spot + 2 on-demand of 8, on-demand part 2; the history reports no "
+                "launch failure): on-demand part 2 -> 3",
             ),
-            id="ceiling-is-at-most-the-target",
+            id="missing-without-failure-raises-too",
         ),
         pytest.param(
-            [check(0, 2, 0), check(15, 2, 0), check(20, 3, 0), check(50, 3, 0)],
-            (LOWER, 2, "spot back for 30 min: on-demand part 3 -> 2, one node for spot (floor 2)"),
-            id="at-the-target-no-spot-is-wanted-so-none-is-missing",
+            [check(0, 2, 3), check(15, 2, 3)],
+            (
+                RAISE,
+                4,
+                "3 node(s) missing for 15 min (3 spot + 2 on-demand of 8, on-demand part 2; the history reports no "
+                "launch failure): on-demand part 2 -> 4 (capped at the ceiling)",
+            ),
+            id="raise-capped-at-the-ceiling",
+        ),
+        pytest.param(
+            [check(0, 4, 3), check(15, 4, 3)],
+            (
+                HOLD,
+                4,
+                "1 node(s) missing for 15 min (3 spot + 4 on-demand of 8, on-demand part 4; the history reports no "
+                "launch failure); on-demand part 4 is at its ceiling (capacity.on_demand 2 + max_extra_on_demand 2, "
+                "at most the target 8)",
+            ),
+            id="at-the-ceiling-holds",
+        ),
+        pytest.param(
+            [check(0, 2, 6, 1), check(30, 2, 6, 1)],
+            (
+                HOLD,
+                2,
+                "1 node(s) missing for 30 min (6 spot + 1 on-demand of 8, on-demand part 2; the history reports no "
+                "launch failure); the missing nodes are on-demand ones: the fleet launches them when on-demand "
+                "capacity allows",
+            ),
+            id="on-demand-missing-at-the-floor-is-the-fleets-own",
+        ),
+        pytest.param(
+            [check(0, 2, 4), check(5, 2, 6), check(10, 2, 4), check(20, 2, 4)],
+            (
+                HOLD,
+                2,
+                "2 node(s) missing for 10 min (4 spot + 2 on-demand of 8, on-demand part 2; the history reports no "
+                "launch failure); on-demand part 2 rises after 15 min",
+            ),
+            id="a-full-check-restarts-the-shortfall-clock",
+        ),
+        pytest.param(
+            [check(0, 2, 4, 3), check(15, 2, 4, 3)],
+            (
+                RAISE,
+                4,
+                "1 node(s) missing for 15 min (4 spot + 3 on-demand of 8, on-demand part 2; the history reports no "
+                "launch failure): on-demand part 2 -> 4",
+            ),
+            id="a-part-below-the-live-on-demand-nodes-is-raised-from-them",
+        ),
+        pytest.param(
+            [check(0, 2, 3, 4), check(15, 2, 3, 4)],
+            (
+                HOLD,
+                2,
+                "1 node(s) missing for 15 min (3 spot + 4 on-demand of 8, on-demand part 2; the history reports no "
+                "launch failure); on-demand part 2 is at its ceiling (capacity.on_demand 2 + max_extra_on_demand 2, at "
+                "most the target 8)",
+            ),
+            id="live-on-demand-nodes-at-the-ceiling-hold",
         ),
     ],
 )
-def test_the_ceiling_never_passes_the_target(history, expected):
-    decision = run(history, settings=SMALL)
-    assert (decision.action, decision.on_demand, decision.reason) == expected
-    assert SMALL.ceiling == 3
+def test_missing_nodes(history, expected):
+    assert outcome(run(history)) == expected
 
 
-def test_a_deploy_that_resets_the_on_demand_part_is_noticed_and_the_raise_applied_again():
-    raised = run([check(0, 2, 4), check(15, 2, 4)])
-    assert (raised.action, raised.on_demand) == (RAISE, 4)
-    # The deploy wrote OnDemandTargetCapacity 2 back; the fleet still runs 4 on-demand and 4 spot nodes.
-    decision = decide(SETTINGS, check(20, 2, 4, on_demand_running=4), raised.state)
-    assert (decision.action, decision.on_demand, decision.reapplied) == (RAISE, 4, True)
-    assert decision.reason == (
-        "on-demand part is 2, the template's value, but the fallback had raised it to 4: a deploy reset it; "
-        "raising it to 4 again"
-    )
-    assert decision.state.short_since is None and decision.state.changed_at == at(20)
+RAISED = [check(0, 2, 3), check(15, 2, 3)]  # raised to 4 at minute 15 (3 spot missing, capped)
 
 
-def test_a_reset_is_raised_again_only_up_to_the_ceiling_of_the_new_settings():
-    raised = run([check(0, 2, 4), check(15, 2, 4)])
-    one_extra = FallbackSettings(
-        target=8, floor=2, after=dt.timedelta(minutes=15), restore_after=dt.timedelta(minutes=30), max_extra=1
-    )
-    decision = decide(one_extra, check(20, 2, 4, on_demand_running=4), raised.state)
-    assert (decision.action, decision.on_demand, decision.reapplied) == (RAISE, 3, True)
-    assert decision.reason == (
-        "on-demand part is 2, the template's value, but the fallback had raised it to 4: a deploy reset it; "
-        "raising it to 3 again"
-    )
-    assert decision.state.on_demand == 3
-
-
-def test_a_reset_keeps_the_restore_clock():
-    held = run([check(0, 4, 4)])
-    reapplied = decide(SETTINGS, check(10, 2, 6, on_demand_running=4), held.state)
-    assert reapplied.state == FallbackState(
-        node_group_id="sfr-1",
-        on_demand=4,
-        short_since=None,
-        healthy_since=at(0),
-        failures={},
-        changed_at=at(10),
-        checked_at=at(10),
-        action=RAISE,
-        reason=(
-            "on-demand part is 2, the template's value, but the fallback had raised it to 4: a deploy reset it; "
-            "raising it to 4 again"
+@pytest.mark.parametrize(
+    ("history", "expected"),
+    [
+        pytest.param(
+            [*RAISED, check(29.99, 4, 4, 3)],
+            (
+                HOLD,
+                4,
+                "1 node(s) missing for 0 min (4 spot + 3 on-demand of 8, on-demand part 4; the history reports no "
+                "launch failure); the missing nodes are on-demand ones: the fleet launches them when on-demand "
+                "capacity allows, and those above the floor 2 go back to spot 15 min after the fallback's last change "
+                "if they do not come",
+            ),
+            id="on-demand-not-there-just-under-after",
         ),
-    )
-    decision = decide(SETTINGS, check(30, 4, 4), reapplied.state)
-    assert (decision.action, decision.on_demand, decision.reason) == (
-        LOWER,
-        3,
-        "spot back for 30 min: on-demand part 4 -> 3, one node for spot (floor 2)",
-    )
+        pytest.param(
+            [*RAISED, check(30, 4, 4, 3)],
+            (
+                REVERT,
+                3,
+                "1 on-demand node(s) of the part 4 are not there and on-demand capacity has not filled them for 15 min "
+                "(4 spot + 3 on-demand of 8, on-demand part 4; the history reports no launch failure): 4 -> 3, spot "
+                "asked again",
+            ),
+            id="on-demand-not-there-after-after-reverts-to-the-nodes-there",
+        ),
+        pytest.param(
+            [*RAISED, check(30, 4, 3, 1)],
+            (
+                REVERT,
+                2,
+                "3 on-demand node(s) of the part 4 are not there and on-demand capacity has not filled them for 15 min "
+                "(3 spot + 1 on-demand of 8, on-demand part 4; the history reports no launch failure): 4 -> 2, spot "
+                "asked again",
+            ),
+            id="a-revert-never-goes-below-the-floor",
+        ),
+        pytest.param(
+            [*RAISED, check(20, 4, 5, 3)],
+            (
+                REVERT,
+                3,
+                "1 on-demand node(s) of the part 4 are not there and the fleet is full without them (5 spot + 3 "
+                "on-demand of 8, on-demand part 4; the history reports no launch failure): 4 -> 3, spot asked again",
+            ),
+            id="a-full-fleet-reverts-the-unfilled-part-at-once",
+        ),
+        pytest.param(
+            [*RAISED, check(30, 4, 3, 3), check(44.99, 3, 3, 3)],
+            (
+                HOLD,
+                3,
+                "2 node(s) missing for 14.99 min (3 spot + 3 on-demand of 8, on-demand part 3; the history reports no "
+                "launch failure); on-demand part 3 rises after 15 min",
+            ),
+            id="after-a-revert-spot-gets-after-again",
+        ),
+        pytest.param(
+            [*RAISED, check(30, 4, 3, 3), check(45, 3, 3, 3)],
+            (
+                RAISE,
+                4,
+                "2 node(s) missing for 15 min (3 spot + 3 on-demand of 8, on-demand part 3; the history reports no "
+                "launch failure): on-demand part 3 -> 4 (capped at the ceiling)",
+            ),
+            id="both-short-the-requests-alternate-one-change-per-after",
+        ),
+    ],
+)
+def test_a_raise_on_demand_cannot_fill_goes_back_to_spot(history, expected):
+    assert outcome(run(history)) == expected
 
 
-def test_a_reset_keeps_the_shortfall_clock_and_its_failures():
-    held = run([check(0, 3, 3, failures=[(0, NO_CAPACITY)])])
-    reapplied = decide(SETTINGS, check(10, 2, 4, on_demand_running=3), held.state)
-    assert (reapplied.action, reapplied.on_demand, reapplied.reapplied) == (RAISE, 3, True)
-    assert (reapplied.state.short_since, reapplied.state.failures) == (at(0), {"no-capacity": 1})
-    decision = decide(SETTINGS, check(15, 3, 3), reapplied.state)
-    assert (decision.action, decision.on_demand, decision.reason) == (
-        RAISE,
+@pytest.mark.parametrize(
+    ("history", "expected"),
+    [
+        pytest.param(
+            [check(0, 4, 4), check(29.99, 4, 4)],
+            (
+                HOLD,
+                4,
+                "fleet full (4 spot + 4 on-demand of 8, on-demand part 4), spot back for 29.99 min; 2 extra on-demand "
+                "node(s) go back to spot after 30 min",
+            ),
+            id="spot-back-just-under-restore-after",
+        ),
+        pytest.param(
+            [check(0, 4, 4), check(30, 4, 4)],
+            (
+                LOWER,
+                2,
+                "spot back for 30 min: on-demand base 4 -> 2; the group replaces the extra on-demand nodes by spot "
+                "ones as spot allows, launching each before it terminates one (through its lifecycle hook)",
+            ),
+            id="a-group-lowers-to-the-floor-at-restore-after",
+        ),
+        pytest.param(
+            [check(0, 4, 4), check(10, 4, 4, failures=[(12, NO_CAPACITY)]), check(41.99, 4, 4)],
+            (
+                HOLD,
+                4,
+                "fleet full (4 spot + 4 on-demand of 8, on-demand part 4), spot back for 29.99 min; 2 extra on-demand "
+                "node(s) go back to spot after 30 min",
+            ),
+            id="a-failure-restarts-the-restore-clock",
+        ),
+        pytest.param(
+            [check(0, 4, 4), check(20, 4, 3), check(30, 4, 4), check(59, 4, 4)],
+            (
+                HOLD,
+                4,
+                "fleet full (4 spot + 4 on-demand of 8, on-demand part 4), spot back for 29 min; 2 extra on-demand "
+                "node(s) go back to spot after 30 min",
+            ),
+            id="missing-nodes-restart-the-restore-clock",
+        ),
+        pytest.param(
+            [check(0, 2, 6, 4), check(30, 2, 6, 4)],
+            (HOLD, 2, "fleet full (6 spot + 4 on-demand of 8, on-demand part 2); on-demand part at its floor 2"),
+            id="a-group-below-its-live-on-demand-nodes-replaces-them-itself",
+        ),
+    ],
+)
+def test_an_auto_scaling_group_gets_its_extra_nodes_back_to_spot(history, expected):
+    assert outcome(run(history)) == expected
+
+
+NODES = ("i-new", "i-mid", "i-old", "i-floor")  # newest first
+
+
+def test_a_spot_fleet_probes_for_spot_and_checkpoints_every_on_demand_node():
+    decision = run([check(0, 4, 4, nodes=NODES), check(30, 4, 4, nodes=NODES)], FLEET)
+    assert (decision.action, decision.on_demand, decision.total, decision.checkpoint, decision.terminate) == (
+        PROBE,
         4,
-        "2 of 5 spot nodes missing for 15 min (launch failures: no-capacity x1): on-demand part 3 -> 4 (capped at the "
-        "ceiling)",
+        10,
+        NODES,
+        (),
     )
+    assert decision.reason == (
+        "spot back for 30 min: asking for 2 spot node(s) beyond the target (8 -> 10) to replace on-demand node(s) "
+        "i-new, i-mid; the checkpoint hook runs on every on-demand node (i-new, i-mid, i-old, i-floor)"
+    )
+    assert (
+        decision.state.probe_total,
+        decision.state.probe_extra,
+        decision.state.probe_nodes,
+        decision.state.probe_checkpointed,
+        decision.state.probe_lowered,
+        decision.state.probe_started,
+    ) == (10, 2, ("i-new", "i-mid"), NODES, False, at(30))
 
 
-def test_a_value_set_outside_the_fallback_is_followed():
-    raised = run([check(0, 2, 4), check(15, 2, 4)])
-    decision = decide(SETTINGS, check(20, 3, 5), raised.state)
-    assert (decision.action, decision.on_demand, decision.reapplied) == (HOLD, 3, False)
-    assert decision.state.on_demand == 3
+PROBING = [check(0, 4, 4, nodes=NODES), check(30, 4, 4, nodes=NODES)]
+DONE = {node: CHECKPOINT_DONE for node in NODES}
 
 
-def test_state_survives_its_json_form():
-    decision = run([check(0, 2, 4, failures=[(0, NO_CAPACITY)]), check(5, 2, 4)])
-    text = decision.state.to_json()
-    assert FallbackState.from_json(text) == decision.state
-    assert FallbackState.from_json("{}") == FallbackState()
-    assert '"short_since": "2026-11-23T06:00:00+00:00"' in text
+def probe(minute, spot, *, checkpoints=DONE, missing=0, nodes=NODES, target=10):
+    return check(minute, 4, spot, 4 - missing, target=target, nodes=nodes, checkpoints=checkpoints)
 
 
-def test_a_state_about_another_fleet_starts_afresh():
-    raised = run([check(0, 2, 4), check(15, 2, 4)]).state
-    assert raised.for_node_group("sfr-1") is raised
-    assert raised.for_node_group("sfr-2") == FallbackState(node_group_id="sfr-2")
-
-
-def test_a_hold_during_a_shortfall_remembers_its_clock_and_failures_and_not_a_change():
-    decision = run([check(0, 2, 4, failures=[(0, NO_CAPACITY)]), check(5, 2, 4, failures=[(4, PRICE)])])
-    assert decision.state == FallbackState(
-        node_group_id="sfr-1",
-        on_demand=2,
-        short_since=at(0),
-        healthy_since=None,
-        failures={"no-capacity": 1, "price": 1},
-        changed_at=None,
-        checked_at=at(5),
-        action=HOLD,
-        reason=(
-            "2 of 6 spot nodes missing for 5 min (launch failures: no-capacity x1, price x1); on-demand part 2 rises "
-            "after 15 min"
+@pytest.mark.parametrize(
+    ("after_probe", "expected"),
+    [
+        pytest.param(
+            [probe(35, 5)],
+            (
+                HOLD,
+                4,
+                10,
+                (),
+                "hand-back under way for 5 min: 1 of 2 extra spot node(s) there (5 spot + 4 on-demand of 8, on-demand "
+                "part 4); waiting up to 15 min for them",
+            ),
+            id="waits-for-the-spot-nodes",
         ),
+        pytest.param(
+            [probe(35, 6, checkpoints={**DONE, "i-floor": CHECKPOINT_RUNNING})],
+            (
+                HOLD,
+                4,
+                10,
+                (),
+                "hand-back under way for 5 min: 2 of 2 extra spot node(s) there (6 spot + 4 on-demand of 8, on-demand "
+                "part 4); checkpoint hook(s) still running on i-floor",
+            ),
+            id="waits-for-every-hook",
+        ),
+        pytest.param(
+            [probe(40, 6, checkpoints={"i-floor": CHECKPOINT_RUNNING})],
+            (
+                LOWER,
+                2,
+                10,
+                (),
+                "hand-back after 10 min: 2 of 2 extra spot node(s) came (6 spot + 4 on-demand of 8, on-demand part 4), "
+                "checkpoint hooks done: on-demand part 4 -> 2; the on-demand node(s) end at the next check",
+            ),
+            id="a-hook-past-its-timeout-counts-as-done",
+        ),
+        pytest.param(
+            [probe(35, 6)],
+            (
+                LOWER,
+                2,
+                10,
+                (),
+                "hand-back after 5 min: 2 of 2 extra spot node(s) came (6 spot + 4 on-demand of 8, on-demand part 4), "
+                "checkpoint hooks done: on-demand part 4 -> 2; the on-demand node(s) end at the next check",
+            ),
+            id="lowers-the-part-once-spot-came-and-the-hooks-ran",
+        ),
+        pytest.param(
+            [probe(45, 5)],
+            (
+                LOWER,
+                3,
+                9,
+                (),
+                "hand-back after 15 min: 1 of 2 extra spot node(s) came (5 spot + 4 on-demand of 8, on-demand part 4), "
+                "checkpoint hooks done: on-demand part 4 -> 3, target 10 -> 9 (the requests that did not come "
+                "withdrawn); the on-demand node(s) end at the next check",
+            ),
+            id="after-after-hands-back-what-came-and-withdraws-the-rest",
+        ),
+        pytest.param(
+            [probe(45, 4)],
+            (
+                HAND_BACK,
+                4,
+                8,
+                (),
+                "hand-back after 15 min: no extra spot node came (4 spot + 4 on-demand of 8, on-demand part 4); the "
+                "extra request is withdrawn (target 10 -> 8), the on-demand nodes stay",
+            ),
+            id="no-spot-withdraws-the-request",
+        ),
+        pytest.param(
+            [probe(35, 3)],
+            (
+                HAND_BACK,
+                4,
+                8,
+                (),
+                "hand-back after 5 min: no extra spot node came (3 spot + 4 on-demand of 8, on-demand part 4); the "
+                "extra request is withdrawn (target 10 -> 8), the on-demand nodes stay",
+            ),
+            id="missing-nodes-end-the-probe-at-once",
+        ),
+        pytest.param(
+            [probe(35, 6), check(40, 2, 6, 4, target=10, nodes=NODES)],
+            (
+                HAND_BACK,
+                2,
+                8,
+                ("i-new", "i-mid"),
+                "hand-back after 10 min: ending on-demand node(s) i-new, i-mid (6 spot + 4 on-demand of 8, on-demand "
+                "part 2), target 10 -> 8",
+            ),
+            id="ends-the-newest-checkpointed-nodes-above-the-part",
+        ),
+        pytest.param(
+            [probe(35, 6), check(40, 2, 6, 3, target=10, nodes=("i-mid", "i-old", "i-floor"))],
+            (
+                HAND_BACK,
+                2,
+                8,
+                ("i-mid",),
+                "hand-back after 10 min: ending on-demand node(s) i-mid (6 spot + 3 on-demand of 8, on-demand part 2), "
+                "target 10 -> 8",
+            ),
+            id="ends-only-what-ec2-left-above-the-part",
+        ),
+        pytest.param(
+            [probe(35, 6), check(40, 2, 6, 2, target=10, nodes=("i-old", "i-floor"))],
+            (
+                HAND_BACK,
+                2,
+                8,
+                (),
+                "hand-back after 10 min: no on-demand node left to end (6 spot + 2 on-demand of 8, on-demand part 2), "
+                "target 10 -> 8",
+            ),
+            id="ends-nothing-when-ec2-swapped-them",
+        ),
+    ],
+)
+def test_a_spot_fleet_hand_back(after_probe, expected):
+    decision = run([*PROBING, *after_probe], FLEET)
+    assert (decision.action, decision.on_demand, decision.total, decision.terminate, decision.reason) == expected
+
+
+def test_a_hand_back_forgets_its_probe_and_restarts_the_restore_clock():
+    decision = run([*PROBING, probe(35, 6), check(40, 2, 6, 4, target=10, nodes=NODES)], FLEET)
+    assert decision.state == replace(
+        decision.state,
+        probe_total=None,
+        probe_extra=0,
+        probe_nodes=(),
+        probe_checkpointed=(),
+        probe_commands={},
+        probe_lowered=False,
+        probe_started=None,
+        healthy_since=at(40),
+        changed_at=at(40),
+    )
+    assert decision.state.probe_total is None and decision.state.healthy_since == at(40)
+
+
+def test_a_target_changed_outside_the_fallback_drops_the_hand_back():
+    decision = run([*PROBING, check(35, 4, 5, target=8, nodes=NODES, failures=[(34, NO_CAPACITY)])], FLEET)
+    assert outcome(decision) == (
+        HOLD,
+        4,
+        "the fleet's target is 8, not the 10 the hand-back asked for: changed outside the fallback, the hand-back is "
+        "dropped; fleet full (5 spot + 4 on-demand of 8, on-demand part 4), spot back for 1 min; 2 extra on-demand "
+        "node(s) go back to spot after 30 min",
+    )
+    assert decision.state.probe_total is None
+
+
+@pytest.mark.parametrize(
+    ("history", "expected"),
+    [
+        pytest.param(
+            [*RAISED, check(20, 2, 3, 4)],
+            (
+                REAPPLY,
+                4,
+                "on-demand part 2 was set outside the fallback (a deploy writes the template's value back) below its 4 "
+                "while 1 node(s) are missing (3 spot + 4 on-demand of 8, on-demand part 2): 2 -> 4 again",
+            ),
+            id="a-reset-while-nodes-are-missing-is-applied-again-at-once",
+        ),
+        pytest.param(
+            [*RAISED, check(20, 4, 4), check(25, 2, 4, 4)],
+            (
+                HOLD,
+                2,
+                "fleet full (4 spot + 4 on-demand of 8, on-demand part 2); on-demand part at its floor 2",
+            ),
+            id="a-group-reset-with-nothing-missing-stands",
+        ),
+        pytest.param(
+            [check(0, 3, 5), check(5, 2, 5, 3)],
+            (
+                HOLD,
+                2,
+                "fleet full (5 spot + 3 on-demand of 8, on-demand part 2); on-demand part at its floor 2",
+            ),
+            id="a-part-raised-by-hand-is-followed-when-lowered-by-hand",
+        ),
+    ],
+)
+def test_changes_made_outside_the_fallback(history, expected):
+    assert outcome(run(history)) == expected
+
+
+def test_a_spot_fleet_part_below_its_live_on_demand_nodes_is_aligned():
+    decision = run([check(0, 4, 4, nodes=NODES), check(5, 2, 4, 4, nodes=NODES)], FLEET)
+    assert outcome(decision) == (
+        ALIGN,
+        4,
+        "on-demand part 2 is below the 4 live on-demand nodes (set outside the fallback; what EC2 does with the "
+        "surplus is undocumented): 2 -> 4, the surplus goes back to spot through a hand-back",
     )
 
 
-def test_a_raise_remembers_its_time_and_clears_the_shortfall():
-    decision = run([check(0, 2, 4, failures=[(0, NO_CAPACITY)]), check(15, 2, 4)])
-    assert decision.state == FallbackState(
-        node_group_id="sfr-1",
-        on_demand=4,
-        short_since=None,
-        healthy_since=None,
-        failures={},
-        changed_at=at(15),
-        checked_at=at(15),
-        action=RAISE,
-        reason="2 of 6 spot nodes missing for 15 min (launch failures: no-capacity x1): on-demand part 2 -> 4",
-    )
+def test_an_alignment_due_for_a_hand_back_starts_it_with_the_aligned_part():
+    decision = run([check(0, 4, 4, nodes=NODES), check(30, 2, 4, 4, nodes=NODES)], FLEET)
+    assert (decision.action, decision.on_demand, decision.total) == (PROBE, 4, 10)
 
 
-def test_a_lower_restarts_the_restore_clock_at_its_time():
-    decision = run([check(0, 4, 4), check(30, 4, 4)])
-    assert decision.state == FallbackState(
-        node_group_id="sfr-1",
-        on_demand=3,
-        short_since=None,
-        healthy_since=at(30),
-        failures={},
-        changed_at=at(30),
-        checked_at=at(30),
-        action=LOWER,
-        reason="spot back for 30 min: on-demand part 4 -> 3, one node for spot (floor 2)",
+def test_the_ceiling_is_at_most_the_target():
+    small = replace(GROUP, max_extra=5)
+    assert small.ceiling(4) == 4 and small.ceiling(8) == 7
+    decision = run([check(0, 2, 0, target=3), check(15, 2, 0, target=3)], small)
+    assert (decision.action, decision.on_demand) == (RAISE, 3)
+
+
+@pytest.mark.parametrize(
+    ("busy", "clocks"),
+    [
+        pytest.param({"busy": "fleet request is modifying"}, (at(0), None), id="modifying-keeps-the-clocks"),
+        pytest.param({"busy": "group is Delete in progress", "replacing": True}, (None, None), id="deletion-clears"),
+    ],
+)
+def test_a_busy_fleet_is_left_alone(busy, clocks):
+    decision = run([*SHORT, check(10, 0, 0, target=0, **busy)])
+    assert (decision.action, decision.reason) == (HOLD, f"{busy['busy']}: nothing changes until it is over")
+    assert (decision.state.short_since, decision.state.healthy_since, decision.state.on_demand) == (*clocks, 2)
+
+
+def test_an_instance_refresh_without_launch_failures_is_no_shortage():
+    decision = run([check(0, 2, 6), check(5, 2, 5, refresh="instance refresh r-1 is InProgress")])
+    assert outcome(decision) == (
+        HOLD,
+        2,
+        "instance refresh r-1 is InProgress: the nodes it replaces are not a spot shortage; the fallback acts only on "
+        "missing nodes with launch failures (5 spot + 2 on-demand of 8, on-demand part 2)",
     )
+    assert decision.state.short_since is None
+
+
+def test_an_instance_refresh_short_of_spot_is_a_shortage():
+    refresh = "instance refresh r-1 is InProgress"
+    decision = run([check(0, 2, 5, failures=[(0, NO_CAPACITY)], refresh=refresh), check(15, 2, 5, refresh=refresh)])
+    assert (decision.action, decision.on_demand) == (RAISE, 3)
 
 
 STORED = FallbackState(
@@ -443,6 +602,13 @@ STORED = FallbackState(
     changed_at=at(20),
     checked_at=at(45),
     history_read_until=at(44.5),
+    probe_total=10,
+    probe_extra=2,
+    probe_nodes=("i-1", "i-2"),
+    probe_checkpointed=("i-1", "i-2", "i-3"),
+    probe_commands={"i-1": "c-1"},
+    probe_lowered=True,
+    probe_started=at(41),
     action=HOLD,
     reason="waiting",
 )
@@ -450,16 +616,14 @@ STORED_JSON = (
     '{"action": "hold", "changed_at": "2026-11-23T06:20:00+00:00", "checked_at": "2026-11-23T06:45:00+00:00", '
     '"failures": {"no-capacity": 2, "price": 1}, "healthy_since": "2026-11-23T06:10:00+00:00", '
     '"history_read_until": "2026-11-23T06:44:30+00:00", "node_group_id": "sfr-1", "on_demand": 3, '
-    '"reason": "waiting", "short_since": "2026-11-23T06:40:00+00:00"}'
+    '"probe_checkpointed": ["i-1", "i-2", "i-3"], "probe_commands": {"i-1": "c-1"}, "probe_extra": 2, '
+    '"probe_lowered": true, "probe_nodes": ["i-1", "i-2"], "probe_started": "2026-11-23T06:41:00+00:00", '
+    '"probe_total": 10, "reason": "waiting", "short_since": "2026-11-23T06:40:00+00:00"}'
 )
 
 
 def test_state_json_text_names_every_field_with_iso_times():
     assert STORED.to_json() == STORED_JSON
-    assert FallbackState(node_group_id="sfr-2").to_json() == (
-        '{"action": "", "changed_at": null, "checked_at": null, "failures": {}, "healthy_since": null, '
-        '"history_read_until": null, "node_group_id": "sfr-2", "on_demand": null, "reason": "", "short_since": null}'
-    )
 
 
 @pytest.mark.parametrize(
@@ -485,14 +649,12 @@ def test_state_from_its_json_text(text, expected):
         pytest.param("not json", "not a fallback state (Expecting value: line 1 column 1 (char 0))", id="not-json"),
         pytest.param("[]", "not a fallback state ('list' object has no attribute 'items')", id="not-a-document"),
         pytest.param(
-            '{"history_read_until": "yesterday"}',
+            '{"probe_started": "yesterday"}',
             "not a fallback state (Invalid isoformat string: 'yesterday')",
             id="not-a-time",
         ),
         pytest.param(
-            '{"checked_at": 5}',
-            "not a fallback state (fromisoformat: argument must be str)",
-            id="a-number-for-a-time",
+            '{"checked_at": 5}', "not a fallback state (fromisoformat: argument must be str)", id="a-number-for-a-time"
         ),
     ],
 )
@@ -502,38 +664,10 @@ def test_text_that_is_not_a_state_is_one_value_error(text, message):
     assert str(raised.value) == message
 
 
-@pytest.mark.parametrize(
-    ("history", "expected_state"),
-    [
-        pytest.param(
-            [check(0, 2, 4, failures=[(0, NO_CAPACITY)]), check(5, 2, 6)],
-            FallbackState(
-                node_group_id="sfr-1",
-                on_demand=2,
-                healthy_since=at(5),
-                failures={},
-                checked_at=at(5),
-                action=HOLD,
-                reason="spot part full (6 of 6); on-demand part at its floor 2",
-            ),
-            id="full-at-the-floor",
-        ),
-        pytest.param(
-            [check(0, 4, 3, failures=[(0, NO_CAPACITY)]), check(5, 4, 4, on_demand_running=3)],
-            FallbackState(
-                node_group_id="sfr-1",
-                on_demand=4,
-                healthy_since=at(5),
-                failures={},
-                checked_at=at(5),
-                action=HOLD,
-                reason=(
-                    "2 extra on-demand node(s); waiting for the fleet to reach its target (7 of 8) before replacing one"
-                ),
-            ),
-            id="waiting-for-the-target",
-        ),
-    ],
-)
-def test_a_full_spot_part_clears_the_shortfall_from_the_state(history, expected_state):
-    assert run(history).state == expected_state
+def test_a_state_about_another_fleet_starts_afresh():
+    assert STORED.for_node_group("sfr-1") is STORED
+    assert STORED.for_node_group("sfr-2") == FallbackState(node_group_id="sfr-2")
+
+
+def test_the_state_parameter_is_named_after_the_environment():
+    assert parameter_name("prod") == "/gpufleet/prod/fallback"

@@ -16,7 +16,7 @@ from hcl2.utils import SerializationOptions
 from gpufleet.ami import SSM_AGENT_ACTIONS
 from gpufleet.cli import main
 from gpufleet.loading import environment_files, load_environments, load_pipeline
-from stacks.ami_pipeline_stack import AMI_PIPELINE_STACK_NAME, AmiPipelineStack
+from stacks.ami_pipeline_stack import AMI_PIPELINE_STACK_NAME, SOURCE_EXCLUDES, AmiPipelineStack
 from stacks.constructs.ami_build_project import pipeline_image_statements
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -515,6 +515,14 @@ def test_source_asset_holds_the_sources_but_no_local_state(out_dir):
     assert {"gpufleet", "ami", "scripts", "pyproject.toml", "requirements-lock.txt", "README.md"} <= names
     assert not names & {".venv", "node_modules", "cdk.out", "tests", ".git", "build", "mutants"}
     assert not list(asset.rglob("__pycache__"))
+
+
+def test_source_asset_leaves_out_everything_git_ignores():
+    """.gitignore names the local state (virtualenv, caches, build output); in the asset it would be hashed, copied
+    and uploaded on every synthesis, whether or not it exists in the checkout the tests run in."""
+    lines = [line.strip() for line in (ROOT / ".gitignore").read_text().splitlines()]
+    ignored = {line.strip("/") for line in lines if line and not line.startswith("#")}
+    assert ignored - {pattern.removeprefix("**/") for pattern in SOURCE_EXCLUDES} == set()
 
 
 def test_source_asset_carries_the_package_data_as_plain_files(out_dir):

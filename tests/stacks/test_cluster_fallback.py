@@ -55,6 +55,15 @@ def test_the_fallback_runs_on_the_stacks_node_group_with_the_environments_settin
         "AFTER_MINUTES": "20",
         "RESTORE_AFTER_MINUTES": "45",
         "MAX_EXTRA_ON_DEMAND": "3",
+        # prod has a node.checkpoint_hook: a Spot Fleet hand-back runs it before it ends a node.
+        **(
+            {
+                "CHECKPOINT_COMMAND": ". /etc/gpufleet/node.env && GPUFLEET_NOTICE_PATH=capacity-fallback "
+                'GPUFLEET_NOTICE=hand-back bash -c "$GPUFLEET_CHECKPOINT_HOOK"'
+            }
+            if backend == "spot-fleet"
+            else {}
+        ),
     }
     template.resource_count_is("AWS::Events::Rule", 1)
     template.has_resource_properties("Custom::GpufleetFallbackState", {"ParameterName": f"/gpufleet/{name}/fallback"})
@@ -129,8 +138,12 @@ def test_cdk_nag_acknowledgements_of_the_fallback_give_reasons(fallback_assembly
     ]
     # Written on the roles and on their default policies, where cdk-nag reports the findings.
     assert set(reasons) == {
-        "ec2:DescribeSpotFleetRequests, ec2:DescribeInstances support no resource-level permissions (Service "
-        "Authorization Reference); the capacity fallback only reads the fleet's nodes and history with them",
+        "ec2:DescribeSpotFleetRequests, ec2:DescribeInstances, ssm:GetCommandInvocation support no resource-level "
+        "permissions (Service Authorization Reference); the capacity fallback only reads the fleet's nodes, history "
+        "and checkpoint commands with them",
+        "the capacity fallback ends (and runs the checkpoint hook on) the fleet's on-demand nodes it hands back to "
+        "spot, whose ids it learns at run time; the condition on gpufleet:environment limits it to this "
+        "environment's nodes",
         # The state cleanup's Provider framework function (stacks/constructs/provider_findings.py).
         "the Provider framework function of the capacity fallback's state cleanup writes its logs with the managed "
         "Lambda basic execution policy; aws-cdk-lib creates this role and offers no other",

@@ -43,6 +43,9 @@ MATRIX_FALLBACKS = {
         "AFTER_MINUTES": "20",
         "RESTORE_AFTER_MINUTES": "40",
         "MAX_EXTRA_ON_DEMAND": "3",
+        # The entry has a node.checkpoint_hook: a Spot Fleet hand-back runs it before it ends a node.
+        "CHECKPOINT_COMMAND": ". /etc/gpufleet/node.env && GPUFLEET_NOTICE_PATH=capacity-fallback "
+        'GPUFLEET_NOTICE=hand-back bash -c "$GPUFLEET_CHECKPOINT_HOOK"',
     },
     "asg-g5": {
         "BACKEND": "auto-scaling",

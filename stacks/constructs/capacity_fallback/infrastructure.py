@@ -1,13 +1,31 @@
 """fleet.fallback: a Lambda on an EventBridge schedule that moves missing spot nodes to on-demand and back.
 
 The function (runtime/handler.py beside this file, deciding with gpufleet/fallback.py) reads the fleet or Auto Scaling
-group, changes only its on-demand part, and keeps its state in the SSM parameter /gpufleet/ENV/fallback, which it
-writes itself: the stack does not declare the parameter, so no deploy can write an old value back. A custom resource
+group, changes its on-demand part (on a Spot Fleet also its total, and ends the on-demand nodes it hands back to spot
+after their checkpoint hook ran), and keeps its state in the SSM parameter /gpufleet/ENV/fallback, which it writes
+itself: the stack does not declare the parameter, so no deploy can write an old value back. A custom resource
 (runtime/state_cleanup.py) deletes the parameter when the stack goes (or fleet.fallback is removed):
 the schedule, the function and its role depend on it, so CloudFormation deletes them first and no run writes the
-parameter again afterwards; its Create and Update do nothing, so a deploy leaves the state alone. Its role may
-change exactly this fleet request (or this group) and this parameter; the reads that AWS cannot scope
-(DescribeSpotFleetRequests, DescribeInstances, the Auto Scaling Describe calls) are read-only.
+parameter again afterwards; its Create and Update do nothing, so a deploy leaves the state alone.
+
+Its role, action by action (resource types from the Service Authorization Reference as parliament 1.6.4 bundles it;
+tests/stacks/test_iam_resources.py holds every statement to it):
+- ssm:GetParameter, ssm:PutParameter: the state parameter only.
+- Spot Fleet: ec2:ModifySpotFleetRequest, DescribeSpotFleetInstances, DescribeSpotFleetRequestHistory on this fleet
+  request (spot-fleet-request); ec2:TerminateInstances on the environment's instances only (instance, with the
+  condition ec2:ResourceTag/gpufleet:environment, a tag the launch template puts on every node), for the hand-back;
+  with a checkpoint hook, ssm:SendCommand with the document AWS-RunShellScript on those instances (the condition
+  ssm:resourceTag/gpufleet:environment, as stacks/constructs/capacity_block_warning.py grants it) and
+  ssm:GetCommandInvocation (no resource type: "*").
+- Auto Scaling group: autoscaling:UpdateAutoScalingGroup on this group (autoScalingGroup). The reference lists
+  iam:PassRole as its dependent action, which the EC2 Auto Scaling user guide needs "when ... a launch template that
+  specifies an instance profile ... is provided", and says ec2:RunInstances permissions "are only checked when an
+  Auto Scaling group is created or updated using a launch template" (ec2-auto-scaling-api-permissions,
+  ec2-auto-scaling-launch-template-permissions); the fallback's update names no launch template, only the
+  distribution, so it is granted neither (that no check applies then is unconfirmed: a refusal would fail the run
+  with AccessDenied in the function's log).
+- The reads that take no resource type ("*"): ec2:DescribeSpotFleetRequests, ec2:DescribeInstances,
+  autoscaling:DescribeAutoScalingGroups, DescribeScalingActivities, DescribeInstanceRefreshes.
 
 Ready for both backends (fleet.backend, spot-fleet or auto-scaling): node_group_id is the Spot Fleet request id or
 the Auto Scaling group name.
@@ -25,14 +43,30 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET, FALLBACK_CHECK_INTERVAL_MINUTES
+from gpufleet.constants import (
+    BACKEND_AUTO_SCALING,
+    BACKEND_SPOT_FLEET,
+    ENVIRONMENT_TAG_KEY,
+    FALLBACK_CHECK_INTERVAL_MINUTES,
+)
 from gpufleet.environment import Fallback
 from gpufleet.fallback import parameter_name
+from gpufleet.user_data import SETTINGS_FILE
 from stacks.constructs.lambda_functions import lambda_base, provider
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
-# A run is a handful of describe calls and at most one change.
-HANDLER_TIMEOUT = cdk.Duration.minutes(1)
+# A run is a handful of describe calls and at most three changes, each call retried by botocore (the handler's
+# CLIENT_CONFIG); shorter than the schedule's period, so that a run ends before the next one starts.
+HANDLER_TIMEOUT = cdk.Duration.minutes(2)
+RUN_SHELL_SCRIPT = "AWS-RunShellScript"
+# What Run Command runs on an on-demand node before a Spot Fleet hand-back ends it (gpufleet.fallback): the node's
+# settings, then its checkpoint hook, as scripts/node/spot-watcher.sh runs it, with the notice named for the hook. The
+# watcher runs the hook on rebalance recommendations that may never be followed by an interruption: a hook is
+# already safe to run on a node that stays.
+CHECKPOINT_COMMAND = (
+    f". {SETTINGS_FILE} && GPUFLEET_NOTICE_PATH=capacity-fallback GPUFLEET_NOTICE=hand-back "
+    'bash -c "$GPUFLEET_CHECKPOINT_HOOK"'
+)
 # The state cleanup is one DeleteParameter; the Provider's framework function answers CloudFormation. CloudFormation
 # waits for a custom resource's answer up to its ServiceTimeout (1 to 3600 seconds, default 3600:
 # AWS::CloudFormation::CustomResource); five minutes covers both functions' timeouts with room, so a lost answer fails
@@ -52,8 +86,10 @@ class CapacityFallback(Construct):
         environment_name: str,
         on_demand_floor: int,
         fallback: Fallback,
+        checkpoint_hook: bool,
         log_retention: logs.RetentionDays,
     ) -> None:
+        """checkpoint_hook: the nodes have one (node.checkpoint_hook): a Spot Fleet hand-back runs it first."""
         super().__init__(scope, construct_id)
         if backend not in (BACKEND_SPOT_FLEET, BACKEND_AUTO_SCALING):
             raise ValueError(f"backend {backend!r}: {BACKEND_SPOT_FLEET} or {BACKEND_AUTO_SCALING}")
@@ -80,12 +116,14 @@ class CapacityFallback(Construct):
                 resources=[stack.format_arn(service="ssm", resource="parameter", resource_name=parameter.lstrip("/"))],
             )
         )
-        unscoped_reads = self._grant_node_group(role, backend, node_group_id)
+        runs_hook = checkpoint_hook and backend == BACKEND_SPOT_FLEET
+        unscoped_reads = self._grant_node_group(role, backend, node_group_id, environment_name, runs_hook)
         cdk.Validations.of(role).acknowledge(
             cdk.Acknowledgment(
                 id="AwsSolutions-IAM5[Resource::*]",
                 reason=f"{', '.join(unscoped_reads)} support no resource-level permissions (Service Authorization "
-                "Reference); the capacity fallback only reads the fleet's nodes and history with them",
+                "Reference); the capacity fallback only reads the fleet's nodes, history and checkpoint commands "
+                "with them",
             )
         )
         self.function = base.function(
@@ -101,8 +139,12 @@ class CapacityFallback(Construct):
                 "AFTER_MINUTES": str(fallback.after_minutes),
                 "RESTORE_AFTER_MINUTES": str(fallback.restore_after_minutes),
                 "MAX_EXTRA_ON_DEMAND": str(fallback.max_extra_on_demand),
+                **({"CHECKPOINT_COMMAND": CHECKPOINT_COMMAND} if runs_hook else {}),
             },
         )
+        # Lambda retries a failed asynchronous invocation twice by default: the next scheduled run is the retry, and
+        # no retry overlaps it.
+        self.function.configure_async_invoke(retry_attempts=0)
         self.rule = events.Rule(
             self,
             "Schedule",
@@ -157,13 +199,13 @@ class CapacityFallback(Construct):
             service_timeout=STATE_CLEANUP_SERVICE_TIMEOUT,
         )
 
-    def _grant_node_group(self, role: iam.Role, backend: str, node_group_id: str) -> list[str]:
-        """Let the role change this one fleet request or group; return the read actions granted on "*"."""
+    def _grant_node_group(
+        self, role: iam.Role, backend: str, node_group_id: str, environment_name: str, runs_hook: bool
+    ) -> list[str]:
+        """Let the role change this one fleet request or group (see the module doc); return the actions granted on
+        "*"."""
         stack = cdk.Stack.of(self)
         if backend == BACKEND_SPOT_FLEET:
-            # All three act on the spot-fleet-request resource type in the Service Authorization Reference as
-            # parliament 1.6.4 bundles it (parliament/iam_definition.json), as the fleet teardown's calls do
-            # (stacks/constructs/fleet_teardown/infrastructure.py; tests/stacks/test_iam_resources.py holds both to it).
             role.add_to_policy(
                 iam.PolicyStatement(
                     actions=[
@@ -176,7 +218,36 @@ class CapacityFallback(Construct):
                     ],
                 )
             )
+            nodes = stack.format_arn(service="ec2", resource="instance", resource_name="*")
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=["ec2:TerminateInstances"],
+                    resources=[nodes],
+                    conditions={"StringEquals": {f"ec2:ResourceTag/{ENVIRONMENT_TAG_KEY}": environment_name}},
+                )
+            )
             reads = ["ec2:DescribeSpotFleetRequests", "ec2:DescribeInstances"]
+            if runs_hook:
+                document = stack.format_arn(
+                    service="ssm", account="", resource="document", resource_name=RUN_SHELL_SCRIPT
+                )
+                role.add_to_policy(iam.PolicyStatement(actions=["ssm:SendCommand"], resources=[document]))
+                role.add_to_policy(
+                    iam.PolicyStatement(
+                        actions=["ssm:SendCommand"],
+                        resources=[nodes],
+                        conditions={"StringEquals": {f"ssm:resourceTag/{ENVIRONMENT_TAG_KEY}": environment_name}},
+                    )
+                )
+                reads.append("ssm:GetCommandInvocation")
+            cdk.Validations.of(role).acknowledge(
+                cdk.Acknowledgment(
+                    id=f"AwsSolutions-IAM5[Resource::{nag_rendering(stack, nodes)}]",
+                    reason="the capacity fallback ends (and runs the checkpoint hook on) the fleet's on-demand nodes "
+                    f"it hands back to spot, whose ids it learns at run time; the condition on {ENVIRONMENT_TAG_KEY} "
+                    "limits it to this environment's nodes",
+                )
+            )
         else:
             # arn:${Partition}:autoscaling:${Region}:${Account}:autoScalingGroup:${GroupId}:autoScalingGroupName/NAME
             # (Service Authorization Reference): the group id is a UUID AWS assigns, so it is the one wildcard.
@@ -199,6 +270,7 @@ class CapacityFallback(Construct):
             reads = [
                 "autoscaling:DescribeAutoScalingGroups",
                 "autoscaling:DescribeScalingActivities",
+                "autoscaling:DescribeInstanceRefreshes",
                 "ec2:DescribeInstances",
             ]
         role.add_to_policy(iam.PolicyStatement(actions=reads, resources=["*"]))

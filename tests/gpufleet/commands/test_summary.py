@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
+
+import pytest
 
 from gpufleet.cli import main
 
@@ -48,3 +52,97 @@ def test_summary_json(assembly, capsys):
 def test_summary_without_an_assembly_says_to_synthesize(tmp_path, capsys):
     assert main(["summary", str(tmp_path)]) == 1
     assert capsys.readouterr().err.strip() == f"{tmp_path}: no cloud assembly here (run `cdk synth` first)"
+
+
+def _copy_of(assembly, tmp_path: Path) -> Path:
+    """The files `gpufleet summary` reads of the synthesized assembly: the manifest and the cluster templates."""
+    target = tmp_path / "cdk.out"
+    target.mkdir()
+    shutil.copy(assembly.directory / "manifest.json", target)
+    for name in assembly.stack_names:
+        if name.endswith("-cluster"):
+            shutil.copy(assembly.template_file(name), target)
+    return target
+
+
+def _edit_template(cdk_out: Path, edit) -> None:
+    path = cdk_out / "gpufleet-dev-cluster.template.json"
+    template = json.loads(path.read_text())
+    edit(template)
+    path.write_text(json.dumps(template))
+
+
+def _launch_template_data(template: dict) -> dict:
+    (data,) = [
+        r["Properties"]["LaunchTemplateData"]
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::EC2::LaunchTemplate"
+    ]
+    return data
+
+
+FIX = "synthesize it again (make synth)"
+
+
+# A damaged assembly (issue 23): each case ended in a traceback before (JSONDecodeError, UnicodeDecodeError,
+# RecursionError, KeyError, AttributeError). Now one line names the file and where in it.
+@pytest.mark.parametrize(
+    "damage, file, problem",
+    [
+        (
+            lambda out: (out / "manifest.json").write_text('{"artifacts": {"gpufleet-dev-cluster": {"type": "aws'),
+            "manifest.json",
+            f"line 1 column 49: not valid JSON (Unterminated string starting at); {FIX}",
+        ),
+        (
+            lambda out: (out / "manifest.json").write_text("[" * 100_000),
+            "manifest.json",
+            f"not valid JSON (nested too deeply to read); {FIX}",
+        ),
+        (
+            lambda out: (out / "manifest.json").write_text('{"artifacts": {"gpufleet-dev-cluster": {"type": 7}}}'),
+            "manifest.json",
+            f"artifacts.gpufleet-dev-cluster.type: expected a string, got 7; {FIX}",
+        ),
+        (
+            lambda out: (out / "gpufleet-dev-cluster.template.json").write_bytes(
+                b"\n\xff" + (out / "gpufleet-dev-cluster.template.json").read_bytes()
+            ),
+            "gpufleet-dev-cluster.template.json",
+            f"line 2: not UTF-8 text (byte 0xff: invalid start byte); {FIX}",
+        ),
+        (
+            lambda out: (out / "gpufleet-dev-cluster.template.json").write_text('{"Resources": []}'),
+            "gpufleet-dev-cluster.template.json",
+            f"Resources: expected an object, got []; {FIX}",
+        ),
+        (
+            lambda out: _edit_template(out, lambda t: t["Outputs"].pop("AvailabilityZone")),
+            "gpufleet-dev-cluster.template.json",
+            f"Outputs.AvailabilityZone: missing; {FIX}",
+        ),
+        (
+            lambda out: _edit_template(out, lambda t: _launch_template_data(t).update(InstanceType="p9.mega")),
+            "gpufleet-dev-cluster.template.json",
+            'Resources.NodeLaunchTemplateCABE86F2.Properties.LaunchTemplateData.InstanceType: "p9.mega" is not in '
+            f"the instance catalog; {FIX}",
+        ),
+    ],
+    ids=["truncated", "nested", "type", "not UTF-8", "resources", "output", "instance type"],
+)
+def test_a_damaged_assembly_is_one_line_naming_the_file(assembly, capsys, tmp_path, damage, file, problem):
+    cdk_out = _copy_of(assembly, tmp_path)
+    damage(cdk_out)
+    assert main(["summary", str(cdk_out)]) == 1
+    assert capsys.readouterr().err.splitlines() == [f"{cdk_out / file}: {problem}"]
+
+
+def test_a_manifest_far_larger_than_an_assembly_is_refused_unread(assembly, capsys, tmp_path):
+    cdk_out = _copy_of(assembly, tmp_path)
+    with (cdk_out / "manifest.json").open("wb") as handle:
+        handle.truncate(256 * 1024 * 1024)  # sparse: nothing written
+    assert main(["summary", str(cdk_out)]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"{cdk_out / 'manifest.json'}: larger than 16 MiB, far more than a file of a cloud assembly (tens of KB): "
+        "refused unread"
+    ]

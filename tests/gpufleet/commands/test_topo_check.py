@@ -1,6 +1,7 @@
 # ruff: noqa: E501 -- table-driven cases hold rows of captured tool output, wider than the line limit
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -39,7 +40,7 @@ def test_json(fixture_path, capsys):
 
 def test_stdin(fixture_path, capsys, monkeypatch):
     with open(fixture_path("topo", "p5.txt")) as handle:
-        monkeypatch.setattr("sys.stdin", io.StringIO(handle.read()))
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(handle.read().encode())))
     assert main(["topo-check", "--instance-type", "p5.48xlarge", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert (report["gpus"], report["nvlink_pairs"], len(report["nics"]), report["ok"]) == (8, 28, 32, True)
@@ -76,3 +77,21 @@ def test_text_says_nic_devices_are_unknown(fixture_path, capsys):
     assert main(["topo-check", fixture_path("topo", "p4d_no_nic_legend.txt"), "--instance-type", "p4d.24xlarge"]) == 0
     out = capsys.readouterr().out
     assert "NICs: 4 (NIC0, NIC1, NIC2, NIC3); device names unknown: no NIC Legend" in out.splitlines()
+
+
+def test_stdin_bytes_that_are_not_utf8_under_a_strict_locale(fixture_path, capsys, monkeypatch):
+    # sys.stdin decodes strictly under a UTF-8 locale other than C.UTF-8 (en_US.UTF-8): topo-check reads the bytes.
+    data = Path(fixture_path("topo", "p5.txt")).read_bytes() + b"\xff\xfe trailing noise\n"
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="strict"))
+    assert main(["topo-check", "--instance-type", "p5.48xlarge"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "verdict: OK"
+
+
+def test_a_file_far_larger_than_a_capture_is_refused_unread(capsys, tmp_path):
+    path = tmp_path / "topo.txt"
+    with path.open("wb") as handle:
+        handle.truncate(64 * 1024 * 1024)  # sparse: nothing written
+    assert main(["topo-check", str(path), "--instance-type", "p4d.24xlarge"]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"{path}: larger than 1 MiB, far more than an nvidia-smi topo -m capture (a few KB): refused unread"
+    ]

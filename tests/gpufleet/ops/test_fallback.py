@@ -111,3 +111,34 @@ def test_an_unreadable_state_is_one_line_not_a_traceback(spot_fleet, spotfirst, 
         "Fallback (/gpufleet/spotfirst/fallback): not a fallback state (Expecting value: line 1 column 1 (char 0)): "
         "the fallback replaces it at its next run"
     )
+
+
+@pytest.mark.parametrize(
+    ("lowered", "step"),
+    [
+        (False, "waiting for 2 extra spot node(s) and the checkpoint hooks"),
+        (True, "the part is lowered, they end at the next run"),
+    ],
+)
+def test_a_hand_back_under_way_names_its_nodes_and_its_step(spot_fleet, spotfirst, run_cli, lowered, step) -> None:
+    fleet_id = spot_fleet(4)
+    checked = dt.datetime(2026, 11, 23, 7, 20, tzinfo=dt.UTC)
+    store(
+        FallbackState(
+            node_group_id=fleet_id,
+            on_demand=3,
+            checked_at=checked,
+            probe_total=6,
+            probe_extra=2,
+            probe_nodes=("i-0a", "i-09"),
+            probe_lowered=lowered,
+            probe_started=checked,
+            action="probe",
+            reason="spot back for 30 min",
+        )
+    )
+    code, out, err = run_cli("status", spotfirst, "--fleet-id", fleet_id)
+    assert out.splitlines()[1] == (
+        "Fallback (/gpufleet/spotfirst/fallback): on-demand part 3 (capacity.on_demand 1 + 2 extra, at most 2); "
+        f"2026-11-23 07:20:00Z probe: spot back for 30 min; hand-back since 07:20:00Z of i-0a, i-09: {step}"
+    )

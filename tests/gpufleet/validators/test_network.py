@@ -72,8 +72,35 @@ def test_rules_that_combine_fields(tmp_path, changes, expected):
             "network.cidr: /24 leaves 123 addresses in the node subnet, but 242 nodes (p4d.24xlarge, 1 per node) "
             "and 9 VPC endpoints need 251 (use /23 or larger)",
         ),
+        (
+            # A /16 VPC, the largest allowed, has a /17 node subnet: 32768 - 5 = 32763 addresses, 32754 nodes and 9
+            # endpoints.
+            {"network.cidr": "10.40.0.0/24", "capacity.target": 32754, "capacity.on_demand": 32754},
+            "network.cidr: /24 leaves 123 addresses in the node subnet, but 32754 nodes (p4d.24xlarge, 1 per node) "
+            "and 9 VPC endpoints need 32763 (use /16 or larger)",
+        ),
+        (
+            {"network.cidr": "10.40.0.0/24", "capacity.target": 32755, "capacity.on_demand": 32755},
+            "network.cidr: /24 leaves 123 addresses in the node subnet, but 32755 nodes (p4d.24xlarge, 1 per node) "
+            "and 9 VPC endpoints need 32764 (more than a /16, the largest VPC allowed, holds: lower capacity.target, "
+            "or use an existing VPC (vpc_id, subnet_id))",
+        ),
+        (
+            # Found by the fuzz suite: a number no VPC holds stopped `gpufleet validate` with StopIteration.
+            {"network.cidr": "10.40.0.0/16", "capacity.target": 99999999999999999999, "capacity.on_demand": 0},
+            "network.cidr: /16 leaves 32763 addresses in the node subnet, but 99999999999999999999 nodes "
+            "(p4d.24xlarge, 1 per node) and 9 VPC endpoints need 100000000000000000008 (more than a /16, the largest "
+            "VPC allowed, holds: lower capacity.target, or use an existing VPC (vpc_id, subnet_id))",
+        ),
     ],
-    ids=["one-past-the-limit", "rebalance-doubles-spot", "suggestion-fits-exactly"],
+    ids=[
+        "one-past-the-limit",
+        "rebalance-doubles-spot",
+        "suggestion-fits-exactly",
+        "largest-vpc-fits-exactly",
+        "one-past-the-largest-vpc",
+        "a-number-no-vpc-holds",
+    ],
 )
 def test_node_subnet_must_hold_every_address(tmp_path, changes, expected):
     assert problems_of(tmp_path, changed(changes)) == [expected]

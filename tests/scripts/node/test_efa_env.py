@@ -149,13 +149,23 @@ def test_rerun_gives_the_same_files(node):
     assert sorted(p.name for p in (node.root / "etc/gpufleet").iterdir()) == ["efa.env", "versions.json"]
 
 
+NOT_A_MANIFEST = (
+    "/etc/gpufleet/versions.json is not a versions manifest: expected JSON of at most 64 KiB with "
+    "components.aws_ofi_nccl, and paths.aws_ofi_nccl_lib if any, each a string on one line"
+)
+
+
 @pytest.mark.parametrize(
     ("manifest", "message"),
     [
         (None, "/etc/gpufleet/versions.json is missing"),
-        ("{not json", "/etc/gpufleet/versions.json is not valid JSON or has no components.aws_ofi_nccl"),
-        ("no-plugin", "/etc/gpufleet/versions.json is not valid JSON or has no components.aws_ofi_nccl"),
+        ("{not json", NOT_A_MANIFEST),
+        ("no-plugin", NOT_A_MANIFEST),
         ("master", "components.aws_ofi_nccl in /etc/gpufleet/versions.json is 'master', not a version"),
+        # Read as two lines before: the version's second line became the plugin's directory.
+        ("two lines", NOT_A_MANIFEST),
+        ('{"components": {"aws_ofi_nccl": ["1.7.3"]}}', NOT_A_MANIFEST),
+        ("far too large", NOT_A_MANIFEST),
     ],
 )
 def test_unknown_or_missing_manifest_is_a_clear_error(node, manifest, message):
@@ -163,6 +173,12 @@ def test_unknown_or_missing_manifest_is_a_clear_error(node, manifest, message):
         write_manifest(node, None)
     elif manifest == "master":
         write_manifest(node, "master")
+    elif manifest == "two lines":
+        write_manifest(node, "1.7.3\n/tmp/elsewhere")
+    elif manifest == "far too large":
+        write_manifest(node, "1.7.3")
+        with (node.root / "etc/gpufleet/versions.json").open("ab") as handle:
+            handle.truncate(256 * 1024 * 1024)  # sparse: nothing written
     elif manifest is not None:
         (node.root / "etc/gpufleet").mkdir(parents=True)
         (node.root / "etc/gpufleet/versions.json").write_text(manifest)

@@ -296,3 +296,36 @@ def test_required_settings(run_script, missing: str) -> None:
     assert done.stderr == (
         f"node-health-check: error: {missing} is not set (see the header of scripts/ops/node-health-check.sh)\n"
     )
+
+
+# A damaged versions manifest (issue 23): jq's failure ended the script before (exit 4 or 5, no other check run).
+@pytest.mark.parametrize(
+    "data",
+    [b"{", b"[1]", b"\xff\xfe", b"", b"{} {}"],
+    ids=["truncated", "array", "binary", "empty", "two objects"],
+)
+def test_damaged_manifest_fails_its_checks_and_the_others_run(run_script, versions_manifest, data) -> None:
+    versions_manifest.write_bytes(data)
+    done = run_script("node-health-check.sh", **NODE, GPUFLEET_AMI_PROFILE="p4d-ubuntu1804-cuda11")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert results(done.stdout) == {**dict.fromkeys(CHECKS, "PASS"), "image-profile": "FAIL", "driver": "FAIL"}
+    for check in ("image-profile", "driver"):
+        assert f"FAIL {check}: {versions_manifest} is not a versions manifest (" in done.stdout
+
+
+def test_values_of_the_manifest_stay_on_one_line(run_script, versions_manifest) -> None:
+    versions_manifest.write_text(json.dumps({"profile": "p4d\nx", "components": {"driver": ["450.80.02"]}}))
+    done = run_script("node-health-check.sh", **NODE, GPUFLEET_AMI_PROFILE="p4d-ubuntu1804-cuda11")
+    assert "FAIL image-profile: image built from profile p4d?x (environment: p4d-ubuntu1804-cuda11)" in done.stdout
+    assert f"FAIL driver: {versions_manifest} has no components.driver" in done.stdout
+
+
+def test_a_manifest_far_larger_than_one_is_not_read(run_script, versions_manifest) -> None:
+    with versions_manifest.open("ab") as handle:
+        handle.truncate(256 * 1024 * 1024)  # sparse: nothing written
+    done = run_script("node-health-check.sh", **NODE, GPUFLEET_AMI_PROFILE="p4d-ubuntu1804-cuda11")
+    assert done.returncode == 1
+    assert (
+        f"FAIL driver: {versions_manifest} is 268435456 bytes, more than a versions manifest (65536 at most): not read"
+        in done.stdout
+    )

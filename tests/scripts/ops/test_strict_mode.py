@@ -4,7 +4,6 @@ the stubs of conftest.py and names a later call that must not be made."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -15,12 +14,6 @@ SCRIPTS_DIR = Path(__file__).resolve().parents[3] / "scripts" / "ops"
 
 CASES = [
     Case(
-        "node-health-check.sh",
-        fails=Call("jq", "-r .profile // empty {root}/etc/gpufleet/versions.json"),
-        must_not_run=Call("fi_info"),
-        why="the image's profile left unread and the other checks run as if it matched",
-    ),
-    Case(
         "run-nccl-tests.sh",
         fails=Call("paste", "-sd  "),
         must_not_run=Call("mpirun", "* --mca *"),
@@ -28,23 +21,14 @@ CASES = [
     ),
 ]
 
-# Every script here has a step whose failure only strict mode catches.
-NOTHING_TO_CATCH: dict[str, str] = {}
+NOTHING_TO_CATCH = {
+    "node-health-check.sh": "every check's commands are checked: a failure is that check's FAIL line and the other "
+    "checks still run (the versions manifest's jq too: a damaged manifest stopped the script before issue 23)",
+}
 
 
 def settings(script: str, tmp_path: Path) -> dict[str, str]:
     """Each script's settings and files, up to the failing step."""
-    if script == "node-health-check.sh":
-        manifest = tmp_path / "root/etc/gpufleet/versions.json"
-        manifest.parent.mkdir(parents=True)
-        manifest.write_text(json.dumps({"profile": "p4d-ubuntu1804-cuda11", "components": {"driver": "450.80.02"}}))
-        return {
-            "GPUFLEET_GPU_COUNT": "8",
-            "GPUFLEET_EFA_COUNT": "4",
-            "GPUFLEET_NVSWITCH": "1",
-            "GPUFLEET_INSTANCE_TYPE": "p4d.24xlarge",
-            "GPUFLEET_AMI_PROFILE": "p4d-ubuntu1804-cuda11",
-        }
     hostfile = tmp_path / "hosts"
     hostfile.write_text("10.40.0.4 slots=8\n10.40.0.5 slots=8\n")
     return {

@@ -1,19 +1,42 @@
 """The capacity fallback (fleet.fallback), run by an EventBridge schedule: observe, decide, apply, remember, log.
 
-Each run reads the fleet (a Spot Fleet request, or an Auto Scaling group with a mixed instances policy), the spot
-launch failures its history reports since the previous run, and the state the previous run left in an SSM parameter;
-gpufleet.fallback.decide says raise, lower or hold; a raise or lower is applied to the on-demand part; the new state
-is written back; one JSON line is logged per run (the decision with its reason).
+Each run reads the fleet (a Spot Fleet request, or an Auto Scaling group with a mixed instances policy), the launch
+failures its history reports since the previous run, and the state the previous run left in an SSM parameter;
+gpufleet.fallback.decide says what to do (its module doc has the rules); the change is applied, the new state written
+back, and one JSON line logged per run (the decision with its reason). Sources of the API behaviour below are botocore's
+service models (the documentation strings of the operations and shapes named) unless another is given; the model in
+tests/fallback_model/ answers these same calls through botocore.
 
-- Spot Fleet: the on-demand part is OnDemandTargetCapacity, changed with ModifySpotFleetRequest ("You can only modify a
-  Spot Fleet request of type maintain", EC2 API reference, ModifySpotFleetRequest; botocore's ec2 service model). The
-  request names TargetCapacity too, as read in this run: EC2 checks the pair ("TargetCapacity (0) cannot be less than
-  OnDemandTargetCapacity (1)", jenkinsci/ec2-fleet-plugin#130).
-- Auto Scaling group: the on-demand part is the mixed instances policy's OnDemandBaseCapacity (0 % on-demand above
-  base), changed with UpdateAutoScalingGroup; the group's whole InstancesDistribution is sent back with the new base.
-  "An update to this setting means a gradual replacement of instances to adjust the current On-Demand Instance levels.
-  When replacing instances, Amazon EC2 Auto Scaling launches new instances before terminating the previous ones."
-  (AWS::AutoScaling::AutoScalingGroup InstancesDistribution.OnDemandBaseCapacity, cfn-lint 1.58's bundled schema.)
+- Spot Fleet: the part is OnDemandTargetCapacity, changed with ModifySpotFleetRequest ("You can only modify a Spot Fleet
+  request of type maintain"); every modification names TargetCapacity too: EC2 checks the pair ("TargetCapacity (0)
+  cannot be less than OnDemandTargetCapacity (1)", jenkinsci/ec2-fleet-plugin#130), and a hand-back changes both.
+  Its nodes: DescribeSpotFleetInstances ("The running instances. This list is refreshed periodically and might be
+  out of date"), a spot node has a SpotInstanceRequestId; their state and launch time come from DescribeInstances.
+  A hand-back ends on-demand nodes with TerminateInstances after their checkpoint hook ran through SSM Run Command
+  (AWS-RunShellScript; GetCommandInvocation says when it is over), the path stacks/constructs/capacity_block_warning.py
+  takes for a Capacity Block's end.
+- Auto Scaling group: the part is the mixed instances policy's OnDemandBaseCapacity, changed with
+  UpdateAutoScalingGroup. The update sends the base with the fields the template sets (OnDemandAllocationStrategy,
+  OnDemandPercentageAboveBaseCapacity, SpotAllocationStrategy; stacks/constructs/gpu_auto_scaling_group.py), as the
+  group describes them, and nothing else: "Any properties that you don't specify are not changed by this update
+  request" (UpdateAutoScalingGroup), whether that reaches into the InstancesDistribution is (unconfirmed), and with
+  those fields the result is the same either way; fields valid only with some strategies ("SpotInstancePools ...
+  Valid only when the SpotAllocationStrategy is lowest-price", InstancesDistribution) and DistributionSegments are
+  never echoed back. The group stands aside while it is being deleted (AutoScalingGroup.Status: "The current state
+  of the Auto Scaling group when the DeleteAutoScalingGroup operation is in progress") or refreshed
+  (DescribeInstanceRefreshes, the statuses in ACTIVE_REFRESH).
+- History read since the previous run only: a Spot Fleet's from its LastEvaluatedTime ("Spot Fleet events are delayed
+  by up to 30 seconds before they can be described. This ensures that you can query by the last evaluated time and
+  not miss a recorded event", DescribeSpotFleetRequestHistory); a group's scaling activities through the
+  StartTimeLowerBound filter ("Scaling activities with a start time earlier than this value are not included",
+  DescribeScalingActivities), both with at most MAX_PAGES pages. "If an attempt to launch instances failed, the
+  StatusCode value is Failed or Cancelled" (DescribeScalingActivities): both count.
+- Eventual consistency: instances are described through the instance-id filter, never by id ("If you specify an
+  instance ID that is not valid, an error is returned", DescribeInstances), so a node launched a moment ago cannot
+  fail the run with InvalidInstanceID.NotFound; a node the fleet or group lists and EC2 does not describe yet counts
+  as pending.
+- Calls retry in botocore's standard mode (CLIENT_CONFIG); the function's timeout (infrastructure.py) is shorter than
+  the schedule's period, and a failed run is not retried by Lambda, so two runs never overlap.
 - State: the parameter belongs to this function (PutParameter, not the stack), so no deploy can write it back; it
   names the fleet or group it is about, so a replaced fleet starts afresh (FallbackState.for_node_group).
 
@@ -30,14 +53,20 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import boto3
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET
 from gpufleet.fallback import (
+    CHECKPOINT_DONE,
+    CHECKPOINT_RUNNING,
     ERROR,
+    HAND_BACK_BY_FALLBACK,
+    HAND_BACK_BY_GROUP,
     HOLD,
     NO_CAPACITY,
     PRICE,
+    PROBE,
     Decision,
     FallbackSettings,
     FallbackState,
@@ -46,11 +75,32 @@ from gpufleet.fallback import (
     decide,
 )
 
+# Standard mode retries throttling and transient errors with backoff, up to max_attempts in all (botocore's
+# retries guide); the timeouts keep a stalled connection from eating the function's whole time.
+CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=20)
 # How far back the first run (no state yet) reads the history.
 FIRST_LOOK_BACK = dt.timedelta(hours=1)
-LIVE_STATES = ("pending", "running")
-# Spot Fleet history events that mean a spot launch did not happen (EventInformation.EventSubType, botocore's ec2
-# service model): the error events, and the information events about prices and unusable launch specifications.
+# An activity that started before the previous run may end after it: activities are asked for from this much earlier
+# and counted by the time they ended.
+ACTIVITY_SLACK = dt.timedelta(minutes=10)
+# Pages read of any one list per run: the history of five minutes fits in the first.
+MAX_PAGES = 10
+LIVE_STATES = ("pending", "running")  # InstanceStateName: the other four are on their way out or stopped
+# LifecycleState of the group's instances that count as its nodes: launching or in service.
+LIVE_LIFECYCLE_STATES = ("Pending", "Pending:Wait", "Pending:Proceed", "InService")
+# InstanceRefreshStatus values of a refresh that is replacing (or about to replace, or rolling back) instances.
+ACTIVE_REFRESH = ("Pending", "InProgress", "Cancelling", "RollbackInProgress", "Baking")
+FAILED_ACTIVITIES = ("Failed", "Cancelled")  # ScalingActivityStatusCode
+# CommandInvocationStatus values of a command that is over, whatever its result.
+FINISHED_COMMANDS = ("Success", "Cancelled", "TimedOut", "Failed")
+RUN_SHELL_SCRIPT = "AWS-RunShellScript"
+SENT_DISTRIBUTION_FIELDS = (
+    "OnDemandAllocationStrategy",
+    "OnDemandPercentageAboveBaseCapacity",
+    "SpotAllocationStrategy",
+)
+# Spot Fleet history events that mean a launch did not happen (EventInformation.EventSubType): the error events, and
+# the information events about prices and unusable launch specifications.
 FLEET_FAILURE_KINDS = {
     "iamFleetRoleInvalid": ERROR,
     "allLaunchSpecsTemporarilyBlacklisted": ERROR,
@@ -64,7 +114,6 @@ FLEET_FAILURE_KINDS = {
 # wording of fleet history descriptions and scaling activity messages is not documented: unconfirmed).
 CAPACITY_WORDS = ("capacity",)
 PRICE_WORDS = ("price",)
-FAILED_ACTIVITY = "Failed"  # ScalingActivityStatusCode (botocore's autoscaling service model)
 
 
 def failure_kind(default: str, text: str) -> str:
@@ -76,69 +125,125 @@ def failure_kind(default: str, text: str) -> str:
     return default
 
 
+def error_code(error: ClientError) -> str:
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
 @dataclass(frozen=True)
 class NodeGroup:
-    """A fleet or group as observed: its target, its on-demand part, and whether it can be changed now."""
+    """A fleet or group as observed, and where the next run reads its history from."""
 
-    target: int
     observation: Observation
-    history_read_until: dt.datetime  # where the next run reads the history from
-    busy: str = ""  # why it cannot be changed now ("" when it can)
+    history_read_until: dt.datetime
 
 
-def _live_lifecycles(ec2: Any, instance_ids: list[str]) -> tuple[int, int]:
-    """(spot, on-demand) counts of the instances that are pending or running."""
+def describe_instances(ec2: Any, instance_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The instances EC2 describes among instance_ids, by id (through the instance-id filter: an id EC2 does not
+    know yet is left out, not an error)."""
+    found: dict[str, dict[str, Any]] = {}
     if not instance_ids:
-        return 0, 0
-    spot = on_demand = 0
-    for page in ec2.get_paginator("describe_instances").paginate(InstanceIds=instance_ids):
+        return found
+    pages = ec2.get_paginator("describe_instances").paginate(Filters=[{"Name": "instance-id", "Values": instance_ids}])
+    for page in pages:
         for reservation in page["Reservations"]:
             for instance in reservation["Instances"]:
-                if instance["State"]["Name"] not in LIVE_STATES:
-                    continue
-                if instance.get("InstanceLifecycle") == "spot":
-                    spot += 1
-                else:
-                    on_demand += 1
-    return spot, on_demand
+                found[instance["InstanceId"]] = instance
+    return found
+
+
+def _live(described: dict[str, Any] | None) -> bool:
+    return described is None or described["State"]["Name"] in LIVE_STATES
 
 
 class SpotFleet:
-    def __init__(self, ec2: Any, request_id: str) -> None:
-        self.ec2, self.request_id = ec2, request_id
+    def __init__(self, ec2: Any, ssm: Any, request_id: str, checkpoint_command: str) -> None:
+        self.ec2, self.ssm, self.request_id, self.checkpoint_command = ec2, ssm, request_id, checkpoint_command
 
-    def observe(self, since: dt.datetime, now: dt.datetime) -> NodeGroup:
-        request = self.ec2.describe_spot_fleet_requests(SpotFleetRequestIds=[self.request_id])[
-            "SpotFleetRequestConfigs"
-        ][0]
+    def observe(self, state: FallbackState, since: dt.datetime, now: dt.datetime) -> NodeGroup:
+        try:
+            configs = self.ec2.describe_spot_fleet_requests(SpotFleetRequestIds=[self.request_id])[
+                "SpotFleetRequestConfigs"
+            ]
+        except ClientError as error:
+            if not error_code(error).startswith("InvalidSpotFleetRequestId"):
+                raise
+            configs = []
+        if not configs:
+            return NodeGroup(Observation(now, 0, 0, 0, 0, busy="fleet request not found", replacing=True), since)
+        request = configs[0]
         config = request["SpotFleetRequestConfig"]
-        pages = self.ec2.get_paginator("describe_spot_fleet_instances").paginate(SpotFleetRequestId=self.request_id)
-        instance_ids = [active["InstanceId"] for page in pages for active in page["ActiveInstances"]]
-        spot, on_demand = _live_lifecycles(self.ec2, instance_ids)
-        state = request["SpotFleetRequestState"]
+        active = self._active_instances()
+        described = describe_instances(self.ec2, list(active))
+        spot = on_demand = 0
+        on_demand_nodes: list[tuple[dt.datetime, str]] = []
+        for instance_id, spot_request in active.items():
+            instance = described.get(instance_id)
+            if not _live(instance):
+                continue
+            is_spot = instance.get("InstanceLifecycle") == "spot" if instance else bool(spot_request)
+            if is_spot:
+                spot += 1
+            else:
+                on_demand += 1
+                # Not described yet: launched a moment ago, so the newest.
+                launched = instance["LaunchTime"] if instance else dt.datetime.max.replace(tzinfo=dt.UTC)
+                on_demand_nodes.append((launched, instance_id))
         failures, read_until = self._failures(since)
+        fleet_state = request["SpotFleetRequestState"]
         return NodeGroup(
-            target=int(config["TargetCapacity"]),
-            observation=Observation(
+            Observation(
                 at=now,
+                target=int(config["TargetCapacity"]),
                 on_demand_target=int(config.get("OnDemandTargetCapacity", 0)),
                 spot_running=spot,
                 on_demand_running=on_demand,
                 failures=tuple(failures),
+                busy="" if fleet_state == "active" else f"fleet request is {fleet_state}",
+                # Cancelled, failed or still submitted: its nodes are not the fleet's to keep now.
+                replacing=fleet_state not in ("active", "modifying"),
+                on_demand_nodes=tuple(instance_id for _, instance_id in sorted(on_demand_nodes, reverse=True)),
+                checkpoints=self._checkpoints(state),
             ),
-            history_read_until=read_until or since,
-            busy="" if state == "active" else f"fleet request is {state}",
+            read_until or since,
         )
 
+    def _active_instances(self) -> dict[str, str]:
+        """The fleet's instances: id -> spot request id ("" for an on-demand node)."""
+        found: dict[str, str] = {}
+        arguments: dict[str, Any] = {"SpotFleetRequestId": self.request_id}
+        for _ in range(MAX_PAGES):
+            page = self.ec2.describe_spot_fleet_instances(**arguments)
+            for active in page["ActiveInstances"]:
+                found[active["InstanceId"]] = active.get("SpotInstanceRequestId", "")
+            if not page.get("NextToken"):
+                break
+            arguments["NextToken"] = page["NextToken"]
+        return found
+
+    def _checkpoints(self, state: FallbackState) -> dict[str, str]:
+        """The checkpoint hooks a hand-back started: instance id -> CHECKPOINT_DONE | CHECKPOINT_RUNNING."""
+        if not self.checkpoint_command:
+            return {node: CHECKPOINT_DONE for node in state.probe_checkpointed}
+        found = {}
+        for node, command_id in state.probe_commands.items():
+            try:
+                status = self.ssm.get_command_invocation(CommandId=command_id, InstanceId=node)["Status"]
+            except ClientError as error:
+                # Just sent: "InvocationDoesNotExist" until SSM has it (eventual consistency); the checkpoint
+                # timeout bounds the wait.
+                if error_code(error) != "InvocationDoesNotExist":
+                    raise
+                status = "Pending"
+            found[node] = CHECKPOINT_DONE if status in FINISHED_COMMANDS else CHECKPOINT_RUNNING
+        return found
+
     def _failures(self, since: dt.datetime) -> tuple[list[LaunchFailure], dt.datetime | None]:
-        """The failures recorded since `since`, and the time up to which the history was read. "Spot Fleet events
-        are delayed by up to 30 seconds before they can be described. This ensures that you can query by the last
-        evaluated time and not miss a recorded event. Spot Fleet events are available for 48 hours."
-        (DescribeSpotFleetRequestHistory, botocore's ec2 service model): the next run starts at LastEvaluatedTime."""
+        """The failures recorded since `since`, and the time up to which the history was read (the next run starts
+        there)."""
         failures = []
         read_until = None
         arguments: dict[str, Any] = {"SpotFleetRequestId": self.request_id, "StartTime": since}
-        while True:
+        for _ in range(MAX_PAGES):
             page = self.ec2.describe_spot_fleet_request_history(**arguments)
             for record in page.get("HistoryRecords", []):
                 information = record.get("EventInformation", {})
@@ -154,13 +259,46 @@ class SpotFleet:
                     )
             read_until = page.get("LastEvaluatedTime", read_until)
             if not page.get("NextToken"):
-                return failures, read_until
+                break
             arguments["NextToken"] = page["NextToken"]
+        return failures, read_until
 
-    def apply(self, target: int, on_demand: int) -> None:
+    def apply(self, decision: Decision, state: FallbackState) -> tuple[FallbackState, Decision]:
+        """Make the change; return the state to remember and the decision as carried out (a hand-back whose
+        checkpoint hooks cannot all start does not start)."""
+        if decision.action == PROBE and self.checkpoint_command:
+            commands, unreachable = self._start_checkpoints(decision.checkpoint)
+            if unreachable:
+                reason = (
+                    f"{decision.reason}; not started: no checkpoint command reached {', '.join(unreachable)}, and "
+                    "a node EC2 may end must have had its hook"
+                )
+                total = decision.total - state.probe_extra
+                state = replace(state.without_probe(), action=HOLD, reason=reason)
+                return state, replace(decision, action=HOLD, total=total, checkpoint=(), reason=reason, state=state)
+            state = replace(state, probe_commands=commands)
+        if decision.terminate:
+            self.ec2.terminate_instances(InstanceIds=list(decision.terminate))
         self.ec2.modify_spot_fleet_request(
-            SpotFleetRequestId=self.request_id, TargetCapacity=target, OnDemandTargetCapacity=on_demand
+            SpotFleetRequestId=self.request_id, TargetCapacity=decision.total, OnDemandTargetCapacity=decision.on_demand
         )
+        return state, replace(decision, state=state)
+
+    def _start_checkpoints(self, nodes: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
+        """Run Command starts the checkpoint hook on each node: (node -> command id, nodes it could not reach)."""
+        commands, unreachable = {}, []
+        for node in nodes:
+            try:
+                commands[node] = self.ssm.send_command(
+                    InstanceIds=[node],
+                    DocumentName=RUN_SHELL_SCRIPT,
+                    Comment="gpufleet capacity fallback: checkpoint before nodes go back to spot",
+                    Parameters={"commands": [self.checkpoint_command]},
+                )["Command"]["CommandId"]
+            except ClientError as error:
+                # An instance SSM does not manage (yet), or one on its way out.
+                unreachable.append(f"{node} ({error_code(error)})")
+        return commands, unreachable
 
 
 class AutoScalingGroup:
@@ -168,41 +306,88 @@ class AutoScalingGroup:
         self.autoscaling, self.ec2, self.name = autoscaling, ec2, name
         self._distribution: dict[str, Any] = {}
 
-    def observe(self, since: dt.datetime, now: dt.datetime) -> NodeGroup:
-        group = self.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[self.name])["AutoScalingGroups"][0]
+    def observe(self, state: FallbackState, since: dt.datetime, now: dt.datetime) -> NodeGroup:
+        groups = self.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[self.name])["AutoScalingGroups"]
+        if not groups:
+            return NodeGroup(Observation(now, 0, 0, 0, 0, busy="group not found", replacing=True), now)
+        group = groups[0]
         self._distribution = group.get("MixedInstancesPolicy", {}).get("InstancesDistribution", {})
-        instance_ids = [instance["InstanceId"] for instance in group.get("Instances", [])]
-        spot, on_demand = _live_lifecycles(self.ec2, instance_ids)
+        base = int(self._distribution.get("OnDemandBaseCapacity", 0))
+        members = [
+            instance["InstanceId"]
+            for instance in group.get("Instances", [])
+            if instance["LifecycleState"] in LIVE_LIFECYCLE_STATES
+        ]
+        described = describe_instances(self.ec2, members)
+        spot = sum(1 for i in members if i in described and described[i].get("InstanceLifecycle") == "spot")
+        on_demand = sum(1 for i in members if i in described and described[i].get("InstanceLifecycle") != "spot")
+        # The group lists them, EC2 does not describe them yet: launched a moment ago, into the part that has room
+        # (the base first, as the group launches it first: InstancesDistribution.OnDemandBaseCapacity).
+        unseen = len([i for i in members if i not in described])
+        to_on_demand = min(unseen, max(base - on_demand, 0))
+        # The group's Status is set only "when the DeleteAutoScalingGroup operation is in progress".
+        busy = f"group is {group['Status']}" if group.get("Status") else ""
         return NodeGroup(
-            target=int(group["DesiredCapacity"]),
-            observation=Observation(
+            Observation(
                 at=now,
-                on_demand_target=int(self._distribution.get("OnDemandBaseCapacity", 0)),
-                spot_running=spot,
-                on_demand_running=on_demand,
-                failures=tuple(self._failures(since)),
+                target=int(group["DesiredCapacity"]),
+                on_demand_target=base,
+                spot_running=spot + unseen - to_on_demand,
+                on_demand_running=on_demand + to_on_demand,
+                failures=tuple(self._failures(since, now)),
+                busy=busy,
+                replacing=bool(busy),
+                refresh="" if busy else self._refresh(),
             ),
-            history_read_until=now,
+            now,
         )
 
-    def _failures(self, since: dt.datetime) -> list[LaunchFailure]:
-        pages = self.autoscaling.get_paginator("describe_scaling_activities").paginate(AutoScalingGroupName=self.name)
-        return [
-            LaunchFailure(
-                activity["StartTime"],
-                failure_kind(ERROR, f"{activity.get('StatusMessage', '')} {activity.get('Description', '')}"),
-                activity.get("StatusMessage", "") or activity.get("Description", ""),
-            )
-            for page in pages
-            for activity in page["Activities"]
-            if activity.get("StatusCode") == FAILED_ACTIVITY and activity["StartTime"] > since
-        ]
+    def _refresh(self) -> str:
+        """The instance refresh under way, as a phrase ("" when none)."""
+        refreshes = self.autoscaling.describe_instance_refreshes(AutoScalingGroupName=self.name)["InstanceRefreshes"]
+        for refresh in refreshes:
+            if refresh["Status"] in ACTIVE_REFRESH:
+                return f"instance refresh {refresh['InstanceRefreshId']} is {refresh['Status']}"
+        return ""
 
-    def apply(self, target: int, on_demand: int) -> None:
+    def _failures(self, since: dt.datetime, now: dt.datetime) -> list[LaunchFailure]:
+        """Launches that failed or were cancelled and ended after `since`."""
+        arguments: dict[str, Any] = {
+            "AutoScalingGroupName": self.name,
+            "MaxRecords": 100,
+            "Filters": [{"Name": "StartTimeLowerBound", "Values": [(since - ACTIVITY_SLACK).isoformat()]}],
+        }
+        failures = []
+        for _ in range(MAX_PAGES):
+            page = self.autoscaling.describe_scaling_activities(**arguments)
+            for activity in page["Activities"]:
+                ended = activity.get("EndTime") or activity["StartTime"]
+                if activity["StatusCode"] in FAILED_ACTIVITIES and since < ended <= now:
+                    text = f"{activity.get('StatusMessage', '')} {activity.get('Description', '')}"
+                    failures.append(
+                        LaunchFailure(
+                            ended,
+                            failure_kind(ERROR, text),
+                            f"{activity['StatusCode']}: "
+                            + (activity.get("StatusMessage", "") or activity.get("Description", "")),
+                        )
+                    )
+            if not page.get("NextToken"):
+                break
+            arguments["NextToken"] = page["NextToken"]
+        return failures
+
+    def apply(self, decision: Decision, state: FallbackState) -> tuple[FallbackState, Decision]:
+        distribution = {
+            name: self._distribution[name] for name in SENT_DISTRIBUTION_FIELDS if name in self._distribution
+        }
         self.autoscaling.update_auto_scaling_group(
             AutoScalingGroupName=self.name,
-            MixedInstancesPolicy={"InstancesDistribution": {**self._distribution, "OnDemandBaseCapacity": on_demand}},
+            MixedInstancesPolicy={
+                "InstancesDistribution": {**distribution, "OnDemandBaseCapacity": decision.on_demand}
+            },
         )
+        return state, decision
 
 
 def read_state(ssm: Any, name: str) -> FallbackState:
@@ -211,7 +396,7 @@ def read_state(ssm: Any, name: str) -> FallbackState:
     try:
         text = ssm.get_parameter(Name=name)["Parameter"]["Value"]
     except ClientError as error:
-        if error.response["Error"]["Code"] == "ParameterNotFound":
+        if error_code(error) == "ParameterNotFound":
             return FallbackState()
         raise
     try:
@@ -225,54 +410,51 @@ def write_state(ssm: Any, name: str, state: FallbackState) -> None:
     ssm.put_parameter(Name=name, Value=state.to_json(), Type="String", Overwrite=True)
 
 
-def settings_from_environment(target: int) -> FallbackSettings:
+def settings_from_environment(backend: str) -> FallbackSettings:
     return FallbackSettings(
-        target=target,
         floor=int(os.environ["FLOOR"]),
         after=dt.timedelta(minutes=int(os.environ["AFTER_MINUTES"])),
         restore_after=dt.timedelta(minutes=int(os.environ["RESTORE_AFTER_MINUTES"])),
         max_extra=int(os.environ["MAX_EXTRA_ON_DEMAND"]),
+        hands_back=HAND_BACK_BY_FALLBACK if backend == BACKEND_SPOT_FLEET else HAND_BACK_BY_GROUP,
     )
 
 
 def node_group(backend: str, node_group_id: str, clients: dict[str, Any]) -> SpotFleet | AutoScalingGroup:
     if backend == BACKEND_SPOT_FLEET:
-        return SpotFleet(clients["ec2"], node_group_id)
+        return SpotFleet(clients["ec2"], clients["ssm"], node_group_id, os.environ.get("CHECKPOINT_COMMAND", ""))
     if backend == BACKEND_AUTO_SCALING:
         return AutoScalingGroup(clients["autoscaling"], clients["ec2"], node_group_id)
     raise ValueError(f"BACKEND is {backend!r}: {BACKEND_SPOT_FLEET} or {BACKEND_AUTO_SCALING}")
 
 
 def run(backend: str, node_group_id: str, parameter: str, clients: dict[str, Any], now: dt.datetime) -> dict[str, Any]:
+    group = node_group(backend, node_group_id, clients)
+    settings = settings_from_environment(backend)
     stored = read_state(clients["ssm"], parameter)
     state = stored.for_node_group(node_group_id)
-    group = node_group(backend, node_group_id, clients)
-    observed = group.observe(since=state.history_read_until or now - FIRST_LOOK_BACK, now=now)
+    observed = group.observe(state, since=state.history_read_until or now - FIRST_LOOK_BACK, now=now)
     observation = observed.observation
-    settings = settings_from_environment(observed.target)
-    if observed.busy:
-        # The state stays as it was: the next run reads this run's history again and decides on it.
-        reason = f"{observed.busy}: nothing changes until it is active"
-        decision = Decision(HOLD, observation.on_demand_target, reason, state)
-    else:
-        decision = decide(settings, observation, state)
-        if decision.action != HOLD:
-            group.apply(observed.target, decision.on_demand)
-        write_state(clients["ssm"], parameter, replace(decision.state, history_read_until=observed.history_read_until))
+    decision = decide(settings, observation, state)
+    remembered = decision.state
+    if decision.changes:
+        remembered, decision = group.apply(decision, remembered)
+    write_state(clients["ssm"], parameter, replace(remembered, history_read_until=observed.history_read_until))
     line = {
         "event": "capacity-fallback",
         "backend": backend,
         "node_group": node_group_id,
         "action": decision.action,
-        "reapplied": decision.reapplied,
         "new_node_group": stored.node_group_id not in ("", node_group_id),
         "on_demand_before": observation.on_demand_target,
         "on_demand_after": decision.on_demand,
         "floor": settings.floor,
-        "ceiling": settings.ceiling,
-        "target": observed.target,
+        "target_before": observation.target,
+        "target_after": decision.total,
         "spot_running": observation.spot_running,
         "on_demand_running": observation.on_demand_running,
+        "checkpoint": list(decision.checkpoint),
+        "terminate": list(decision.terminate),
         "failures": [
             {"at": failure.at.isoformat(), "kind": failure.kind, "description": failure.description}
             for failure in observation.failures
@@ -286,7 +468,9 @@ def run(backend: str, node_group_id: str, parameter: str, clients: dict[str, Any
 
 
 def on_schedule(event: dict, context: Any, clients: dict[str, Any] | None = None) -> dict[str, Any]:
-    clients = clients or {service: boto3.client(service) for service in ("ec2", "autoscaling", "ssm")}
+    clients = clients or {
+        service: boto3.client(service, config=CLIENT_CONFIG) for service in ("ec2", "autoscaling", "ssm")
+    }
     return run(
         os.environ["BACKEND"],
         os.environ["NODE_GROUP_ID"],

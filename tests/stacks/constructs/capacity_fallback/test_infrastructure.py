@@ -19,13 +19,15 @@ from gpufleet.environment import Fallback
 from stacks.constructs.capacity_fallback.infrastructure import RUNTIME_DIR, CapacityFallback, nag_rendering
 from stacks.environment_stacks import add_compliance_checks
 from tests.conftest import CDK_CONTEXT
+from tests.fallback_model.model import Availability
+from tests.fallback_model.simulation import Simulation
 from tests.stacks.constructs.conftest import ACCOUNT, REGION, asset_files
 from tests.stacks.test_iam_resources import StackContext, policy_statements, unmatched_pairs, unmatched_resources
 
 GROUP_NAME = "gpufleet-probe-nodes"
 
 
-def add_fallback(stack: cdk.Stack, backend: str) -> CapacityFallback:
+def add_fallback(stack: cdk.Stack, backend: str, checkpoint_hook: bool = True) -> CapacityFallback:
     if backend == "spot-fleet":
         fleet = ec2.CfnSpotFleet(
             stack,
@@ -54,6 +56,7 @@ def add_fallback(stack: cdk.Stack, backend: str) -> CapacityFallback:
         environment_name="probe",
         on_demand_floor=2,
         fallback=Fallback(after_minutes=15, restore_after_minutes=30, max_extra_on_demand=2),
+        checkpoint_hook=checkpoint_hook,
         log_retention=logs.RetentionDays.ONE_MONTH,
     )
 
@@ -74,7 +77,7 @@ PARAMETER_ARN = {
 }
 
 
-def test_the_schedule_runs_the_function_every_five_minutes(stack):
+def test_the_schedule_runs_the_function_every_five_minutes_with_two_minutes_and_no_retry(stack):
     add_fallback(stack, "spot-fleet")
     template = Template.from_stack(stack)
     template.has_resource_properties(
@@ -90,7 +93,7 @@ def test_the_schedule_runs_the_function_every_five_minutes(stack):
         {
             "Runtime": "python3.14",
             "Handler": "handler.on_schedule",
-            "Timeout": 60,
+            "Timeout": 120,
             "Environment": {
                 "Variables": {
                     "BACKEND": "spot-fleet",
@@ -100,42 +103,86 @@ def test_the_schedule_runs_the_function_every_five_minutes(stack):
                     "AFTER_MINUTES": "15",
                     "RESTORE_AFTER_MINUTES": "30",
                     "MAX_EXTRA_ON_DEMAND": "2",
+                    "CHECKPOINT_COMMAND": ". /etc/gpufleet/node.env && GPUFLEET_NOTICE_PATH=capacity-fallback "
+                    'GPUFLEET_NOTICE=hand-back bash -c "$GPUFLEET_CHECKPOINT_HOOK"',
                 }
             },
         },
+    )
+    # A failed run is not retried: the next scheduled run is the retry.
+    template.has_resource_properties(
+        "AWS::Lambda::EventInvokeConfig",
+        {"FunctionName": {"Ref": Match.string_like_regexp("^CapacityFallbackFunction")}, "MaximumRetryAttempts": 0},
     )
     template.has_resource_properties("AWS::Logs::LogGroup", {"RetentionInDays": 30})
     # The state parameter is the function's own: a deploy cannot write an old value back.
     assert template.find_resources("AWS::SSM::Parameter") == {}
 
 
-def test_on_a_spot_fleet_the_role_may_change_that_fleet_request_and_the_state_parameter(stack):
+FLEET_ARN = {
+    "Fn::Join": [
+        "",
+        ["arn:", {"Ref": "AWS::Partition"}, ":ec2:us-east-1:123456789012:spot-fleet-request/", {"Ref": "Fleet"}],
+    ]
+}
+INSTANCES_ARN = {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ec2:us-east-1:123456789012:instance/*"]]}
+RUN_SHELL_SCRIPT_ARN = {
+    "Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ssm:us-east-1::document/AWS-RunShellScript"]]
+}
+ENVIRONMENT_NODES = {"StringEquals": {"ec2:ResourceTag/gpufleet:environment": "probe"}}
+
+
+def test_on_a_spot_fleet_the_role_may_change_that_fleet_request_end_and_checkpoint_its_nodes(stack):
     add_fallback(stack, "spot-fleet")
     statements = statements_of(Template.from_stack(stack))
-    fleet_arn = {
-        "Fn::Join": [
-            "",
-            ["arn:", {"Ref": "AWS::Partition"}, ":ec2:us-east-1:123456789012:spot-fleet-request/", {"Ref": "Fleet"}],
-        ]
-    }
-    assert {"Action": ["ssm:GetParameter", "ssm:PutParameter"], "Effect": "Allow", "Resource": PARAMETER_ARN} in (
-        statements
-    )
-    assert {
-        "Action": [
-            "ec2:ModifySpotFleetRequest",
-            "ec2:DescribeSpotFleetInstances",
-            "ec2:DescribeSpotFleetRequestHistory",
-        ],
-        "Effect": "Allow",
-        "Resource": fleet_arn,
-    } in statements
+    for statement in (
+        {"Action": ["ssm:GetParameter", "ssm:PutParameter"], "Effect": "Allow", "Resource": PARAMETER_ARN},
+        {
+            "Action": [
+                "ec2:ModifySpotFleetRequest",
+                "ec2:DescribeSpotFleetInstances",
+                "ec2:DescribeSpotFleetRequestHistory",
+            ],
+            "Effect": "Allow",
+            "Resource": FLEET_ARN,
+        },
+        {
+            "Action": "ec2:TerminateInstances",
+            "Condition": ENVIRONMENT_NODES,
+            "Effect": "Allow",
+            "Resource": INSTANCES_ARN,
+        },
+        {"Action": "ssm:SendCommand", "Effect": "Allow", "Resource": RUN_SHELL_SCRIPT_ARN},
+        {
+            "Action": "ssm:SendCommand",
+            "Condition": {"StringEquals": {"ssm:resourceTag/gpufleet:environment": "probe"}},
+            "Effect": "Allow",
+            "Resource": INSTANCES_ARN,
+        },
+        {
+            "Action": ["ec2:DescribeSpotFleetRequests", "ec2:DescribeInstances", "ssm:GetCommandInvocation"],
+            "Effect": "Allow",
+            "Resource": "*",
+        },
+    ):
+        assert statement in statements, statement
+    assert not any("autoscaling" in json.dumps(statement) for statement in statements)
+
+
+def test_without_a_checkpoint_hook_a_spot_fleet_fallback_sends_no_command(stack):
+    add_fallback(stack, "spot-fleet", checkpoint_hook=False)
+    template = Template.from_stack(stack)
+    statements = statements_of(template)
+    assert not any("ssm:SendCommand" in json.dumps(statement) for statement in statements)
     assert {
         "Action": ["ec2:DescribeSpotFleetRequests", "ec2:DescribeInstances"],
         "Effect": "Allow",
         "Resource": "*",
     } in statements
-    assert not any("autoscaling" in json.dumps(statement) for statement in statements)
+    (function,) = template.find_resources(
+        "AWS::Lambda::Function", {"Properties": {"Handler": "handler.on_schedule"}}
+    ).values()
+    assert "CHECKPOINT_COMMAND" not in function["Properties"]["Environment"]["Variables"]
 
 
 def test_on_an_auto_scaling_group_the_role_may_update_that_group_only(stack):
@@ -159,12 +206,19 @@ def test_on_an_auto_scaling_group_the_role_may_update_that_group_only(stack):
         "Action": [
             "autoscaling:DescribeAutoScalingGroups",
             "autoscaling:DescribeScalingActivities",
+            "autoscaling:DescribeInstanceRefreshes",
             "ec2:DescribeInstances",
         ],
         "Effect": "Allow",
         "Resource": "*",
     } in statements
-    assert not any("ec2:ModifySpotFleetRequest" in json.dumps(statement) for statement in statements)
+    # Neither iam:PassRole nor ec2:RunInstances (infrastructure.py says why), nothing of the Spot Fleet's.
+    assert not any(
+        action in json.dumps(statement)
+        for statement in statements
+        for action in ("ec2:ModifySpotFleetRequest", "ec2:TerminateInstances", "ssm:SendCommand", "iam:PassRole")
+    )
+    assert not any("ec2:RunInstances" in json.dumps(statement) for statement in statements)
 
 
 @pytest.mark.parametrize("backend", ["spot-fleet", "auto-scaling", "auto-scaling-ref"])
@@ -271,6 +325,7 @@ def test_the_state_parameter_goes_with_the_stack_after_everything_that_writes_it
         "AWS::IAM::Role",
         "AWS::IAM::Policy",
         "AWS::Lambda::Function",
+        "AWS::Lambda::EventInvokeConfig",
         "AWS::Lambda::Permission",
         "AWS::Events::Rule",
     }
@@ -302,6 +357,7 @@ STATE_CLEANUP_ID = "CapacityFallbackStateCleanup93A1F96A"
 ROLE_ID = "CapacityFallbackRoleE41BC4B8"
 POLICY_ID = "CapacityFallbackRoleDefaultPolicy2F293D3B"
 FUNCTION_ID = "CapacityFallbackFunction8C2E7FEC"
+EVENT_INVOKE_CONFIG_ID = "CapacityFallbackFunctionEventInvokeConfig8768B739"
 SCHEDULE_ID = "CapacityFallbackSchedule70B97345"
 SCHEDULE_PERMISSION_ID = "CapacityFallbackScheduleAllowEventRuleProbeCapacityFallbackFunctionD62A9E5AA9E2BE54"
 LOGS_ID = "CapacityFallbackLogsF9519A24"
@@ -348,6 +404,7 @@ def check_the_fallbacks_resources_keep_their_logical_ids(synthesized):
         ROLE_ID: "AWS::IAM::Role",
         POLICY_ID: "AWS::IAM::Policy",
         FUNCTION_ID: "AWS::Lambda::Function",
+        EVENT_INVOKE_CONFIG_ID: "AWS::Lambda::EventInvokeConfig",
         SCHEDULE_ID: "AWS::Events::Rule",
         SCHEDULE_PERMISSION_ID: "AWS::Lambda::Permission",
         CLEANUP_LOGS_ID: "AWS::Logs::LogGroup",
@@ -460,18 +517,52 @@ def check_on_a_spot_fleet_the_role_holds_exactly_the_logs_state_fleet_and_read_s
                 ]
             },
         },
-        {"Action": ["ec2:DescribeSpotFleetRequests", "ec2:DescribeInstances"], "Effect": "Allow", "Resource": "*"},
+        {
+            "Action": "ec2:TerminateInstances",
+            "Condition": ENVIRONMENT_NODES,
+            "Effect": "Allow",
+            "Resource": OTHER_REGION_INSTANCES_ARN,
+        },
+        {
+            "Action": "ssm:SendCommand",
+            "Effect": "Allow",
+            "Resource": {
+                "Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ssm:us-east-2::document/AWS-RunShellScript"]]
+            },
+        },
+        {
+            "Action": "ssm:SendCommand",
+            "Condition": {"StringEquals": {"ssm:resourceTag/gpufleet:environment": "probe"}},
+            "Effect": "Allow",
+            "Resource": OTHER_REGION_INSTANCES_ARN,
+        },
+        {
+            "Action": ["ec2:DescribeSpotFleetRequests", "ec2:DescribeInstances", "ssm:GetCommandInvocation"],
+            "Effect": "Allow",
+            "Resource": "*",
+        },
     ]
 
 
-def check_on_a_spot_fleet_the_unscoped_reads_are_acknowledged_by_name(synthesized):
+OTHER_REGION_INSTANCES_ARN = {
+    "Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ec2:us-east-2:123456789012:instance/*"]]
+}
+
+
+def check_on_a_spot_fleet_the_node_and_unscoped_read_wildcards_are_acknowledged_by_name(synthesized):
     expected = [
         {
+            "id": "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:us-east-2:123456789012:instance/*]",
+            "reason": "the capacity fallback ends (and runs the checkpoint hook on) the fleet's on-demand nodes it "
+            "hands back to spot, whose ids it learns at run time; the condition on gpufleet:environment limits it to "
+            "this environment's nodes",
+        },
+        {
             "id": "AwsSolutions-IAM5[Resource::*]",
-            "reason": "ec2:DescribeSpotFleetRequests, ec2:DescribeInstances support no resource-level permissions "
-            "(Service Authorization Reference); the capacity fallback only reads the fleet's nodes and history with "
-            "them",
-        }
+            "reason": "ec2:DescribeSpotFleetRequests, ec2:DescribeInstances, ssm:GetCommandInvocation support no "
+            "resource-level permissions (Service Authorization Reference); the capacity fallback only reads the "
+            "fleet's nodes, history and checkpoint commands with them",
+        },
     ]
     for logical_id in (ROLE_ID, POLICY_ID):
         assert synthesized["spot-fleet"][logical_id]["Metadata"]["cdk_nag"]["rules_to_suppress"] == expected
@@ -488,8 +579,9 @@ def check_on_an_auto_scaling_group_the_group_wildcard_and_the_unscoped_reads_are
         {
             "id": "AwsSolutions-IAM5[Resource::*]",
             "reason": "autoscaling:DescribeAutoScalingGroups, autoscaling:DescribeScalingActivities, "
-            "ec2:DescribeInstances support no resource-level permissions (Service Authorization Reference); the "
-            "capacity fallback only reads the fleet's nodes and history with them",
+            "autoscaling:DescribeInstanceRefreshes, ec2:DescribeInstances support no resource-level permissions "
+            "(Service Authorization Reference); the capacity fallback only reads the fleet's nodes, history and "
+            "checkpoint commands with them",
         },
     ]
     for logical_id in (ROLE_ID, POLICY_ID):
@@ -543,6 +635,28 @@ def test_the_cdk_nag_synthesis_passes_every_check(synthesized):
         synthesized
     )
     check_on_a_spot_fleet_the_role_holds_exactly_the_logs_state_fleet_and_read_statements(synthesized)
-    check_on_a_spot_fleet_the_unscoped_reads_are_acknowledged_by_name(synthesized)
+    check_on_a_spot_fleet_the_node_and_unscoped_read_wildcards_are_acknowledged_by_name(synthesized)
     check_on_an_auto_scaling_group_the_group_wildcard_and_the_unscoped_reads_are_acknowledged(synthesized)
     check_the_state_cleanup_providers_findings_are_acknowledged_for_it(synthesized)
+
+
+@pytest.mark.parametrize(
+    ("backend", "synthesized_as"), [("spot-fleet", "spot-fleet"), ("auto-scaling", "auto-scaling-ref")]
+)
+def test_the_role_grants_exactly_the_calls_the_handler_makes_against_the_model(synthesized, backend, synthesized_as):
+    """The handler run against the model (tests/fallback_model/) through a raise, a hand-back and, on a group, an
+    instance refresh: every API call it makes is an action of its role, and every action of its role (the log group's
+    aside) is one it makes."""
+    events = {60: [Simulation.refresh]} if backend == "auto-scaling" else {}
+    sim = Simulation(backend, Availability(spot=((0, 6), (5, 4), (40, 6)), on_demand=((0, 20),)), events=events).run(
+        120
+    )
+    called = {operation for caller, operation in sim.world.operations if caller == "fallback"}
+    statements = synthesized[synthesized_as][POLICY_ID]["Properties"]["PolicyDocument"]["Statement"]
+    granted = {
+        action
+        for statement in statements
+        for action in ([statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"])
+        if not action.startswith("logs:")
+    }
+    assert called == granted

@@ -39,8 +39,6 @@ def test_only_a_maintain_fleet_changes_its_on_demand_part_in_place():
 
 
 def test_a_group_replaces_instances_launch_first_when_its_on_demand_base_changes():
-    autoscaling = SESSION.get_service_model("autoscaling")
-    assert handler.FAILED_ACTIVITY in autoscaling.shape_for("ScalingActivityStatusCode").enum
     schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-east-1", "AWS::AutoScaling::AutoScalingGroup").schema
     described = " ".join(
         schema["definitions"]["InstancesDistribution"]["properties"]["OnDemandBaseCapacity"]["description"].split()
@@ -50,3 +48,51 @@ def test_a_group_replaces_instances_launch_first_when_its_on_demand_base_changes
         "levels. When replacing instances, Amazon EC2 Auto Scaling launches new instances before terminating the "
         "previous ones."
     ) in described
+
+
+AUTOSCALING = SESSION.get_service_model("autoscaling")
+EC2 = SESSION.get_service_model("ec2")
+
+
+def test_failed_and_cancelled_launches_are_what_the_activities_api_documents():
+    operation = AUTOSCALING.operation_model("DescribeScalingActivities")
+    assert "If an attempt to launch instances failed, the StatusCode value is Failed or Cancelled" in text(
+        operation.documentation
+    )
+    assert set(handler.FAILED_ACTIVITIES) == {"Failed", "Cancelled"}
+    assert "Scaling activities with a start time earlier than this value are not included in the results." in text(
+        operation.input_shape.members["Filters"].documentation
+    )
+    assert "The default value is 100 and the maximum value is 100." in text(
+        operation.input_shape.members["MaxRecords"].documentation
+    )
+
+
+def test_instances_are_described_through_a_filter_because_an_unknown_id_is_an_error():
+    assert "If you specify an instance ID that is not valid, an error is returned." in text(
+        EC2.operation_model("DescribeInstances").documentation
+    )
+    assert "The running instances. This list is refreshed periodically and might be out of date." in text(
+        EC2.operation_model("DescribeSpotFleetInstances").output_shape.members["ActiveInstances"].documentation
+    )
+
+
+def test_the_group_update_names_only_what_changes():
+    assert "Any properties that you don't specify are not changed by this update request." in text(
+        AUTOSCALING.operation_model("UpdateAutoScalingGroup").documentation
+    )
+    pools = AUTOSCALING.shape_for("InstancesDistribution").members["SpotInstancePools"].documentation
+    assert "Valid only when the SpotAllocationStrategy is lowest-price." in text(pools)
+    assert set(handler.SENT_DISTRIBUTION_FIELDS) < set(AUTOSCALING.shape_for("InstancesDistribution").members)
+
+
+def test_a_group_being_deleted_and_a_refresh_under_way_are_what_the_api_says():
+    assert text(AUTOSCALING.shape_for("AutoScalingGroup").members["Status"].documentation) == (
+        "The current state of the Auto Scaling group when the DeleteAutoScalingGroup operation is in progress."
+    )
+    assert set(handler.ACTIVE_REFRESH) < set(AUTOSCALING.shape_for("InstanceRefreshStatus").enum)
+    assert set(handler.FINISHED_COMMANDS) < set(
+        SESSION.get_service_model("ssm").shape_for("CommandInvocationStatus").enum
+    )
+    assert set(handler.LIVE_STATES) < set(EC2.shape_for("InstanceStateName").enum)
+    assert set(handler.LIVE_LIFECYCLE_STATES) < set(AUTOSCALING.shape_for("LifecycleState").enum)
