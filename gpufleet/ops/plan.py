@@ -464,7 +464,7 @@ def _capacity_impact(change: Change, old: dict | None, new: dict) -> str:
         waits = "; the deploy waits until they are InService" if new.get("Rollout") == ROLLOUT_REPLACE_ALL else ""
         return f"{IN_PLACE}; launches nodes in the new group (desired capacity {target}){waits}"
     if sized := _size_change(old.get("Target"), target):
-        if int(target) > int(old["Target"]):
+        if int(new["Target"]) > int(old["Target"]):
             return f"{IN_PLACE}; launches nodes (desired capacity {sized})"
         return f"{TERMINATES_NODES} (desired capacity {sized})"
     return IN_PLACE
