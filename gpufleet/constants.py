@@ -95,6 +95,11 @@ TERMINATION_HOOK_NAME = "gpufleet-checkpoint"
 # rebalancing, replacement, deletion, a Capacity Block's scheduled scale-in) gets this.
 TERMINATION_HOOK_TIMEOUT_SECONDS = 600
 
+# The custom resource that sets an Auto Scaling group's desired capacity to its target when a deploy creates the group
+# or changes the target (stacks/constructs/group_capacity/); `gpufleet plan` reads its Target as it reads a desired
+# capacity.
+GROUP_CAPACITY_RESOURCE_TYPE = "Custom::GpufleetGroupCapacity"
+
 # EC2 begins terminating the instances still running in a Capacity Block this long before the block's end (EC2 user
 # guide, capacity-blocks-using.html: "Thirty minutes before the reservation expires, we begin to terminate any
 # instances that are still running in the Capacity Block").

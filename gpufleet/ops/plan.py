@@ -10,7 +10,11 @@ addition.
 
 Node impact comes from where the nodes live: the node group (a Spot Fleet or an Auto Scaling group, by
 fleet.backend) owns them, and the resources it reaches through its references (launch template, placement group,
-security group, subnet, VPC) hold them.
+security group, subnet, VPC) hold them. Two resources size an Auto Scaling group from outside it: a scheduled action
+(AWS::AutoScaling::ScheduledAction: a Capacity Block group's scale-out and scale-in) sets the group's sizes at its
+StartTime, and the GroupCapacity custom resource (gpufleet.constants.GROUP_CAPACITY_RESOURCE_TYPE) sets the desired
+capacity of a group without a block to its Target at the deploy; what a change to either launches or terminates is
+said with when.
 
 A template parameter of a Systems Manager type (the node image: AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>)
 holds an SSM parameter's key, and CloudFormation "always fetches the latest values from Parameter Store when it
@@ -26,11 +30,15 @@ once more as if they had changed, to say what a deploy would then do to running 
 from __future__ import annotations
 
 import copy
+import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from gpufleet.constants import GROUP_CAPACITY_RESOURCE_TYPE, ROLLOUT_REPLACE_ALL
+
 FLEET_TYPE = "AWS::EC2::SpotFleet"
 AUTO_SCALING_GROUP_TYPE = "AWS::AutoScaling::AutoScalingGroup"
+SCHEDULED_ACTION_TYPE = "AWS::AutoScaling::ScheduledAction"
 # The resources that own running nodes, one per fleet.backend.
 NODE_GROUP_TYPES = frozenset({FLEET_TYPE, AUTO_SCALING_GROUP_TYPE})
 LAUNCH_TEMPLATE_TYPE = "AWS::EC2::LaunchTemplate"
@@ -77,7 +85,7 @@ class Change:
 
     @property
     def affects_running_nodes(self) -> bool:
-        return self.node_impact.split(" (")[0] in NODE_AFFECTING
+        return self.node_impact.startswith(tuple(NODE_AFFECTING))
 
     def line(self) -> str:
         because = f" ({', '.join(self.replacing or self.properties)})" if self.properties or self.replacing else ""
@@ -326,8 +334,13 @@ def _judge_node_impact(changes: list[Change], pairs: list[StackPair]) -> None:
     templates = {pair.name: pair for pair in pairs}
     for change in changes:
         key = (change.stack, change.logical_id)
+        pair = templates[change.stack]
         if change.resource_type in NODE_GROUP_TYPES:
-            change.node_impact = _fleet_impact(change, templates[change.stack])
+            change.node_impact = _fleet_impact(change, pair)
+        elif change.resource_type == SCHEDULED_ACTION_TYPE and change.action == "in place":
+            change.node_impact = _scheduled_impact(*_properties(pair, change.logical_id))
+        elif change.resource_type == GROUP_CAPACITY_RESOURCE_TYPE and change.action in ("in place", "added"):
+            change.node_impact = _capacity_impact(change, *_properties(pair, change.logical_id))
         elif key not in fleet_uses:
             change.node_impact = NO_NODE_EFFECT
         elif change.resource_type in NODE_HOSTING_TYPES and change.action in ("replacement", "removed"):
@@ -372,14 +385,88 @@ def _group_impact(old: dict, new: dict) -> str:
     running nodes alone."""
     old_properties, new_properties = old.get("Properties", {}), new.get("Properties", {})
     old_target, new_target = old_properties.get("DesiredCapacity"), new_properties.get("DesiredCapacity")
-    if old_target != new_target and str(old_target).isdigit() and str(new_target).isdigit():
+    if sized := _size_change(old_target, new_target):
         if int(new_target) > int(old_target):
-            return f"{IN_PLACE}; launches nodes (desired capacity {old_target} -> {new_target})"
-        return f"{TERMINATES_NODES} (desired capacity {old_target} -> {new_target})"
+            return f"{IN_PLACE}; launches nodes (desired capacity {sized})"
+        return f"{TERMINATES_NODES} (desired capacity {sized})"
+    # "If you specify a new value for MaxSize without specifying a value for DesiredCapacity, and the new MaxSize is
+    # smaller than the current size of the group, this sets the group's DesiredCapacity to the new MaxSize value"
+    # (UpdateAutoScalingGroup, botocore's autoscaling model): nodes above the new maximum go.
+    old_maximum, new_maximum = old_properties.get("MaxSize"), new_properties.get("MaxSize")
+    if (sized := _size_change(old_maximum, new_maximum)) and int(new_maximum) < int(old_maximum):
+        return f"{TERMINATES_NODES} above the new maximum (maximum size {sized})"
     distribution_path = ("MixedInstancesPolicy", "InstancesDistribution")
     old_split, new_split = (_on_demand_split(p, distribution_path) for p in (old_properties, new_properties))
     if old_split != new_split:
         return f"{REPLACES_NODES} (on-demand base and share {old_split} -> {new_split}, new nodes first)"
+    return IN_PLACE
+
+
+def _properties(pair: StackPair, logical_id: str) -> tuple[dict | None, dict]:
+    """A resource's properties in the deployed template (None when it is new there) and in the new one."""
+    old = pair.resources("old").get(logical_id)
+    return (None if old is None else old.get("Properties", {})), pair.resources("new")[logical_id].get("Properties", {})
+
+
+def _size_change(old, new) -> str:
+    """The text "OLD -> NEW" when both are numbers (a template writes sizes as numbers or strings) and differ, else
+    an empty one."""
+    if old != new and str(old).isdigit() and str(new).isdigit() and int(old) != int(new):
+        return f"{old} -> {new}"
+    return ""
+
+
+def _moment(value) -> str:
+    """A scheduled action's StartTime ("YYYY-MM-DDThh:mm:ssZ", PutScheduledUpdateGroupAction in botocore's
+    autoscaling model) as the operator commands print times; anything else as written."""
+    try:
+        return dt.datetime.fromisoformat(str(value)).astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    except ValueError:
+        return str(value)
+
+
+def _scheduled_impact(old: dict | None, new: dict) -> str:
+    """A scheduled action changed in place: what it launches or terminates at its StartTime. A lower desired capacity
+    or maximum terminates nodes then, a higher desired capacity or minimum launches them; a moved action does what it
+    did at another time (a desired capacity of 0 is a scale-in)."""
+    old = old or {}
+    when = _moment(new.get("StartTime"))
+    falling, rising = [], []
+    sizes = (("desired capacity", "DesiredCapacity"), ("maximum size", "MaxSize"), ("minimum size", "MinSize"))
+    for label, key in sizes:
+        if not (sized := _size_change(old.get(key), new.get(key))):
+            continue
+        lower = int(new[key]) < int(old[key])
+        if lower and key != "MinSize":
+            falling.append(f"{label} {sized}")
+        elif not lower and key != "MaxSize":
+            rising.append(f"{label} {sized}")
+    if falling:
+        return f"{TERMINATES_NODES} at {when} ({', '.join(falling)})"
+    if rising:
+        return f"{IN_PLACE}; launches nodes at {when} ({', '.join(rising)})"
+    if old.get("StartTime") != new.get("StartTime"):
+        moved = f"at {when} instead of {_moment(old.get('StartTime'))}"
+        desired = new.get("DesiredCapacity")
+        if str(desired) == "0":
+            return f"{TERMINATES_NODES} {moved} (desired capacity 0)"
+        return f"{IN_PLACE}; launches nodes {moved} (desired capacity {desired})"
+    return IN_PLACE
+
+
+def _capacity_impact(change: Change, old: dict | None, new: dict) -> str:
+    """The GroupCapacity resource sets its group's desired capacity to Target when it is created and when the group
+    or the target changes; under rollout replace-all a new group's resource waits for the new nodes."""
+    target = new.get("Target")
+    if old is None:
+        return f"{RUNNING_NODES_UNAFFECTED}; launches nodes up to desired capacity {target}"
+    if "AutoScalingGroupName" in change.properties:
+        waits = "; the deploy waits until they are InService" if new.get("Rollout") == ROLLOUT_REPLACE_ALL else ""
+        return f"{IN_PLACE}; launches nodes in the new group (desired capacity {target}){waits}"
+    if sized := _size_change(old.get("Target"), target):
+        if int(new["Target"]) > int(old["Target"]):
+            return f"{IN_PLACE}; launches nodes (desired capacity {sized})"
+        return f"{TERMINATES_NODES} (desired capacity {sized})"
     return IN_PLACE
 
 

@@ -6,10 +6,15 @@ Sizes. CloudFormation marks a group CREATE_COMPLETE "when the desired capacity i
 description in cfn-lint's bundled AWS::AutoScaling::AutoScalingGroup schema, whose create handler may run 360
 minutes and update handler 2160). Whether a create whose launches keep failing fails early or waits that long, and
 whether an update waits for the desired capacity at all, is (unconfirmed): the handlers' stabilization rules are not
-public. MinSize is 0 and DesiredCapacity alone says how many nodes the group keeps: a minimum equal to the target
-adds no node, and would forbid the desired capacity of 0 that a Capacity Block group needs until its block starts.
-MaxSize is the target. A group without a block wants its target from its creation on: its create completes when the
-nodes are there, which may take as long as capacity is short.
+public. So the template never asks for nodes that capacity may not allow: MinSize is 0 (a minimum equal to the
+target adds no node, and would forbid the desired capacity of 0 that a Capacity Block group needs until its block
+starts) and MaxSize is the target.
+- A group without a Capacity Block has no DesiredCapacity in its template: it starts at its MinSize, 0, and the
+  GroupCapacity custom resource (stacks/constructs/group_capacity/) sets its desired capacity to the target once
+  CloudFormation has created it, and again when the target changes; a deploy completes while capacity is short and
+  the nodes launch as it allows (under replace-all, a new group's resource waits for its nodes: see there).
+- A Capacity Block group's DesiredCapacity says what its scheduled actions would have set by the time of synthesis
+  (below).
 
 A Capacity Block group:
 - names the launch template itself (LaunchTemplate, at a fixed version), without a mixed instances policy: "Mixed
@@ -43,8 +48,9 @@ Image roll-out follows fleet.rollout, as for the Spot Fleet (stacks/constructs/g
   (replacements, capacity rebalancing) get the new one;
 - replace-all: the group's name carries the node image, resolved by CloudFormation at deploy time. A deploy that
   resolves a new image changes the create-only AutoScalingGroupName, so CloudFormation creates a new group, and
-  deletes the old one (and with it its nodes) only after the new one is created; every other change stays in place.
-  Not for a Capacity Block group (gpufleet.validators.capacity says why).
+  deletes the old one (and with it its nodes) only after the update has succeeded, that is after the GroupCapacity
+  resource has seen the new group's nodes InService; every other change stays in place. Not for a Capacity Block
+  group (gpufleet.validators.capacity says why).
 
 A change of OnDemandBaseCapacity (capacity.on_demand) replaces nodes gradually, new ones first (the schema's
 description of InstancesDistribution.OnDemandBaseCapacity: "An update to this setting means a gradual replacement of
@@ -72,6 +78,7 @@ import datetime as dt
 import aws_cdk as cdk
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from gpufleet.block_schedule import BlockSchedule
@@ -85,6 +92,7 @@ from gpufleet.constants import (
 )
 from gpufleet.environment import CapacityReservation, Fleet
 from stacks.constructs.capacity_reservations import auto_scaling_capacity_reservation
+from stacks.constructs.group_capacity.infrastructure import GroupCapacity
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
 
 # The time of a scheduled action as AWS::AutoScaling::ScheduledAction takes it: "in YYYY-MM-DDThh:mm:ssZ format in
@@ -97,6 +105,17 @@ def group_name(prefix: str, fleet: Fleet, image_id: str) -> str:
     if fleet.image_rollout == ROLLOUT_REPLACE_ALL:
         return cdk.Fn.join("-", [prefix, image_id])
     return prefix
+
+
+def group_arns(stack: cdk.Stack, prefix: str, fleet: Fleet) -> dict[str, str]:
+    """The ARNs of the environment's groups, each with the form cdk-nag gives it in a finding. ARN of an Auto Scaling
+    group: arn:${Partition}:autoscaling:${Region}:${Account}:autoScalingGroup:${GroupId}:autoScalingGroupName/
+    ${GroupFriendlyName} (Service Authorization Reference, EC2 Auto Scaling; tests/stacks/test_iam_resources.py
+    matches it against parliament's copy); the group id is known only once the group exists. Under replace-all two
+    groups of the environment live for a moment (the name carries the image): the name prefix covers both."""
+    names = [f"{prefix}-ami-*"] if fleet.image_rollout == ROLLOUT_REPLACE_ALL else [prefix]
+    tail = f":autoscaling:{stack.region}:{stack.account}:autoScalingGroup:*:autoScalingGroupName/"
+    return {f"arn:{stack.partition}{tail}{name}": f"Resource::arn:<AWS::Partition>{tail}{name}" for name in names}
 
 
 class GpuAutoScalingGroup(Construct):
@@ -115,11 +134,14 @@ class GpuAutoScalingGroup(Construct):
         block_schedule: BlockSchedule | None,
         launch_template: NodeLaunchTemplate,
         subnet_id: str,
+        log_retention: logs.RetentionDays,
     ) -> None:
         """name_prefix: the group's name, or its prefix under replace-all (Environment.auto_scaling_group_prefix);
         target, on_demand: the nodes the group keeps and its on-demand base; block_schedule: for a Capacity Block
-        group, its desired capacity and scheduled actions at synthesis (gpufleet.block_schedule)."""
+        group, its desired capacity and scheduled actions at synthesis (gpufleet.block_schedule); log_retention: of
+        the GroupCapacity handlers' logs (a group without a block)."""
         super().__init__(scope, construct_id)
+        arns = group_arns(cdk.Stack.of(self), name_prefix, fleet)
         template = launch_template.launch_template
         template_version = autoscaling.CfnAutoScalingGroup.LaunchTemplateSpecificationProperty(
             launch_template_id=template.ref, version=template.attr_latest_version_number
@@ -131,7 +153,7 @@ class GpuAutoScalingGroup(Construct):
             auto_scaling_group_name=name,
             min_size="0",
             max_size=str(target),
-            desired_capacity=str(block_schedule.desired_capacity if block_schedule else target),
+            desired_capacity=str(block_schedule.desired_capacity) if block_schedule else None,
             # The one node subnet: EFA traffic stays inside one subnet. The placement group comes with the launch
             # template (Placement.GroupName), as for the Spot Fleet.
             vpc_zone_identifier=[subnet_id],
@@ -175,6 +197,17 @@ class GpuAutoScalingGroup(Construct):
         )
         if block_schedule is not None:
             self._schedule(block_schedule)
+        else:
+            GroupCapacity(
+                self,
+                "Capacity",
+                group=self.group,
+                group_arns=arns,
+                environment_name=environment_name,
+                target=target,
+                rollout=fleet.image_rollout,
+                log_retention=log_retention,
+            )
         for rule, reason in (
             (
                 "AwsSolutions-AS3",
@@ -190,7 +223,7 @@ class GpuAutoScalingGroup(Construct):
             ),
         ):
             cdk.Validations.of(self.group).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
-        self._let_nodes_complete_their_lifecycle_action(launch_template.role, environment_name, name_prefix, fleet)
+        self._let_nodes_complete_their_lifecycle_action(launch_template.role, environment_name, arns)
 
     def _schedule(self, schedule: BlockSchedule) -> None:
         """The block's scheduled actions, and the update policy that keeps what they set across deploys."""
@@ -209,41 +242,26 @@ class GpuAutoScalingGroup(Construct):
             )
 
     def _let_nodes_complete_their_lifecycle_action(
-        self, role: iam.IRole, environment_name: str, prefix: str, fleet: Fleet
+        self, role: iam.IRole, environment_name: str, arns: dict[str, str]
     ) -> None:
-        """autoscaling:CompleteLifecycleAction on this group only. The statement names the group by its name, not by
-        a reference to it, and the policy outlives the group: CloudFormation deletes the group, whose nodes complete
-        their lifecycle actions as they go, before the policy (the group depends on it)."""
-        stack = cdk.Stack.of(self)
-        # ARN of an Auto Scaling group: arn:${Partition}:autoscaling:${Region}:${Account}:autoScalingGroup:
-        # ${GroupId}:autoScalingGroupName/${GroupFriendlyName} (Service Authorization Reference, EC2 Auto Scaling;
-        # tests/stacks/test_iam_resources.py matches it against parliament's copy). Under replace-all two groups
-        # of the environment live for a moment (the name carries the image): the name prefix covers both, and the
-        # environment tag condition keeps other environments' groups out.
-        names = [f"{prefix}-ami-*"] if fleet.image_rollout == ROLLOUT_REPLACE_ALL else [prefix]
-        arns = [
-            f"arn:{stack.partition}:autoscaling:{stack.region}:{stack.account}:autoScalingGroup:*:"
-            f"autoScalingGroupName/{name}"
-            for name in names
-        ]
+        """autoscaling:CompleteLifecycleAction on this group only (ARNS: group_arns). The statement names the group by
+        its name, not by a reference to it, and the policy outlives the group: CloudFormation deletes the group, whose
+        nodes complete their lifecycle actions as they go, before the policy (the group depends on it). The
+        environment tag condition keeps other environments' groups out."""
         policy = iam.Policy(
             self,
             "CompleteLifecycleAction",
             statements=[
                 iam.PolicyStatement(
                     actions=["autoscaling:CompleteLifecycleAction"],
-                    resources=arns,
+                    resources=list(arns),
                     conditions={"StringEquals": {f"aws:ResourceTag/{ENVIRONMENT_TAG_KEY}": environment_name}},
                 )
             ],
         )
         policy.attach_to_role(role)
         self.group.node.add_dependency(policy)
-        for name in names:
-            finding = (
-                f"Resource::arn:<AWS::Partition>:autoscaling:{stack.region}:{stack.account}:autoScalingGroup:*:"
-                f"autoScalingGroupName/{name}"
-            )
+        for finding in arns.values():
             cdk.Validations.of(policy).acknowledge(
                 cdk.Acknowledgment(
                     id=f"AwsSolutions-IAM5[{finding}]",

@@ -21,6 +21,12 @@ from stacks.constructs.provider_findings import acknowledge_provider
 
 # The newest Python runtime of the pinned aws-cdk-lib (2.275.0), on which the handlers are tested.
 PYTHON_RUNTIME = lambda_.Runtime.PYTHON_3_14
+# How long a Provider polls is_complete at most. CloudFormation waits at most one hour for a custom resource's answer
+# (ServiceTimeout: "an integer from 1 to 3600. The default value is 3600 seconds (1 hour)",
+# AWS::CloudFormation::CustomResource), and the Provider's own doc says "The maximum timeout is 1 hour" (aws-cdk-lib
+# 2.275 ProviderProps.total_timeout): 50 minutes of polling leaves room for on_event before and the framework's FAILED
+# answer after, so CloudFormation hears "Operation timed out" instead of timing out itself.
+LONGEST_POLLING = cdk.Duration.minutes(50)
 
 
 def log_group(scope: Construct, construct_id: str, retention: logs.RetentionDays) -> logs.LogGroup:

@@ -5,7 +5,8 @@ Each backend brings its teardown guarantee and names its CloudFormation output, 
 - spot-fleet: the Spot Fleet (stacks/constructs/gpu_spot_fleet.py) and the FleetTeardown custom resource that
   cancels it and waits for its nodes before the resources they sit in are deleted;
 - auto-scaling: the Auto Scaling group (stacks/constructs/gpu_auto_scaling_group.py), whose own deletion terminates
-  its nodes; it depends on those resources directly.
+  its nodes; it depends on those resources directly. Without a Capacity Block it comes with the GroupCapacity custom
+  resource that sets its desired capacity (stacks/constructs/group_capacity/).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ def node_group(
             block_schedule=block_schedule,
             launch_template=launch_template,
             subnet_id=subnet_id,
+            log_retention=logs.RetentionDays.ONE_MONTH,
         )
         for construct in guarded:
             group.group.node.add_dependency(construct)

@@ -35,10 +35,17 @@ def group(assembly, name):
 
 
 def test_the_group_keeps_target_nodes_with_the_on_demand_base_and_spot_above_it(auto_scaling_assembly):
-    _, resource = group(auto_scaling_assembly, "asg")
+    logical_id, resource = group(auto_scaling_assembly, "asg")
     properties = resource["Properties"]
-    # No minimum: the desired capacity alone says how many nodes the group keeps.
-    assert (properties["MinSize"], properties["MaxSize"], properties["DesiredCapacity"]) == ("0", "4", "4")
+    # No minimum and no desired capacity in the template: CloudFormation would wait for that many nodes. The group's
+    # GroupCapacity resource sets its desired capacity to the target once the group exists.
+    assert (properties["MinSize"], properties["MaxSize"], properties.get("DesiredCapacity")) == ("0", "4", None)
+    (capacity,) = resources(auto_scaling_assembly, "asg", "Custom::GpufleetGroupCapacity").values()
+    assert {key: value for key, value in capacity["Properties"].items() if key != "ServiceToken"} == {
+        "AutoScalingGroupName": {"Ref": logical_id},
+        "Target": 4,
+        "Rollout": "manual",
+    }
     assert properties["MixedInstancesPolicy"]["InstancesDistribution"] == {
         "OnDemandAllocationStrategy": "lowest-price",
         "OnDemandBaseCapacity": 1,
@@ -128,6 +135,8 @@ def test_deleting_the_group_scales_it_to_zero_within_hours_not_minutes_of_hook_w
 
 @pytest.mark.parametrize("name", ["asg", "asgp5"])
 def test_the_group_is_deleted_before_what_its_nodes_use_and_needs_no_teardown_resource(auto_scaling_assembly, name):
+    """The one custom resource is the group's capacity, whose Delete does nothing: the group's own deletion
+    terminates its nodes."""
     _, resource = group(auto_scaling_assembly, name)
     depends_on = set(resource["DependsOn"])
     for resource_type in ("AWS::EC2::PlacementGroup", "AWS::EC2::SecurityGroup", "AWS::EC2::LaunchTemplate"):
@@ -135,7 +144,8 @@ def test_the_group_is_deleted_before_what_its_nodes_use_and_needs_no_teardown_re
     (policy,) = [k for k in resources(auto_scaling_assembly, name, "AWS::IAM::Policy") if "CompleteLifecycle" in k]
     assert policy in depends_on
     template = auto_scaling_assembly.template_json(f"gpufleet-{name}-cluster")
-    assert not [r for r in template["Resources"].values() if r["Type"].startswith("Custom::")]
+    custom = [r["Type"] for r in template["Resources"].values() if r["Type"].startswith("Custom::")]
+    assert custom == ["Custom::GpufleetGroupCapacity"]
     assert not resources(auto_scaling_assembly, name, "AWS::EC2::SpotFleet")
 
 
@@ -195,7 +205,7 @@ def test_cdk_nag_passed_with_reasoned_acknowledgements_of_the_group(auto_scaling
         rule
         for name in auto_scaling_assembly.stack_names
         for logical_id, resource in auto_scaling_assembly.template_json(name)["Resources"].items()
-        if logical_id.startswith("NodeGroup")
+        if logical_id.startswith("NodeGroup") and not logical_id.startswith("NodeGroupCapacity")
         for rule in resource.get("Metadata", {}).get("cdk_nag", {}).get("rules_to_suppress", [])
     ]
     assert {rule["id"].split("[")[0] for rule in found} == {

@@ -11,6 +11,7 @@ import pytest
 from gpufleet.ops.plan import StackPair, plan_changes
 
 CLUSTER = "gpufleet-asgp5-cluster"
+CAPACITY_TYPE = "Custom::GpufleetGroupCapacity"
 
 
 @pytest.fixture
@@ -42,22 +43,33 @@ def test_a_new_image_under_replace_all_replaces_the_group_and_its_nodes(template
     assert change.affects_running_nodes
 
 
-def test_more_desired_capacity_launches_nodes_in_place(templates):
-    old, new = templates
-    group_properties(new).update(MinSize="3", MaxSize="3", DesiredCapacity="3")
-    change, _ = group_change(old, new)
-    assert (change.action, change.node_impact) == (
+def capacity_and_group(old, new, target: int):
+    """The plan's lines for the group capacity resource and the group when the environment's target becomes TARGET:
+    the resource's Target and the group's MaxSize (as tests/stacks/constructs/ check them synthesized)."""
+    ((capacity_id, capacity),) = [(k, r) for k, r in new["Resources"].items() if r["Type"] == CAPACITY_TYPE]
+    capacity["Properties"]["Target"] = target
+    group_properties(new)["MaxSize"] = str(target)
+    changes = {c.logical_id: c for c in plan_changes([StackPair(CLUSTER, old, new)], "us-east-1")}
+    group_id = next(k for k, r in new["Resources"].items() if r["Type"] == "AWS::AutoScaling::AutoScalingGroup")
+    return changes[capacity_id], changes[group_id]
+
+
+def test_a_higher_target_launches_nodes_in_place(templates):
+    capacity, group = capacity_and_group(*templates, 3)
+    assert (capacity.action, capacity.node_impact) == (
         "in place",
         "in place: running nodes unaffected; launches nodes (desired capacity 2 -> 3)",
     )
-    assert not change.affects_running_nodes
+    assert (group.properties, group.node_impact) == (["MaxSize"], "in place: running nodes unaffected")
+    assert not (capacity.affects_running_nodes or group.affects_running_nodes)
 
 
-def test_less_desired_capacity_terminates_nodes(templates):
-    old, new = templates
-    group_properties(new).update(MinSize="1", MaxSize="1", DesiredCapacity="1")
-    change, _ = group_change(old, new)
-    assert change.node_impact == "terminates nodes (desired capacity 2 -> 1)" and change.affects_running_nodes
+def test_a_lower_target_terminates_nodes(templates):
+    """The group's lower maximum takes its desired capacity down with it (CloudFormation updates the group first),
+    and the resource sets it to the target."""
+    capacity, group = capacity_and_group(*templates, 1)
+    assert capacity.node_impact == "terminates nodes (desired capacity 2 -> 1)" and capacity.affects_running_nodes
+    assert group.node_impact == "terminates nodes above the new maximum (maximum size 2 -> 1)"
 
 
 def test_a_new_on_demand_base_replaces_nodes_gradually(templates):
@@ -103,6 +115,9 @@ def test_a_new_image_from_ssm_under_replace_all_replaces_the_group(matrix_assemb
     assert image_changes(matrix_assembly.template_json(stack), stack) == [
         f"{stack} NodeGroupA8D4A5C5 [AWS::AutoScaling::AutoScalingGroup] replacement (AutoScalingGroupName): "
         "replaces running nodes",
+        f"{stack} NodeGroupCapacityFB91B065 [Custom::GpufleetGroupCapacity] in place (AutoScalingGroupName): in place: "
+        "running nodes unaffected; launches nodes in the new group (desired capacity 4); the deploy waits until they "
+        "are InService",
         f"{stack} NodeLaunchTemplateCABE86F2 [AWS::EC2::LaunchTemplate] in place (LaunchTemplateData.ImageId): "
         "in place: new launch template version, new nodes only",
     ]
@@ -115,4 +130,110 @@ def test_a_new_image_from_ssm_under_manual_is_a_new_launch_template_version_for_
         "(MixedInstancesPolicy.LaunchTemplate.LaunchTemplateSpecification.Version): in place: running nodes unaffected",
         f"{stack} NodeLaunchTemplateCABE86F2 [AWS::EC2::LaunchTemplate] in place (LaunchTemplateData.ImageId): "
         "in place: new launch template version, new nodes only",
+    ]
+
+
+# The shipped Capacity Block environment, synthesized before its block (tests/conftest.py SYNTHESIS_TIME): the group
+# wants no node until the scale-out action at the block's start, and scales in 50 minutes before its end.
+BLOCK_CLUSTER = "gpufleet-p5-block-cluster"
+SCALE_OUT, SCALE_IN = "NodeGroupScaleOutCAFD8162", "NodeGroupScaleIn09BDA0E4"
+
+
+def scheduled_change(assembly, logical_id: str, before: dict | None = None, **after):
+    """The plan's change of one scheduled action of p5-block whose properties go from BEFORE (the synthesized ones,
+    updated with it) to those updated with AFTER."""
+    old = copy.deepcopy(assembly.template_json(BLOCK_CLUSTER))
+    old["Resources"][logical_id]["Properties"].update(before or {})
+    new = copy.deepcopy(old)
+    new["Resources"][logical_id]["Properties"].update(after)
+    changes = plan_changes([StackPair(BLOCK_CLUSTER, old, new)], "us-east-2")
+    (change,) = [c for c in changes if c.logical_id == logical_id]
+    return change
+
+
+def test_a_higher_scale_out_launches_nodes_at_the_blocks_start(assembly):
+    change = scheduled_change(assembly, SCALE_OUT, DesiredCapacity=4)
+    assert change.line() == (
+        f"{BLOCK_CLUSTER} {SCALE_OUT} [AWS::AutoScaling::ScheduledAction] in place (DesiredCapacity): in place: "
+        "running nodes unaffected; launches nodes at 2027-01-11 11:30 UTC (desired capacity 2 -> 4)"
+    )
+    assert not change.affects_running_nodes
+
+
+def test_a_lower_scheduled_desired_capacity_terminates_nodes_at_its_time(assembly):
+    change = scheduled_change(assembly, SCALE_OUT, DesiredCapacity=1)
+    assert change.node_impact == "terminates nodes at 2027-01-11 11:30 UTC (desired capacity 2 -> 1)"
+    assert change.affects_running_nodes
+
+
+def test_an_earlier_scale_in_terminates_the_nodes_earlier(assembly):
+    """A block that ends an hour earlier (capacity_block.end): its scale-in moves with it."""
+    change = scheduled_change(assembly, SCALE_IN, StartTime="2027-01-18T09:40:00Z")
+    assert change.node_impact == (
+        "terminates nodes at 2027-01-18 09:40 UTC instead of 2027-01-18 10:40 UTC (desired capacity 0)"
+    )
+    assert change.affects_running_nodes
+
+
+def test_a_moved_scale_out_launches_the_nodes_at_the_new_time(assembly):
+    change = scheduled_change(assembly, SCALE_OUT, StartTime="2027-01-12T11:30:00Z")
+    assert change.node_impact == (
+        "in place: running nodes unaffected; launches nodes at 2027-01-12 11:30 UTC instead of 2027-01-11 11:30 UTC "
+        "(desired capacity 2)"
+    )
+    assert not change.affects_running_nodes
+
+
+def test_scheduled_minimum_and_maximum_sizes_launch_and_terminate_at_the_actions_time(assembly):
+    """A scheduled action may set MinSize and MaxSize too (PutScheduledUpdateGroupAction): a higher minimum launches
+    nodes, a lower maximum terminates those above it; a lower minimum or a higher maximum does neither."""
+    higher_minimum = scheduled_change(assembly, SCALE_OUT, {"MinSize": 0}, MinSize=2)
+    assert higher_minimum.node_impact == (
+        "in place: running nodes unaffected; launches nodes at 2027-01-11 11:30 UTC (minimum size 0 -> 2)"
+    )
+    lower_maximum = scheduled_change(assembly, SCALE_OUT, {"MaxSize": 2}, MaxSize=1)
+    assert lower_maximum.node_impact == "terminates nodes at 2027-01-11 11:30 UTC (maximum size 2 -> 1)"
+    for neither in (
+        scheduled_change(assembly, SCALE_OUT, {"MinSize": 2}, MinSize=0),
+        scheduled_change(assembly, SCALE_OUT, {"MaxSize": 2}, MaxSize=4),
+    ):
+        assert neither.node_impact == "in place: running nodes unaffected"
+
+
+def test_a_lower_group_maximum_terminates_the_nodes_above_it(assembly):
+    """UpdateAutoScalingGroup: a new MaxSize below the group's size lowers its desired capacity to it. The template
+    of a block group keeps DesiredCapacity 0 before the block; the maximum still bounds what the block's scale-out
+    gets."""
+    old = assembly.template_json(BLOCK_CLUSTER)
+    new = copy.deepcopy(old)
+    new["Resources"]["NodeGroupA8D4A5C5"]["Properties"]["MaxSize"] = "1"
+    (change,) = [
+        c
+        for c in plan_changes([StackPair(BLOCK_CLUSTER, old, new)], "us-east-2")
+        if c.logical_id == "NodeGroupA8D4A5C5"
+    ]
+    assert (change.node_impact, change.affects_running_nodes) == (
+        "terminates nodes above the new maximum (maximum size 2 -> 1)",
+        True,
+    )
+
+
+def test_upgrading_a_deployed_group_to_the_capacity_resource_leaves_its_nodes(templates):
+    """A group deployed with DesiredCapacity in its template (gpufleet before the GroupCapacity resource): the deploy
+    drops the property, which leaves the group's desired capacity as it is, and creates the resource, which sets it to
+    the target it already has."""
+    old, new = templates
+    for logical_id in [k for k in old["Resources"] if k.startswith("NodeGroupCapacity")]:
+        del old["Resources"][logical_id]
+    group_properties(old)["DesiredCapacity"] = "2"
+    lines = [
+        c.line()
+        for c in plan_changes([StackPair(CLUSTER, old, new)], "us-east-1")
+        if c.resource_type in ("AWS::AutoScaling::AutoScalingGroup", CAPACITY_TYPE)
+    ]
+    assert lines == [
+        f"{CLUSTER} NodeGroupA8D4A5C5 [AWS::AutoScaling::AutoScalingGroup] in place (DesiredCapacity): in place: "
+        "running nodes unaffected",
+        f"{CLUSTER} NodeGroupCapacityFB91B065 [Custom::GpufleetGroupCapacity] added: running nodes unaffected; "
+        "launches nodes up to desired capacity 2",
     ]

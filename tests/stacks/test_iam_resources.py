@@ -254,11 +254,9 @@ def unmatched_pairs(statement: Statement, stack: StackContext) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="module")
-def templates(assembly, ami_pipeline_assembly) -> list[tuple[dict, StackContext]]:
-    """The stacks app.py synthesizes: every shipped environment's (the session's assembly) and the AMI pipeline's."""
+def stack_templates(*assemblies) -> list[tuple[dict, StackContext]]:
     found = []
-    for synthesized in (assembly, ami_pipeline_assembly):
+    for synthesized in assemblies:
         for name, artifact in sorted(synthesized.manifest["artifacts"].items()):
             if artifact["type"] != "aws:cloudformation:stack":
                 continue
@@ -267,6 +265,19 @@ def templates(assembly, ami_pipeline_assembly) -> list[tuple[dict, StackContext]
             types = {logical_id: resource["Type"] for logical_id, resource in template["Resources"].items()}
             found.append((template, StackContext(name, region, account, types)))
     return found
+
+
+@pytest.fixture(scope="module")
+def templates(assembly, ami_pipeline_assembly) -> list[tuple[dict, StackContext]]:
+    """The stacks app.py synthesizes: every shipped environment's (the session's assembly) and the AMI pipeline's."""
+    return stack_templates(assembly, ami_pipeline_assembly)
+
+
+@pytest.fixture(scope="module")
+def matrix_templates(matrix_assembly) -> list[tuple[dict, StackContext]]:
+    """The environment matrix's stacks (tests/stacks/matrix.py): configurations no shipped environment has, among
+    them an Auto Scaling group without a Capacity Block (asg-g5) and its GroupCapacity handler's role."""
+    return stack_templates(matrix_assembly)
 
 
 def test_every_stack_of_the_app_is_checked(templates):
@@ -345,6 +356,46 @@ def test_every_action_can_act_on_every_resource_of_its_statement(templates):
         for problem in unmatched_pairs(statement, stack)
     ]
     assert problems == []
+
+
+def test_every_policy_resource_of_the_matrix_is_one_its_actions_can_match_and_act_on(matrix_templates):
+    problems = [
+        problem
+        for template, stack in matrix_templates
+        for statement in policy_statements(template, stack)
+        for problem in unmatched_resources(statement, stack) + unmatched_pairs(statement, stack)
+    ]
+    assert problems == []
+
+
+def test_set_desired_capacity_acts_on_an_auto_scaling_group_and_takes_its_tags_in_the_reference():
+    (entry,) = get_privilege_info("autoscaling", "SetDesiredCapacity")["resource_types"]
+    assert entry["resource_type"] == "autoScalingGroup*"
+    assert "aws:ResourceTag/${TagKey}" in entry["condition_keys"]
+
+
+def test_set_desired_capacity_is_granted_on_the_environments_groups_only(matrix_templates):
+    """Only the group without a Capacity Block has a GroupCapacity handler; its SetDesiredCapacity names the
+    environment's groups (under replace-all, the name prefix that covers the old and the new group) and requires the
+    environment tag."""
+    granted = [
+        (stack.name, [resolve_arn(r, stack) for r in as_list(statement["Resource"])], statement.get("Condition"))
+        for template, stack in matrix_templates
+        for resource in template["Resources"].values()
+        if resource["Type"] == "AWS::IAM::Policy"
+        for statement in resource["Properties"]["PolicyDocument"]["Statement"]
+        if "autoscaling:SetDesiredCapacity" in as_list(statement["Action"])
+    ]
+    assert granted == [
+        (
+            "gpufleet-asg-g5-cluster",
+            [
+                "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*:"
+                "autoScalingGroupName/gpufleet-asg-g5-nodes-ami-*"
+            ],
+            {"StringEquals": {"aws:ResourceTag/gpufleet:environment": "asg-g5"}},
+        )
+    ]
 
 
 def test_aws_cdk_lib_grant_pairs_still_occur(templates):

@@ -21,20 +21,16 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from stacks.constructs.lambda_functions import lambda_base, provider
+from stacks.constructs.lambda_functions import LONGEST_POLLING, lambda_base, provider
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 # Each handler call is a few EC2 calls; the waiting is the Provider's.
 HANDLER_TIMEOUT = cdk.Duration.minutes(2)
 # p4d nodes usually take one to three minutes to terminate; CloudFormation's own Spot Fleet delete handler waits up
 # to 40 minutes (handlers.delete.timeoutInMinutes of the AWS::EC2::SpotFleet schema cfn-lint 1.58 bundles,
-# read with cfnlint.schema.PROVIDER_SCHEMA_MANAGER; tests/stacks/test_cluster_stack.py checks it). CloudFormation
-# waits at most one hour for a custom resource's answer (ServiceTimeout: "an integer from 1 to 3600. The default
-# value is 3600 seconds (1 hour)", AWS::CloudFormation::CustomResource), and the Provider's own doc says "The maximum
-# timeout is 1 hour" (aws-cdk-lib 2.275 ProviderProps.total_timeout): 50 minutes of polling leaves room for on_event
-# before and the framework's FAILED answer after, so CloudFormation hears "Operation timed out" instead of timing
-# out itself.
-TOTAL_TIMEOUT = cdk.Duration.minutes(50)
+# read with cfnlint.schema.PROVIDER_SCHEMA_MANAGER; tests/stacks/test_cluster_stack.py checks it). The teardown polls
+# as long as a custom resource can (LONGEST_POLLING: 50 minutes).
+TOTAL_TIMEOUT = LONGEST_POLLING
 QUERY_INTERVAL = cdk.Duration.seconds(30)  # the Provider needs TOTAL_TIMEOUT / QUERY_INTERVAL to be whole
 
 

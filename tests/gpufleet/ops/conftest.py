@@ -16,14 +16,13 @@ from typing import Any
 
 import boto3
 import pytest
-from botocore.awsrequest import AWSResponse
 from botocore.stub import Stubber
-from botocore.validate import validate_parameters
 from moto import mock_aws
 from moto.ec2.responses.spot_fleets import SpotFleets
 
 from gpufleet import cli
 from gpufleet.aws import CLIENT_CONFIG, Aws
+from tests.answering import Answer, answering_client
 
 REGION = "us-east-1"
 AMI_PARAMETER = "/gpufleet/ami/p4d-ubuntu1804-cuda11"
@@ -169,21 +168,10 @@ def stubbed(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], Stubber]:
     return stub
 
 
-Answer = Callable[[dict[str, Any]], dict[str, Any]]
-
-
-def client_error(code: str, message: str) -> dict[str, Any]:
-    """What an answer returns for the call to fail with a ClientError of this code."""
-    return {"Error": {"Code": code, "Message": message}}
-
-
 @pytest.fixture
 def answered(monkeypatch: pytest.MonkeyPatch) -> Callable[[str, dict[str, Answer]], list[tuple[str, dict]]]:
-    """A real client of SERVICE that the commands get from Aws.client, whose calls are answered by operation name,
-    in whatever order and as often as they come: the code's order of independent reads is not part of what a test
-    checks (botocore's Stubber answers in the order queued). An answer gets the call's parameters and returns the
-    response, or client_error(...); parameters and responses are checked against botocore's service model, as
-    Stubber checks them. Returns the list of calls made, (operation, parameters), for the test to read."""
+    """A client of SERVICE that the commands get from Aws.client, whose calls are answered by operation name
+    (tests/answering.py). Returns the list of calls made, (operation, parameters), for the test to read."""
     clients: dict[str, Any] = {}
     real_client = Aws.client
 
@@ -193,26 +181,7 @@ def answered(monkeypatch: pytest.MonkeyPatch) -> Callable[[str, dict[str, Answer
     monkeypatch.setattr(Aws, "client", client)
 
     def answer(service: str, answers: dict[str, Answer]) -> list[tuple[str, dict]]:
-        made = boto3.client(service, region_name=REGION, config=CLIENT_CONFIG)
-        calls: list[tuple[str, dict]] = []
-
-        def record(params: dict[str, Any], model: Any, **_: Any) -> None:
-            validate_parameters(params, model.input_shape)
-            calls.append((model.name, dict(params)))
-
-        def respond(model: Any, **_: Any) -> tuple[AWSResponse, dict[str, Any]]:
-            operation, params = calls[-1]
-            if operation not in answers:
-                raise AssertionError(f"unexpected {service} call {operation}({params})")
-            response = answers[operation](params)
-            if "Error" in response:
-                return AWSResponse(None, 400, {}, None), {**response, "ResponseMetadata": {"HTTPStatusCode": 400}}
-            validate_parameters(response, model.output_shape)
-            return AWSResponse(None, 200, {}, None), {**response, "ResponseMetadata": {"HTTPStatusCode": 200}}
-
-        made.meta.events.register_first("before-parameter-build.*.*", record)
-        made.meta.events.register_first("before-call.*.*", respond)
-        clients[service] = made
+        clients[service], calls = answering_client(service, answers, region_name=REGION, config=CLIENT_CONFIG)
         return calls
 
     return answer

@@ -17,8 +17,8 @@ import pytest
 import yaml
 
 from gpufleet.ops.plan import StackPair, plan_changes, ssm_parameter_defaults, values_at
+from tests.answering import client_error
 from tests.conftest import REPOSITORY, synthesize
-from tests.gpufleet.ops.conftest import client_error
 
 NETWORK, CLUSTER = "gpufleet-dev-network", "gpufleet-dev-cluster"
 FLEET, LAUNCH_TEMPLATE = "Fleet30813DF3", "NodeLaunchTemplateCABE86F2"

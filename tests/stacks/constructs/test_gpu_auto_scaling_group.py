@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from aws_cdk import aws_logs as logs
 from aws_cdk.assertions import Template
 
 from gpufleet.block_schedule import block_schedule
@@ -65,7 +66,8 @@ MATRIX_GROUPS = {
         },
         group_arn("us-east-2", "gpufleet-block-p5-nodes"),
     ),
-    # replace-all: the name carries the image, so a new image is a new group; the nodes' permission covers both.
+    # replace-all: the name carries the image, so a new image is a new group; the nodes' permission covers both. No
+    # DesiredCapacity: CloudFormation would wait for that many nodes; the group's GroupCapacity resource asks for them.
     "asg-g5": (
         {
             "AutoScalingGroupName": {
@@ -73,7 +75,6 @@ MATRIX_GROUPS = {
             },
             "MinSize": "0",
             "MaxSize": "4",
-            "DesiredCapacity": "4",
             "VPCZoneIdentifier": [SUBNET],
             "CapacityRebalance": True,
             "CapacityReservationSpecification": {
@@ -128,6 +129,7 @@ def matrix_group(request, matrix) -> tuple[str, dict, list, dict, list]:
         else None,
         launch_template=add_launch_template(stack, environment),
         subnet_id=SUBNET,
+        log_retention=logs.RetentionDays.ONE_MONTH,
     )
     template = Template.from_stack(stack)
     (group_resource,) = template.find_resources("AWS::AutoScaling::AutoScalingGroup").values()
@@ -136,9 +138,11 @@ def matrix_group(request, matrix) -> tuple[str, dict, list, dict, list]:
         {"Properties": {"PolicyDocument": {"Statement": [{"Action": "autoscaling:CompleteLifecycleAction"}]}}},
     ).values()
     (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
+    # The group's own acknowledgements; its GroupCapacity's are tests/stacks/constructs/group_capacity/'s.
     acknowledged = [
         (construct.node.path, *item)
         for construct in group.node.find_all()
+        if not construct.node.path.startswith("Probe/NodeGroup/Capacity")
         for entry in construct.node.metadata
         if entry.type == "aws:cdk:acknowledged-rules"
         for item in entry.data.items()
@@ -277,6 +281,7 @@ def block_group_resources(matrix, now: dt.datetime) -> dict:
         block_schedule=block_schedule(start=BLOCK_START, end=BLOCK_END, target=2, now=now),
         launch_template=add_launch_template(stack, environment),
         subnet_id=SUBNET,
+        log_retention=logs.RetentionDays.ONE_MONTH,
     )
     return Template.from_stack(stack).to_json()["Resources"]
 
@@ -325,3 +330,31 @@ def test_only_the_block_group_has_scheduled_actions_and_the_policy_that_keeps_th
     assert resources[GROUP_ID].get("UpdatePolicy") == (KEEP_SCHEDULED_SIZES if in_block else None)
     actions = [r for r in resources.values() if r["Type"] == "AWS::AutoScaling::ScheduledAction"]
     assert len(actions) == (2 if in_block else 0)
+
+
+# Per auto-scaling entry: the GroupCapacity resource (logical id, properties less the Provider's ServiceToken) that
+# sets the group's desired capacity after CloudFormation has created it; a Capacity Block group has none, its
+# scheduled actions size it. The resource references the group, so CloudFormation creates or updates the group first.
+MATRIX_CAPACITY = {
+    "block-p5": {},
+    "asg-g5": {
+        "NodeGroupCapacityFB91B065": {
+            "AutoScalingGroupName": {"Ref": GROUP_ID},
+            "Target": 4,
+            # replace-all: a new group's resource waits for its nodes before CloudFormation deletes the old group.
+            "Rollout": "replace-all",
+        }
+    },
+}
+
+
+def test_a_group_without_a_block_gets_its_desired_capacity_from_its_capacity_resource(matrix_group):
+    name, properties, _, resources, _ = matrix_group
+    capacity = {
+        logical_id: {key: value for key, value in r["Properties"].items() if key != "ServiceToken"}
+        for logical_id, r in resources.items()
+        if r["Type"] == "Custom::GpufleetGroupCapacity"
+    }
+    assert capacity == MATRIX_CAPACITY[name]
+    # Only a block group's template says how many nodes it wants (0 before its block, here).
+    assert properties.get("DesiredCapacity") == {"block-p5": "0", "asg-g5": None}[name]

@@ -101,17 +101,24 @@ def test_the_teardown_keeps_its_logical_id(matrix_node_group):
     assert list(of_type(resources, "Custom::GpufleetFleetTeardown")) == expected
 
 
-def test_the_teardowns_logs_are_kept_a_month(matrix_node_group):
+# Per entry: the logs of the node group's Lambda functions (the Spot Fleet's teardown, the capacity of a group without
+# a Capacity Block) and their retention in days.
+MATRIX_LOGS = {
+    "spot-p4d": {"FleetTeardownHandlerLogs05B66F5D": 30, "FleetTeardownProviderLogsA8D0D14B": 30},
+    "request-p4de": {"FleetTeardownHandlerLogs05B66F5D": 30, "FleetTeardownProviderLogsA8D0D14B": 30},
+    "block-p5": {},
+    "asg-g5": {"NodeGroupCapacityHandlerLogsC043B692": 30, "NodeGroupCapacityProviderLogsD414886E": 30},
+    "small-g5": {"FleetTeardownHandlerLogs05B66F5D": 30, "FleetTeardownProviderLogsA8D0D14B": 30},
+}
+
+
+def test_the_node_groups_lambda_logs_are_kept_a_month(matrix_node_group):
     name, _, _, resources, _ = matrix_node_group
     retention = {
         logical_id: r["Properties"]["RetentionInDays"]
         for logical_id, r in of_type(resources, "AWS::Logs::LogGroup").items()
     }
-    expected = {
-        "spot-fleet": {"FleetTeardownHandlerLogs05B66F5D": 30, "FleetTeardownProviderLogsA8D0D14B": 30},
-        "auto-scaling": {},
-    }
-    assert retention == expected[MATRIX_NODE_GROUPS[name][0]]
+    assert retention == MATRIX_LOGS[name]
 
 
 def test_the_node_group_resource_is_the_fleet_or_group_that_keeps_the_nodes(matrix_node_group):

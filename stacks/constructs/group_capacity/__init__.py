@@ -1,0 +1,1 @@
+"""The group capacity: the construct (infrastructure.py) and the Lambda code it deploys (runtime/)."""
