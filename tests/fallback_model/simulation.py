@@ -87,7 +87,9 @@ class Simulation:
         else:
             self.fleet = AutoScalingGroup(self.world, target=self.target, on_demand=self.floor)
             self.node_group_id = self.fleet.name
-        self._stuck_since: int | None = None
+        # When each node now missing went missing, oldest first (nodes are interchangeable: one that comes back fills
+        # the oldest gap).
+        self._missing_since: list[int] = []
         self._holdable_since: int | None = None
         self._changes: list[int] = []
         self._checked_ends: set[str] = set()
@@ -209,8 +211,13 @@ class Simulation:
 
     def _check_stuck(self, minute: int, now: Snapshot) -> None:
         """Never stuck while either market has capacity for the missing nodes the fallback may place (the on-demand
-        nodes below the floor are the fleet's own): a bound of `after` plus two checks and a launch."""
+        nodes below the floor are the fleet's own): a node missing longer than `after` plus two checks and a launch,
+        with room for it in a market, is stuck. Each missing node has its own clock: a node that goes missing
+        after a raise began waits its own `after`, not the time since the first one went."""
         missing = max(self.target - now.spot - now.on_demand, 0)
+        while len(self._missing_since) > missing:
+            self._missing_since.pop(0)
+        self._missing_since.extend([minute] * (missing - len(self._missing_since)))
         movable = missing - max(self.floor - now.on_demand, 0)
         spot_room = self.world.capacity_left(SPOT)
         on_demand_room = self.world.capacity_left(ON_DEMAND)
@@ -218,17 +225,16 @@ class Simulation:
             spot_room >= movable or (on_demand_room >= movable and now.on_demand + movable <= self.ceiling)
         )
         if not fillable or self._busy():
-            self._stuck_since = None
+            self._missing_since = [minute] * missing
             return
-        if self._stuck_since is None:
-            self._stuck_since = minute
         bound = self.after + 2 * FALLBACK_CHECK_INTERVAL_MINUTES + 2
-        if minute - self._stuck_since > bound:
+        oldest = self._missing_since[0]
+        if minute - oldest > bound:
             self.violations.append(
-                f"minute {minute}: {missing} node(s) missing since minute {self._stuck_since} although a market has "
+                f"minute {minute}: {missing} node(s) missing, the first since minute {oldest}, although a market has "
                 f"room for them (spot {spot_room}, on-demand {on_demand_room})"
             )
-            self._stuck_since = minute
+            self._missing_since = [minute] * missing
 
     def _check_restore(self, minute: int, now: Snapshot) -> None:
         """Extra on-demand nodes back to the floor once spot can hold them and the fleet is full (while nodes are

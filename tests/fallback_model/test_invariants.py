@@ -53,6 +53,8 @@ NAMED = {
     "redeploy-after-spot-returns": Scenario(spot=((0, 6), (5, 4), (45, 6)), redeploys=(50,)),
     "refresh-mid-raise": Scenario(spot=((0, 6), (5, 4), (90, 6)), refreshes=(40,)),
     "refresh-short-of-spot": Scenario(spot=((0, 6), (30, 5)), refreshes=(30,)),
+    # Spot drops again while the first raise is under way: the node missing second gets its own `after`.
+    "second-shortfall-during-a-raise": Scenario(spot=((0, 6), (49, 4), (69, 3)), on_demand=((0, 5),), max_extra=3),
 }
 
 
@@ -102,7 +104,8 @@ def test_the_invariant_checks_catch_what_they_are_for():
         sim.timeline.append(sim._snapshot(minute, None))
         sim._check(minute)
     assert sim.violations == [
-        "minute 38: 2 node(s) missing since minute 10 although a market has room for them (spot 0, on-demand 18)"
+        "minute 38: 2 node(s) missing, the first since minute 10, although a market has room for them (spot 0, "
+        "on-demand 18)"
     ]
 
 
