@@ -114,7 +114,8 @@ def test_a_json_value_of_the_wrong_kind_is_named_by_its_path_odd_keys_quoted(tmp
 @pytest.mark.parametrize(
     "text, problem",
     [
-        ('{"a": ["x", "\\ud800"]}', 'a[1]: "\\ud800" holds half of a UTF-16 surrogate pair alone, which is no character'),
+        ('{"a": ["x", "\\ud800"]}', 'a[1]: "\\ud800" holds half of a UTF-16 surrogate pair alone, which is no '
+         "character"),
         ('{"a": {"\\udc00": 1}}', 'a: the key "\\udc00" holds half of a UTF-16 surrogate pair alone, which is no '
          "character"),
     ],

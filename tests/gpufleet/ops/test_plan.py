@@ -278,6 +278,20 @@ def edit_json(path: Path, edit) -> None:
         ),
         (
             lambda out: edit_json(
+                out / "manifest.json", lambda m: m["artifacts"][CLUSTER]["properties"].update(templateFile="/etc/hosts")
+            ),
+            "manifest.json: artifacts.gpufleet-dev-cluster.properties.templateFile: expected a file in the cloud "
+            f'assembly, got "/etc/hosts"; {CDK_OUT_FIX}',
+        ),
+        (
+            lambda out: edit_json(
+                out / "manifest.json", lambda m: m["artifacts"][CLUSTER]["properties"].update(templateFile="")
+            ),
+            "manifest.json: artifacts.gpufleet-dev-cluster.properties.templateFile: expected a file in the cloud "
+            f'assembly, got ""; {CDK_OUT_FIX}',
+        ),
+        (
+            lambda out: edit_json(
                 out / "manifest.json", lambda m: m["artifacts"][CLUSTER]["properties"].update(templateFile="t\0.json")
             ),
             "manifest.json: artifacts.gpufleet-dev-cluster.properties.templateFile: expected a file in the cloud "
@@ -307,7 +321,8 @@ def edit_json(path: Path, edit) -> None:
             f'expected [RESOURCE, ATTRIBUTE] or "RESOURCE.ATTRIBUTE", got "Image"; {CDK_OUT_FIX}',
         ),
     ],
-    ids=["truncated manifest", "artifacts missing", "properties missing", "template outside", "template NUL",
+    ids=["truncated manifest", "artifacts missing", "properties missing", "template outside", "template absolute",
+         "template empty", "template NUL",
          "stack name", "template not UTF-8", "resources a list", "get-att without attribute"],
 )  # fmt: skip
 def test_a_damaged_cdk_out_is_one_line_naming_the_file(dev, run_cli, tmp_path, damage, problem):
@@ -358,6 +373,14 @@ def test_a_damaged_cdk_out_is_one_line_naming_the_file(dev, run_cli, tmp_path, d
             f'Parameters.{IMAGE_PARAMETER}: expected an object, got "ami"; {AGAINST_FIX}',
         ),
         (
+            lambda path: edit_json(path, lambda t: t.update(Outputs=[])),
+            f"Outputs: expected an object, got []; {AGAINST_FIX}",
+        ),
+        (
+            lambda path: edit_json(path, lambda t: t["Outputs"].update(AvailabilityZone=1)),
+            f"Outputs.AvailabilityZone: expected an object, got 1; {AGAINST_FIX}",
+        ),
+        (
             lambda path: edit_json(path, lambda t: t["Outputs"]["AvailabilityZone"].update(Export="x")),
             f'Outputs.AvailabilityZone.Export: expected an object, got "x"; {AGAINST_FIX}',
         ),
@@ -375,7 +398,8 @@ def test_a_damaged_cdk_out_is_one_line_naming_the_file(dev, run_cli, tmp_path, d
         ),
     ],
     ids=["not JSON", "not UTF-8", "resources a list", "no type", "type a list", "properties a string",
-         "fleet without config", "parameters a list", "parameter a string", "export a string", "short get-att",
+         "fleet without config", "parameters a list", "parameter a string", "outputs a list", "output a number",
+         "export a string", "short get-att",
          "ref a list"],
 )  # fmt: skip
 def test_a_damaged_against_template_is_one_line_naming_the_file(dev, run_cli, tmp_path, damage, problem):
@@ -386,6 +410,34 @@ def test_a_damaged_against_template_is_one_line_naming_the_file(dev, run_cli, tm
     for against in ([str(old)], [f"{CLUSTER}={template}", f"{NETWORK}={old}/{NETWORK}.template.json"]):
         code, out, err = run_cli("plan", "dev", "--cdk-out", str(cdk_out), *(f"--against={a}" for a in against))
         assert (code, out, err.splitlines()) == (1, "", [f"{template}: {problem}"])
+
+
+GROUP = "NodeGroupA8D4A5C5"  # p5-block's Auto Scaling group
+
+
+@pytest.mark.parametrize(
+    "properties, problem",
+    [
+        # "²" is a digit to str.isdigit() but not to int(): the comparison of the group's sizes took it and failed.
+        ({"DesiredCapacity": "²"}, 'DesiredCapacity: expected a node count such as "2", got "\\u00b2"'),
+        ({"MixedInstancesPolicy": "x"}, 'MixedInstancesPolicy: expected an object, got "x"'),
+        (
+            {"MixedInstancesPolicy": {"InstancesDistribution": []}},
+            "MixedInstancesPolicy.InstancesDistribution: expected an object, got []",
+        ),
+    ],
+    ids=["desired capacity", "mixed instances policy", "instances distribution"],
+)
+def test_a_damaged_auto_scaling_group_is_one_line(assembly, run_cli, tmp_path, properties, problem):
+    shutil.copy(REPOSITORY / "environments" / "p5-block.yaml", os.environ["GPUFLEET_ENVIRONMENTS_DIR"])
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    for name in ("gpufleet-p5-block-network", "gpufleet-p5-block-cluster"):
+        shutil.copy(assembly.template_file(name), saved)
+    template = saved / "gpufleet-p5-block-cluster.template.json"
+    edit_json(template, lambda t: resource(t, GROUP).update(properties))
+    code, _, err = run_cli("plan", "p5-block", "--cdk-out", str(assembly.directory), "--against", str(saved))
+    assert (code, err.splitlines()) == (1, [f"{template}: Resources.{GROUP}.Properties.{problem}; {AGAINST_FIX}"])
 
 
 def test_an_against_file_that_does_not_exist_is_one_line(dev, run_cli, tmp_path):
