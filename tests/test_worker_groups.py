@@ -36,7 +36,7 @@ def test_a_test_using_a_groups_fixture_elsewhere_is_refused():
     assert misplaced("tests/gpufleet/test_x.py::test_y", ["tmp_path", "assembly"]) == [
         "tests/gpufleet/test_x.py::test_y: uses assembly, so it must be in a file of group cdk-synth (tests/stacks/, "
         "tests/test_app.py, tests/gpufleet/ops/test_plan.py, tests/gpufleet/commands/test_summary.py, "
-        "tests/fuzz/test_summary.py; see tests/worker_groups.py)"
+        "tests/fuzz/test_summary.py, tests/fuzz/test_plan.py; see tests/worker_groups.py)"
     ]
     assert misplaced("tests/stacks/test_x.py::test_y", ["assembly"]) == []
     assert misplaced("tests/stacks/test_x.py::test_y", ["installed_wheel"]) == [

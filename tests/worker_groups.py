@@ -22,6 +22,7 @@ GROUP_FILES: dict[str, tuple[str, ...]] = {
         "tests/gpufleet/ops/test_plan.py",
         "tests/gpufleet/commands/test_summary.py",
         "tests/fuzz/test_summary.py",
+        "tests/fuzz/test_plan.py",
     ),
     "wheel": ("tests/packaging/",),
 }

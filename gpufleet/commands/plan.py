@@ -3,7 +3,11 @@ deploy of the environment will do to its resources and above all to running node
 
 Exit codes: 0 running nodes unaffected; 3 a change replaces or terminates running nodes; 4 cannot tell: an SSM
 parameter the deploy resolves could not be read, and a new value there would replace or terminate running nodes
-(--allow-replace turns 3 and 4 into 0); 1 bad input, or AWS failed.
+(--allow-replace turns 3 and 4 into 0); 1 bad input, or AWS failed. A file plan cannot read (the cloud assembly's
+manifest.json and templates, an --against template, the checkout's cdk.json) is bad input: one line naming the file,
+where in it (``line L column C`` of JSON that does not parse, else the path of keys to the value) and the fix. Each
+file is read whole, up to 16 MiB; a template must have the shape the comparison relies on
+(gpufleet/ops/template_shape.py).
 """
 
 from __future__ import annotations
@@ -14,10 +18,12 @@ import os
 import subprocess
 import sys
 import tempfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
+from gpufleet.commands.cloud_assembly import assembly_file, stack_artifacts
 from gpufleet.errors import GpufleetError
+from gpufleet.input_files import MIB, JsonFile
 
 if TYPE_CHECKING:
     from gpufleet.ops.plan import DeployTimeParameter
@@ -31,6 +37,11 @@ EXIT_CODES = (
 )
 # Why --against cannot say what a Systems Manager parameter resolves to.
 OFFLINE = "--against reads nothing from AWS"
+# What to do about a damaged file, by where it came from.
+CDK_OUT_FIX = "synthesize it again (make synth), or leave out --cdk-out"
+SYNTHESIZED_FIX = "app.py wrote it so: look into what `cdk synth` writes, and pass that with --cdk-out"
+AGAINST_FIX = "save the template again, or leave out --against to compare with the deployed stacks"
+CDK_JSON_FIX = "restore the checkout's cdk.json (git checkout cdk.json)"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -66,10 +77,10 @@ def run(args: argparse.Namespace) -> int:
 
     env = load_named_environment(args.env)
     if args.cdk_out:
-        synthesized = read_assembly(args.cdk_out, env.stack_prefix)
+        synthesized = read_assembly(args.cdk_out, env.stack_prefix, CDK_OUT_FIX)
     else:
         with tempfile.TemporaryDirectory(prefix="gpufleet-plan-") as outdir:
-            synthesized = read_assembly(synthesize(env.name, Path(outdir)), env.stack_prefix)
+            synthesized = read_assembly(synthesize(env.name, Path(outdir)), env.stack_prefix, SYNTHESIZED_FIX)
     saved = saved_templates(args.against, env.name, list(synthesized))
     sources, old_templates = {}, {}
     for name in synthesized:
@@ -157,7 +168,10 @@ def synthesize(env_name: str, outdir: Path) -> Path:
             f"{app_dir}: no app.py here; run gpufleet plan in the gpufleet checkout, or pass --cdk-out DIR"
         )
     cdk_json = app_dir / "cdk.json"
-    context = json.loads(cdk_json.read_text()).get("context", {}) if cdk_json.is_file() else {}
+    context = {}
+    if cdk_json.is_file():
+        settings = JsonFile(cdk_json, limit=MIB, expected="a cdk.json (a few KB)", fix=CDK_JSON_FIX, exit_code=1)
+        context = settings.get(settings.document, ("context",), dict, default={})
     env = os.environ | {"CDK_CONTEXT_JSON": json.dumps(context | {"env": env_name}), "CDK_OUTDIR": str(outdir)}
     result = subprocess.run([sys.executable, "app.py"], cwd=app_dir, env=env, capture_output=True, text=True)
     if result.returncode != 0:
@@ -165,33 +179,38 @@ def synthesize(env_name: str, outdir: Path) -> Path:
     return outdir
 
 
-def read_assembly(directory: Path, stack_prefix: str) -> dict[str, dict]:
-    """The environment's templates in a cloud assembly, in manifest order, by stack name."""
+def read_assembly(directory: Path, stack_prefix: str, fix: str) -> dict[str, dict]:
+    """The environment's templates in a cloud assembly, in manifest order, by stack name; ``fix`` says what to do
+    about a damaged file of it."""
     manifest_path = directory / "manifest.json"
     if not manifest_path.is_file():
         raise GpufleetError(f"{directory}: no manifest.json; pass the cdk.out directory of `cdk synth`")
-    artifacts = json.loads(manifest_path.read_text())["artifacts"]
+    manifest = assembly_file(manifest_path, fix)
     templates = {
-        name: read_template(directory / artifact["properties"]["templateFile"], f"--cdk-out {directory}: {name}")
-        for name, artifact in artifacts.items()
-        if artifact["type"] == "aws:cloudformation:stack" and name.startswith(f"{stack_prefix}-")
+        name: read_template(template_file(manifest, name, artifact), fix)
+        for name, artifact in stack_artifacts(manifest, lambda name: name.startswith(f"{stack_prefix}-")).items()
     }
     if not templates:
         raise GpufleetError(f"{directory}: no stack {stack_prefix}-* in this cloud assembly")
     return templates
 
 
-def read_template(path: Path, label: str) -> dict:
-    """A JSON template; label names where it was asked for (an option) in the error lines."""
-    try:
-        document = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise GpufleetError(f"{label}: no such file") from None
-    except json.JSONDecodeError as error:
-        raise GpufleetError(f"{label}: not a JSON template (line {error.lineno}: {error.msg})") from None
-    if not isinstance(document, dict):
-        raise GpufleetError(f"{label}: not a template (expected a JSON object with Resources)")
-    return document
+def template_file(manifest: JsonFile, name: str, artifact: dict) -> Path:
+    """The template file of a stack artifact: its templateFile, "a file relative to the assembly root" (aws-cdk-lib
+    2.275.0, aws_cdk.cloud_assembly_schema.AwsCloudFormationStackProperties), so none outside the assembly."""
+    path = ("artifacts", name, "properties", "templateFile")
+    file = manifest.get(manifest.get(artifact, path[:-1], dict), path, str)
+    relative = PurePosixPath(file)
+    if not file or "\0" in file or relative.is_absolute() or ".." in relative.parts:
+        raise manifest.problem(path, "a file in the cloud assembly", file)
+    return manifest.path.parent / file
+
+
+def read_template(path: Path, fix: str) -> dict:
+    """A template, checked to have the shape the comparison relies on; ``fix`` says what to do about a damaged one."""
+    from gpufleet.ops.template_shape import checked_template
+
+    return checked_template(assembly_file(path, fix))
 
 
 def saved_templates(specs: list[str], env_name: str, stack_names: list[str]) -> dict[str, tuple[str, dict]]:
@@ -205,7 +224,7 @@ def saved_templates(specs: list[str], env_name: str, stack_names: list[str]) -> 
                 raise GpufleetError(
                     f"--against {spec}: no stack {name} in {env_name} (stacks: {', '.join(stack_names)})"
                 )
-            found[name] = (file, read_template(Path(file), f"--against {spec}"))
+            found[name] = (file, read_template(Path(file), AGAINST_FIX))
             continue
         directory = Path(spec)
         if not directory.is_dir():
@@ -213,7 +232,7 @@ def saved_templates(specs: list[str], env_name: str, stack_names: list[str]) -> 
         for name in stack_names:
             path = directory / f"{name}.template.json"
             if path.is_file():
-                found[name] = (str(path), read_template(path, f"--against {path}"))
+                found[name] = (str(path), read_template(path, AGAINST_FIX))
     return found
 
 

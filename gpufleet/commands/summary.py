@@ -16,19 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.catalog import load_catalog
+from gpufleet.commands.cloud_assembly import assembly_file, stack_artifacts
 from gpufleet.constants import AVAILABILITY_ZONE_OUTPUT_KEY, BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET
 from gpufleet.errors import GpufleetError
-from gpufleet.input_files import MIB, decode_utf8, read_limited
+from gpufleet.input_files import JsonFile, item_path, quoted
 from gpufleet.table import format_table
 
 CLUSTER_STACK_SUFFIX = "-cluster"
-# CloudFormation takes a template of at most 1 MB (source: awsdocs/aws-cloudformation-user-guide,
-# cloudformation-limits.md, "Template body size in an Amazon S3 object"); gpufleet's are about 60 KB and the
-# manifest of the four shipped environments about 40 KB. 16 MiB leaves room for many environments.
-MAX_ASSEMBLY_FILE_BYTES = 16 * MIB
-# A stack name: a letter, then letters, digits and hyphens (source: AWS CloudFormation API Reference, CreateStack,
-# StackName). The artifact id of each gpufleet stack is its stack name, and names its template file.
-_STACK_NAME = re.compile(r"[A-Za-z][-A-Za-z0-9]{0,127}")
 _DIGITS = re.compile(r"[0-9]{1,9}")
 _FIX = "synthesize it again (make synth)"
 
@@ -82,74 +76,14 @@ def summarize(cdk_out: Path) -> list[ClusterSummary]:
     manifest_file = cdk_out / "manifest.json"
     if not manifest_file.is_file():
         raise GpufleetError(f"{cdk_out}: no cloud assembly here (run `cdk synth` first)")
-    manifest = _JsonFile(manifest_file)
-    stacks = []
-    for name, artifact in manifest.get(manifest.document, ("artifacts",), dict).items():
-        kind = manifest.get(artifact, ("artifacts", name, "type"), str)
-        if kind != "aws:cloudformation:stack" or not name.endswith(CLUSTER_STACK_SUFFIX):
-            continue
-        if not _STACK_NAME.fullmatch(name):
-            raise GpufleetError(f"{manifest_file}: artifacts: {_quoted(name)} is not a stack name; {_FIX}")
-        stacks.append(name)
+    stacks = stack_artifacts(assembly_file(manifest_file, _FIX), lambda name: name.endswith(CLUSTER_STACK_SUFFIX))
     if not stacks:
         raise GpufleetError(f"{cdk_out}: the cloud assembly holds no gpufleet cluster stack")
     return [_summarize_stack(cdk_out, name) for name in sorted(stacks)]
 
 
-class _JsonFile:
-    """A JSON file of the assembly and typed access to its values: each problem is one line naming the file and
-    the path of keys to the value (``Resources.NodeGroup.Properties.DesiredCapacity``)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        data = read_limited(
-            str(path), limit=MAX_ASSEMBLY_FILE_BYTES, expected="a file of a cloud assembly (tens of KB)", exit_code=1
-        )
-        text = decode_utf8(str(path), data, fix=_FIX, exit_code=1)
-        try:
-            self.document: Any = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise GpufleetError(
-                f"{path}: line {error.lineno} column {error.colno}: not valid JSON ({error.msg}); {_FIX}"
-            ) from None
-        except ValueError as error:  # a number of more than 4300 digits (int() refuses it)
-            raise GpufleetError(f"{path}: not valid JSON ({str(error).split(':')[0]}); {_FIX}") from None
-        except RecursionError:
-            raise GpufleetError(f"{path}: not valid JSON (nested too deeply to read); {_FIX}") from None
-
-    def get(self, value: Any, path: tuple[str, ...], kind: type) -> Any:
-        """``value[key]`` for the last key of ``path`` (the keys from the document's root, for messages), checked
-        to be of ``kind``; ``value`` must be an object."""
-        *parents, key = path
-        if not isinstance(value, dict):
-            raise self.problem(tuple(parents), "an object", value)
-        if key not in value:
-            raise GpufleetError(f"{self.path}: {_dotted(path)}: missing; {_FIX}")
-        found = value[key]
-        if not isinstance(found, kind) or (kind is int and isinstance(found, bool)):
-            raise self.problem(path, _KINDS[kind], found)
-        return found
-
-    def problem(self, path: tuple[str, ...], expected: str, found: Any) -> GpufleetError:
-        return GpufleetError(
-            f"{self.path}: {_dotted(path) or '(file)'}: expected {expected}, got {_quoted(found)}; {_FIX}"
-        )
-
-
-_KINDS = {dict: "an object", list: "a list", str: "a string", int: "a whole number"}
-
-
-def _dotted(path: tuple[str, ...]) -> str:
-    return ".".join(path)
-
-
-def _quoted(value: Any) -> str:
-    text = json.dumps(value)
-    return text if len(text) <= 40 else f"{text[:40]}..."
-
-
 def _summarize_stack(cdk_out: Path, stack: str) -> ClusterSummary:
-    template = _JsonFile(cdk_out / f"{stack}.template.json")
+    template = assembly_file(cdk_out / f"{stack}.template.json", _FIX)
     resources = template.get(template.document, ("Resources",), dict)
     typed: dict[str, list[tuple[str, Any]]] = {}
     for resource_id, resource in resources.items():
@@ -160,9 +94,7 @@ def _summarize_stack(cdk_out: Path, stack: str) -> ClusterSummary:
         """(path, properties) of the one resource of ``resource_type``."""
         found = typed.get(resource_type, [])
         if len(found) != 1:
-            raise GpufleetError(
-                f"{template.path}: Resources: {len(found)} resources of type {resource_type}, expected 1; {_FIX}"
-            )
+            raise template.error(("Resources",), f"{len(found)} resources of type {resource_type}, expected 1")
         resource_id, resource = found[0]
         path = ("Resources", resource_id, "Properties")
         return path, template.get(resource, path, dict)
@@ -174,14 +106,11 @@ def _summarize_stack(cdk_out: Path, stack: str) -> ClusterSummary:
     instance_type = template.get(template_data, (*data_path, "InstanceType"), str)
     instance = load_catalog().get(instance_type)
     if instance is None:
-        raise GpufleetError(
-            f"{template.path}: {_dotted((*data_path, 'InstanceType'))}: {_quoted(instance_type)} is not in the "
-            f"instance catalog; {_FIX}"
-        )
+        raise template.error((*data_path, "InstanceType"), f"{quoted(instance_type)} is not in the instance catalog")
     interfaces_path = (*data_path, "NetworkInterfaces")
     interfaces = template.get(template_data, interfaces_path, list)
     interface_types = [
-        template.get(interface, (*interfaces_path[:-1], f"NetworkInterfaces[{index}]", "InterfaceType"), str)
+        template.get(interface, (*item_path(interfaces_path, index), "InterfaceType"), str)
         for index, interface in enumerate(interfaces)
     ]
     placement_group_path, placement_group = only("AWS::EC2::PlacementGroup")
@@ -209,7 +138,7 @@ def _summarize_stack(cdk_out: Path, stack: str) -> ClusterSummary:
     )
 
 
-def _node_group(template: _JsonFile, typed: dict[str, list[tuple[str, Any]]]) -> tuple[str, int, int]:
+def _node_group(template: JsonFile, typed: dict[str, list[tuple[str, Any]]]) -> tuple[str, int, int]:
     """(fleet.backend, on-demand nodes, target) of the one Spot Fleet or Auto Scaling group of the stack."""
     if fleets := typed.get("AWS::EC2::SpotFleet"):
         resource_id, resource = fleets[0]
@@ -244,10 +173,10 @@ def _node_group(template: _JsonFile, typed: dict[str, list[tuple[str, Any]]]) ->
             template.get(distribution, (*distribution_path, "OnDemandBaseCapacity"), int),
             target,
         )
-    raise GpufleetError(f"{template.path}: Resources: neither a Spot Fleet nor an Auto Scaling group; {_FIX}")
+    raise template.error(("Resources",), "neither a Spot Fleet nor an Auto Scaling group")
 
 
-def _placement(template: _JsonFile, template_data: dict, data_path: tuple[str, ...], strategy: str) -> str:
+def _placement(template: JsonFile, template_data: dict, data_path: tuple[str, ...], strategy: str) -> str:
     """The placement group's strategy when the launch template names it; a Capacity Block's nodes are placed by EC2
     (the launch template names no placement group then: stacks/constructs/node_launch_template.py)."""
     if "Placement" in template_data:

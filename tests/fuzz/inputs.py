@@ -4,7 +4,9 @@ Inputs are real files (the fixtures, the shipped configuration, a synthesized as
 damaged in practice: cut short, a byte flipped or replaced, lines dropped or doubled, bytes inserted (binary,
 control characters, other scripts' digits, colour codes), a number made hundreds of digits long or broken by
 another character, another line's text cut into a line (interleaved output of many ranks), CRLF line ends; and
-plain random bytes, and the empty file.
+plain random bytes, and the empty file. Most of those break a JSON file's syntax, so JSON files (``damaged_json``)
+are besides damaged as documents: a key or item dropped, a value replaced by one of another kind or by another value
+of the document, then written out again; that reaches what a reader does with a document that parses.
 
 The property (``run_command``): whatever the bytes, the command returns an exit code from the set it documents,
 raises nothing (in-process, an exception is the traceback a user would see), every line on stderr names the file
@@ -18,11 +20,14 @@ of examples, for a longer search on demand (CONTRIBUTING.md, "Fuzz tests").
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
+import json
 import os
 import re
 import sys
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
@@ -154,6 +159,48 @@ def damaged(originals: Iterable[bytes]) -> st.SearchStrategy[bytes]:
         st.binary(max_size=2048),
         st.just(b""),
     )
+
+
+# What a value of a JSON document is replaced with: every kind, the edge numbers, a digit int() does not take.
+JSON_SUBSTITUTES: tuple[Any, ...] = (None, True, 0, -1, 2.5, 10**30, "", "x", "²", [], {}, ["x"], {"x": 1})
+
+
+def _places(document: Any) -> list[tuple[Any, Any]]:
+    """(container, key or index) of every value below the root."""
+    places, todo = [], [document]
+    while todo:
+        container = todo.pop()
+        keys = container.keys() if isinstance(container, dict) else range(len(container))
+        for key in keys:
+            places.append((container, key))
+            if isinstance(container[key], (dict, list)):
+                todo.append(container[key])
+    return places
+
+
+@st.composite
+def _damaged_document(draw: st.DrawFn, original: bytes) -> bytes:
+    document = json.loads(original)
+    for _ in range(draw(st.integers(1, 3))):
+        places = _places(document)
+        if not places:
+            break
+        container, key = draw(st.sampled_from(places))
+        kind = draw(st.sampled_from(["drop", "replace", "copy"]))
+        if kind == "drop":
+            del container[key]
+        elif kind == "replace":
+            container[key] = copy.deepcopy(draw(st.sampled_from(JSON_SUBSTITUTES)))
+        else:
+            other, other_key = draw(st.sampled_from(places))
+            container[key] = copy.deepcopy(other[other_key])
+    return json.dumps(document, indent=1).encode()
+
+
+def damaged_json(originals: Iterable[bytes]) -> st.SearchStrategy[bytes]:
+    """What ``damaged`` makes of ``originals`` (JSON files), and as often copies damaged as documents."""
+    originals = list(originals)
+    return st.one_of(damaged(originals), st.sampled_from(originals).flatmap(_damaged_document))
 
 
 def run_command(

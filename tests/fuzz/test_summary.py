@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.fuzz.inputs import damaged, fuzz_settings, run_command
+from tests.fuzz.inputs import damaged_json, fuzz_settings, run_command
 
 EXIT_CODES = {0, 1}
 
@@ -32,6 +32,6 @@ def test_one_damaged_file(tmp_path, assembly_files, choice):
     for name, data in assembly_files.items():
         (cdk_out / name).write_bytes(data)
     name = choice.draw(st.sampled_from(sorted(assembly_files)))
-    data = choice.draw(damaged([assembly_files[name]]))
+    data = choice.draw(damaged_json([assembly_files[name]]))
     (cdk_out / name).write_bytes(data)
     run_command(["summary", str(cdk_out)], exit_codes=EXIT_CODES, names=(str(cdk_out),), input_bytes=len(data))

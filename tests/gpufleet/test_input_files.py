@@ -8,7 +8,7 @@ import tracemalloc
 import pytest
 
 from gpufleet.errors import GpufleetError
-from gpufleet.input_files import decode_utf8, numbered_lines, read_limited, text_lines
+from gpufleet.input_files import JsonFile, decode_utf8, numbered_lines, read_limited, text_lines
 
 
 def test_lines_are_numbered_by_newlines_and_split_at_other_breaks(tmp_path):
@@ -82,3 +82,48 @@ def test_bytes_that_are_not_utf8_name_their_line():
     assert raised.value.problems == (
         "f.json: line 3: not UTF-8 text (byte 0xe9: invalid continuation byte); write it again",
     )
+
+
+def json_file(tmp_path, text: str) -> JsonFile:
+    path = tmp_path / "file.json"
+    path.write_text(text, encoding="ascii")
+    return JsonFile(path, limit=1024, expected="a test file", fix="fix it", exit_code=3)
+
+
+def problem_of(action) -> tuple[tuple[str, ...], int]:
+    with pytest.raises(GpufleetError) as raised:
+        action()
+    return raised.value.problems, raised.value.exit_code
+
+
+def test_a_json_value_of_the_wrong_kind_is_named_by_its_path_odd_keys_quoted(tmp_path):
+    # A key with a line break (U+2028 is one to str.splitlines) would otherwise split the message in two.
+    file = json_file(tmp_path, '{"a": {"b\\u2028 c": {"d": 1}}}')
+    inner = file.document["a"]["b\u2028 c"]
+    assert problem_of(lambda: file.get(inner, ("a", "b\u2028 c", "d"), str)) == (
+        (f'{tmp_path}/file.json: a."b\\u2028 c".d: expected a string, got 1; fix it',),
+        3,
+    )
+    assert problem_of(lambda: file.get(inner, ("a", "b\u2028 c", "e"), str)) == (
+        (f'{tmp_path}/file.json: a."b\\u2028 c".e: missing; fix it',),
+        3,
+    )
+    assert file.get(inner, ("a", "b\u2028 c", "e"), str, default="") == ""
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ('{"a": ["x", "\\ud800"]}', 'a[1]: "\\ud800" holds half of a UTF-16 surrogate pair alone, which is no '
+         "character"),
+        ('{"a": {"\\udc00": 1}}', 'a: the key "\\udc00" holds half of a UTF-16 surrogate pair alone, which is no '
+         "character"),
+    ],
+    ids=["value", "key"],
+)  # fmt: skip
+def test_a_lone_surrogate_escape_is_refused_as_no_printable_text(tmp_path, text, problem):
+    assert problem_of(lambda: json_file(tmp_path, text)) == ((f"{tmp_path}/file.json: {problem}; fix it",), 3)
+
+
+def test_a_surrogate_pair_escape_is_one_character(tmp_path):
+    assert json_file(tmp_path, '{"a": "\\ud83d\\ude00"}').document == {"a": "\U0001f600"}

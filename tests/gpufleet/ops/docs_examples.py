@@ -228,3 +228,16 @@ def test_plan_dev_replace_all_new_image(answered, run_cli, monkeypatch, tmp_path
 def test_plan_dev_replace_all_parameter_deleted(answered, run_cli, monkeypatch, tmp_path) -> None:
     serve_dev_replace_all(answered, monkeypatch, tmp_path, {})
     show("gpufleet plan dev --cdk-out cdk.out", run_cli)
+
+
+def test_plan_dev_damaged_saved_template(run_cli, monkeypatch, tmp_path) -> None:
+    """A template saved for --against that lost a resource's Type."""
+    assembly = synthesize(tmp_path / "cdk.out", REPOSITORY / "environments")
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    for name in ("gpufleet-dev-network", "gpufleet-dev-cluster"):
+        shutil.copy(assembly.template_file(name), saved)
+    cluster = saved / "gpufleet-dev-cluster.template.json"
+    cluster.write_text(cluster.read_text().replace('"Type": "AWS::EC2::SpotFleet",', "", 1))
+    monkeypatch.chdir(tmp_path)
+    show("gpufleet plan dev --cdk-out cdk.out --against saved/", run_cli)

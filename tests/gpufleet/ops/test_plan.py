@@ -232,12 +232,267 @@ def test_bad_against_arguments_are_one_line_each(dev, run_cli, tmp_path):
         1,
         f"--against gpufleet-dev-clustr=x.json: no stack gpufleet-dev-clustr in dev (stacks: {NETWORK}, {CLUSTER})\n",
     )
-    code, _, err = run_cli("plan", "dev", "--cdk-out", assembly_dir, "--against", f"{CLUSTER}={tmp_path}/none.json")
-    assert (code, err) == (1, f"--against {CLUSTER}={tmp_path}/none.json: no such file\n")
     code, _, err = run_cli(
         "plan", "dev", "--cdk-out", assembly_dir, "--against", f"{CLUSTER}={old}/{CLUSTER}.template.json"
     )
     assert (code, err) == (1, f"--against: no template given for {NETWORK}; add --against {NETWORK}=FILE\n")
+
+
+# What plan says to do about a damaged file, by where the file came from.
+CDK_OUT_FIX = "synthesize it again (make synth), or leave out --cdk-out"
+AGAINST_FIX = "save the template again, or leave out --against to compare with the deployed stacks"
+CDK_JSON_FIX = "restore the checkout's cdk.json (git checkout cdk.json)"
+
+
+def edit_json(path: Path, edit) -> None:
+    document = json.loads(path.read_text())
+    edit(document)
+    path.write_text(json.dumps(document))
+
+
+# Damaged input (issue 23, plan): each case but the missing file ended in a traceback before (JSONDecodeError,
+# UnicodeDecodeError, KeyError, AttributeError, TypeError, ValueError, IsADirectoryError). Now one line names the
+# file, where in it, and the fix; exit 1.
+@pytest.mark.parametrize(
+    "damage, problem",
+    [
+        (
+            lambda out: (out / "manifest.json").write_text('{"artifacts": {"gpufleet-dev-cluster": {"type": "aws'),
+            f"manifest.json: line 1 column 49: not valid JSON (Unterminated string starting at); {CDK_OUT_FIX}",
+        ),
+        (
+            lambda out: (out / "manifest.json").write_text('{"version": "48.0.0"}'),
+            f"manifest.json: artifacts: missing; {CDK_OUT_FIX}",
+        ),
+        (
+            lambda out: edit_json(out / "manifest.json", lambda m: m["artifacts"][CLUSTER].pop("properties")),
+            f"manifest.json: artifacts.gpufleet-dev-cluster.properties: missing; {CDK_OUT_FIX}",
+        ),
+        (
+            lambda out: edit_json(
+                out / "manifest.json",
+                lambda m: m["artifacts"][CLUSTER]["properties"].update(templateFile=f"../old/{CLUSTER}.template.json"),
+            ),
+            "manifest.json: artifacts.gpufleet-dev-cluster.properties.templateFile: expected a file in the cloud "
+            f'assembly, got "../old/gpufleet-dev-cluster.template.js...; {CDK_OUT_FIX}',
+        ),
+        (
+            lambda out: edit_json(
+                out / "manifest.json", lambda m: m["artifacts"][CLUSTER]["properties"].update(templateFile="/etc/hosts")
+            ),
+            "manifest.json: artifacts.gpufleet-dev-cluster.properties.templateFile: expected a file in the cloud "
+            f'assembly, got "/etc/hosts"; {CDK_OUT_FIX}',
+        ),
+        (
+            lambda out: edit_json(
+                out / "manifest.json", lambda m: m["artifacts"][CLUSTER]["properties"].update(templateFile="")
+            ),
+            "manifest.json: artifacts.gpufleet-dev-cluster.properties.templateFile: expected a file in the cloud "
+            f'assembly, got ""; {CDK_OUT_FIX}',
+        ),
+        (
+            lambda out: edit_json(
+                out / "manifest.json", lambda m: m["artifacts"][CLUSTER]["properties"].update(templateFile="t\0.json")
+            ),
+            "manifest.json: artifacts.gpufleet-dev-cluster.properties.templateFile: expected a file in the cloud "
+            f'assembly, got "t\\u0000.json"; {CDK_OUT_FIX}',
+        ),
+        (
+            lambda out: edit_json(
+                out / "manifest.json",
+                lambda m: m["artifacts"].update({"gpufleet-dev-\u2028x": m["artifacts"][CLUSTER]}),
+            ),
+            f'manifest.json: artifacts: "gpufleet-dev-\\u2028x" is not a stack name; {CDK_OUT_FIX}',
+        ),
+        (
+            lambda out: (out / f"{CLUSTER}.template.json").write_bytes(b"{\n\xff}"),
+            f"{CLUSTER}.template.json: line 2: not UTF-8 text (byte 0xff: invalid start byte); {CDK_OUT_FIX}",
+        ),
+        (
+            lambda out: edit_json(out / f"{CLUSTER}.template.json", lambda t: t.update(Resources=[])),
+            f"{CLUSTER}.template.json: Resources: expected an object, got []; {CDK_OUT_FIX}",
+        ),
+        (
+            lambda out: edit_json(
+                out / f"{CLUSTER}.template.json",
+                lambda t: resource(t, LAUNCH_TEMPLATE)["LaunchTemplateData"].update(ImageId={"Fn::GetAtt": "Image"}),
+            ),
+            f"{CLUSTER}.template.json: Resources.{LAUNCH_TEMPLATE}.Properties.LaunchTemplateData.ImageId.Fn::GetAtt: "
+            f'expected [RESOURCE, ATTRIBUTE] or "RESOURCE.ATTRIBUTE", got "Image"; {CDK_OUT_FIX}',
+        ),
+    ],
+    ids=["truncated manifest", "artifacts missing", "properties missing", "template outside", "template absolute",
+         "template empty", "template NUL",
+         "stack name", "template not UTF-8", "resources a list", "get-att without attribute"],
+)  # fmt: skip
+def test_a_damaged_cdk_out_is_one_line_naming_the_file(dev, run_cli, tmp_path, damage, problem):
+    new, old = dev
+    cdk_out = write_assembly(tmp_path / "new", new)
+    damage(cdk_out)
+    code, out, err = run_cli("plan", "dev", "--cdk-out", str(cdk_out), "--against", str(old))
+    assert (code, out, err.splitlines()) == (1, "", [f"{cdk_out}/{problem}"])
+
+
+@pytest.mark.parametrize(
+    "damage, problem",
+    [
+        (
+            lambda path: path.write_text("<html>Not Found</html>"),
+            f"line 1 column 1: not valid JSON (Expecting value); {AGAINST_FIX}",
+        ),
+        (
+            lambda path: path.write_bytes(path.read_bytes().replace(b"Resources", b"Resources\xe9", 1)),
+            f"line 3: not UTF-8 text (byte 0xe9: invalid continuation byte); {AGAINST_FIX}",
+        ),
+        (
+            lambda path: edit_json(path, lambda t: t.update(Resources=[])),
+            f"Resources: expected an object, got []; {AGAINST_FIX}",
+        ),
+        (
+            lambda path: edit_json(path, lambda t: t["Resources"][FLEET].pop("Type")),
+            f"Resources.{FLEET}.Type: missing; {AGAINST_FIX}",
+        ),
+        (
+            lambda path: edit_json(path, lambda t: t["Resources"][FLEET].update(Type=["AWS::EC2::SpotFleet"])),
+            f'Resources.{FLEET}.Type: expected a string, got ["AWS::EC2::SpotFleet"]; {AGAINST_FIX}',
+        ),
+        (
+            lambda path: edit_json(path, lambda t: t["Resources"][LAUNCH_TEMPLATE].update(Properties="x")),
+            f'Resources.{LAUNCH_TEMPLATE}.Properties: expected an object, got "x"; {AGAINST_FIX}',
+        ),
+        (
+            lambda path: edit_json(path, lambda t: t["Resources"][FLEET]["Properties"].clear()),
+            f"Resources.{FLEET}.Properties.SpotFleetRequestConfigData: missing; {AGAINST_FIX}",
+        ),
+        (
+            lambda path: edit_json(path, lambda t: t.update(Parameters=[])),
+            f"Parameters: expected an object, got []; {AGAINST_FIX}",
+        ),
+        (
+            lambda path: edit_json(path, lambda t: t["Parameters"].update({IMAGE_PARAMETER: "ami"})),
+            f'Parameters.{IMAGE_PARAMETER}: expected an object, got "ami"; {AGAINST_FIX}',
+        ),
+        (
+            lambda path: edit_json(path, lambda t: t.update(Outputs=[])),
+            f"Outputs: expected an object, got []; {AGAINST_FIX}",
+        ),
+        (
+            lambda path: edit_json(path, lambda t: t["Outputs"].update(AvailabilityZone=1)),
+            f"Outputs.AvailabilityZone: expected an object, got 1; {AGAINST_FIX}",
+        ),
+        (
+            lambda path: edit_json(path, lambda t: t["Outputs"]["AvailabilityZone"].update(Export="x")),
+            f'Outputs.AvailabilityZone.Export: expected an object, got "x"; {AGAINST_FIX}',
+        ),
+        (
+            lambda path: edit_json(
+                path, lambda t: fleet_config(t).update(IamFleetRole={"Fn::GetAtt": ["FleetRole"]})
+            ),
+            f"Resources.{FLEET}.Properties.SpotFleetRequestConfigData.IamFleetRole.Fn::GetAtt: expected "
+            f'[RESOURCE, ATTRIBUTE] or "RESOURCE.ATTRIBUTE", got ["FleetRole"]; {AGAINST_FIX}',
+        ),
+        (
+            lambda path: edit_json(path, lambda t: fleet_config(t).update(IamFleetRole={"Ref": ["FleetRole"]})),
+            f"Resources.{FLEET}.Properties.SpotFleetRequestConfigData.IamFleetRole.Ref: expected a logical id, "
+            f'got ["FleetRole"]; {AGAINST_FIX}',
+        ),
+    ],
+    ids=["not JSON", "not UTF-8", "resources a list", "no type", "type a list", "properties a string",
+         "fleet without config", "parameters a list", "parameter a string", "outputs a list", "output a number",
+         "export a string", "short get-att",
+         "ref a list"],
+)  # fmt: skip
+def test_a_damaged_against_template_is_one_line_naming_the_file(dev, run_cli, tmp_path, damage, problem):
+    new, old = dev
+    cdk_out = write_assembly(tmp_path / "new", new)
+    template = old / f"{CLUSTER}.template.json"
+    damage(template)
+    for against in ([str(old)], [f"{CLUSTER}={template}", f"{NETWORK}={old}/{NETWORK}.template.json"]):
+        code, out, err = run_cli("plan", "dev", "--cdk-out", str(cdk_out), *(f"--against={a}" for a in against))
+        assert (code, out, err.splitlines()) == (1, "", [f"{template}: {problem}"])
+
+
+GROUP = "NodeGroupA8D4A5C5"  # p5-block's Auto Scaling group
+
+
+@pytest.mark.parametrize(
+    "properties, problem",
+    [
+        # "²" is a digit to str.isdigit() but not to int(): the comparison of the group's sizes took it and failed.
+        ({"DesiredCapacity": "²"}, 'DesiredCapacity: expected a node count such as "2", got "\\u00b2"'),
+        ({"MixedInstancesPolicy": "x"}, 'MixedInstancesPolicy: expected an object, got "x"'),
+        (
+            {"MixedInstancesPolicy": {"InstancesDistribution": []}},
+            "MixedInstancesPolicy.InstancesDistribution: expected an object, got []",
+        ),
+    ],
+    ids=["desired capacity", "mixed instances policy", "instances distribution"],
+)
+def test_a_damaged_auto_scaling_group_is_one_line(assembly, run_cli, tmp_path, properties, problem):
+    shutil.copy(REPOSITORY / "environments" / "p5-block.yaml", os.environ["GPUFLEET_ENVIRONMENTS_DIR"])
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    for name in ("gpufleet-p5-block-network", "gpufleet-p5-block-cluster"):
+        shutil.copy(assembly.template_file(name), saved)
+    template = saved / "gpufleet-p5-block-cluster.template.json"
+    edit_json(template, lambda t: resource(t, GROUP).update(properties))
+    code, _, err = run_cli("plan", "p5-block", "--cdk-out", str(assembly.directory), "--against", str(saved))
+    assert (code, err.splitlines()) == (1, [f"{template}: Resources.{GROUP}.Properties.{problem}; {AGAINST_FIX}"])
+
+
+def test_an_against_file_that_does_not_exist_is_one_line(dev, run_cli, tmp_path):
+    new, old = dev
+    cdk_out = str(write_assembly(tmp_path / "new", new))
+    network = f"--against={NETWORK}={old}/{NETWORK}.template.json"
+    code, _, err = run_cli("plan", "dev", "--cdk-out", cdk_out, network, f"--against={CLUSTER}={tmp_path}/none.json")
+    assert (code, err) == (1, f"{tmp_path}/none.json: cannot read file (No such file or directory)\n")
+
+
+def test_an_against_file_that_is_a_directory_is_one_line(dev, run_cli, tmp_path):
+    new, old = dev
+    cdk_out = str(write_assembly(tmp_path / "new", new))
+    network = f"--against={NETWORK}={old}/{NETWORK}.template.json"
+    code, _, err = run_cli("plan", "dev", "--cdk-out", cdk_out, network, f"--against={CLUSTER}={old}")
+    assert (code, err) == (1, f"{old}: cannot read file (Is a directory)\n")
+
+
+def test_a_template_nested_deeper_than_any_template_is_refused(dev, run_cli, tmp_path):
+    new, old = dev
+    cdk_out = write_assembly(tmp_path / "new", new)
+    template = cdk_out / f"{CLUSTER}.template.json"
+    nested: dict = {}
+    for _ in range(600):
+        nested = {"Tags": nested}
+    edit_json(template, lambda t: resource(t, LAUNCH_TEMPLATE).update(LaunchTemplateData=nested))
+    code, _, err = run_cli("plan", "dev", "--cdk-out", str(cdk_out), "--against", str(old))
+    assert (code, err.splitlines()) == (
+        1,
+        [
+            f"{template}: Resources.{LAUNCH_TEMPLATE}.Properties.LaunchTemplateData: nested more than 64 levels deep, "
+            f"far deeper than a template; {CDK_OUT_FIX}"
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    "cdk_json, problem",
+    [
+        ('{"app": "python3 app.py", "context": {', "line 1 column 39: not valid JSON (Expecting property name "
+         "enclosed in double quotes)"),
+        ('["python3 app.py"]', '(file): expected an object, got ["python3 app.py"]'),
+        ('{"app": "python3 app.py", "context": []}', "context: expected an object, got []"),
+    ],
+    ids=["truncated", "a list", "context a list"],
+)  # fmt: skip
+def test_a_damaged_cdk_json_is_one_line_before_synthesizing(dev, run_cli, tmp_path, monkeypatch, cdk_json, problem):
+    _, old = dev
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    (checkout / "app.py").write_text("raise SystemExit('app.py ran')\n")
+    (checkout / "cdk.json").write_text(cdk_json)
+    monkeypatch.chdir(checkout)
+    code, out, err = run_cli("plan", "dev", "--against", str(old))
+    assert (code, out, err.splitlines()) == (1, "", [f"{checkout}/cdk.json: {problem}; {CDK_JSON_FIX}"])
 
 
 def test_the_environments_image_rollout_is_printed(dev, run_cli, tmp_path):
