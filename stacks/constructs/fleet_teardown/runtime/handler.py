@@ -11,10 +11,14 @@ the fleet: when a stack update replaces the fleet, the physical id changes and C
 old fleet during cleanup.
 
 Protocol (aws-cdk-lib custom_resources.Provider, 2.275): on_event returns {"PhysicalResourceId": ...};
-is_complete returns {"IsComplete": bool}. An error raised by on_event fails the resource; one raised by is_complete
-is retried at the query interval until the total timeout, after which the resource fails ("Operation timed out").
-source: aws-cdk-lib 2.275.0 custom-resources/lib/provider-framework/runtime/framework.js and waiter-state-machine.js
-(in the installed package's jsii assembly, aws_cdk/_jsii/aws-cdk-lib@2.275.0.jsii.tgz).
+is_complete returns {"IsComplete": bool}, and {"IsComplete": False} is polled again at the query interval until the
+total timeout, after which the resource fails ("Operation timed out"). An error raised by either handler fails the
+resource at once: the framework's safeHandler answers FAILED for any error but its own Retry. source: aws-cdk-lib
+2.275.0 custom-resources/lib/provider-framework/runtime/framework.js, cfn-response.js (safeHandler) and
+waiter-state-machine.js (in the installed package's jsii assembly, aws_cdk/_jsii/aws-cdk-lib@2.275.0.jsii.tgz).
+So a stack's deletion must not fail on a passing fault: the calls retry in botocore's standard mode (CLIENT_CONFIG),
+and a throttled or failing EC2 that is still so after those retries makes is_complete answer "not yet", so the
+next poll asks again; any other error (a denied call, say) still fails the resource at once, with its message.
 
 Runs in AWS Lambda with only the standard library and boto3 (both present in the Lambda Python runtime).
 """
@@ -25,6 +29,8 @@ import logging
 from typing import Any
 
 import boto3
+import botocore.exceptions
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
 LOGGER = logging.getLogger()
@@ -35,6 +41,22 @@ GONE_FLEET_ERRORS = {"InvalidSpotFleetRequestId.NotFound", "InvalidSpotFleetRequ
 GONE_FLEET_CANCEL_CODES = {"fleetRequestIdDoesNotExist", "fleetRequestIdMalformed", "fleetRequestNotInCancellableState"}
 # An instance in these states is on its way out: terminating it again changes nothing.
 ENDING_STATES = {"shutting-down", "terminated"}
+# botocore's standard retry mode (exponential backoff with jitter; throttling, transient and 5xx errors): source
+# botocore/retries/standard.py. 10 attempts ride out minutes of EC2 throttling inside one call of a few seconds' budget.
+CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 10}, connect_timeout=5, read_timeout=20)
+# What botocore's standard mode itself retries as throttling or transient (botocore/retries/standard.py,
+# ThrottledRetryableChecker._THROTTLED_ERROR_CODES and TransientRetryableChecker); is_complete asks again at the next
+# poll when one still stands after those retries.
+PASSING_ERROR_CODES = {
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "RequestThrottled",
+    "EC2ThrottledException",
+    "RequestTimeout",
+    "RequestTimeoutException",
+    "PriorRequestNotComplete",
+}
 
 
 def physical_id(fleet_id: str) -> str:
@@ -54,8 +76,16 @@ def fleet_instances(ec2: Any, fleet_id: str) -> dict[str, str]:
     tag_filter = [{"Name": f"tag:{FLEET_TAG}", "Values": [fleet_id]}]
     states = _not_terminated(ec2.get_paginator("describe_instances").paginate(Filters=tag_filter))
     if untagged := listed - set(states):
-        states |= _not_terminated(ec2.get_paginator("describe_instances").paginate(InstanceIds=sorted(untagged)))
+        states |= _described(ec2, untagged)
     return states
+
+
+def _described(ec2: Any, instance_ids: set[str]) -> dict[str, str]:
+    """The states of these instances, found by filter rather than by id: EC2's describe calls are eventually
+    consistent, and an id EC2 does not know yet would fail DescribeInstances(InstanceIds=...) with
+    InvalidInstanceID.NotFound where a filter just finds nothing (EC2 API reference, "Eventual consistency")."""
+    id_filter = [{"Name": "instance-id", "Values": sorted(instance_ids)}]
+    return _not_terminated(ec2.get_paginator("describe_instances").paginate(Filters=id_filter))
 
 
 def _not_terminated(pages: Any) -> dict[str, str]:
@@ -96,14 +126,13 @@ def on_event(event: dict, context: Any, ec2: Any = None) -> dict:
     fleet_id = event["ResourceProperties"]["FleetRequestId"]
     if event["RequestType"] != "Delete":
         return {"PhysicalResourceId": physical_id(fleet_id)}
-    ec2 = ec2 or boto3.client("ec2")
+    ec2 = ec2 or boto3.client("ec2", config=CLIENT_CONFIG)
     known = fleet_instances(ec2, fleet_id)
     cancel_fleet(ec2, fleet_id)
     # Cancelling with TerminateInstances should end them all; whatever still runs (a fleet that was already
     # cancelled without terminating, say) is terminated here, and is_complete waits for all of them.
     if known:
-        states = _not_terminated(ec2.get_paginator("describe_instances").paginate(InstanceIds=sorted(known)))
-        terminate_survivors(ec2, fleet_id, states)
+        terminate_survivors(ec2, fleet_id, _described(ec2, set(known)))
     return {"PhysicalResourceId": event["PhysicalResourceId"]}
 
 
@@ -111,11 +140,24 @@ def is_complete(event: dict, context: Any, ec2: Any = None) -> dict:
     if event["RequestType"] != "Delete":
         return {"IsComplete": True}
     fleet_id = event["ResourceProperties"]["FleetRequestId"]
-    ec2 = ec2 or boto3.client("ec2")
-    alive = fleet_instances(ec2, fleet_id)
-    if not alive:
-        LOGGER.info("every instance of %s is terminated", fleet_id)
-        return {"IsComplete": True}
-    LOGGER.info("instances of %s not terminated yet: %s", fleet_id, sorted(alive.items()))
-    terminate_survivors(ec2, fleet_id, alive)
+    ec2 = ec2 or boto3.client("ec2", config=CLIENT_CONFIG)
+    try:
+        alive = fleet_instances(ec2, fleet_id)
+        if not alive:
+            LOGGER.info("every instance of %s is terminated", fleet_id)
+            return {"IsComplete": True}
+        LOGGER.info("instances of %s not terminated yet: %s", fleet_id, sorted(alive.items()))
+        terminate_survivors(ec2, fleet_id, alive)
+    except botocore.exceptions.ConnectionError as error:
+        LOGGER.warning("EC2 cannot be reached (%s); asking again at the next poll", error)
+    except ClientError as error:
+        if not passing(error):
+            raise
+        LOGGER.warning("EC2 answered %s; asking again at the next poll", error.response["Error"]["Code"])
     return {"IsComplete": False}
+
+
+def passing(error: ClientError) -> bool:
+    """A fault that passes: throttling, a timeout, a server error (HTTP 5xx)."""
+    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    return error.response["Error"]["Code"] in PASSING_ERROR_CODES or status >= 500

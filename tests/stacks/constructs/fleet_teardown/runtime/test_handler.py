@@ -5,6 +5,7 @@ CloudFormation's protocol is the Provider framework's (aws-cdk-lib), not ours: t
 from __future__ import annotations
 
 import boto3
+import botocore.exceptions
 import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
@@ -230,6 +231,10 @@ def instances(**states: str) -> dict:
     }
 
 
+def by_id(*instance_ids: str) -> dict:
+    return {"Filters": [{"Name": "instance-id", "Values": list(instance_ids)}]}
+
+
 def by_tag(fleet_id: str) -> dict:
     return {"Filters": [{"Name": "tag:aws:ec2spot:fleet-request-id", "Values": [fleet_id]}]}
 
@@ -253,7 +258,7 @@ def test_instances_come_from_the_fleet_list_and_the_tag_and_terminated_ones_are_
         expected_params={"SpotFleetRequestId": FLEET, "NextToken": "t"},
     )
     stub.add_response("describe_instances", instances(**{"i-1": "running", "i-3": "terminated"}), by_tag(FLEET))
-    stub.add_response("describe_instances", instances(**{"i-2": "pending"}), {"InstanceIds": ["i-2"]})
+    stub.add_response("describe_instances", instances(**{"i-2": "pending"}), by_id("i-2"))
 
     assert handler.fleet_instances(client, FLEET) == {"i-1": "running", "i-2": "pending"}
 
@@ -270,7 +275,7 @@ def test_delete_terminates_what_the_cancellation_left_running_and_logs_it(stubbe
         {"SpotFleetRequestIds": [FLEET], "TerminateInstances": True},
     )
     stub.add_response(
-        "describe_instances", instances(**{"i-1": "shutting-down", "i-2": "running"}), {"InstanceIds": ["i-1", "i-2"]}
+        "describe_instances", instances(**{"i-1": "shutting-down", "i-2": "running"}), by_id("i-1", "i-2")
     )
     stub.add_response("terminate_instances", {}, {"InstanceIds": ["i-2"]})
 
@@ -350,10 +355,74 @@ def test_without_a_client_the_handlers_make_an_ec2_one(monkeypatch, handler_func
     """In Lambda the handlers get no client: they create boto3's EC2 client."""
     services = []
     client = type("Ec2", (), {"terminate_instances": lambda self, InstanceIds: None})()
-    monkeypatch.setattr(handler.boto3, "client", lambda service: services.append(service) or client)
+    monkeypatch.setattr(
+        handler.boto3, "client", lambda service, config: services.append((service, config.retries)) or client
+    )
     monkeypatch.setattr(handler, "fleet_instances", lambda client, fleet_id: {})
     monkeypatch.setattr(handler, "cancel_fleet", lambda client, fleet_id: None)
 
     handler_function(event("Delete", FLEET), None)
 
-    assert services == ["ec2"]
+    assert services == [("ec2", {"mode": "standard", "max_attempts": 10})]
+
+
+def test_an_instance_ec2_does_not_know_yet_is_not_an_error(stubbed):
+    """EC2's describe calls are eventually consistent: an id the fleet lists may be unknown to DescribeInstances for
+    a moment. Found by filter, it is just not there (by id it would fail with InvalidInstanceID.NotFound)."""
+    client, stub = stubbed
+    stub.add_response(
+        "describe_spot_fleet_instances", {"ActiveInstances": [{"InstanceId": "i-new"}], "SpotFleetRequestId": FLEET}
+    )
+    stub.add_response("describe_instances", {"Reservations": []}, by_tag(FLEET))
+    stub.add_response("describe_instances", {"Reservations": []}, by_id("i-new"))
+
+    assert handler.fleet_instances(client, FLEET) == {}
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [("RequestLimitExceeded", 503), ("Throttling", 400), ("InternalError", 500), ("Unavailable", 503)],
+)
+def test_a_passing_fault_makes_is_complete_ask_again_instead_of_failing_the_deletion(stubbed, caplog, code, status):
+    """The Provider fails the resource on any error is_complete raises (aws-cdk-lib 2.275 framework.js safeHandler), so
+    a throttled EC2 would fail a stack's deletion and leave its placement group and security group behind."""
+    client, stub = stubbed
+    stub.add_client_error(
+        "describe_spot_fleet_instances", service_error_code=code, service_message="slow down", http_status_code=status
+    )
+
+    with caplog.at_level("WARNING"):
+        assert handler.is_complete(event("Delete", FLEET), None, ec2=client) == {"IsComplete": False}
+
+    assert caplog.messages == [f"EC2 answered {code}; asking again at the next poll"]
+
+
+def test_an_unreachable_ec2_makes_is_complete_ask_again(monkeypatch, caplog):
+    def unreachable(client, fleet_id):
+        raise botocore.exceptions.EndpointConnectionError(endpoint_url="https://ec2.us-east-1.amazonaws.com")
+
+    monkeypatch.setattr(handler, "fleet_instances", unreachable)
+    with caplog.at_level("WARNING"):
+        assert handler.is_complete(event("Delete", FLEET), None, ec2=object()) == {"IsComplete": False}
+
+    assert caplog.messages == [
+        'EC2 cannot be reached (Could not connect to the endpoint URL: "https://ec2.us-east-1.amazonaws.com"); asking '
+        "again at the next poll"
+    ]
+
+
+def test_any_other_error_fails_the_deletion_with_its_message(stubbed):
+    """A denied call does not pass: failing at once names it, where asking again would end in "Operation timed out"
+    fifty minutes later."""
+    client, stub = stubbed
+    stub.add_client_error(
+        "describe_spot_fleet_instances",
+        service_error_code="UnauthorizedOperation",
+        service_message="You are not authorized to perform this operation.",
+        http_status_code=403,
+    )
+
+    with pytest.raises(ClientError) as raised:
+        handler.is_complete(event("Delete", FLEET), None, ec2=client)
+
+    assert raised.value.response["Error"]["Code"] == "UnauthorizedOperation"
