@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.synth_bench import SynthRun, breakdown_lines, goal_verdict, median_run, phase_seconds
+from bench.synth_bench import MAKE_SYNTH_ENV, ROOT, SynthRun, breakdown_lines, goal_verdict, median_run, phase_seconds
 
 # A run from 100.0 to 110.0 (time.time()): the interpreter up at 100.5, aws_cdk imported at 101.5, the app's first
 # cdk.App() at 102.0, app.synth() from 104.0 to 108.0, the jsii kernel gone at 109.0.
@@ -87,3 +87,24 @@ def test_the_breakdown_shows_both_apps_and_the_extra_and_n_a_where_a_phase_is_mi
 @pytest.mark.parametrize(("value", "expected"), [(1.29, "met"), (1.3, "met"), (1.31, "NOT met")])
 def test_a_goal_is_met_at_or_under_it(value, expected):
     assert goal_verdict(value, 1.3) == expected
+
+
+def test_the_bench_times_synthesis_the_way_make_synth_runs_it():
+    """MAKE_SYNTH_ENV is what the Makefile's synth recipe sets for `cdk synth`, and cfn-lint runs over every template
+    right after it: turning off aws-cdk-lib's validator there leaves the templates checked."""
+    recipe = makefile_recipe("synth")
+    assert MAKE_SYNTH_ENV == {"CDK_VALIDATION": "false"}
+    synth_line = next(line for line in recipe if " cdk synth " in f" {line} ")
+    assert synth_line == "CDK_VALIDATION=false cdk synth --quiet"
+    assert recipe.index(synth_line) < next(i for i, line in enumerate(recipe) if line.startswith("cfn-lint "))
+
+
+def makefile_recipe(target: str) -> list[str]:
+    lines = (ROOT / "Makefile").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"{target}:"))
+    recipe = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("\t"):
+            break
+        recipe.append(line.strip().lstrip("@"))
+    return recipe
