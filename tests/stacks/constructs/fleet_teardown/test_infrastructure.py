@@ -15,7 +15,7 @@ from aws_cdk.assertions import Template
 from stacks.constructs.fleet_teardown.infrastructure import RUNTIME_DIR, FleetTeardown
 from stacks.environment_stacks import add_compliance_checks
 from tests.conftest import CDK_CONTEXT
-from tests.stacks.constructs.conftest import ACCOUNT, asset_files
+from tests.stacks.constructs.conftest import ACCOUNT, asset_files, imported_in_lambda
 
 
 def synthesize(stack):
@@ -168,8 +168,9 @@ def check_the_handlers_run_python_3_14_for_two_minutes_each_with_the_role_and_lo
 def check_the_handlers_asset_holds_the_handler_without_its_bytecode(outdir):
     (asset,) = [path for path in outdir.glob("asset.*") if (path / "handler.py").exists()]
     assert (RUNTIME_DIR / "__pycache__").is_dir()
-    assert asset_files(asset) == ["handler.py"]
-    assert (asset / "handler.py").read_text() == Path("stacks/constructs/fleet_teardown/runtime/handler.py").read_text()
+    assert asset_files(asset) == ["__init__.py", "handler.py"]
+    assert (asset / "handler.py").read_text() == (RUNTIME_DIR / "handler.py").read_text()
+    assert imported_in_lambda(asset, ["handler"]) == ["handler.py"]
 
 
 def check_the_log_groups_keep_the_retention_asked_for_and_go_with_the_stack(resources):

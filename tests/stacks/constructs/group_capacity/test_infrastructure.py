@@ -17,7 +17,7 @@ from stacks.constructs.gpu_auto_scaling_group import GpuAutoScalingGroup
 from stacks.constructs.group_capacity.infrastructure import RUNTIME_DIR
 from stacks.environment_stacks import add_compliance_checks
 from tests.conftest import CDK_CONTEXT
-from tests.stacks.constructs.conftest import ACCOUNT, asset_files, environment
+from tests.stacks.constructs.conftest import ACCOUNT, asset_files, environment, imported_in_lambda
 from tests.stacks.constructs.test_node_launch_template import add_launch_template
 
 REGION = "us-east-2"
@@ -205,8 +205,9 @@ def check_the_handlers_asset_holds_the_handler_without_its_bytecode(outdir):
         if (path / "handler.py").exists() and "SetDesiredCapacity" in (path / "handler.py").read_text()
     ]
     assert (RUNTIME_DIR / "__pycache__").is_dir()
-    assert asset_files(asset) == ["handler.py"]
+    assert asset_files(asset) == ["__init__.py", "handler.py"]
     assert (asset / "handler.py").read_text() == (RUNTIME_DIR / "handler.py").read_text()
+    assert imported_in_lambda(asset, ["handler"]) == ["handler.py"]
 
 
 def test_the_cdk_nag_synthesis_passes_every_check(resources, outdir):
