@@ -112,7 +112,6 @@ class GroupCapacity(Construct):
         ):
             cdk.Validations.of(role).acknowledge(cdk.Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason))
         environment = {
-            "ENVIRONMENT_TAG_KEY": ENVIRONMENT_TAG_KEY,
             "ENVIRONMENT_NAME": environment_name,
             "WAIT_SECONDS": str(int(WAIT.to_seconds())),
         }
