@@ -44,12 +44,13 @@ PASSING_STATUS_CODES = frozenset({429, 500, 502, 503, 504})
 NO_ANSWER = (BotocoreConnectionError, HTTPClientError)
 
 
-def client_config(retries: int) -> Config:
-    """botocore's standard retry mode (exponential backoff with jitter on throttling and transient errors), RETRIES
-    times after the first call: botocore counts Config's max_attempts as retries (botocore/args.py
-    _compute_retry_max_attempts: total_max_attempts = max_attempts + 1). The timeouts keep a stalled connection
-    from taking the function's whole time."""
-    return Config(retries={"mode": "standard", "max_attempts": retries}, connect_timeout=5, read_timeout=20)
+def client_config(attempts: int) -> Config:
+    """botocore's standard retry mode (exponential backoff with jitter on throttling and transient errors): ATTEMPTS
+    calls in all, the first one included. Spelled total_max_attempts: Config's max_attempts counts the retries only,
+    and creating a client rewrites it in the Config's own retries dict to total_max_attempts (botocore/args.py
+    _compute_retry_max_attempts), so a shared Config would read differently before and after. The timeouts keep a
+    stalled connection from taking the function's whole time."""
+    return Config(retries={"mode": "standard", "total_max_attempts": attempts}, connect_timeout=5, read_timeout=20)
 
 
 def passing(error: Exception) -> bool:

@@ -40,22 +40,23 @@ class _Raw:
 
 
 def test_the_config_retries_in_standard_mode_with_short_timeouts():
-    config = aws_faults.client_config(4)
-    assert config.retries == {"mode": "standard", "max_attempts": 4}
+    config = aws_faults.client_config(5)
+    assert config.retries == {"mode": "standard", "total_max_attempts": 5}
     assert (config.connect_timeout, config.read_timeout) == (5, 20)
 
 
-def test_the_retries_come_after_the_first_call(monkeypatch):
-    """client_config(4): a call that is throttled every time is sent 5 times, then raises; the waits between them are
+def test_the_attempts_count_the_first_call_and_a_client_leaves_the_config_as_it_was(monkeypatch):
+    """client_config(5): a call that is throttled every time is sent 5 times, then raises; the waits between them are
     botocore's (not slept here)."""
     sent = []
+    config = aws_faults.client_config(5)
     monkeypatch.setattr("botocore.endpoint.time.sleep", lambda seconds: None)
     client = boto3.client(
         "autoscaling",
         region_name="us-east-1",
         aws_access_key_id="testing",
         aws_secret_access_key="testing",
-        config=aws_faults.client_config(4),
+        config=config,
     )
 
     def throttled(request, **_):
@@ -72,6 +73,7 @@ def test_the_retries_come_after_the_first_call(monkeypatch):
         "Rate exceeded"
     )
     assert aws_faults.passing(raised.value)
+    assert config.retries == {"mode": "standard", "total_max_attempts": 5}
 
 
 @pytest.mark.parametrize(

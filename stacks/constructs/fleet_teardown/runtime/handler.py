@@ -43,12 +43,12 @@ GONE_FLEET_ERRORS = {"InvalidSpotFleetRequestId.NotFound", "InvalidSpotFleetRequ
 GONE_FLEET_CANCEL_CODES = {"fleetRequestIdDoesNotExist", "fleetRequestIdMalformed", "fleetRequestNotInCancellableState"}
 # An instance in these states is on its way out: terminating it again changes nothing.
 ENDING_STATES = {"shutting-down", "terminated"}
-# Six retries: a throttled call waits at most 1 + 2 + 4 + 8 + 16 + 20 = 51 seconds between its seven tries
+# Seven attempts: a throttled call waits at most 1 + 2 + 4 + 8 + 16 + 20 = 51 seconds between them
 # (botocore's standard mode backs off rand(0, 1) * min(2 ** (try - 1), 20) seconds on throttling,
 # botocore/retries/standard.py ExponentialBackoff), so one call's retries take less than half the handlers'
 # two-minute timeout: a handler that runs out of time fails the resource as an error does (the framework's
 # invokeUserFunction throws on the function's error). is_complete's next poll, 30 seconds on, is the retry after that.
-CLIENT_CONFIG = client_config(6)
+CLIENT_CONFIG = client_config(7)
 
 
 def physical_id(fleet_id: str) -> str:

@@ -363,7 +363,7 @@ def test_without_a_client_the_handlers_make_an_ec2_one(monkeypatch, handler_func
 
     handler_function(event("Delete", FLEET), None)
 
-    assert services == [("ec2", {"mode": "standard", "max_attempts": 6})]
+    assert services == [("ec2", {"mode": "standard", "total_max_attempts": 7})]
 
 
 def test_an_instance_ec2_does_not_know_yet_is_not_an_error(stubbed):

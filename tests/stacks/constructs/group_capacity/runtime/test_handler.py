@@ -377,7 +377,7 @@ def test_a_denied_call_while_waiting_fails_the_deploy_with_its_message():
 
 
 @pytest.mark.parametrize("handler_function", [handler.on_event, handler.is_complete])
-def test_without_a_client_the_handlers_make_one_that_retries_four_times_in_standard_mode(monkeypatch, handler_function):
+def test_without_a_client_the_handlers_make_one_that_tries_five_times_in_standard_mode(monkeypatch, handler_function):
     """In Lambda the handlers get no client: they create boto3's Auto Scaling client."""
     made = []
     aws = swap()
@@ -385,6 +385,6 @@ def test_without_a_client_the_handlers_make_one_that_retries_four_times_in_stand
     monkeypatch.setattr(handler.boto3, "client", lambda service, config: made.append((service, config)) or aws.client)
     handler_function({**swap_event(), "WaitUntil": "2026-11-26T12:46:00+00:00", "OlderGroup": OLD_GROUP}, None)
     assert [(service, config.retries) for service, config in made] == [
-        ("autoscaling", {"mode": "standard", "max_attempts": 4})
+        ("autoscaling", {"mode": "standard", "total_max_attempts": 5})
     ]
     assert [(config.connect_timeout, config.read_timeout) for _, config in made] == [(5, 20)]
