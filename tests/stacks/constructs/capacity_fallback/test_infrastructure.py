@@ -255,7 +255,7 @@ def test_cdk_nag_passes_with_reasoned_acknowledgements(tmp_path, backend):
 
 def test_the_asset_carries_the_decision_and_the_vocabulary_as_files(tmp_path):
     # The bytecode Python writes next to the sources when they are imported (the handler tests do): left out.
-    for source in ("handler.py", "state_cleanup.py", "gpufleet/fallback.py"):
+    for source in ("handler.py", "state_cleanup.py", "gpufleet/fallback.py", "gpufleet/aws_faults.py"):
         py_compile.compile(str(RUNTIME_DIR / source), doraise=True)
     app = cdk.App(outdir=str(tmp_path), context=CDK_CONTEXT)
     stack = cdk.Stack(app, "Probe", env=cdk.Environment(account=ACCOUNT, region=REGION))
@@ -271,14 +271,16 @@ def test_the_asset_carries_the_decision_and_the_vocabulary_as_files(tmp_path):
         "__init__.py",
         "gpufleet",
         "gpufleet/__init__.py",
+        "gpufleet/aws_faults.py",
         "gpufleet/constants.py",
         "gpufleet/fallback.py",
         "handler.py",
         "state_cleanup.py",
     ]
-    assert copied_from_gpufleet(asset) == {"constants.py": True, "fallback.py": True}
+    assert copied_from_gpufleet(asset) == {"aws_faults.py": True, "constants.py": True, "fallback.py": True}
     assert imported_in_lambda(asset, ["handler", "state_cleanup"]) == [
         "gpufleet/__init__.py",
+        "gpufleet/aws_faults.py",
         "gpufleet/constants.py",
         "gpufleet/fallback.py",
         "handler.py",
@@ -461,7 +463,8 @@ def check_the_state_cleanup_function_runs_python_3_14_for_a_minute_with_a_role_t
         "Runtime": "python3.14",
         "Timeout": 60,
     }
-    # One asset for both functions: runtime/ (handler.py, state_cleanup.py, gpufleet/fallback.py and constants.py).
+    # One asset for both functions: runtime/ (handler.py, state_cleanup.py, gpufleet/fallback.py, constants.py and
+    # aws_faults.py).
     assert function["Code"] == resources[FUNCTION_ID]["Properties"]["Code"]
     assert resources[CLEANUP_ROLE_ID]["Properties"] == {
         "AssumeRolePolicyDocument": LAMBDA_TRUST,
