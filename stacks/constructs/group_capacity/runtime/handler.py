@@ -50,7 +50,7 @@ from gpufleet.constants import ENVIRONMENT_TAG_KEY, ROLLOUT_REPLACE_ALL
 LOGGER = logging.getLogger()
 LOGGER.setLevel(logging.INFO)
 
-# Five attempts: a throttled call waits at most 1 + 2 + 4 + 8 seconds between them (botocore's standard
+# Five attempts: a throttled call waits at most 1 + 2 + 4 + 8 = 15 seconds between them (botocore's standard
 # mode backs off rand(0, 1) * 2 ** (try - 1) seconds on throttling, botocore/retries/standard.py ExponentialBackoff),
 # well inside the handlers' one-minute timeout; is_complete's next poll, 30 seconds on, is the retry after that.
 CLIENT_CONFIG = client_config(5)
