@@ -2,8 +2,9 @@
 output names), defined once.
 
 This module imports nothing, not even the standard library, so every layer can import it: the configuration models,
-the validators, the stacks, the operator commands and the Lambda assets (stacks/constructs/capacity_fallback/ carries
-a link to this file). The import contracts in pyproject.toml ([tool.importlinter]) keep it a leaf.
+the validators, the stacks, the operator commands and the Lambda assets (stacks/constructs/capacity_fallback/ and
+group_capacity/ carry a link to this file in runtime/gpufleet/). The import contracts in pyproject.toml
+([tool.importlinter]) keep it a leaf.
 """
 
 # fleet.backend: what keeps the nodes running, an EC2 Spot Fleet request or an EC2 Auto Scaling group.

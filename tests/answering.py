@@ -19,9 +19,9 @@ from botocore.validate import validate_parameters
 Answer = Callable[[dict[str, Any]], dict[str, Any]]
 
 
-def client_error(code: str, message: str) -> dict[str, Any]:
-    """What an answer returns for the call to fail with a ClientError of this code."""
-    return {"Error": {"Code": code, "Message": message}}
+def client_error(code: str, message: str, status: int = 400) -> dict[str, Any]:
+    """What an answer returns for the call to fail with a ClientError of this code and HTTP status."""
+    return {"Error": {"Code": code, "Message": message}, "ResponseMetadata": {"HTTPStatusCode": status}}
 
 
 def answering_client(service: str, answers: dict[str, Answer], **client_arguments: Any) -> tuple[Any, list]:
@@ -41,7 +41,7 @@ def answering_client(service: str, answers: dict[str, Answer], **client_argument
             raise AssertionError(f"unexpected {service} call {operation}({params})")
         response = answers[operation](params)
         if "Error" in response:
-            return AWSResponse(None, 400, {}, None), {**response, "ResponseMetadata": {"HTTPStatusCode": 400}}
+            return AWSResponse(None, response["ResponseMetadata"]["HTTPStatusCode"], {}, None), response
         if model.output_shape is not None:  # an operation without output (SetDesiredCapacity) answers {}
             validate_parameters(response, model.output_shape)
         return AWSResponse(None, 200, {}, None), {**response, "ResponseMetadata": {"HTTPStatusCode": 200}}

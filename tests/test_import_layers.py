@@ -17,7 +17,9 @@ LAYERS = "gpufleet's layers: no module imports from a layer above it"
 STACKS = "stacks use configuration, never loading, validation or the operator layer"
 NO_STACKS = "gpufleet never imports the stacks"
 FALLBACK_RUNTIME = "stacks/constructs/capacity_fallback/runtime"
-LAMBDA = "Lambda runtime code imports only the gpufleet modules its asset carries (constants, fallback)"
+TEARDOWN_RUNTIME = "stacks/constructs/fleet_teardown/runtime"
+GROUP_CAPACITY_RUNTIME = "stacks/constructs/group_capacity/runtime"
+LAMBDA = "Lambda runtime code imports only the gpufleet modules the assets carry (constants, fallback, aws_faults)"
 
 
 def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
@@ -48,6 +50,7 @@ def test_the_tree_keeps_every_contract():
     [
         # Indirect imports count: the Lambda code imports the vocabulary, the stacks import the models.
         ("gpufleet/constants.py", "from gpufleet import errors", [LAYERS, LAMBDA]),
+        ("gpufleet/aws_faults.py", "from gpufleet.aws import Aws", [LAYERS, LAMBDA]),
         ("gpufleet/environment.py", "from gpufleet.loading import load_environment", [LAYERS, STACKS]),
         ("gpufleet/validators/node.py", "from gpufleet.loading import load_environment", [LAYERS]),
         ("gpufleet/ami/pipeline.py", "from gpufleet.user_data import render_user_data", [LAYERS]),
@@ -59,7 +62,13 @@ def test_the_tree_keeps_every_contract():
         (f"{FALLBACK_RUNTIME}/handler.py", "from gpufleet.catalog import load_catalog", [LAMBDA]),
         (f"{FALLBACK_RUNTIME}/state_cleanup.py", "from gpufleet.errors import GpufleetError", [LAMBDA]),
         (f"{FALLBACK_RUNTIME}/handler.py", "from stacks.constructs import lambda_functions", [LAMBDA]),
-        ("stacks/constructs/fleet_teardown/runtime/handler.py", "from gpufleet.aws import Aws", [LAMBDA]),
+        (f"{TEARDOWN_RUNTIME}/handler.py", "from gpufleet.aws import Aws", [LAMBDA]),
+        (f"{GROUP_CAPACITY_RUNTIME}/handler.py", "from gpufleet.environment import Environment", [LAMBDA]),
+        (
+            f"{GROUP_CAPACITY_RUNTIME}/handler.py",
+            "from stacks.constructs.group_capacity import infrastructure",
+            [LAMBDA],
+        ),
     ],
 )
 def test_a_planted_import_breaks_its_contract(tmp_path, module, planted, broken):

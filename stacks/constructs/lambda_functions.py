@@ -1,6 +1,7 @@
-"""What every gpufleet Lambda function is made of, written once: a log group removed with the stack, a role that may
-write to it and nothing else until the construct grants more, Python functions on one runtime, and the
-custom_resources.Provider that runs a custom resource's handlers with cdk-nag's findings on its framework acknowledged.
+"""What every gpufleet Lambda function is made of, written once: its code (a construct's runtime/ folder as an
+asset), a log group removed with the stack, a role that may write to it and nothing else until the construct grants
+more, Python functions on one runtime, and the custom_resources.Provider that runs a custom resource's handlers with
+cdk-nag's findings on its framework acknowledged.
 
 The construct ids stay those of the construct that asks (the scope): the logical ids of running resources depend on
 them, and a changed logical id replaces the resource.
@@ -9,6 +10,7 @@ them, and a changed logical id replaces the resource.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import aws_cdk as cdk
 from aws_cdk import aws_iam as iam
@@ -27,6 +29,23 @@ PYTHON_RUNTIME = lambda_.Runtime.PYTHON_3_14
 # 2.275 ProviderProps.total_timeout): 50 minutes of polling leaves room for on_event before and the framework's FAILED
 # answer after, so CloudFormation hears "Operation timed out" instead of timing out itself.
 LONGEST_POLLING = cdk.Duration.minutes(50)
+
+
+def runtime_code(directory: Path) -> lambda_.Code:
+    """A construct's runtime/ folder as its functions' asset: every file but Python's bytecode, which importing the
+    handlers (the tests do) writes next to them.
+
+    The part of gpufleet a runtime imports lies in runtime/gpufleet/ as links to gpufleet's own files, so each
+    concept keeps one source; the asset holds copies of them. ALWAYS, not the default: the API reference gives NEVER
+    as the default, which would stage a dangling link; aws-cdk-lib 2.275.0 core/lib/fs/copy.js actually falls back to
+    EXTERNAL (`options.follow ?? EXTERNAL`).
+
+    The package markers stay in: runtime/__init__.py makes the handlers importable by the tests (Lambda loads
+    handler.py as a top-level module and never imports the one at the asset's root), and runtime/gpufleet/__init__.py
+    makes the asset's gpufleet a regular package, so that gpufleet's modules are found in the asset's folder only."""
+    return lambda_.Code.from_asset(
+        str(directory), exclude=["__pycache__", "*.pyc"], follow_symlinks=cdk.SymlinkFollowMode.ALWAYS
+    )
 
 
 def log_group(scope: Construct, construct_id: str, retention: logs.RetentionDays) -> logs.LogGroup:

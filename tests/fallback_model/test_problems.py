@@ -133,7 +133,7 @@ def test_problem_6_scaling_activity_is_read_from_the_last_run_on_with_cancelled_
 
 
 def test_problem_6_calls_retry_in_standard_mode_with_timeouts():
-    assert handler.CLIENT_CONFIG.retries == {"mode": "standard", "max_attempts": 5}
+    assert handler.CLIENT_CONFIG.retries == {"mode": "standard", "total_max_attempts": 6}
     assert (handler.CLIENT_CONFIG.connect_timeout, handler.CLIENT_CONFIG.read_timeout) == (5, 20)
 
 

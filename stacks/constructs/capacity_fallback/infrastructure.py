@@ -52,7 +52,7 @@ from gpufleet.constants import (
 from gpufleet.environment import Fallback
 from gpufleet.fallback import parameter_name
 from gpufleet.user_data import SETTINGS_FILE
-from stacks.constructs.lambda_functions import lambda_base, provider
+from stacks.constructs.lambda_functions import lambda_base, provider, runtime_code
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 # A run is a handful of describe calls and at most three changes, each call retried by botocore (the handler's
@@ -95,12 +95,7 @@ class CapacityFallback(Construct):
             raise ValueError(f"backend {backend!r}: {BACKEND_SPOT_FLEET} or {BACKEND_AUTO_SCALING}")
         stack = cdk.Stack.of(self)
         parameter = parameter_name(environment_name)
-        # The asset carries gpufleet/fallback.py and gpufleet/constants.py through links (runtime/gpufleet/).
-        # ALWAYS, not the default: the API reference gives NEVER as the default, which would stage a dangling link;
-        # aws-cdk-lib 2.275.0 core/lib/fs/copy.js actually falls back to EXTERNAL (`options.follow ?? EXTERNAL`).
-        code = lambda_.Code.from_asset(
-            str(RUNTIME_DIR), exclude=["__pycache__", "*.pyc"], follow_symlinks=cdk.SymlinkFollowMode.ALWAYS
-        )
+        code = runtime_code(RUNTIME_DIR)
         base = lambda_base(
             self,
             log_group_id="Logs",

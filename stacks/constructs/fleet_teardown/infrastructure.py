@@ -17,11 +17,10 @@ from pathlib import Path
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from stacks.constructs.lambda_functions import LONGEST_POLLING, lambda_base, provider
+from stacks.constructs.lambda_functions import LONGEST_POLLING, lambda_base, provider, runtime_code
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 # Each handler call is a few EC2 calls; the waiting is the Provider's.
@@ -52,9 +51,7 @@ class FleetTeardown(Construct):
             log_group_id="HandlerLogs",
             role_id="HandlerRole",
             role_description="gpufleet fleet teardown: cancel the fleet and terminate its nodes",
-            # runtime/__init__.py makes the handler importable by the tests; Lambda loads handler.py as a top-level
-            # module, so the asset leaves it out and stays the same as when the handler lived in stacks/ alone.
-            code=lambda_.Code.from_asset(str(RUNTIME_DIR), exclude=["__pycache__", "*.pyc", "__init__.py"]),
+            code=runtime_code(RUNTIME_DIR),
             log_retention=log_retention,
         )
         role = base.role

@@ -40,12 +40,11 @@ from pathlib import Path
 import aws_cdk as cdk
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from gpufleet.constants import ENVIRONMENT_TAG_KEY, GROUP_CAPACITY_RESOURCE_TYPE
-from stacks.constructs.lambda_functions import LONGEST_POLLING, lambda_base, provider
+from stacks.constructs.lambda_functions import LONGEST_POLLING, lambda_base, provider, runtime_code
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 # Each handler call is one or two Auto Scaling calls; the waiting is the Provider's.
@@ -77,9 +76,7 @@ class GroupCapacity(Construct):
             log_group_id="HandlerLogs",
             role_id="HandlerRole",
             role_description=f"gpufleet {environment_name}: set the node group's desired capacity",
-            # runtime/__init__.py makes the handler importable by the tests; Lambda loads handler.py as a top-level
-            # module, so the asset leaves it out.
-            code=lambda_.Code.from_asset(str(RUNTIME_DIR), exclude=["__pycache__", "*.pyc", "__init__.py"]),
+            code=runtime_code(RUNTIME_DIR),
             log_retention=log_retention,
         )
         role = base.role
@@ -115,7 +112,6 @@ class GroupCapacity(Construct):
         ):
             cdk.Validations.of(role).acknowledge(cdk.Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason))
         environment = {
-            "ENVIRONMENT_TAG_KEY": ENVIRONMENT_TAG_KEY,
             "ENVIRONMENT_NAME": environment_name,
             "WAIT_SECONDS": str(int(WAIT.to_seconds())),
         }

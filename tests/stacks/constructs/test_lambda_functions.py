@@ -8,8 +8,9 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk.assertions import Template
 
-from stacks.constructs.lambda_functions import LambdaBase, lambda_base, log_group, provider
-from tests.stacks.constructs.conftest import bare_stack
+from stacks.constructs.lambda_functions import LambdaBase, lambda_base, log_group, provider, runtime_code
+from tests.conftest import CDK_CONTEXT
+from tests.stacks.constructs.conftest import ACCOUNT, REGION, asset_files, bare_stack
 
 INLINE = lambda_.Code.from_inline("def on_event(event, context): pass")
 
@@ -121,3 +122,33 @@ def test_a_provider_logs_to_a_log_group_of_its_own_and_acknowledges_its_framewor
     ]
     assert acknowledged, "provider_findings acknowledges the framework function's findings"
     assert made.node.try_find_child("framework-isComplete") is None
+
+
+def test_a_runtime_folder_becomes_its_files_with_links_copied_and_no_bytecode(tmp_path):
+    runtime = tmp_path / "runtime"
+    (runtime / "gpufleet" / "__pycache__").mkdir(parents=True)
+    (runtime / "__pycache__").mkdir()
+    (tmp_path / "shared.py").write_text("SHARED = 1\n")
+    (runtime / "__init__.py").write_text('"""the runtime"""\n')
+    (runtime / "handler.py").write_text("from gpufleet.shared import SHARED\n")
+    (runtime / "gpufleet" / "__init__.py").write_text('"""its gpufleet"""\n')
+    (runtime / "gpufleet" / "shared.py").symlink_to(tmp_path / "shared.py")
+    for folder in (runtime, runtime / "gpufleet"):
+        (folder / "__pycache__" / "handler.cpython-311.pyc").write_bytes(b"bytecode")
+    (runtime / "stray.pyc").write_bytes(b"bytecode")
+    app = cdk.App(outdir=str(tmp_path / "out"), context=CDK_CONTEXT)
+    stack = cdk.Stack(app, "Probe", env=cdk.Environment(account=ACCOUNT, region=REGION))
+    base = lambda_base(
+        stack,
+        log_group_id="Logs",
+        role_id="Role",
+        role_description="the probe",
+        code=runtime_code(runtime),
+        log_retention=logs.RetentionDays.ONE_WEEK,
+    )
+    base.function("Function", handler="handler.on_event", timeout=cdk.Duration.minutes(1), description="probe")
+    app.synth()
+    (asset,) = (tmp_path / "out").glob("asset.*")
+    assert asset_files(asset) == ["__init__.py", "gpufleet", "gpufleet/__init__.py", "gpufleet/shared.py", "handler.py"]
+    assert not (asset / "gpufleet" / "shared.py").is_symlink()
+    assert (asset / "gpufleet" / "shared.py").read_text() == "SHARED = 1\n"

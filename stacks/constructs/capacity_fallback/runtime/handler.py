@@ -35,13 +35,14 @@ tests/fallback_model/ answers these same calls through botocore.
   instance ID that is not valid, an error is returned", DescribeInstances), so a node launched a moment ago cannot
   fail the run with InvalidInstanceID.NotFound; a node the fleet or group lists and EC2 does not describe yet counts
   as pending.
-- Calls retry in botocore's standard mode (CLIENT_CONFIG); the function's timeout (infrastructure.py) is shorter than
-  the schedule's period, and a failed run is not retried by Lambda, so two runs never overlap.
+- Calls retry in botocore's standard mode (CLIENT_CONFIG, from gpufleet.aws_faults); the function's timeout
+  (infrastructure.py) is shorter than the schedule's period, and a failed run is not retried by Lambda, so two runs
+  never overlap.
 - State: the parameter belongs to this function (PutParameter, not the stack), so no deploy can write it back; it
   names the fleet or group it is about, so a replaced fleet starts afresh (FallbackState.for_node_group).
 
 Runs in AWS Lambda with the standard library and boto3 (both in the Lambda Python runtime) and gpufleet/fallback.py,
-which the asset carries as gpufleet.fallback.
+gpufleet/constants.py and gpufleet/aws_faults.py, which the asset carries (runtime/gpufleet/).
 """
 
 from __future__ import annotations
@@ -53,9 +54,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import boto3
-from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from gpufleet.aws_faults import client_config
 from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET
 from gpufleet.fallback import (
     CHECKPOINT_DONE,
@@ -75,9 +76,10 @@ from gpufleet.fallback import (
     decide,
 )
 
-# Standard mode retries throttling and transient errors with backoff, up to max_attempts in all (botocore's
-# retries guide); the timeouts keep a stalled connection from eating the function's whole time.
-CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=20)
+# Six attempts: a throttled call waits at most 1 + 2 + 4 + 8 + 16 = 31 seconds between them (botocore's
+# standard mode backs off rand(0, 1) * 2 ** (try - 1) seconds on throttling, botocore/retries/standard.py
+# ExponentialBackoff), a quarter of the function's two-minute timeout; a run that fails is retried by the next one.
+CLIENT_CONFIG = client_config(6)
 # How far back the first run (no state yet) reads the history.
 FIRST_LOOK_BACK = dt.timedelta(hours=1)
 # An activity that started before the previous run may end after it: activities are asked for from this much earlier

@@ -11,8 +11,9 @@ the state. The construct orders the Delete after the schedule, the function and 
 (../infrastructure.py), so no run writes the parameter again.
 
 CDK's custom_resources.Provider (../infrastructure.py) runs on_event and answers CloudFormation:
-the returned PhysicalResourceId, or FAILED with the error of a delete that raised. Standard library and boto3 only
-(the Lambda Python runtime).
+the returned PhysicalResourceId, or FAILED with the error of a delete that raised, so the delete retries in botocore's
+standard mode first (CLIENT_CONFIG, gpufleet.aws_faults). The standard library and boto3 (the Lambda Python runtime)
+and gpufleet/aws_faults.py, which the asset carries (runtime/gpufleet/).
 """
 
 from __future__ import annotations
@@ -23,12 +24,18 @@ from typing import Any
 import boto3
 from botocore.exceptions import ClientError
 
+from gpufleet.aws_faults import client_config
+
+# Five attempts: a throttled delete waits at most 1 + 2 + 4 + 8 = 15 seconds between them (botocore's
+# standard mode, botocore/retries/standard.py ExponentialBackoff), a quarter of the function's one-minute timeout.
+CLIENT_CONFIG = client_config(5)
+
 
 def on_event(event: dict[str, Any], context: Any, ssm: Any = None) -> dict[str, str]:
     parameter = event["ResourceProperties"]["ParameterName"]
     reason = f"{event['RequestType']}: nothing to do"
     if event["RequestType"] == "Delete":
-        reason = delete_state(ssm or boto3.client("ssm"), parameter)
+        reason = delete_state(ssm or boto3.client("ssm", config=CLIENT_CONFIG), parameter)
     print(json.dumps({"request": event["RequestType"], "parameter": parameter, "reason": reason}))
     return {"PhysicalResourceId": parameter}
 

@@ -17,10 +17,12 @@ resource at once: the framework's safeHandler answers FAILED for any error but i
 2.275.0 custom-resources/lib/provider-framework/runtime/framework.js, cfn-response.js (safeHandler) and
 waiter-state-machine.js (in the installed package's jsii assembly, aws_cdk/_jsii/aws-cdk-lib@2.275.0.jsii.tgz).
 So a stack's deletion must not fail on a passing fault: the calls retry in botocore's standard mode (CLIENT_CONFIG),
-and a throttled or failing EC2 that is still so after those retries makes is_complete answer "not yet", so the
-next poll asks again; any other error (a denied call, say) still fails the resource at once, with its message.
+and a fault that passes (gpufleet.aws_faults: throttling, a timeout, a server error, an unreachable endpoint) still
+standing after those retries makes is_complete answer "not yet", so the next poll asks again; any other error (a
+denied call, say) still fails the resource at once, with its message.
 
-Runs in AWS Lambda with only the standard library and boto3 (both present in the Lambda Python runtime).
+Runs in AWS Lambda with the standard library and boto3 (both present in the Lambda Python runtime) and
+gpufleet/aws_faults.py, which the asset carries (runtime/gpufleet/).
 """
 
 from __future__ import annotations
@@ -29,9 +31,9 @@ import logging
 from typing import Any
 
 import boto3
-import botocore.exceptions
-from botocore.config import Config
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
+
+from gpufleet.aws_faults import client_config, passing
 
 LOGGER = logging.getLogger()
 LOGGER.setLevel(logging.INFO)
@@ -41,22 +43,12 @@ GONE_FLEET_ERRORS = {"InvalidSpotFleetRequestId.NotFound", "InvalidSpotFleetRequ
 GONE_FLEET_CANCEL_CODES = {"fleetRequestIdDoesNotExist", "fleetRequestIdMalformed", "fleetRequestNotInCancellableState"}
 # An instance in these states is on its way out: terminating it again changes nothing.
 ENDING_STATES = {"shutting-down", "terminated"}
-# botocore's standard retry mode (exponential backoff with jitter; throttling, transient and 5xx errors): source
-# botocore/retries/standard.py. 10 attempts ride out minutes of EC2 throttling inside one call of a few seconds' budget.
-CLIENT_CONFIG = Config(retries={"mode": "standard", "max_attempts": 10}, connect_timeout=5, read_timeout=20)
-# What botocore's standard mode itself retries as throttling or transient (botocore/retries/standard.py,
-# ThrottledRetryableChecker._THROTTLED_ERROR_CODES and TransientRetryableChecker); is_complete asks again at the next
-# poll when one still stands after those retries.
-PASSING_ERROR_CODES = {
-    "Throttling",
-    "ThrottlingException",
-    "RequestLimitExceeded",
-    "RequestThrottled",
-    "EC2ThrottledException",
-    "RequestTimeout",
-    "RequestTimeoutException",
-    "PriorRequestNotComplete",
-}
+# Seven attempts: a throttled call waits at most 1 + 2 + 4 + 8 + 16 + 20 = 51 seconds between them
+# (botocore's standard mode backs off rand(0, 1) * min(2 ** (try - 1), 20) seconds on throttling,
+# botocore/retries/standard.py ExponentialBackoff), so one call's retries take less than half the handlers'
+# two-minute timeout: a handler that runs out of time fails the resource as an error does (the framework's
+# invokeUserFunction throws on the function's error). is_complete's next poll, 30 seconds on, is the retry after that.
+CLIENT_CONFIG = client_config(7)
 
 
 def physical_id(fleet_id: str) -> str:
@@ -148,16 +140,8 @@ def is_complete(event: dict, context: Any, ec2: Any = None) -> dict:
             return {"IsComplete": True}
         LOGGER.info("instances of %s not terminated yet: %s", fleet_id, sorted(alive.items()))
         terminate_survivors(ec2, fleet_id, alive)
-    except botocore.exceptions.ConnectionError as error:
-        LOGGER.warning("EC2 cannot be reached (%s); asking again at the next poll", error)
-    except ClientError as error:
+    except (BotoCoreError, ClientError) as error:
         if not passing(error):
             raise
-        LOGGER.warning("EC2 answered %s; asking again at the next poll", error.response["Error"]["Code"])
+        LOGGER.warning("%s; asking again at the next poll", error)
     return {"IsComplete": False}
-
-
-def passing(error: ClientError) -> bool:
-    """A fault that passes: throttling, a timeout, a server error (HTTP 5xx)."""
-    status = error.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-    return error.response["Error"]["Code"] in PASSING_ERROR_CODES or status >= 500

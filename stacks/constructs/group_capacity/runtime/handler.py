@@ -12,7 +12,9 @@ whether CloudFormation waits for the nodes:
   rollback returns to the older group itself, so neither waits.
 is_complete then answers done once the group has `target` nodes InService, and past the wait's deadline raises an
 error saying what is missing, so the deploy fails and CloudFormation rolls back: it deletes the new group and its
-nodes, and the old group keeps its own.
+nodes, and the old group keeps its own. A fault that passes (gpufleet.aws_faults: throttling, a timeout, a server
+error, an unreachable endpoint) still standing after botocore's retries makes is_complete answer "not yet", so the
+next poll asks again; any other error (a denied call) fails the resource at once, with its message.
 
 Protocol (aws-cdk-lib custom_resources.Provider, 2.275): on_event returns {"PhysicalResourceId": ...}; any other
 field it returns "will be passed through to isComplete" (here WaitUntil and OlderGroup); is_complete returns
@@ -25,10 +27,11 @@ ResourceProperties=OLD and OldResourceProperties=NEW" (aws-cdk docs/CLOUDFORMATI
 "Boolean properties are stringified" (the same document); that numbers arrive as strings too is (unconfirmed), so
 Target is read with int() and compared as text.
 
-Lambda environment: ENVIRONMENT_TAG_KEY and ENVIRONMENT_NAME (the tag every group of the environment carries),
+Lambda environment: ENVIRONMENT_NAME (the value of the environment tag every group of the environment carries),
 WAIT_SECONDS (how long a replace-all deploy waits for the new group's nodes).
 
-Runs in AWS Lambda with only the standard library and boto3 (both present in the Lambda Python runtime).
+Runs in AWS Lambda with the standard library and boto3 (both present in the Lambda Python runtime) and
+gpufleet/constants.py and gpufleet/aws_faults.py, which the asset carries (runtime/gpufleet/).
 """
 
 from __future__ import annotations
@@ -39,12 +42,18 @@ import os
 from typing import Any
 
 import boto3
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
+
+from gpufleet.aws_faults import client_config, passing
+from gpufleet.constants import ENVIRONMENT_TAG_KEY, ROLLOUT_REPLACE_ALL
 
 LOGGER = logging.getLogger()
 LOGGER.setLevel(logging.INFO)
 
-REPLACE_ALL = "replace-all"  # fleet.rollout (gpufleet.constants.ROLLOUT_REPLACE_ALL)
+# Five attempts: a throttled call waits at most 1 + 2 + 4 + 8 = 15 seconds between them (botocore's standard
+# mode backs off rand(0, 1) * 2 ** (try - 1) seconds on throttling, botocore/retries/standard.py ExponentialBackoff),
+# well inside the handlers' one-minute timeout; is_complete's next poll, 30 seconds on, is the retry after that.
+CLIENT_CONFIG = client_config(5)
 IN_SERVICE = "InService"  # Instance.LifecycleState (botocore's autoscaling model)
 # "If an attempt to launch instances failed, the StatusCode value is Failed or Cancelled and the StatusMessage element
 # in the response indicates the cause of the failure" (DescribeScalingActivities, botocore's autoscaling model).
@@ -72,7 +81,7 @@ def in_service(group: dict) -> int:
 
 def older_group_with_nodes(autoscaling: Any, group: dict) -> dict | None:
     """The environment's newest group created before GROUP that has nodes InService; None when there is none."""
-    tag = {"Name": f"tag:{os.environ['ENVIRONMENT_TAG_KEY']}", "Values": [os.environ["ENVIRONMENT_NAME"]]}
+    tag = {"Name": f"tag:{ENVIRONMENT_TAG_KEY}", "Values": [os.environ["ENVIRONMENT_NAME"]]}
     older = [
         other
         for page in autoscaling.get_paginator("describe_auto_scaling_groups").paginate(Filters=[tag])
@@ -99,12 +108,12 @@ def on_event(event: dict, context: Any, autoscaling: Any = None, now: dt.datetim
         return result
     properties = event["ResourceProperties"]
     name, target = properties["AutoScalingGroupName"], int(properties["Target"])
-    autoscaling = autoscaling or boto3.client("autoscaling")
+    autoscaling = autoscaling or boto3.client("autoscaling", config=CLIENT_CONFIG)
     group = describe_group(autoscaling, name)
     if group["DesiredCapacity"] != target:
         LOGGER.info("%s: desired capacity %d -> %d", name, group["DesiredCapacity"], target)
         autoscaling.set_desired_capacity(AutoScalingGroupName=name, DesiredCapacity=target)
-    if properties.get("Rollout") != REPLACE_ALL:
+    if properties.get("Rollout") != ROLLOUT_REPLACE_ALL:
         return result
     older = older_group_with_nodes(autoscaling, group)
     if older is not None:
@@ -138,8 +147,14 @@ def is_complete(event: dict, context: Any, autoscaling: Any = None, now: dt.date
         return {"IsComplete": True}
     properties = event["ResourceProperties"]
     name, target = properties["AutoScalingGroupName"], int(properties["Target"])
-    autoscaling = autoscaling or boto3.client("autoscaling")
-    count = in_service(describe_group(autoscaling, name))
+    autoscaling = autoscaling or boto3.client("autoscaling", config=CLIENT_CONFIG)
+    try:
+        count = in_service(describe_group(autoscaling, name))
+    except (BotoCoreError, ClientError) as error:
+        if not passing(error):
+            raise
+        LOGGER.warning("%s; asking again at the next poll", error)
+        return {"IsComplete": False}
     if count >= target:
         LOGGER.info("%s has %d of %d nodes InService", name, count, target)
         return {"IsComplete": True}

@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import json
 import py_compile
-import subprocess
-import sys
-from pathlib import Path
 
 import aws_cdk as cdk
 import pytest
@@ -21,7 +18,7 @@ from stacks.environment_stacks import add_compliance_checks
 from tests.conftest import CDK_CONTEXT
 from tests.fallback_model.model import Availability
 from tests.fallback_model.simulation import Simulation
-from tests.stacks.constructs.conftest import ACCOUNT, REGION, asset_files
+from tests.stacks.constructs.conftest import ACCOUNT, REGION, asset_files, copied_from_gpufleet, imported_in_lambda
 from tests.stacks.test_iam_resources import StackContext, policy_statements, unmatched_pairs, unmatched_resources
 
 GROUP_NAME = "gpufleet-probe-nodes"
@@ -258,7 +255,7 @@ def test_cdk_nag_passes_with_reasoned_acknowledgements(tmp_path, backend):
 
 def test_the_asset_carries_the_decision_and_the_vocabulary_as_files(tmp_path):
     # The bytecode Python writes next to the sources when they are imported (the handler tests do): left out.
-    for source in ("handler.py", "state_cleanup.py", "gpufleet/fallback.py"):
+    for source in ("handler.py", "state_cleanup.py", "gpufleet/fallback.py", "gpufleet/aws_faults.py"):
         py_compile.compile(str(RUNTIME_DIR / source), doraise=True)
     app = cdk.App(outdir=str(tmp_path), context=CDK_CONTEXT)
     stack = cdk.Stack(app, "Probe", env=cdk.Environment(account=ACCOUNT, region=REGION))
@@ -269,30 +266,26 @@ def test_the_asset_carries_the_decision_and_the_vocabulary_as_files(tmp_path):
         for path in tmp_path.glob("asset.*")
         if (path / "handler.py").exists() and "capacity fallback" in (path / "handler.py").read_text()
     ]
-    for shared in ("fallback.py", "constants.py"):
-        copied = asset / "gpufleet" / shared
-        assert not copied.is_symlink()
-        assert copied.read_text() == Path("gpufleet", shared).read_text()
     assert (RUNTIME_DIR / "__pycache__").is_dir() and (RUNTIME_DIR / "gpufleet" / "__pycache__").is_dir()
     assert asset_files(asset) == [
         "__init__.py",
         "gpufleet",
         "gpufleet/__init__.py",
+        "gpufleet/aws_faults.py",
         "gpufleet/constants.py",
         "gpufleet/fallback.py",
         "handler.py",
         "state_cleanup.py",
     ]
-    # As Lambda loads it: the asset first on the path, from another directory; its gpufleet is the asset's.
-    probe = "import handler, gpufleet.fallback as decision; print(decision.__file__, handler.on_schedule.__name__)"
-    result = subprocess.run(
-        [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(asset)!r}); {probe}"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [str(asset / "gpufleet" / "fallback.py"), "on_schedule"]
+    assert copied_from_gpufleet(asset) == {"aws_faults.py": True, "constants.py": True, "fallback.py": True}
+    assert imported_in_lambda(asset, ["handler", "state_cleanup"]) == [
+        "gpufleet/__init__.py",
+        "gpufleet/aws_faults.py",
+        "gpufleet/constants.py",
+        "gpufleet/fallback.py",
+        "handler.py",
+        "state_cleanup.py",
+    ]
 
 
 def test_the_state_parameter_goes_with_the_stack_after_everything_that_writes_it(stack):
@@ -470,7 +463,8 @@ def check_the_state_cleanup_function_runs_python_3_14_for_a_minute_with_a_role_t
         "Runtime": "python3.14",
         "Timeout": 60,
     }
-    # One asset for both functions: runtime/ (handler.py, state_cleanup.py, gpufleet/fallback.py and constants.py).
+    # One asset for both functions: runtime/ (handler.py, state_cleanup.py, gpufleet/fallback.py, constants.py and
+    # aws_faults.py).
     assert function["Code"] == resources[FUNCTION_ID]["Properties"]["Code"]
     assert resources[CLEANUP_ROLE_ID]["Properties"] == {
         "AssumeRolePolicyDocument": LAMBDA_TRUST,

@@ -15,7 +15,7 @@ from aws_cdk.assertions import Template
 from stacks.constructs.fleet_teardown.infrastructure import RUNTIME_DIR, FleetTeardown
 from stacks.environment_stacks import add_compliance_checks
 from tests.conftest import CDK_CONTEXT
-from tests.stacks.constructs.conftest import ACCOUNT, asset_files
+from tests.stacks.constructs.conftest import ACCOUNT, asset_files, copied_from_gpufleet, imported_in_lambda
 
 
 def synthesize(stack):
@@ -99,7 +99,8 @@ def arn(suffix, *references):
 def outdir(tmp_path_factory) -> Path:
     """The cloud assembly's folder. The handler's bytecode is written first, as importing it does (the handler
     tests do), so that the asset shows what it leaves out."""
-    py_compile.compile(str(RUNTIME_DIR / "handler.py"), doraise=True)
+    for source in ("handler.py", "gpufleet/aws_faults.py"):
+        py_compile.compile(str(RUNTIME_DIR / source), doraise=True)
     outdir = tmp_path_factory.mktemp("fleet-teardown")
     app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
     add_compliance_checks(app)
@@ -161,15 +162,23 @@ def check_the_handlers_run_python_3_14_for_two_minutes_each_with_the_role_and_lo
             "Runtime": "python3.14",
             "Timeout": 120,
         }, logical_id
-    # Both handlers are one asset: stacks/constructs/fleet_teardown/runtime/handler.py.
+    # Both handlers are one asset: stacks/constructs/fleet_teardown/runtime/ (handler.py and gpufleet/aws_faults.py).
     assert resources[ON_EVENT_ID]["Properties"]["Code"] == resources[IS_COMPLETE_ID]["Properties"]["Code"]
 
 
 def check_the_handlers_asset_holds_the_handler_without_its_bytecode(outdir):
     (asset,) = [path for path in outdir.glob("asset.*") if (path / "handler.py").exists()]
-    assert (RUNTIME_DIR / "__pycache__").is_dir()
-    assert asset_files(asset) == ["handler.py"]
-    assert (asset / "handler.py").read_text() == Path("stacks/constructs/fleet_teardown/runtime/handler.py").read_text()
+    assert (RUNTIME_DIR / "__pycache__").is_dir() and (RUNTIME_DIR / "gpufleet" / "__pycache__").is_dir()
+    assert asset_files(asset) == [
+        "__init__.py",
+        "gpufleet",
+        "gpufleet/__init__.py",
+        "gpufleet/aws_faults.py",
+        "handler.py",
+    ]
+    assert (asset / "handler.py").read_text() == (RUNTIME_DIR / "handler.py").read_text()
+    assert copied_from_gpufleet(asset) == {"aws_faults.py": True}
+    assert imported_in_lambda(asset, ["handler"]) == ["gpufleet/__init__.py", "gpufleet/aws_faults.py", "handler.py"]
 
 
 def check_the_log_groups_keep_the_retention_asked_for_and_go_with_the_stack(resources):

@@ -17,7 +17,13 @@ from stacks.constructs.gpu_auto_scaling_group import GpuAutoScalingGroup
 from stacks.constructs.group_capacity.infrastructure import RUNTIME_DIR
 from stacks.environment_stacks import add_compliance_checks
 from tests.conftest import CDK_CONTEXT
-from tests.stacks.constructs.conftest import ACCOUNT, asset_files, environment
+from tests.stacks.constructs.conftest import (
+    ACCOUNT,
+    asset_files,
+    copied_from_gpufleet,
+    environment,
+    imported_in_lambda,
+)
 from tests.stacks.constructs.test_node_launch_template import add_launch_template
 
 REGION = "us-east-2"
@@ -49,7 +55,8 @@ GROUP_ARN = {
 def outdir(tmp_path_factory) -> Path:
     """The cloud assembly's folder. The handler's bytecode is written first, as importing it does (the handler
     tests do), so that the asset shows what it leaves out."""
-    py_compile.compile(str(RUNTIME_DIR / "handler.py"), doraise=True)
+    for source in ("handler.py", "gpufleet/aws_faults.py"):
+        py_compile.compile(str(RUNTIME_DIR / source), doraise=True)
     outdir = tmp_path_factory.mktemp("group-capacity")
     app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
     add_compliance_checks(app)
@@ -108,7 +115,6 @@ def check_the_handlers_know_the_environment_and_wait_45_minutes_at_most(resource
             "Description": description,
             "Environment": {
                 "Variables": {
-                    "ENVIRONMENT_TAG_KEY": "gpufleet:environment",
                     "ENVIRONMENT_NAME": "probe",
                     "WAIT_SECONDS": "2700",
                 }
@@ -204,9 +210,23 @@ def check_the_handlers_asset_holds_the_handler_without_its_bytecode(outdir):
         for path in outdir.glob("asset.*")
         if (path / "handler.py").exists() and "SetDesiredCapacity" in (path / "handler.py").read_text()
     ]
-    assert (RUNTIME_DIR / "__pycache__").is_dir()
-    assert asset_files(asset) == ["handler.py"]
+    assert (RUNTIME_DIR / "__pycache__").is_dir() and (RUNTIME_DIR / "gpufleet" / "__pycache__").is_dir()
+    assert asset_files(asset) == [
+        "__init__.py",
+        "gpufleet",
+        "gpufleet/__init__.py",
+        "gpufleet/aws_faults.py",
+        "gpufleet/constants.py",
+        "handler.py",
+    ]
     assert (asset / "handler.py").read_text() == (RUNTIME_DIR / "handler.py").read_text()
+    assert copied_from_gpufleet(asset) == {"aws_faults.py": True, "constants.py": True}
+    assert imported_in_lambda(asset, ["handler"]) == [
+        "gpufleet/__init__.py",
+        "gpufleet/aws_faults.py",
+        "gpufleet/constants.py",
+        "handler.py",
+    ]
 
 
 def test_the_cdk_nag_synthesis_passes_every_check(resources, outdir):

@@ -1,3 +1,3 @@
-"""The part of gpufleet the capacity fallback Lambda runs: fallback.py and constants.py are links to
-gpufleet/fallback.py and gpufleet/constants.py, copied into the Lambda asset (../../infrastructure.py follows the
-links), so the decision and the vocabulary have one source each."""
+"""The part of gpufleet the capacity fallback Lambda runs: fallback.py, constants.py and aws_faults.py are links to
+gpufleet's own files, copied into the Lambda asset (stacks/constructs/lambda_functions.py runtime_code follows the
+links), so the decision, the vocabulary and the rule for AWS calls have one source each."""

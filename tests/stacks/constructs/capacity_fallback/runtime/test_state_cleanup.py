@@ -82,3 +82,20 @@ def test_a_delete_that_fails_raises_so_the_provider_answers_failed():
         )
         with pytest.raises(ClientError, match="AccessDeniedException"):
             state_cleanup.on_event(request("Delete"), None, ssm=ssm)
+
+
+def test_without_a_client_the_delete_makes_one_that_tries_five_times_in_standard_mode(monkeypatch, capsys):
+    """In Lambda on_event gets no client: a throttled delete would fail the stack's deletion (the Provider answers
+    FAILED for any error), so it retries first."""
+    made = []
+
+    class Ssm:
+        def delete_parameter(self, Name):
+            assert Name == PARAMETER
+
+    monkeypatch.setattr(state_cleanup.boto3, "client", lambda service, config: made.append((service, config)) or Ssm())
+    assert state_cleanup.on_event(request("Delete"), None) == {"PhysicalResourceId": PARAMETER}
+    assert [(service, config.retries) for service, config in made] == [
+        ("ssm", {"mode": "standard", "total_max_attempts": 5})
+    ]
+    assert [(config.connect_timeout, config.read_timeout) for _, config in made] == [(5, 20)]

@@ -363,7 +363,7 @@ def test_without_a_client_the_handlers_make_an_ec2_one(monkeypatch, handler_func
 
     handler_function(event("Delete", FLEET), None)
 
-    assert services == [("ec2", {"mode": "standard", "max_attempts": 10})]
+    assert services == [("ec2", {"mode": "standard", "total_max_attempts": 7})]
 
 
 def test_an_instance_ec2_does_not_know_yet_is_not_an_error(stubbed):
@@ -394,7 +394,10 @@ def test_a_passing_fault_makes_is_complete_ask_again_instead_of_failing_the_dele
     with caplog.at_level("WARNING"):
         assert handler.is_complete(event("Delete", FLEET), None, ec2=client) == {"IsComplete": False}
 
-    assert caplog.messages == [f"EC2 answered {code}; asking again at the next poll"]
+    assert caplog.messages == [
+        f"An error occurred ({code}) when calling the DescribeSpotFleetInstances operation: slow down; asking again at "
+        "the next poll"
+    ]
 
 
 def test_an_unreachable_ec2_makes_is_complete_ask_again(monkeypatch, caplog):
@@ -406,8 +409,7 @@ def test_an_unreachable_ec2_makes_is_complete_ask_again(monkeypatch, caplog):
         assert handler.is_complete(event("Delete", FLEET), None, ec2=object()) == {"IsComplete": False}
 
     assert caplog.messages == [
-        'EC2 cannot be reached (Could not connect to the endpoint URL: "https://ec2.us-east-1.amazonaws.com"); asking '
-        "again at the next poll"
+        'Could not connect to the endpoint URL: "https://ec2.us-east-1.amazonaws.com"; asking again at the next poll'
     ]
 
 

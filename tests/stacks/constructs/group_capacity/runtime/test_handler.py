@@ -13,6 +13,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 import pytest
+from botocore.exceptions import ClientError, EndpointConnectionError
 
 from stacks.constructs.group_capacity.runtime import handler
 from tests.answering import answering_client, client_error
@@ -28,7 +29,6 @@ NOW = dt.datetime(2026, 11, 26, 12, 1, tzinfo=dt.UTC)
 @pytest.fixture(autouse=True)
 def lambda_environment(monkeypatch):
     """What the construct sets (tests/stacks/constructs/group_capacity/test_infrastructure.py checks it)."""
-    monkeypatch.setenv("ENVIRONMENT_TAG_KEY", "gpufleet:environment")
     monkeypatch.setenv("ENVIRONMENT_NAME", ENVIRONMENT)
     monkeypatch.setenv("WAIT_SECONDS", "2700")
 
@@ -81,6 +81,9 @@ class AutoScaling:
 
     def __init__(self, *groups: Group) -> None:
         self.groups = {group.name: group for group in groups}
+        # What DescribeAutoScalingGroups answers instead of the groups while set: an error (client_error) or an
+        # exception botocore raises when no answer comes.
+        self.fault: dict | Exception | None = None
         self.client, self.calls = answering_client(
             "autoscaling",
             {
@@ -94,6 +97,10 @@ class AutoScaling:
         )
 
     def describe_groups(self, params: dict) -> dict:
+        if isinstance(self.fault, Exception):
+            raise self.fault
+        if self.fault is not None:
+            return self.fault
         groups = list(self.groups.values())
         if "AutoScalingGroupNames" in params:
             groups = [g for g in groups if g.name in params["AutoScalingGroupNames"]]
@@ -313,3 +320,71 @@ def test_a_refused_desired_capacity_fails_the_resource_with_auto_scalings_messag
     aws = AutoScaling(Group(OLD_GROUP, CREATED_OLD, max_size=2))
     with pytest.raises(Exception, match="New SetDesiredCapacity value 4 is above max value 2"):
         handler.on_event(event("Create", OLD_GROUP, "4"), None, autoscaling=aws.client)
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "status"),
+    [
+        ("Throttling", "Rate exceeded", 400),
+        ("InternalFailure", "An internal error occurred", 500),
+        ("ServiceUnavailable", "Service is unavailable", 503),
+    ],
+)
+def test_a_passing_fault_while_waiting_asks_again_at_the_next_poll(caplog, code, message, status):
+    """The Provider answers FAILED for any error is_complete raises (aws-cdk-lib 2.275 cfn-response.js safeHandler):
+    a throttled or failing Auto Scaling still standing after botocore's retries would fail the deploy and roll the
+    swap back while the new group's nodes were coming."""
+    aws = swap()
+    waiting = run(swap_event(), aws)
+    aws.fault = client_error(code, message, status)
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert handler.is_complete(waiting, None, autoscaling=aws.client, now=NOW) == {"IsComplete": False}
+    assert caplog.messages == [
+        f"An error occurred ({code}) when calling the DescribeAutoScalingGroups operation: {message}; asking again "
+        "at the next poll"
+    ]
+    aws.fault = None
+    aws.groups[NEW_GROUP].in_service = 4
+    assert handler.is_complete(waiting, None, autoscaling=aws.client, now=NOW) == {"IsComplete": True}
+
+
+def test_an_unreachable_auto_scaling_while_waiting_asks_again_at_the_next_poll(caplog):
+    aws = swap()
+    waiting = run(swap_event(), aws)
+    aws.fault = EndpointConnectionError(endpoint_url="https://autoscaling.us-east-1.amazonaws.com")
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        assert handler.is_complete(waiting, None, autoscaling=aws.client, now=NOW) == {"IsComplete": False}
+    assert caplog.messages == [
+        'Could not connect to the endpoint URL: "https://autoscaling.us-east-1.amazonaws.com"; asking again at the '
+        "next poll"
+    ]
+
+
+def test_a_denied_call_while_waiting_fails_the_deploy_with_its_message():
+    """A fault that does not pass: failing at once names it, where asking again would end in the deadline's error
+    45 minutes later."""
+    aws = swap()
+    waiting = run(swap_event(), aws)
+    aws.fault = client_error("AccessDenied", "User is not authorized to perform: autoscaling:Describe*", 403)
+    with pytest.raises(ClientError) as raised:
+        handler.is_complete(waiting, None, autoscaling=aws.client, now=NOW)
+    assert str(raised.value) == (
+        "An error occurred (AccessDenied) when calling the DescribeAutoScalingGroups operation: User is not "
+        "authorized to perform: autoscaling:Describe*"
+    )
+
+
+@pytest.mark.parametrize("handler_function", [handler.on_event, handler.is_complete])
+def test_without_a_client_the_handlers_make_one_that_tries_five_times_in_standard_mode(monkeypatch, handler_function):
+    """In Lambda the handlers get no client: they create boto3's Auto Scaling client."""
+    made = []
+    aws = swap()
+    aws.groups[NEW_GROUP].in_service = 4
+    monkeypatch.setattr(handler.boto3, "client", lambda service, config: made.append((service, config)) or aws.client)
+    handler_function({**swap_event(), "WaitUntil": "2026-11-26T12:46:00+00:00", "OlderGroup": OLD_GROUP}, None)
+    assert [(service, config.retries) for service, config in made] == [
+        ("autoscaling", {"mode": "standard", "total_max_attempts": 5})
+    ]
+    assert [(config.connect_timeout, config.read_timeout) for _, config in made] == [(5, 20)]
