@@ -673,13 +673,13 @@ class AutoScalingGroup:
     def redeploy(self, target: int, on_demand: int) -> None:
         """A CloudFormation update sends the template's sizes and whole mixed instances policy (the resource's update
         handler calls UpdateAutoScalingGroup with the model it is given: unconfirmed that it sends unchanged
-        properties)."""
+        properties). The template has MinSize 0, MaxSize = target and no DesiredCapacity: the group capacity custom
+        resource sets that, and a redeploy leaves it alone (stacks/constructs/gpu_auto_scaling_group.py)."""
         self.UpdateAutoScalingGroup(
             {
                 "AutoScalingGroupName": self.name,
-                "MinSize": target,
+                "MinSize": 0,
                 "MaxSize": target,
-                "DesiredCapacity": target,
                 "MixedInstancesPolicy": {
                     "InstancesDistribution": {
                         "OnDemandAllocationStrategy": "lowest-price",
