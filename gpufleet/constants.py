@@ -123,3 +123,19 @@ AVAILABILITY_ZONE_OUTPUT_KEY = "AvailabilityZone"
 # https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-rate-expressions.html). A time bound shorter than this
 # cannot be honoured: the environment's parsing refuses one.
 FALLBACK_CHECK_INTERVAL_MINUTES = 5
+
+# The interface VPC endpoints of a new VPC, so that nodes without a NAT gateway reach the AWS APIs they call, by the
+# construct id the network stack gives each (its logical ids) and the service name AWS gives it
+# (com.amazonaws.REGION.NAME; aws-cdk-lib's InterfaceVpcEndpointAwsService constants name the same services). Each
+# takes an address in the node subnet (gpufleet.validators.network counts them).
+INTERFACE_ENDPOINT_SERVICES = {
+    "Ssm": "ssm",
+    "SsmMessages": "ssmmessages",
+    "Ec2Messages": "ec2messages",
+    "Ec2": "ec2",
+    "EcrApi": "ecr.api",
+    "EcrDocker": "ecr.dkr",
+    "CloudWatchLogs": "logs",
+    "CloudWatchMetrics": "monitoring",
+    "Sts": "sts",
+}

@@ -8,19 +8,12 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from gpufleet.constants import INTERFACE_ENDPOINT_SERVICES
 from gpufleet.environment import Environment
 from gpufleet.rules import LOG_RETENTION_DAYS
 
 INTERFACE_ENDPOINTS = {
-    "Ssm": ec2.InterfaceVpcEndpointAwsService.SSM,
-    "SsmMessages": ec2.InterfaceVpcEndpointAwsService.SSM_MESSAGES,
-    "Ec2Messages": ec2.InterfaceVpcEndpointAwsService.EC2_MESSAGES,
-    "Ec2": ec2.InterfaceVpcEndpointAwsService.EC2,
-    "EcrApi": ec2.InterfaceVpcEndpointAwsService.ECR,
-    "EcrDocker": ec2.InterfaceVpcEndpointAwsService.ECR_DOCKER,
-    "CloudWatchLogs": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_LOGS,
-    "CloudWatchMetrics": ec2.InterfaceVpcEndpointAwsService.CLOUDWATCH_MONITORING,
-    "Sts": ec2.InterfaceVpcEndpointAwsService.STS,
+    construct_id: ec2.InterfaceVpcEndpointAwsService(name) for construct_id, name in INTERFACE_ENDPOINT_SERVICES.items()
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from gpufleet.catalog import load_catalog
+from gpufleet.constants import INTERFACE_ENDPOINT_SERVICES
 from gpufleet.environment import LARGEST_VPC_PREFIX, Environment
 from gpufleet.rules import Problem
 from gpufleet.validators.base import EnvironmentValidator, ValidationContext
@@ -47,7 +48,7 @@ class NodeSubnetCapacityValidator(EnvironmentValidator):
 
     field = "network.cidr"
     reserved_per_subnet = 5
-    interface_endpoints = 9
+    interface_endpoints = len(INTERFACE_ENDPOINT_SERVICES)
 
     def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
         instance = load_catalog().get(env.instance_type)
