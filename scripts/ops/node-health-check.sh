@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Health of one GPU node before it joins a job: the image's profile and driver version against its versions
-# manifest (/etc/gpufleet/versions.json, written by the image build's scripts/ami/15-validate.sh), Fabric Manager on NVSwitch types, EFA devices, GPU health and the GPU/NIC topology.
+# manifest (/etc/gpufleet/versions.json, written by the image build's scripts/ami/17-validate.sh), Fabric Manager on NVSwitch types, EFA devices, GPU health and the GPU/NIC topology.
 # Prints one PASS/FAIL line per check (every check runs either way). gpu-health follows it with one line per GPU:
 #   ok       nothing to do
 #   reset    a row remap is pending, uncorrectable ECC errors since the driver loaded, or an Xid whose NVIDIA action
@@ -30,7 +30,7 @@ require_settings "see the header of scripts/ops/node-health-check.sh" \
 [[ "$GPUFLEET_NVSWITCH" =~ ^[01]$ ]] || die "GPUFLEET_NVSWITCH must be 1 or 0, got '$GPUFLEET_NVSWITCH'"
 read -r -a gpufleet_cli <<< "${GPUFLEET_CLI:-gpufleet}"
 manifest="${GPUFLEET_ROOT:-}/etc/gpufleet/versions.json"
-# scripts/ami/15-validate.sh writes about 1 KB; a larger file is not one it wrote, and is not read.
+# scripts/ami/17-validate.sh writes about 1 KB; a larger file is not one it wrote, and is not read.
 MANIFEST_MAX_BYTES=65536
 
 failures=0
