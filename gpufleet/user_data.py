@@ -30,6 +30,13 @@ from gpufleet.errors import GpufleetError
 
 SCRIPTS_DIR = shipped_path("scripts", "node")
 INSTALL_DIR = "/opt/gpufleet/node"
+# The operator scripts every node gets, beside the node scripts (the same helpers serve both): node-ready.sh runs
+# the health check at boot, and a user runs nccl-tests from a node. They need neither gpufleet nor AWS credentials.
+OPS_SCRIPTS_DIR = shipped_path("scripts", "ops")
+OPS_INSTALL_DIR = "/opt/gpufleet/ops"
+OPS_SCRIPTS = ("node-health-check", "run-nccl-tests")
+# run-nccl-tests.sh's floor on a node: the catalog's published all_reduce bus bandwidth less this margin.
+NCCL_BUSBW_TOLERANCE = 0.9
 HELPERS = shipped_path("scripts", "lib", "helpers.sh")
 HELPERS_PATH = "/opt/gpufleet/lib/helpers.sh"
 SETTINGS_FILE = "/etc/gpufleet/node.env"
@@ -103,6 +110,11 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         "GPUFLEET_MIG_PROFILE": env.node.mig_profile or "",
         "GPUFLEET_EFA": _flag("efa-env" in scripts),
         "GPUFLEET_GPUDIRECT_RDMA": _flag(instance.gpudirect_rdma),
+        # node-health-check.sh: what this node must show (one EFA device per interface the launch template attaches).
+        "GPUFLEET_EFA_COUNT": str(instance.max_efa_interfaces if env.efa else 0),
+        "GPUFLEET_NVSWITCH": _flag(instance.nvswitch),
+        # run-nccl-tests.sh: its pass floor in GB/s (empty where the catalog publishes no bandwidth for the type).
+        "GPUFLEET_MIN_BUSBW": nccl_busbw_floor(instance),
         "GPUFLEET_SPOT_WATCHER": _flag(watches_spot(env)),
         "GPUFLEET_CHECKPOINT_HOOK": env.node.checkpoint_hook or "",
         # capacity-block-end.sh: the block this node runs in (empty outside one).
@@ -112,6 +124,11 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         "GPUFLEET_AMI_PROFILE": published_profile(env.ami.ssm_parameter) or "",
         **auto_scaling_settings(env),
     }
+
+
+def nccl_busbw_floor(instance: InstanceType) -> str:
+    busbw = instance.nccl_allreduce_busbw_gbs
+    return "" if busbw is None else f"{busbw * NCCL_BUSBW_TOLERANCE:.1f}"
 
 
 def _without_comments(text: str) -> str:
@@ -153,6 +170,7 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
         "#!/bin/bash\n"
         f"# gpufleet node user data for environment {env.name} ({instance.name}), from gpufleet/user_data.py.\n"
         f"# Installs under {INSTALL_DIR}: {', '.join(installed) or 'nothing'}; with their systemd units.\n"
+        f"# Installs under {OPS_INSTALL_DIR}: {', '.join(OPS_SCRIPTS)}.\n"
         "# Runs them; safe to run again. GPUFLEET_ROOT (tests) prefixes every path it writes. The scripts'\n"
         "# commented sources are scripts/node/ in gpufleet; the launch template carries this file gzip-compressed.\n"
         "set -euo pipefail\n"
@@ -161,10 +179,10 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
         _write_file(SETTINGS_FILE, "0644", "".join(f"export {k}={shlex.quote(v)}\n" for k, v in settings.items())),
         f'# shellcheck source=/dev/null\n. "$root{SETTINGS_FILE}"\n',
     ]
-    if installed:
-        # Written before the scripts that source it, so no installed script is ever without it.
-        parts.append(_install(HELPERS_PATH, "0644", HELPERS))
+    # Written before the scripts that source it, so no installed script is ever without it.
+    parts.append(_install(HELPERS_PATH, "0644", HELPERS))
     parts += [_install(f"{INSTALL_DIR}/{name}.sh", "0755", SCRIPTS_DIR / f"{name}.sh") for name in installed]
+    parts += [_install(f"{OPS_INSTALL_DIR}/{name}.sh", "0755", OPS_SCRIPTS_DIR / f"{name}.sh") for name in OPS_SCRIPTS]
     parts += [_install(f"{UNIT_DIR}/{unit}", "0644", SCRIPTS_DIR / unit) for unit in units]
     if scripts and instance.nvswitch:
         parts.append(_write_file(f"{UNIT_DIR}/{SETUP_UNIT}.d/fabric-manager.conf", "0644", FABRIC_MANAGER_DROP_IN))

@@ -108,12 +108,12 @@ def test_every_option_on_p4d_installs_every_script():
 
 @pytest.mark.parametrize("instance_type", sorted(load_catalog()))
 def test_every_option_on_every_catalog_type_leaves_room_under_the_limit(instance_type):
-    """With every node option on (MIG where the GPU has it) the compressed user data takes well under half of EC2's
-    16 KiB, so node features can grow."""
+    """With every node option on (MIG where the GPU has it) the compressed user data leaves 2 KiB of EC2's 16 KiB
+    for node features to grow (the operator scripts every node gets take about 5.5 KiB of what it uses)."""
     instance = load_catalog()[instance_type]
     env = everything_on().model_copy(update={"instance_type": instance_type})
     env = with_node(env, mig_profile=instance.mig_profiles[0] if instance.mig_profiles else None)
-    assert compressed_size(env) < EC2_USER_DATA_LIMIT // 2
+    assert compressed_size(env) < EC2_USER_DATA_LIMIT - 2048
 
 
 def test_the_launch_template_carries_the_script_gzip_compressed_and_base64_encoded():
@@ -280,6 +280,9 @@ def test_the_settings_of_the_dev_environment():
         "GPUFLEET_MIG_PROFILE": "",
         "GPUFLEET_EFA": "1",
         "GPUFLEET_GPUDIRECT_RDMA": "1",
+        "GPUFLEET_EFA_COUNT": "4",
+        "GPUFLEET_NVSWITCH": "1",
+        "GPUFLEET_MIN_BUSBW": "70.2",
         "GPUFLEET_SPOT_WATCHER": "1",
         "GPUFLEET_CHECKPOINT_HOOK": "/usr/local/bin/save-checkpoint",
         "GPUFLEET_CAPACITY_BLOCK": "",
@@ -300,6 +303,8 @@ def test_every_option_off_sets_every_flag_to_zero():
         "GPUFLEET_MIG_PROFILE": "",
         "GPUFLEET_EFA": "0",
         "GPUFLEET_GPUDIRECT_RDMA": "1",
+        "GPUFLEET_EFA_COUNT": "0",
+        "GPUFLEET_NVSWITCH": "1",
         "GPUFLEET_SPOT_WATCHER": "0",
         "GPUFLEET_CHECKPOINT_HOOK": "",
         "GPUFLEET_CAPACITY_BLOCK": "",
@@ -317,13 +322,14 @@ def test_raid0_needs_at_least_one_nvme_drive(nvme_count, striped):
 
 
 def test_the_user_data_header_says_what_it_installs_and_stops_on_the_first_error():
-    lines = render(load_named_environment("dev")).splitlines()[:8]
+    lines = render(load_named_environment("dev")).splitlines()[:9]
 
     assert lines == [
         "#!/bin/bash",
         "# gpufleet node user data for environment dev (p4d.24xlarge), from gpufleet/user_data.py.",
         "# Installs under /opt/gpufleet/node: raid0-nvme, gpu-clocks, efa-env, run-setup, spot-watcher; "
         "with their systemd units.",
+        "# Installs under /opt/gpufleet/ops: node-health-check, run-nccl-tests.",
         "# Runs them; safe to run again. GPUFLEET_ROOT (tests) prefixes every path it writes. The scripts'",
         "# commented sources are scripts/node/ in gpufleet; the launch template carries this file gzip-compressed.",
         "set -euo pipefail",
@@ -337,7 +343,7 @@ def test_a_node_with_nothing_to_install_says_so():
     user_data = render(env.model_copy(update={"efa": False}))
 
     assert "# Installs under /opt/gpufleet/node: nothing; with their systemd units.\n" in user_data
-    assert "systemctl" not in user_data
+    assert not re.search(r"^systemctl ", user_data, re.MULTILINE)  # no unit to enable or restart
 
 
 def run_user_data_in(root, user_data: str, tmp_path) -> list[str]:
@@ -372,6 +378,8 @@ def test_the_user_data_writes_scripts_executable_and_the_rest_read_only_then_res
         "opt/gpufleet/node/efa-env.sh": "0o755",
         "opt/gpufleet/node/run-setup.sh": "0o755",
         "opt/gpufleet/node/spot-watcher.sh": "0o755",
+        "opt/gpufleet/ops/node-health-check.sh": "0o755",
+        "opt/gpufleet/ops/run-nccl-tests.sh": "0o755",
         "etc/systemd/system/gpufleet-spot-watcher.service": "0o644",
         "etc/systemd/system/gpufleet-node-setup.service": "0o644",
         "etc/systemd/system/gpufleet-node-setup.service.d/fabric-manager.conf": "0o644",
@@ -395,16 +403,47 @@ def test_the_helpers_are_written_before_the_scripts_that_source_them():
         "/opt/gpufleet/node/efa-env.sh",
         "/opt/gpufleet/node/run-setup.sh",
         "/opt/gpufleet/node/spot-watcher.sh",
+        "/opt/gpufleet/ops/node-health-check.sh",
+        "/opt/gpufleet/ops/run-nccl-tests.sh",
     ]
 
 
-def test_a_node_without_scripts_gets_no_helpers():
-    """h100 is all on-demand: with EFA and every node option off there is nothing to install."""
+def test_a_node_without_setup_scripts_still_gets_the_operator_scripts_and_their_helpers():
+    """h100 is all on-demand: with EFA and every node option off there is no node script, but the health check
+    and run-nccl-tests are on every node, sourcing the helpers."""
     env = with_node(load_named_environment("h100"), raid0_nvme=False, max_clocks=False)
     user_data = render(env.model_copy(update={"efa": False}))
 
     assert installed_scripts(user_data) == set()
-    assert "helpers.sh" not in user_data
+    written = re.findall(r'^write_file "\$root(/opt/gpufleet/\S+)"', user_data, re.MULTILINE)
+    assert written == [
+        "/opt/gpufleet/lib/helpers.sh",
+        "/opt/gpufleet/ops/node-health-check.sh",
+        "/opt/gpufleet/ops/run-nccl-tests.sh",
+    ]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_node_env_holds_every_setting_the_operator_scripts_need_on_the_node(name):
+    """What node-health-check.sh and run-nccl-tests.sh require (their require_settings lines) or take as their
+    floor, as node.env gives it: no gpufleet or AWS call is needed to run them on the node."""
+    env = load_named_environment(name)
+    found = node_settings(env, load_catalog()[env.instance_type])
+    for setting in (
+        "GPUFLEET_GPU_COUNT",
+        "GPUFLEET_EFA_COUNT",
+        "GPUFLEET_NVSWITCH",
+        "GPUFLEET_GPUDIRECT_RDMA",
+        "GPUFLEET_INSTANCE_TYPE",
+    ):
+        assert found[setting] != "", setting
+    assert found["GPUFLEET_MIN_BUSBW"] == {"dev": "70.2", "prod": "70.2", "h100": "438.3", "p5-block": "438.3"}[name]
+
+
+@pytest.mark.parametrize(("instance_type", "efa", "count"), [("p5.48xlarge", True, "32"), ("p5.48xlarge", False, "0")])
+def test_the_health_check_expects_one_efa_device_per_network_card_when_efa_is_on(instance_type, efa, count):
+    env = load_named_environment("h100").model_copy(update={"efa": efa})
+    assert node_settings(env, load_catalog()[instance_type])["GPUFLEET_EFA_COUNT"] == count
 
 
 def test_a_capacity_block_node_gets_the_end_of_block_script(tmp_path):

@@ -13,6 +13,7 @@ NODE = {
     "GPUFLEET_GPU_COUNT": "8",
     "GPUFLEET_EFA_COUNT": "4",
     "GPUFLEET_NVSWITCH": "1",
+    "GPUFLEET_GPUDIRECT_RDMA": "1",
     "GPUFLEET_INSTANCE_TYPE": "p4d.24xlarge",
     "GPUFLEET_AMI_PROFILE": "p4d-ubuntu1804-cuda11",
 }
