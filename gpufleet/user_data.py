@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import json
 import shlex
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from gpufleet.catalog import InstanceType
 from gpufleet.constants import BACKEND_AUTO_SCALING, ROLLOUT_REPLACE_ALL, TERMINATION_HOOK_NAME
 from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
+from gpufleet.monitoring import agent_configuration
 
 SCRIPTS_DIR = shipped_path("scripts", "node")
 INSTALL_DIR = "/opt/gpufleet/node"
@@ -43,6 +45,8 @@ SETTINGS_FILE = "/etc/gpufleet/node.env"
 UNIT_DIR = "/etc/systemd/system"
 SETUP_UNIT = "gpufleet-node-setup.service"
 WATCHER_UNIT = "gpufleet-spot-watcher.service"
+# Written by the user data, read by scripts/node/cloudwatch-agent.sh (gpufleet/monitoring.py says what is in it).
+CLOUDWATCH_AGENT_CONFIG = "/etc/gpufleet/cloudwatch-agent.json"
 # EC2 rejects user data over 16 KB "in raw form, before it is base64-encoded" (source: EC2 user guide, "Work with
 # instance user data", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html); the raw
 # form here is the gzip-compressed script.
@@ -61,12 +65,14 @@ def _flag(enabled: bool) -> str:
 
 def setup_scripts(env: Environment, instance: InstanceType) -> list[str]:
     """The boot-time setup scripts this environment enables, in the order they run: mig before gpu-clocks, since
-    enabling MIG on Ampere resets the GPU, which would drop clocks locked before it."""
+    enabling MIG on Ampere resets the GPU, which would drop clocks locked before it. Every node runs the CloudWatch
+    agent, so that its journal outlives it."""
     enabled = {
         "raid0-nvme": env.node.raid0_nvme and instance.nvme.count > 0,
         "mig": env.node.mig_profile is not None,
         "gpu-clocks": env.node.max_clocks,
         "efa-env": env.efa and instance.efa_supported,
+        "cloudwatch-agent": True,
     }
     return [name for name, on in enabled.items() if on]
 
@@ -184,6 +190,9 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
     parts += [_install(f"{INSTALL_DIR}/{name}.sh", "0755", SCRIPTS_DIR / f"{name}.sh") for name in installed]
     parts += [_install(f"{OPS_INSTALL_DIR}/{name}.sh", "0755", OPS_SCRIPTS_DIR / f"{name}.sh") for name in OPS_SCRIPTS]
     parts += [_install(f"{UNIT_DIR}/{unit}", "0644", SCRIPTS_DIR / unit) for unit in units]
+    # Every gpufleet unit's journal goes to CloudWatch.
+    agent_config = json.dumps(agent_configuration(env, instance, units), separators=(",", ":"), sort_keys=True)
+    parts.append(_write_file(CLOUDWATCH_AGENT_CONFIG, "0644", agent_config))
     if scripts and instance.nvswitch:
         parts.append(_write_file(f"{UNIT_DIR}/{SETUP_UNIT}.d/fabric-manager.conf", "0644", FABRIC_MANAGER_DROP_IN))
     if units:

@@ -3,6 +3,7 @@ gzip-compressed, under EC2's 16 KiB limit."""
 
 import base64
 import gzip
+import json
 import random
 import re
 import shlex
@@ -27,7 +28,7 @@ SHIPPED = [path.stem for path in environment_files()]
 # EC2's limit on user data "in raw form, before it is base64-encoded": 16 KB
 # (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html).
 EC2_USER_DATA_LIMIT = 16384
-ALL_SCRIPTS = {"raid0-nvme", "gpu-clocks", "mig", "efa-env", "run-setup", "spot-watcher"}
+ALL_SCRIPTS = {"raid0-nvme", "gpu-clocks", "mig", "efa-env", "cloudwatch-agent", "run-setup", "spot-watcher"}
 # What each shipped environment turns on (environments/*.yaml): h100 is all on-demand, so it has no spot watcher;
 # p5-block is all on-demand too, but its nodes belong to an Auto Scaling group, whose terminations the watcher sees,
 # and to a Capacity Block, whose end runs capacity-block-end.
@@ -152,7 +153,7 @@ def test_options_turned_off_leave_their_scripts_out(node, left_out):
     user_data = render(with_node(everything_on(), **node))
 
     assert installed_scripts(user_data) == ALL_SCRIPTS - left_out
-    setup_order = [s for s in ("raid0-nvme", "mig", "gpu-clocks", "efa-env") if s not in left_out]
+    setup_order = [s for s in ("raid0-nvme", "mig", "gpu-clocks", "efa-env", "cloudwatch-agent") if s not in left_out]
     assert settings(user_data)["GPUFLEET_SETUP_SCRIPTS"] == " ".join(setup_order)
 
 
@@ -183,14 +184,15 @@ def test_no_efa_leaves_the_efa_environment_out():
     assert "efa-env" not in installed_scripts(render(env))
 
 
-def test_nothing_to_set_up_installs_no_setup_unit():
+def test_with_every_option_off_the_setup_still_starts_the_cloudwatch_agent():
     env = with_node(everything_on(), raid0_nvme=False, max_clocks=False, mig_profile=None)
     env = env.model_copy(update={"efa": False})
 
     user_data = render(env)
 
-    assert installed_scripts(user_data) == {"spot-watcher"}
-    assert "gpufleet-node-setup.service" not in user_data
+    assert installed_scripts(user_data) == {"cloudwatch-agent", "run-setup", "spot-watcher"}
+    assert settings(user_data)["GPUFLEET_SETUP_SCRIPTS"] == "cloudwatch-agent"
+    assert "systemctl enable gpufleet-spot-watcher.service gpufleet-node-setup.service\n" in user_data
 
 
 @pytest.mark.parametrize(
@@ -270,7 +272,7 @@ def test_the_settings_of_the_dev_environment():
     assert node_settings(load_named_environment("dev"), load_catalog()["p4d.24xlarge"]) == {
         "GPUFLEET_ENVIRONMENT": "dev",
         "GPUFLEET_INSTANCE_TYPE": "p4d.24xlarge",
-        "GPUFLEET_SETUP_SCRIPTS": "raid0-nvme gpu-clocks efa-env",
+        "GPUFLEET_SETUP_SCRIPTS": "raid0-nvme gpu-clocks efa-env cloudwatch-agent",
         "GPUFLEET_RAID0_NVME": "1",
         "GPUFLEET_SCRATCH_MOUNT": "/scratch",
         "GPUFLEET_NVME_COUNT": "8",
@@ -296,8 +298,8 @@ def test_every_option_off_sets_every_flag_to_zero():
     env = env.model_copy(update={"efa": False})
     found = node_settings(env, load_catalog()["p5.48xlarge"])
 
+    assert found["GPUFLEET_SETUP_SCRIPTS"] == "cloudwatch-agent"
     assert {key: found[key] for key in found if found[key] in ("0", "1", "")} == {
-        "GPUFLEET_SETUP_SCRIPTS": "",
         "GPUFLEET_RAID0_NVME": "0",
         "GPUFLEET_MAX_CLOCKS": "0",
         "GPUFLEET_MIG_PROFILE": "",
@@ -327,8 +329,8 @@ def test_the_user_data_header_says_what_it_installs_and_stops_on_the_first_error
     assert lines == [
         "#!/bin/bash",
         "# gpufleet node user data for environment dev (p4d.24xlarge), from gpufleet/user_data.py.",
-        "# Installs under /opt/gpufleet/node: raid0-nvme, gpu-clocks, efa-env, run-setup, spot-watcher; "
-        "with their systemd units.",
+        "# Installs under /opt/gpufleet/node: raid0-nvme, gpu-clocks, efa-env, cloudwatch-agent, run-setup, "
+        "spot-watcher; with their systemd units.",
         "# Installs under /opt/gpufleet/ops: node-health-check, run-nccl-tests.",
         "# Runs them; safe to run again. GPUFLEET_ROOT (tests) prefixes every path it writes. The scripts'",
         "# commented sources are scripts/node/ in gpufleet; the launch template carries this file gzip-compressed.",
@@ -338,12 +340,16 @@ def test_the_user_data_header_says_what_it_installs_and_stops_on_the_first_error
     ]
 
 
-def test_a_node_with_nothing_to_install_says_so():
+def test_a_node_with_every_option_off_installs_the_agent_step_and_its_unit_only():
     env = with_node(load_named_environment("h100"), raid0_nvme=False, max_clocks=False)
     user_data = render(env.model_copy(update={"efa": False}))
 
-    assert "# Installs under /opt/gpufleet/node: nothing; with their systemd units.\n" in user_data
-    assert not re.search(r"^systemctl ", user_data, re.MULTILINE)  # no unit to enable or restart
+    assert "# Installs under /opt/gpufleet/node: cloudwatch-agent, run-setup; with their systemd units.\n" in user_data
+    assert re.findall(r"^systemctl .*", user_data, re.MULTILINE) == [
+        "systemctl daemon-reload",
+        "systemctl enable gpufleet-node-setup.service",
+        "systemctl restart gpufleet-node-setup.service",
+    ]
 
 
 def run_user_data_in(root, user_data: str, tmp_path) -> list[str]:
@@ -376,12 +382,14 @@ def test_the_user_data_writes_scripts_executable_and_the_rest_read_only_then_res
         "opt/gpufleet/node/mig.sh": "0o755",
         "opt/gpufleet/node/gpu-clocks.sh": "0o755",
         "opt/gpufleet/node/efa-env.sh": "0o755",
+        "opt/gpufleet/node/cloudwatch-agent.sh": "0o755",
         "opt/gpufleet/node/run-setup.sh": "0o755",
         "opt/gpufleet/node/spot-watcher.sh": "0o755",
         "opt/gpufleet/ops/node-health-check.sh": "0o755",
         "opt/gpufleet/ops/run-nccl-tests.sh": "0o755",
         "etc/systemd/system/gpufleet-spot-watcher.service": "0o644",
         "etc/systemd/system/gpufleet-node-setup.service": "0o644",
+        "etc/gpufleet/cloudwatch-agent.json": "0o644",
         "etc/systemd/system/gpufleet-node-setup.service.d/fabric-manager.conf": "0o644",
     }
     assert calls == [
@@ -401,6 +409,7 @@ def test_the_helpers_are_written_before_the_scripts_that_source_them():
         "/opt/gpufleet/node/mig.sh",
         "/opt/gpufleet/node/gpu-clocks.sh",
         "/opt/gpufleet/node/efa-env.sh",
+        "/opt/gpufleet/node/cloudwatch-agent.sh",
         "/opt/gpufleet/node/run-setup.sh",
         "/opt/gpufleet/node/spot-watcher.sh",
         "/opt/gpufleet/ops/node-health-check.sh",
@@ -408,16 +417,17 @@ def test_the_helpers_are_written_before_the_scripts_that_source_them():
     ]
 
 
-def test_a_node_without_setup_scripts_still_gets_the_operator_scripts_and_their_helpers():
-    """h100 is all on-demand: with EFA and every node option off there is no node script, but the health check
-    and run-nccl-tests are on every node, sourcing the helpers."""
+def test_a_node_with_every_option_off_still_gets_the_operator_scripts_and_their_helpers():
+    """h100 is all on-demand: with EFA and every node option off, the health check and run-nccl-tests are still on
+    the node, beside the agent's step, sourcing the helpers."""
     env = with_node(load_named_environment("h100"), raid0_nvme=False, max_clocks=False)
     user_data = render(env.model_copy(update={"efa": False}))
 
-    assert installed_scripts(user_data) == set()
     written = re.findall(r'^write_file "\$root(/opt/gpufleet/\S+)"', user_data, re.MULTILINE)
     assert written == [
         "/opt/gpufleet/lib/helpers.sh",
+        "/opt/gpufleet/node/cloudwatch-agent.sh",
+        "/opt/gpufleet/node/run-setup.sh",
         "/opt/gpufleet/ops/node-health-check.sh",
         "/opt/gpufleet/ops/run-nccl-tests.sh",
     ]
@@ -505,3 +515,62 @@ def test_comment_lines_go_but_the_shebang_code_and_shellcheck_directives_stay():
     assert user_data._without_comments(script) == (
         "#!/bin/bash\nset -euo pipefail\n    # shellcheck disable=SC2086\necho $x  # a trailing comment stays\n"
     )
+
+
+def test_the_agent_configuration_on_the_node_is_the_environments():
+    """/etc/gpufleet/cloudwatch-agent.json as the user data writes it for environments/dev.yaml (p4d, EFA, spot
+    nodes): the journals of both gpufleet units and the kernel's Xid lines to /gpufleet/dev/nodes, GPU and EFA metrics
+    and the node-count series to gpufleet/dev; cloudwatch-agent.sh puts the node's market in place of @MARKET@."""
+    user_data = render(load_named_environment("dev"))
+    written = re.search(
+        r"^write_file \"\$root/etc/gpufleet/cloudwatch-agent.json\" 0644 <<'GPUFLEET_END_OF_FILE'\n(.*)\n",
+        user_data,
+        re.MULTILINE,
+    )
+    assert written is not None
+    assert json.loads(written.group(1)) == {
+        "agent": {"metrics_collection_interval": 60},
+        "logs": {
+            "logs_collected": {
+                "journald": {
+                    "collect_list": [
+                        {
+                            "log_group_name": "/gpufleet/dev/nodes",
+                            "log_stream_name": "{instance_id}/gpufleet",
+                            "units": ["gpufleet-spot-watcher.service", "gpufleet-node-setup.service"],
+                        },
+                        {
+                            "log_group_name": "/gpufleet/dev/nodes",
+                            "log_stream_name": "{instance_id}/kernel-xid",
+                            "matches": [{"_TRANSPORT": "kernel"}],
+                            "filters": [{"type": "include", "expression": "NVRM: Xid"}],
+                        },
+                    ]
+                }
+            }
+        },
+        "metrics": {
+            "namespace": "gpufleet/dev",
+            "append_dimensions": {"InstanceId": "${aws:InstanceId}"},
+            "aggregation_dimensions": [["Market"]],
+            "metrics_collected": {
+                "nvidia_gpu": {
+                    "measurement": [
+                        "utilization_gpu",
+                        "utilization_memory",
+                        "memory_used",
+                        "memory_total",
+                        "temperature_gpu",
+                        "power_draw",
+                    ]
+                },
+                "mem": {"measurement": ["mem_used_percent"], "append_dimensions": {"Market": "@MARKET@"}},
+                "efa": {"measurement": ["efa_rx_bytes", "efa_tx_bytes", "efa_rdma_read_bytes", "efa_rdma_write_bytes"]},
+            },
+        },
+    }
+
+
+def test_without_efa_the_agent_collects_no_efa_metrics():
+    env = load_named_environment("dev").model_copy(update={"efa": False})
+    assert '"efa":' not in render(env)
