@@ -3,15 +3,16 @@
 The user data writes the settings to /etc/gpufleet/node.env (shell-quoted ``export`` lines, also read by the
 systemd units), installs the scripts' shared helpers as /opt/gpufleet/lib/helpers.sh (scripts/lib/helpers.sh, which
 every script sources from ../lib/ beside its own directory), the enabled scripts under /opt/gpufleet/node and their
-units, then starts the spot watcher and the node setup. A feature the environment turns off leaves its script out
-entirely. Running the user data again rewrites the same files and re-runs the idempotent setup; the setup unit
-repeats it at boot.
+units, the operator scripts of scripts/ops/ under /opt/gpufleet/ops and the CloudWatch agent's configuration
+(gpufleet/monitoring.py), then starts the spot watcher and the node setup. A feature the environment turns off
+leaves its script out entirely. Running the user data again rewrites the same files and re-runs the idempotent
+setup; the setup unit repeats it at boot.
 
 The launch template carries the script gzip-compressed: cloud-init uncompresses gzip user data and then treats it
 "as if it were not compressed" (source: cloud-init doc/rtd/topics/format.rst, "Gzip Compressed Content", which gives
 EC2's ~16384-byte limit as the reason). The scripts go to the nodes without their comment-only lines; with every
-option on the compressed user data stays under half of EC2's 16 KiB (tests/gpufleet/test_user_data.py measures every
-catalog type), which leaves room for node features.
+option on the compressed user data leaves 2 KiB of EC2's 16 KiB free (tests/gpufleet/test_user_data.py measures every
+catalog type); the operator scripts take about 5.5 KiB of it.
 """
 
 from __future__ import annotations
