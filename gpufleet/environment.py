@@ -364,6 +364,14 @@ class Node(_Section):
     )
 
 
+class Monitoring(_Section):
+    log_retention_days: LogRetentionDays = Field(
+        30,
+        description="Days CloudWatch Logs keeps the nodes' journals (the gpufleet units, the kernel's GPU Xid lines) "
+        "in the environment's log group, /gpufleet/NAME/nodes.",
+    )
+
+
 class Environment(_Section):
     name: Annotated[StrictStr, checked(_name_problem)] = Field(
         description="Environment name; must equal the file name without .yaml."
@@ -391,6 +399,9 @@ class Environment(_Section):
         Field(default_factory=dict, description="Tags on every resource and node.")
     )
     node: Node = Field(Node(), description="What the node does at boot (user data).")
+    monitoring: Monitoring = Field(
+        Monitoring(), description="The CloudWatch agent on every node: its log group, metrics and dashboard."
+    )
 
     @property
     def stack_prefix(self) -> str:

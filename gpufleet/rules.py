@@ -50,6 +50,10 @@ LOG_RETENTION_DAYS = {
 }
 
 
+# An OpenPGP v4 key fingerprint as gpg --with-colons and its VALIDSIG status line print it: 40 upper-case hex digits.
+OPENPGP_FINGERPRINT = re.compile(r"[0-9A-F]{40}")
+
+
 @dataclass(frozen=True)
 class Problem:
     field: str

@@ -3,21 +3,23 @@
 The user data writes the settings to /etc/gpufleet/node.env (shell-quoted ``export`` lines, also read by the
 systemd units), installs the scripts' shared helpers as /opt/gpufleet/lib/helpers.sh (scripts/lib/helpers.sh, which
 every script sources from ../lib/ beside its own directory), the enabled scripts under /opt/gpufleet/node and their
-units, then starts the spot watcher and the node setup. A feature the environment turns off leaves its script out
-entirely. Running the user data again rewrites the same files and re-runs the idempotent setup; the setup unit
-repeats it at boot.
+units, the operator scripts of scripts/ops/ under /opt/gpufleet/ops and the CloudWatch agent's configuration
+(gpufleet/monitoring.py), then starts the spot watcher and the node setup. A feature the environment turns off
+leaves its script out entirely. Running the user data again rewrites the same files and re-runs the idempotent
+setup; the setup unit repeats it at boot.
 
 The launch template carries the script gzip-compressed: cloud-init uncompresses gzip user data and then treats it
 "as if it were not compressed" (source: cloud-init doc/rtd/topics/format.rst, "Gzip Compressed Content", which gives
 EC2's ~16384-byte limit as the reason). The scripts go to the nodes without their comment-only lines; with every
-option on the compressed user data stays under half of EC2's 16 KiB (tests/gpufleet/test_user_data.py measures every
-catalog type), which leaves room for node features.
+option on the compressed user data leaves 2 KiB of EC2's 16 KiB free (tests/gpufleet/test_user_data.py measures every
+catalog type); the operator scripts take about 5.5 KiB of it.
 """
 
 from __future__ import annotations
 
 import base64
 import gzip
+import json
 import shlex
 from pathlib import Path
 
@@ -27,15 +29,25 @@ from gpufleet.catalog import InstanceType
 from gpufleet.constants import BACKEND_AUTO_SCALING, ROLLOUT_REPLACE_ALL, TERMINATION_HOOK_NAME
 from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
+from gpufleet.monitoring import agent_configuration
 
 SCRIPTS_DIR = shipped_path("scripts", "node")
 INSTALL_DIR = "/opt/gpufleet/node"
+# The operator scripts every node gets, beside the node scripts (the same helpers serve both): node-ready.sh runs
+# the health check at boot, and a user runs nccl-tests from a node. They need neither gpufleet nor AWS credentials.
+OPS_SCRIPTS_DIR = shipped_path("scripts", "ops")
+OPS_INSTALL_DIR = "/opt/gpufleet/ops"
+OPS_SCRIPTS = ("node-health-check", "run-nccl-tests")
+# run-nccl-tests.sh's floor on a node: the catalog's published all_reduce bus bandwidth less this margin.
+NCCL_BUSBW_TOLERANCE = 0.9
 HELPERS = shipped_path("scripts", "lib", "helpers.sh")
 HELPERS_PATH = "/opt/gpufleet/lib/helpers.sh"
 SETTINGS_FILE = "/etc/gpufleet/node.env"
 UNIT_DIR = "/etc/systemd/system"
 SETUP_UNIT = "gpufleet-node-setup.service"
 WATCHER_UNIT = "gpufleet-spot-watcher.service"
+# Written by the user data, read by scripts/node/cloudwatch-agent.sh (gpufleet/monitoring.py says what is in it).
+CLOUDWATCH_AGENT_CONFIG = "/etc/gpufleet/cloudwatch-agent.json"
 # EC2 rejects user data over 16 KB "in raw form, before it is base64-encoded" (source: EC2 user guide, "Work with
 # instance user data", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html); the raw
 # form here is the gzip-compressed script.
@@ -54,12 +66,14 @@ def _flag(enabled: bool) -> str:
 
 def setup_scripts(env: Environment, instance: InstanceType) -> list[str]:
     """The boot-time setup scripts this environment enables, in the order they run: mig before gpu-clocks, since
-    enabling MIG on Ampere resets the GPU, which would drop clocks locked before it."""
+    enabling MIG on Ampere resets the GPU, which would drop clocks locked before it. Every node runs the CloudWatch
+    agent, so that its journal outlives it."""
     enabled = {
         "raid0-nvme": env.node.raid0_nvme and instance.nvme.count > 0,
         "mig": env.node.mig_profile is not None,
         "gpu-clocks": env.node.max_clocks,
         "efa-env": env.efa and instance.efa_supported,
+        "cloudwatch-agent": True,
     }
     return [name for name, on in enabled.items() if on]
 
@@ -103,6 +117,11 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         "GPUFLEET_MIG_PROFILE": env.node.mig_profile or "",
         "GPUFLEET_EFA": _flag("efa-env" in scripts),
         "GPUFLEET_GPUDIRECT_RDMA": _flag(instance.gpudirect_rdma),
+        # node-health-check.sh: what this node must show (one EFA device per interface the launch template attaches).
+        "GPUFLEET_EFA_COUNT": str(instance.max_efa_interfaces if env.efa else 0),
+        "GPUFLEET_NVSWITCH": _flag(instance.nvswitch),
+        # run-nccl-tests.sh: its pass floor in GB/s (empty where the catalog publishes no bandwidth for the type).
+        "GPUFLEET_MIN_BUSBW": nccl_busbw_floor(instance),
         "GPUFLEET_SPOT_WATCHER": _flag(watches_spot(env)),
         "GPUFLEET_CHECKPOINT_HOOK": env.node.checkpoint_hook or "",
         # capacity-block-end.sh: the block this node runs in (empty outside one).
@@ -112,6 +131,11 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         "GPUFLEET_AMI_PROFILE": published_profile(env.ami.ssm_parameter) or "",
         **auto_scaling_settings(env),
     }
+
+
+def nccl_busbw_floor(instance: InstanceType) -> str:
+    busbw = instance.nccl_allreduce_busbw_gbs
+    return "" if busbw is None else f"{busbw * NCCL_BUSBW_TOLERANCE:.1f}"
 
 
 def _without_comments(text: str) -> str:
@@ -153,6 +177,7 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
         "#!/bin/bash\n"
         f"# gpufleet node user data for environment {env.name} ({instance.name}), from gpufleet/user_data.py.\n"
         f"# Installs under {INSTALL_DIR}: {', '.join(installed) or 'nothing'}; with their systemd units.\n"
+        f"# Installs under {OPS_INSTALL_DIR}: {', '.join(OPS_SCRIPTS)}.\n"
         "# Runs them; safe to run again. GPUFLEET_ROOT (tests) prefixes every path it writes. The scripts'\n"
         "# commented sources are scripts/node/ in gpufleet; the launch template carries this file gzip-compressed.\n"
         "set -euo pipefail\n"
@@ -161,11 +186,14 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
         _write_file(SETTINGS_FILE, "0644", "".join(f"export {k}={shlex.quote(v)}\n" for k, v in settings.items())),
         f'# shellcheck source=/dev/null\n. "$root{SETTINGS_FILE}"\n',
     ]
-    if installed:
-        # Written before the scripts that source it, so no installed script is ever without it.
-        parts.append(_install(HELPERS_PATH, "0644", HELPERS))
+    # Written before the scripts that source it, so no installed script is ever without it.
+    parts.append(_install(HELPERS_PATH, "0644", HELPERS))
     parts += [_install(f"{INSTALL_DIR}/{name}.sh", "0755", SCRIPTS_DIR / f"{name}.sh") for name in installed]
+    parts += [_install(f"{OPS_INSTALL_DIR}/{name}.sh", "0755", OPS_SCRIPTS_DIR / f"{name}.sh") for name in OPS_SCRIPTS]
     parts += [_install(f"{UNIT_DIR}/{unit}", "0644", SCRIPTS_DIR / unit) for unit in units]
+    # Every gpufleet unit's journal goes to CloudWatch.
+    agent_config = json.dumps(agent_configuration(env, instance, units), separators=(",", ":"), sort_keys=True)
+    parts.append(_write_file(CLOUDWATCH_AGENT_CONFIG, "0644", agent_config))
     if scripts and instance.nvswitch:
         parts.append(_write_file(f"{UNIT_DIR}/{SETUP_UNIT}.d/fabric-manager.conf", "0644", FABRIC_MANAGER_DROP_IN))
     if units:

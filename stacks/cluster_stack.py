@@ -1,5 +1,6 @@
-"""The GPU cluster of one environment: EFA security group, cluster placement group, node launch template, and the
-node group of its fleet.backend (a Spot Fleet or an Auto Scaling group) with its teardown guarantee."""
+"""The GPU cluster of one environment: EFA security group, cluster placement group, node launch template, the nodes'
+log group and dashboard, and the node group of its fleet.backend (a Spot Fleet or an Auto Scaling group) with its
+teardown guarantee."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from stacks.constructs.capacity_fallback.infrastructure import CapacityFallback
 from stacks.constructs.efa_security_group import EfaSecurityGroup
 from stacks.constructs.node_group import node_group
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
+from stacks.constructs.node_monitoring import NodeMonitoring
 
 
 class ClusterStack(cdk.Stack):
@@ -69,6 +71,14 @@ class ClusterStack(cdk.Stack):
             placement_group=placement_group,
             node_tags=node_tags,
             user_data=launch_template_user_data(environment, instance),
+        )
+        NodeMonitoring(
+            self,
+            "NodeMonitoring",
+            environment_name=environment.name,
+            node_role=launch_template.role,
+            log_retention_days=environment.monitoring.log_retention_days,
+            efa=environment.efa and instance.efa_supported,
         )
         nodes = node_group(
             self,

@@ -112,13 +112,25 @@ build {
   }
 
   provisioner "shell" {
-    script           = "${var.scripts_dir}/14-cleanup.sh"
+    script           = "${var.scripts_dir}/14-aws-cli.sh"
     execute_command  = "{{ .Vars }} sudo -E bash '{{ .Path }}'"
     environment_vars = local.script_environment
   }
 
   provisioner "shell" {
-    script           = "${var.scripts_dir}/15-validate.sh"
+    script           = "${var.scripts_dir}/15-cloudwatch-agent.sh"
+    execute_command  = "{{ .Vars }} sudo -E bash '{{ .Path }}'"
+    environment_vars = local.script_environment
+  }
+
+  provisioner "shell" {
+    script           = "${var.scripts_dir}/16-cleanup.sh"
+    execute_command  = "{{ .Vars }} sudo -E bash '{{ .Path }}'"
+    environment_vars = local.script_environment
+  }
+
+  provisioner "shell" {
+    script           = "${var.scripts_dir}/17-validate.sh"
     execute_command  = "{{ .Vars }} sudo -E bash '{{ .Path }}'"
     environment_vars = local.script_environment
   }

@@ -5,10 +5,11 @@ locals {
 
   # Setting name in GPUFLEET_<KEY>_<SETTING> -> its map, keyed by component (variables.pkr.hcl).
   component_settings = {
-    VERSION     = var.component_versions
-    URL         = var.component_urls
-    SHA256      = var.component_sha256
-    GPG_KEY_URL = var.component_gpg_key_urls
+    VERSION             = var.component_versions
+    URL                 = var.component_urls
+    SHA256              = var.component_sha256
+    GPG_KEY_URL         = var.component_gpg_key_urls
+    GPG_KEY_FINGERPRINT = var.component_gpg_key_fingerprints
   }
 
   # Every provisioning script gets all of these (docs/reference/ami-scripts.md: which of them each script reads).

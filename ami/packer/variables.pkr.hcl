@@ -95,6 +95,11 @@ variable "component_gpg_key_urls" {
   description = "Vendor key that signs the download or its repository (empty where there is none)."
 }
 
+variable "component_gpg_key_fingerprints" {
+  type        = map(string)
+  description = "Fingerprint of the vendor key that must have signed the download (empty where the profile pins none)."
+}
+
 variable "instance_profile" {
   type        = string
   description = "Existing instance profile of the build instance, whose role lets the SSM agent work (empty: Packer creates a temporary one)."

@@ -28,6 +28,8 @@ COMPONENT_KEYS: tuple[str, ...] = (
     "fsx_lustre",
     "onednn",
     "container_toolkit",
+    "aws_cli",
+    "cloudwatch_agent",
 )
 
 # Run in this order by the rendered Packer build; a name ending in -reboot.sh is the reboot barrier.
@@ -46,8 +48,10 @@ SCRIPT_NAMES: tuple[str, ...] = (
     "11-fsx-lustre.sh",
     "12-onednn.sh",
     "13-container-runtime.sh",
-    "14-cleanup.sh",
-    "15-validate.sh",
+    "14-aws-cli.sh",
+    "15-cloudwatch-agent.sh",
+    "16-cleanup.sh",
+    "17-validate.sh",
 )
 
 # What the build instance's SSM agent needs for Packer's Session Manager tunnel: the templates' temporary instance

@@ -109,6 +109,17 @@ class BranchLifecycleEntry(_Data):
     note: StrictStr | None = None
 
 
+class CloudWatchAgentPackageEntry(_Data):
+    family: StrictStr
+    url: StrictStr
+
+
+class CloudWatchAgentFeatureEntry(_Data):
+    feature: StrictStr
+    since: StrictStr
+    _versions = field_validator("since")(_checked_version)
+
+
 class _Table(_Data):
     source: StrictStr
 
@@ -149,6 +160,19 @@ class BranchLifecycleTable(_Table):
     table: tuple[BranchLifecycleEntry, ...]
 
 
+class AwsCliInstaller(_Data):
+    source: StrictStr
+    url: StrictStr
+
+
+class CloudWatchAgentPackageTable(_Table):
+    table: tuple[CloudWatchAgentPackageEntry, ...]
+
+
+class CloudWatchAgentFeatureTable(_Table):
+    table: tuple[CloudWatchAgentFeatureEntry, ...]
+
+
 class CompatibilityData(_Data):
     cuda_minimum_driver: CudaDriverTable
     gpu_architectures: ArchitectureTable
@@ -159,6 +183,9 @@ class CompatibilityData(_Data):
     efa_installer_os: InstallerOsTable
     instance_minimums: InstanceMinimumsTable
     driver_branch_end_of_life: BranchLifecycleTable
+    aws_cli_installer: AwsCliInstaller
+    cloudwatch_agent_packages: CloudWatchAgentPackageTable
+    cloudwatch_agent_features: CloudWatchAgentFeatureTable
 
 
 @functools.cache
@@ -493,6 +520,52 @@ class DriverEndOfLifeRule(Rule):
         return self.passed(f"driver branch R{branch} ({entry.kind}) supported until {entry.end_of_life.isoformat()}")
 
 
+class AwsCliInstallerRule(Rule):
+    rule_id = "AWS-CLI-INSTALLER"
+
+    def evaluate(self, profile, context):
+        cli = profile.components.aws_cli
+        if Version(cli.version).major != 2:
+            return self.error(f"components.aws_cli.version {cli.version} is not an AWS CLI version 2 release")
+        expected = context.data.aws_cli_installer.url.format(version=cli.version)
+        if cli.url != expected:
+            return self.error(f"components.aws_cli.url {cli.url} is not the installer of {cli.version} ({expected})")
+        return self.passed(f"components.aws_cli.url is the installer of AWS CLI {cli.version}")
+
+
+class CloudWatchAgentPackageRule(Rule):
+    rule_id = "CWAGENT-PACKAGE"
+
+    def evaluate(self, profile, context):
+        agent, family = profile.components.cloudwatch_agent, profile.os.family
+        entry = next((e for e in context.data.cloudwatch_agent_packages.table if e.family == family), None)
+        if entry is None:
+            return self.error(f"{family} has no entry in cloudwatch_agent_packages in compatibility.yaml")
+        expected = entry.url.format(version=agent.version)
+        if agent.url != expected:
+            return self.error(
+                f"components.cloudwatch_agent.url {agent.url} is not the {family} package of {agent.version} "
+                f"({expected})"
+            )
+        return self.passed(f"components.cloudwatch_agent.url is the {family} package of {agent.version}")
+
+
+class CloudWatchAgentFeaturesRule(Rule):
+    rule_id = "CWAGENT-FEATURES"
+
+    def evaluate(self, profile, context):
+        version = profile.components.cloudwatch_agent.version
+        release = Version(version).release
+        missing = [
+            f"{entry.feature} needs {entry.since}"
+            for entry in context.data.cloudwatch_agent_features.table
+            if release < Version(entry.since).release
+        ]
+        if missing:
+            return self.error(f"CloudWatch agent {version} lacks what the nodes use: {'; '.join(missing)}")
+        return self.passed(f"CloudWatch agent {version} has every feature the nodes use")
+
+
 class DownloadVerificationRule(Rule):
     rule_id = "DOWNLOAD-VERIFIED"
 
@@ -520,6 +593,9 @@ RULES: tuple[Rule, ...] = (
     EfaInstallerOsRule(),
     InstanceMinimumsRule(),
     DriverEndOfLifeRule(),
+    AwsCliInstallerRule(),
+    CloudWatchAgentPackageRule(),
+    CloudWatchAgentFeaturesRule(),
     DownloadVerificationRule(),
 )
 

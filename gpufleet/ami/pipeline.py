@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from gpufleet.ami import published_profile
 from gpufleet.environment import Environment
-from gpufleet.rules import AccountId, LogRetentionDays, RegionName, checked
+from gpufleet.rules import OPENPGP_FINGERPRINT, AccountId, LogRetentionDays, RegionName, checked
 
 # The rules about one field alone, checked while parsing (gpufleet.rules.checked): each returns the problem or None.
 
@@ -59,7 +59,7 @@ def _packer_version_problem(version: str) -> str | None:
 
 
 def _fingerprint_problem(fingerprint: str) -> str | None:
-    if not re.fullmatch(r"[0-9A-F]{40}", fingerprint):
+    if not OPENPGP_FINGERPRINT.fullmatch(fingerprint):
         return (
             f"'{fingerprint}' is not an OpenPGP fingerprint (40 upper-case hex digits, no spaces; "
             "HashiCorp's is listed on https://www.hashicorp.com/security)"

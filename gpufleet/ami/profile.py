@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from gpufleet.ami import COMPONENT_KEYS, PROFILES_DIR
 from gpufleet.config_file import read_model
 from gpufleet.errors import GpufleetError
+from gpufleet.rules import OPENPGP_FINGERPRINT
 
 VERSION_PATTERN = re.compile(r"[0-9][0-9A-Za-z.+_-]*")
 SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
@@ -81,6 +82,12 @@ class Component(_Section):
     signing_key_url: StrictStr | None = Field(
         None, description="Vendor's public key for the download's detached signature (URL + .sig)."
     )
+    signing_key_fingerprint: StrictStr | None = Field(
+        None,
+        description="Fingerprint of the vendor key that must have made the detached signature (URL + .sig), as "
+        "the vendor publishes it (40 hex digits, upper case). Without signing_key_url the key is the one gpufleet "
+        "ships as scripts/ami/lib/keys/FINGERPRINT.asc.",
+    )
     verification: StrictStr | None = Field(
         None, description="How the vendor lets you verify this download; required when sha256 is null."
     )
@@ -97,6 +104,11 @@ class Component(_Section):
                 raise ValueError(f"{key} '{value}' is not an https URL")
             if FLOATING_REFERENCE.search(value):
                 raise ValueError(f"{key} '{value}' points at a moving target (latest, a branch): pin a release")
+        if self.signing_key_fingerprint is not None and not OPENPGP_FINGERPRINT.fullmatch(self.signing_key_fingerprint):
+            raise ValueError(
+                f"signing_key_fingerprint '{self.signing_key_fingerprint}' is not a key fingerprint (40 upper-case "
+                "hex digits, no spaces)"
+            )
         if self.sha256 is not None and not SHA256_PATTERN.fullmatch(self.sha256):
             raise ValueError(f"sha256 '{self.sha256}' is not a SHA-256 digest (64 lower-case hex digits)")
         if self.sha256 is None and not self.verification:
@@ -106,7 +118,12 @@ class Component(_Section):
     @property
     def verified(self) -> bool:
         """The download is checked by a checksum or a signature (or there is nothing to download)."""
-        return self.url is None or self.sha256 is not None or self.signing_key_url is not None
+        return (
+            self.url is None
+            or self.sha256 is not None
+            or self.signing_key_url is not None
+            or self.signing_key_fingerprint is not None
+        )
 
 
 class Components(_Section):
@@ -130,6 +147,14 @@ class Components(_Section):
     onednn: Component = Field(description="oneDNN, a source build (12-onednn.sh).")
     container_toolkit: Component = Field(
         description="NVIDIA Container Toolkit, registered as a Docker runtime (13-container-runtime.sh)."
+    )
+    aws_cli: Component = Field(
+        description="AWS CLI version 2, the zip installer into /usr/local/aws-cli with /usr/local/bin/aws "
+        "(14-aws-cli.sh)."
+    )
+    cloudwatch_agent: Component = Field(
+        description="Amazon CloudWatch agent, the package for the OS (.deb or .rpm), not started: the node's "
+        "cloudwatch-agent setup step configures and starts it (15-cloudwatch-agent.sh)."
     )
 
     def items(self) -> list[tuple[str, Component]]:

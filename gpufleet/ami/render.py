@@ -74,6 +74,9 @@ def packer_variables(profile: Profile, instance_profile: str | None = None) -> d
         "component_urls": {key: component.url or "" for key, component in components},
         "component_sha256": {key: component.sha256 or "" for key, component in components},
         "component_gpg_key_urls": {key: component.signing_key_url or "" for key, component in components},
+        "component_gpg_key_fingerprints": {
+            key: component.signing_key_fingerprint or "" for key, component in components
+        },
         "package_environment": package_environment(profile),
         "instance_profile": instance_profile or "",
         # The scripts shipped with this gpufleet, wherever it is installed (-var scripts_dir=... for others).

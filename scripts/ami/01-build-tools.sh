@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Compilers and tools the later steps build with: DKMS modules (driver, EFA, Lustre) need the headers of the
 # running kernel; aws-ofi-nccl needs autotools, and hwloc from v1.7.0 (configure.ac CHECK_PKG_HWLOC fails without
-# it; its README names hwloc-devel for RPM and libhwloc-dev for DPKG distributions); oneDNN needs cmake. python3
-# reads /etc/gpufleet/versions.json for the node scripts (efa-env.sh): Ubuntu has it, an Amazon Linux 2 base may not.
+# it; its README names hwloc-devel for RPM and libhwloc-dev for DPKG distributions); oneDNN needs cmake; the AWS CLI
+# installer is a zip (unzip). python3 reads /etc/gpufleet/versions.json for the node scripts (efa-env.sh) and runs
+# the node's topology check: Ubuntu has it, an Amazon Linux 2 base may not.
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "${GPUFLEET_LIB_DIR:-$(dirname "${BASH_SOURCE[0]}")/lib}/common.sh"
@@ -12,12 +13,12 @@ kernel="$(uname -r)"
 
 if is_ubuntu; then
   packages=(build-essential gcc make dkms "linux-headers-$kernel" autoconf automake libtool libhwloc-dev git jq cmake
-    curl ca-certificates gnupg pciutils python3)
+    curl ca-certificates gnupg pciutils python3 unzip)
 else
   kernel_version="${kernel%.x86_64}"
   kernel_version="${kernel_version%.aarch64}"
   packages=(gcc gcc-c++ make dkms "kernel-devel-$kernel_version" "kernel-headers-$kernel_version" autoconf automake
-    libtool hwloc-devel git jq cmake3 curl gnupg2 pciutils tar gzip python3)
+    libtool hwloc-devel git jq cmake3 curl gnupg2 pciutils tar gzip python3 unzip)
   [[ "$GPUFLEET_OS_VERSION" == 2 ]] || packages=("${packages[@]/cmake3/cmake}")
 fi
 missing=()

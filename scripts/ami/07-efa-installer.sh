@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # AWS EFA installer, full install (kernel module with GPUDirect RDMA, libfabric under /opt/amazon/efa, Open MPI
 # under /opt/amazon/openmpi). The tarball is checked against the profile's sha256 and, when
-# GPUFLEET_EFA_INSTALLER_GPG_KEY_URL is set, against its detached signature (URL.sig) too.
+# GPUFLEET_EFA_INSTALLER_GPG_KEY_URL is set, against its detached signature (URL.sig) too, made by the key
+# GPUFLEET_EFA_INSTALLER_GPG_KEY_FINGERPRINT when the profile pins one.
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "${GPUFLEET_LIB_DIR:-$(dirname "${BASH_SOURCE[0]}")/lib}/common.sh"
@@ -16,11 +17,7 @@ if [[ -n "${GPUFLEET_EFA_INSTALLER_GPG_KEY_URL:-}" ]]; then
   # The key comes over HTTPS from AWS; the signature binds the tarball to it.
   download "$GPUFLEET_EFA_INSTALLER_GPG_KEY_URL" "$work/efa-installer.key" ""
   download "$GPUFLEET_EFA_INSTALLER_URL.sig" "$tarball.sig" ""
-  export GNUPGHOME="$work/gnupg"
-  mkdir -m 700 "$GNUPGHOME"
-  gpg --batch --quiet --import "$work/efa-installer.key"
-  gpg --batch --verify "$tarball.sig" "$tarball" || die "GPG signature check failed for $GPUFLEET_EFA_INSTALLER_URL"
-  log "GPG signature verified for $(basename "$tarball")"
+  verify_signature "$tarball" "$tarball.sig" "$work/efa-installer.key" "${GPUFLEET_EFA_INSTALLER_GPG_KEY_FINGERPRINT:-}"
 fi
 installer_dir="$(extract_single_dir "$tarball" "$work/src")"
 

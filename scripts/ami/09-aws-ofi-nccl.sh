@@ -3,14 +3,14 @@
 # the EFA installer put under /opt/amazon/ofi-nccl (installers >= 1.39 ship one; the gate checks the pinned
 # version is the one it ships): it is checked and registered with the loader, nothing is built. With a URL the
 # release is built against the libfabric it runs with (/opt/amazon/efa, aws-ofi-nccl #241), the installed NCCL
-# and CUDA, into /opt/aws-ofi-nccl with a version marker that 15-validate.sh reads.
+# and CUDA, into /opt/aws-ofi-nccl with a version marker that 17-validate.sh reads.
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "${GPUFLEET_LIB_DIR:-$(dirname "${BASH_SOURCE[0]}")/lib}/common.sh"
 
 require_env GPUFLEET_OS_FAMILY GPUFLEET_AWS_OFI_NCCL_VERSION
 version="$GPUFLEET_AWS_OFI_NCCL_VERSION"
-# NCCL finds the plugin by name through the loader (no LD_LIBRARY_PATH needed); 15-validate.sh checks the result.
+# NCCL finds the plugin by name through the loader (no LD_LIBRARY_PATH needed); 17-validate.sh checks the result.
 loader_conf="$(root_path /etc/ld.so.conf.d/gpufleet-aws-ofi-nccl.conf)"
 
 if [[ -z "${GPUFLEET_AWS_OFI_NCCL_URL:-}" ]]; then

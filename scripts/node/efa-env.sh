@@ -67,7 +67,7 @@ manifest=/etc/gpufleet/versions.json
 command -v python3 >/dev/null || die "python3 is needed to read $manifest; install it on the image"
 # The plugin's directory: paths.aws_ofi_nccl_lib, which images record since the EFA installer may ship the plugin
 # (/opt/amazon/ofi-nccl/...); older images built it under GPUFLEET_AWS_OFI_NCCL_PREFIX (default /opt/aws-ofi-nccl).
-# scripts/ami/15-validate.sh writes about 1 KB: a manifest over 64 KiB is not one it wrote, and is not read. Each
+# scripts/ami/17-validate.sh writes about 1 KB: a manifest over 64 KiB is not one it wrote, and is not read. Each
 # value must be a string on one line (the two are read as two lines).
 manifest_fields=$(python3 -c '
 import json, sys

@@ -12,10 +12,8 @@
 # Terminated when the node is about to be terminated (EC2 Auto Scaling user guide,
 # retrieving-target-lifecycle-state-through-imds: the primary steady states are InService and Terminated), runs the
 # hook once for that too, then completes the lifecycle action (CONTINUE) so the termination need not wait for the
-# hook's heartbeat timeout. That call needs the AWS CLI on the node, which the AMI profiles do not install: the
-# Ubuntu images have none, the Amazon Linux 2 image has version 1 from its base image ("The AWS CLI version 1 is
-# preinstalled on Amazon Linux and Amazon Linux 2", AWS CLI user guide, install-linux-al2017.html). Without it the
-# watcher logs so once, when the termination comes, and the termination goes on when the heartbeat timeout passes
+# hook's heartbeat timeout. That call needs the AWS CLI on the node, which every AMI profile installs (version 2,
+# scripts/ami/14-aws-cli.sh); an image given by ami.id may have none. Without it the watcher logs so once, when the termination comes, and the termination goes on when the heartbeat timeout passes
 # (10 minutes: stacks/constructs/gpu_auto_scaling_group.py), after the hook has run.
 # Runs as gpufleet-spot-watcher.service; stdout goes to the journal.
 set -euo pipefail

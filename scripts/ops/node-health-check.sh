@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Health of one GPU node before it joins a job: the image's profile and driver version against its versions
-# manifest (/etc/gpufleet/versions.json, written by the image build's scripts/ami/15-validate.sh), Fabric Manager on NVSwitch types, EFA devices, GPU health and the GPU/NIC topology.
+# manifest (/etc/gpufleet/versions.json, written by the image build's scripts/ami/17-validate.sh), Fabric Manager on NVSwitch types, EFA devices, GPU health and the GPU/NIC topology.
 # Prints one PASS/FAIL line per check (every check runs either way). gpu-health follows it with one line per GPU:
 #   ok       nothing to do
 #   reset    a row remap is pending, uncorrectable ECC errors since the driver loaded, or an Xid whose NVIDIA action
@@ -11,12 +11,13 @@
 #              3 only GPU resets are needed (the one failing check is gpu-health and no GPU is to replace).
 # Reads the kernel log with dmesg: run as root where kernel.dmesg_restrict is 1.
 #
-# Required: GPUFLEET_GPU_COUNT (e.g. 8) and GPUFLEET_INSTANCE_TYPE (e.g. p4d.24xlarge, for `gpufleet topo-check`),
-#           both in the node's /etc/gpufleet/node.env (`. /etc/gpufleet/node.env` exports them),
-#           GPUFLEET_EFA_COUNT (EFA devices, 0 to skip the check), GPUFLEET_NVSWITCH (1 | 0).
-# Optional: GPUFLEET_AMI_PROFILE (the profile the environment's image comes from, as the user data writes it to
-#           /etc/gpufleet/node.env; empty: image-profile is not checked), GPUFLEET_ROOT (prefix of /etc/gpufleet/versions.json, for tests), GPUFLEET_CLI (default `gpufleet`;
-#           may hold several words, e.g. `python3 -m gpufleet`).
+# Needs neither gpufleet nor AWS credentials: bash, jq, awk and the NVIDIA/EFA tools of the image. The user data
+# installs it on every node as /opt/gpufleet/ops/node-health-check.sh, and its settings in /etc/gpufleet/node.env
+# (`. /etc/gpufleet/node.env` exports them), written from the catalog entry of the environment's instance type:
+# Required: GPUFLEET_GPU_COUNT (e.g. 8), GPUFLEET_EFA_COUNT (EFA devices, 0 to skip the check), GPUFLEET_NVSWITCH
+#           (1 | 0), GPUFLEET_GPUDIRECT_RDMA (1: the topology shows one NIC per EFA device), GPUFLEET_INSTANCE_TYPE.
+# Optional: GPUFLEET_AMI_PROFILE (the profile the environment's image comes from; empty: image-profile is not
+#           checked), GPUFLEET_ROOT (prefix of /etc/gpufleet/versions.json, for tests).
 set -euo pipefail
 # shellcheck source=../lib/helpers.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
@@ -24,13 +25,14 @@ source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
 ERROR_STATUS=2
 
 require_settings "see the header of scripts/ops/node-health-check.sh" \
-  GPUFLEET_GPU_COUNT GPUFLEET_EFA_COUNT GPUFLEET_NVSWITCH GPUFLEET_INSTANCE_TYPE
+  GPUFLEET_GPU_COUNT GPUFLEET_EFA_COUNT GPUFLEET_NVSWITCH GPUFLEET_GPUDIRECT_RDMA GPUFLEET_INSTANCE_TYPE
 [[ "$GPUFLEET_GPU_COUNT" =~ ^[0-9]+$ ]] || die "GPUFLEET_GPU_COUNT must be a number, got '$GPUFLEET_GPU_COUNT'"
 [[ "$GPUFLEET_EFA_COUNT" =~ ^[0-9]+$ ]] || die "GPUFLEET_EFA_COUNT must be a number, got '$GPUFLEET_EFA_COUNT'"
 [[ "$GPUFLEET_NVSWITCH" =~ ^[01]$ ]] || die "GPUFLEET_NVSWITCH must be 1 or 0, got '$GPUFLEET_NVSWITCH'"
-read -r -a gpufleet_cli <<< "${GPUFLEET_CLI:-gpufleet}"
+[[ "$GPUFLEET_GPUDIRECT_RDMA" =~ ^[01]$ ]] ||
+  die "GPUFLEET_GPUDIRECT_RDMA must be 1 or 0, got '$GPUFLEET_GPUDIRECT_RDMA'"
 manifest="${GPUFLEET_ROOT:-}/etc/gpufleet/versions.json"
-# scripts/ami/15-validate.sh writes about 1 KB; a larger file is not one it wrote, and is not read.
+# scripts/ami/17-validate.sh writes about 1 KB; a larger file is not one it wrote, and is not read.
 MANIFEST_MAX_BYTES=65536
 
 failures=0
@@ -307,14 +309,57 @@ check_gpu_health() {
   for line in ${details[@]+"${details[@]}"}; do echo "$line"; done
 }
 
+# The rules of `gpufleet topo-check` (gpufleet/reports/topology.py check_topology), in awk so the node needs no
+# gpufleet: the matrix's GPU count, each pair's link the same both ways, on NVSwitch types an NVLink (NV#) on every
+# pair and none with fewer links than most pairs, with GPUDirect RDMA one NIC column per EFA device. The header is
+# the line whose first cell is GPU0 (device columns until "CPU Affinity"); cells are tab-separated as nvidia-smi
+# writes them (runs of spaces in a terminal copy). Prints one line; exits 1 on problems, 2 on a matrix cut short.
+# shellcheck disable=SC2016 # an awk program: its $ are awk's
+TOPOLOGY_AWK='
+function cells(line, out,   raw, n, i, m) {
+  if (index(line, "\t") == 0) return split(line, out, " ")
+  n = split(line, raw, "\t"); m = 0
+  for (i = 1; i <= n; i++) { gsub(/^ +| +$/, "", raw[i]); if (raw[i] != "" || m > 0) out[++m] = raw[i] }
+  return m
+}
+!header { n = cells($0, c); if (c[1] != "GPU0") next
+  for (i = 1; i <= n && c[i] !~ /^CPU/; i++) { m = split(c[i], parts, " "); for (p = 1; p <= m; p++) dev[++devices] = parts[p] }
+  for (i = 1; i <= devices; i++) { index_of[dev[i]] = i; if (dev[i] ~ /^GPU[0-9]+$/) gpus++ }
+  header = 1; next }
+{ n = cells($0, c); d = index_of[c[1]]; if (!d || (d in row)) next
+  for (j = 1; j <= devices; j++) {
+    if (c[j + 1] !~ /^(X|SYS|SOC|NODE|PHB|PXB|PIX|PSB|NV[0-9]+)$/) { print "row " c[1] " is cut short"; bad = 2; exit 2 }
+    link[d, j] = c[j + 1] }
+  row[d] = 1 }
+END { if (bad) exit 2
+  if (!header) { print "no nvidia-smi topo -m header row (GPU0 GPU1 ...)"; exit 2 }
+  for (i = 1; i <= devices; i++) if (!(i in row)) { print "no row for " dev[i] " (cut short?)"; exit 2 }
+  if (gpus != want_gpus) problem(gpus " GPUs in the matrix, expected " want_gpus)
+  for (i = 1; i <= gpus; i++) for (j = i + 1; j <= gpus; j++) {
+    pair = dev[i] "-" dev[j]; l = link[i, j]
+    if (l != link[j, i]) problem(pair ": " l " one way, " link[j, i] " the other")
+    if (l ~ /^NV/) { nv[pair] = substr(l, 3) + 0; seen[nv[pair]]++; pairs++ }
+    else if (nvswitch) problem(pair ": " l ", expected an NVLink (NV#) on an NVSwitch type") }
+  for (k in seen) if (seen[k] > seen[usual] || usual == "") usual = k
+  if (nvswitch) for (pair in nv) if (nv[pair] < usual + 0) problem(pair ": NV" nv[pair] ", fewer NVLinks than the other pairs (NV" usual ")")
+  if (want_nics >= 0 && devices - gpus != want_nics) problem(devices - gpus " NICs in the matrix, expected " want_nics " (one per EFA device)")
+  if (problems) { print problems; exit 1 }
+  print gpus " GPUs, " pairs + 0 " NVLink pairs, " devices - gpus " NICs" }
+function problem(text) { problems = problems (problems ? "; " : "") text }
+'
+
 check_topology() {
-  local topology verdict status=0
+  local topology verdict status=0 nics=-1
   if ! topology=$(nvidia-smi topo -m 2>&1); then
     report topology 1 "nvidia-smi topo -m failed: $(head -n 1 <<< "$topology")"
     return
   fi
-  verdict=$("${gpufleet_cli[@]}" topo-check --instance-type "$GPUFLEET_INSTANCE_TYPE" <<< "$topology" 2>&1) || status=$?
-  report topology "$status" "topo-check $GPUFLEET_INSTANCE_TYPE: $(head -n 1 <<< "$verdict")"
+  [[ "$GPUFLEET_GPUDIRECT_RDMA" != 1 ]] || nics=$GPUFLEET_EFA_COUNT
+  # ANSI colour codes out first, as topo-check does (whether nvidia-smi writes them to a pipe is unconfirmed).
+  # shellcheck disable=SC2001 # a regular expression, which ${var//} does not take
+  verdict=$(sed 's/\x1b\[[0-9;]*[A-Za-z]//g' <<< "$topology" | awk -v want_gpus="$GPUFLEET_GPU_COUNT" \
+    -v nvswitch="$GPUFLEET_NVSWITCH" -v want_nics="$nics" "$TOPOLOGY_AWK" 2>&1) || status=$?
+  report topology "$status" "$GPUFLEET_INSTANCE_TYPE: $verdict"
 }
 
 check_gpu_count

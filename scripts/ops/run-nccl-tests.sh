@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Multi-node nccl-tests over EFA: mpirun across the hosts of a hostfile (`gpufleet hosts ENV --format mpi`),
-# output teed to a log, then `gpufleet nccl-report LOG --min-busbw X` judges it (this script's exit status).
+# output teed to a log, then judged (this script's exit status): by `gpufleet nccl-report LOG --min-busbw X` where
+# gpufleet is installed, else, as on a node (whose Python may be older than gpufleet needs), by the awk below on
+# the same rules for one table: no wrong elements, the run not cut short, the peak busbw at least the floor.
+# The user data installs it on every node as /opt/gpufleet/ops/run-nccl-tests.sh; `. /etc/gpufleet/node.env` sets
+# the instance type and the floor.
 #
 # Required: GPUFLEET_HOSTFILE (lines "IP slots=GPUS"; GPUs per node and node count come from it),
-#           GPUFLEET_INSTANCE_TYPE (e.g. p4d.24xlarge: the default bus-bandwidth floor comes from the catalog).
-# Optional: GPUFLEET_MIN_BUSBW (GB/s floor; default: the catalog's nccl_allreduce_busbw_gbs x
-#           GPUFLEET_BUSBW_TOLERANCE, default 0.9, looked up with GPUFLEET_PYTHON, default python3, which must
-#           import gpufleet), GPUFLEET_NCCL_TEST (default all_reduce_perf), GPUFLEET_NCCL_TESTS_DIR (default
+#           GPUFLEET_INSTANCE_TYPE (e.g. p4d.24xlarge), GPUFLEET_MIN_BUSBW (GB/s floor; node.env has the catalog's
+#           nccl_allreduce_busbw_gbs less 10%, empty for a type the catalog publishes none for).
+# Optional: GPUFLEET_NCCL_TEST (default all_reduce_perf), GPUFLEET_NCCL_TESTS_DIR (default
 #           /opt/nccl-tests/build), GPUFLEET_NCCL_LOG (default nccl-TEST-TIMESTAMP.log in the current directory),
 #           GPUFLEET_ROOT (prefix of /etc/profile.d/gpufleet-efa.sh, for tests), GPUFLEET_CLI (default gpufleet).
 set -euo pipefail
@@ -33,17 +36,8 @@ for count in "${slots[@]}"; do
 done
 
 min_busbw=${GPUFLEET_MIN_BUSBW:-}
-if [[ -z "$min_busbw" ]]; then
-  tolerance=${GPUFLEET_BUSBW_TOLERANCE:-0.9}
-  min_busbw=$("${GPUFLEET_PYTHON:-python3}" -c '
-import sys
-from gpufleet.catalog import load_catalog
-spec = load_catalog().get(sys.argv[1])
-busbw = spec.nccl_allreduce_busbw_gbs if spec else None
-print("" if busbw is None else f"{busbw * float(sys.argv[2]):.1f}")
-' "$GPUFLEET_INSTANCE_TYPE" "$tolerance") || die "cannot read the instance catalog with ${GPUFLEET_PYTHON:-python3}: set GPUFLEET_MIN_BUSBW"
-  [[ -n "$min_busbw" ]] || die "no published bus bandwidth for $GPUFLEET_INSTANCE_TYPE in the catalog: set GPUFLEET_MIN_BUSBW"
-fi
+[[ -n "$min_busbw" ]] || die "no published bus bandwidth for $GPUFLEET_INSTANCE_TYPE in the catalog: set GPUFLEET_MIN_BUSBW"
+[[ "$min_busbw" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "GPUFLEET_MIN_BUSBW must be a number of GB/s, got '$min_busbw'"
 
 # The EFA variables and the library path (libfabric, Open MPI, aws-ofi-nccl) as efa-env.sh found them on this
 # image: lib or lib64 by OS, the plugin where versions.json's paths.aws_ofi_nccl_lib says.
@@ -92,4 +86,30 @@ mpirun --hostfile "$hostfile" -n $((gpus * nodes)) -N "$gpus" \
   "$binary" -b 8 -e 16G -f 2 -g 1 2>&1 | tee "$log" || status=$?
 [[ "$status" -eq 0 ]] || { error "mpirun failed (exit $status); log: $log"; exit 1; }
 
-"${gpufleet_cli[@]}" nccl-report "$log" --min-busbw "$min_busbw"
+if command -v "${gpufleet_cli[0]}" >/dev/null; then
+  exec "${gpufleet_cli[@]}" nccl-report "$log" --min-busbw "$min_busbw"
+fi
+# The table's columns by its header line (source: gpufleet/reports/nccl.py, which reads both layouts nccl-tests has
+# printed): every busbw column counts for the peak, every #wrong column for wrong elements (the old layout's "error"
+# is a deviation, not a count: its "Out of bounds values" line counts instead). A row is a line of as many fields
+# as the header names, starting with a byte count. "Avg bus bandwidth" ends a finished run's table.
+# shellcheck disable=SC2016 # an awk program: its $ are awk's
+awk -v floor="$min_busbw" -v log_name="$log" '
+/^#[ \t]+size[ \t]+count[ \t]+type/ { columns = NF - 1; for (i = 2; i <= NF; i++) name[i - 1] = $i; next }
+columns && NF == columns && $1 ~ /^[0-9]+$/ {
+  rows++
+  for (i = 1; i <= columns; i++) {
+    if (name[i] == "busbw" && $i + 0 > peak) { peak = $i + 0; at = $1 }
+    if (name[i] == "#wrong" && $i ~ /^[0-9]+$/) wrong += $i
+  } }
+/^#[ \t]*Out of bounds values[ \t]*:/ { split($0, v, ":"); out_of_bounds += v[2] + 0 }
+/^#[ \t]*Avg bus bandwidth/ { finished = 1 }
+END {
+  if (!rows) { print "run-nccl-tests: error: no nccl-tests table in " log_name > "/dev/stderr"; exit 2 }
+  if (wrong) problem(wrong " wrong elements")
+  else if (out_of_bounds) problem(out_of_bounds " out-of-bounds checks")
+  if (!finished) problem("log cut short after " rows " rows (no Avg bus bandwidth line)")
+  if (peak < floor + 0) problem("peak busbw " peak " GB/s is below the floor " floor " GB/s")
+  print "run-nccl-tests: peak busbw " peak " GB/s at " at " bytes (floor " floor " GB/s): " (problems ? "FAIL: " problems : "OK")
+  exit problems ? 1 : 0 }
+function problem(text) { problems = problems (problems ? "; " : "") text }' "$log"

@@ -55,29 +55,18 @@ class NodeLaunchTemplate(Construct):
             self,
             "NodeRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            # The CloudWatch agent's permissions are scoped to the environment's log group and metric namespace
+            # (stacks/constructs/node_monitoring.py), not AWS's CloudWatchAgentServerPolicy (any log group).
             description=f"gpufleet {environment_name} nodes: SSM managed instance and CloudWatch agent",
-            managed_policies=[
-                iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore"),
-                iam.ManagedPolicy.from_aws_managed_policy_name("CloudWatchAgentServerPolicy"),
-            ],
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name("AmazonSSMManagedInstanceCore")],
         )
-        for policy, reason in (
-            (
-                "AmazonSSMManagedInstanceCore",
-                "AWS's minimal, maintained policy for SSM Session Manager access, "
+        cdk.Validations.of(self.role).acknowledge(
+            cdk.Acknowledgment(
+                id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonSSMManagedInstanceCore]",
+                reason="AWS's minimal, maintained policy for SSM Session Manager access, "
                 "which replaces SSH keys and public IPs on gpufleet nodes",
-            ),
-            (
-                "CloudWatchAgentServerPolicy",
-                "AWS's maintained policy for the CloudWatch agent that ships GPU "
-                "node metrics and logs; it grants only metric/log writes and reads of the agent's SSM config",
-            ),
-        ):
-            cdk.Validations.of(self.role).acknowledge(
-                cdk.Acknowledgment(
-                    id=f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{policy}]", reason=reason
-                )
             )
+        )
         instance_profile = iam.InstanceProfile(self, "NodeInstanceProfile", role=self.role)
 
         # The image the nodes launch from: a fixed ami.id, or the SSM parameter's value at deploy time.

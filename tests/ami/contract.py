@@ -16,6 +16,8 @@ COMPONENTS = (
     "fsx_lustre",
     "onednn",
     "container_toolkit",
+    "aws_cli",
+    "cloudwatch_agent",
 )
 
 # The provisioning scripts of scripts/ami/, in run order; 03-reboot.sh is the reboot barrier.
@@ -34,8 +36,10 @@ SCRIPTS_IN_RUN_ORDER = (
     "11-fsx-lustre.sh",
     "12-onednn.sh",
     "13-container-runtime.sh",
-    "14-cleanup.sh",
-    "15-validate.sh",
+    "14-aws-cli.sh",
+    "15-cloudwatch-agent.sh",
+    "16-cleanup.sh",
+    "17-validate.sh",
 )
 
 # What the build instance's SSM agent calls for Packer's Session Manager tunnel (ssh_interface = "session_manager"):

@@ -235,6 +235,51 @@ CASES = [
     ("DRIVER-EOL", "ubuntu2204-cuda12", {}, Level.PASS, "R580 (LTSB) supported until 2028-06-30"),
     ("DRIVER-EOL", "p4d-ubuntu1804-cuda11", {}, Level.WARN, "R450 (LTSB) reached end of life on 2023-07-31"),
     ("DRIVER-EOL", "ubuntu2204-cuda12", {"components.driver.version": "999.1.2"}, Level.WARN, "no end-of-life"),
+    ("AWS-CLI-INSTALLER", "p4d-al2-cuda11", {}, Level.PASS, "the installer of AWS CLI 2.36.11"),
+    (
+        "AWS-CLI-INSTALLER",
+        "ubuntu2204-cuda12",
+        {"components.aws_cli.version": "2.36.10"},
+        Level.ERROR,
+        "components.aws_cli.url https://awscli.amazonaws.com/awscli-exe-linux-x86_64-2.36.11.zip is not the installer "
+        "of 2.36.10 (https://awscli.amazonaws.com/awscli-exe-linux-x86_64-2.36.10.zip)",
+    ),
+    (
+        "AWS-CLI-INSTALLER",
+        "ubuntu2204-cuda12",
+        {"components.aws_cli.version": "1.45.55"},
+        Level.ERROR,
+        "components.aws_cli.version 1.45.55 is not an AWS CLI version 2 release",
+    ),
+    ("CWAGENT-PACKAGE", "p4d-al2-cuda11", {}, Level.PASS, "the amzn package of 1.300071.0b1720"),
+    (
+        "CWAGENT-PACKAGE",
+        "p4d-al2-cuda11",
+        {
+            "components.cloudwatch_agent.url": "https://amazoncloudwatch-agent.s3.amazonaws.com/ubuntu/amd64/"
+            "1.300071.0b1720/amazon-cloudwatch-agent.deb"
+        },
+        Level.ERROR,
+        "is not the amzn package of 1.300071.0b1720 (https://amazoncloudwatch-agent.s3.amazonaws.com/amazon_linux/"
+        "amd64/1.300071.0b1720/amazon-cloudwatch-agent.rpm)",
+    ),
+    ("CWAGENT-FEATURES", "ubuntu2204-cuda12", {}, Level.PASS, "1.300071.0b1720 has every feature"),
+    # A build of the first journald release counts as that release, though packaging.Version orders 1.300070.0b1 first.
+    (
+        "CWAGENT-FEATURES",
+        "ubuntu2204-cuda12",
+        {"components.cloudwatch_agent.version": "1.300070.0b1"},
+        Level.PASS,
+        "has every feature",
+    ),
+    (
+        "CWAGENT-FEATURES",
+        "ubuntu2204-cuda12",
+        {"components.cloudwatch_agent.version": "1.300069.0"},
+        Level.ERROR,
+        "CloudWatch agent 1.300069.0 lacks what the nodes use: journald logs (logs_collected.journald) needs "
+        "1.300070.0",
+    ),
     ("DOWNLOAD-VERIFIED", "ubuntu2204-cuda12", ALL_SHA256, Level.PASS, "every download"),
     ("DOWNLOAD-VERIFIED", "ubuntu2204-cuda12", {}, Level.WARN, "driver https://us.download.nvidia.com/tesla/"),
 ]

@@ -168,7 +168,7 @@ def test_packer_1_6_auto_loads_the_variables_file_and_reads_the_locals(tmp_path,
     expected = {
         f"GPUFLEET_{key.upper()}_{setting}"
         for key in COMPONENTS
-        for setting in ("VERSION", "URL", "SHA256", "GPG_KEY_URL")
+        for setting in ("VERSION", "URL", "SHA256", "GPG_KEY_URL", "GPG_KEY_FINGERPRINT")
     }
     expected |= {
         f"GPUFLEET_{key}_{setting}"
@@ -181,6 +181,7 @@ def test_packer_1_6_auto_loads_the_variables_file_and_reads_the_locals(tmp_path,
     assert "GPUFLEET_DRIVER_VERSION=450.80.02" in environment
     assert "GPUFLEET_FABRIC_MANAGER_URL=" in environment
     assert "GPUFLEET_EFA_INSTALLER_GPG_KEY_URL=https://efa-installer.amazonaws.com/aws-efa-installer.key" in environment
+    assert "GPUFLEET_AWS_CLI_GPG_KEY_FINGERPRINT=FB5DB77FD5C118B80511ADA8A6310ACC4672475C" in environment
     tags = _hcl_value(values["local.image_tags"])
     assert tags == {
         "Name": "gpufleet-p4d-ubuntu1804-cuda11",

@@ -45,7 +45,7 @@ BAD_PROFILES = [
         "unknown key",
         {"components.driver.checksum": "x"},
         "{path}: components.driver.checksum: unknown key (allowed here: version, url, sha256, signing_key_url, "
-        "verification)",
+        "signing_key_fingerprint, verification)",
     ),
     (
         "unknown top-level key",
@@ -77,6 +77,12 @@ BAD_PROFILES = [
         "malformed checksum",
         {"components.cuda.sha256": "abc"},
         "{path}: components.cuda: sha256 'abc' is not a SHA-256 digest (64 lower-case hex digits)",
+    ),
+    (
+        "fingerprint with spaces",
+        {"components.aws_cli.signing_key_fingerprint": "FB5D B77F D5C1 18B8 0511 ADA8 A631 0ACC 4672 475C"},
+        "{path}: components.aws_cli: signing_key_fingerprint 'FB5D B77F D5C1 18B8 0511 ADA8 A631 0ACC 4672 475C' is "
+        "not a key fingerprint (40 upper-case hex digits, no spaces)",
     ),
     (
         "unquoted owner",

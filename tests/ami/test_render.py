@@ -90,6 +90,8 @@ def test_variables_file_of_the_reference_profile(tmp_path):
             "fsx_lustre": "2.10.8",
             "onednn": "1.6.4",
             "container_toolkit": "1.3.0",
+            "aws_cli": "2.36.11",
+            "cloudwatch_agent": "1.300071.0b1720",
         },
         "component_urls": {
             "driver": "https://us.download.nvidia.com/tesla/450.80.02/NVIDIA-Linux-x86_64-450.80.02.run",
@@ -104,6 +106,9 @@ def test_variables_file_of_the_reference_profile(tmp_path):
             "fsx_lustre": "https://fsx-lustre-client-repo.s3.amazonaws.com/ubuntu",
             "onednn": "https://github.com/oneapi-src/oneDNN/archive/refs/tags/v1.6.4.tar.gz",
             "container_toolkit": "https://nvidia.github.io/libnvidia-container",
+            "aws_cli": "https://awscli.amazonaws.com/awscli-exe-linux-x86_64-2.36.11.zip",
+            "cloudwatch_agent": "https://amazoncloudwatch-agent.s3.amazonaws.com/ubuntu/amd64/1.300071.0b1720/"
+            "amazon-cloudwatch-agent.deb",
         },
         "component_sha256": {
             "driver": "",
@@ -117,6 +122,8 @@ def test_variables_file_of_the_reference_profile(tmp_path):
             "fsx_lustre": "",
             "onednn": "",
             "container_toolkit": "",
+            "aws_cli": "50fbb7a2f44a78eab4a210088040e8f0bc4b9937cac8043c2354269d58614df6",
+            "cloudwatch_agent": "",
         },
         "component_gpg_key_urls": {
             "driver": "",
@@ -130,6 +137,23 @@ def test_variables_file_of_the_reference_profile(tmp_path):
             "fsx_lustre": "https://fsx-lustre-client-repo-public-keys.s3.amazonaws.com/fsx-ubuntu-public-key.asc",
             "onednn": "",
             "container_toolkit": "https://nvidia.github.io/libnvidia-container/gpgkey",
+            "aws_cli": "",
+            "cloudwatch_agent": "https://amazoncloudwatch-agent.s3.amazonaws.com/assets/amazon-cloudwatch-agent.gpg",
+        },
+        "component_gpg_key_fingerprints": {
+            "driver": "",
+            "fabric_manager": "",
+            "cuda": "",
+            "cudnn": "",
+            "nccl": "",
+            "efa_installer": "",
+            "aws_ofi_nccl": "",
+            "nccl_tests": "",
+            "fsx_lustre": "",
+            "onednn": "",
+            "container_toolkit": "",
+            "aws_cli": "FB5DB77FD5C118B80511ADA8A6310ACC4672475C",
+            "cloudwatch_agent": "937616F3450B7D806CBD9725D58167303B789C72",
         },
         "package_environment": {
             "GPUFLEET_FABRIC_MANAGER_PACKAGE": "nvidia-fabricmanager-450",
@@ -187,7 +211,13 @@ def test_amazon_linux_2_package_names_reach_the_variables_file():
 def test_every_component_map_is_keyed_by_every_component(name):
     variables = packer_variables(load_profile(name))
     maps = {key: value for key, value in variables.items() if key.startswith("component_")}
-    assert sorted(maps) == ["component_gpg_key_urls", "component_sha256", "component_urls", "component_versions"]
+    assert sorted(maps) == [
+        "component_gpg_key_fingerprints",
+        "component_gpg_key_urls",
+        "component_sha256",
+        "component_urls",
+        "component_versions",
+    ]
     for value in maps.values():
         assert tuple(value) == COMPONENTS
 

@@ -3,6 +3,7 @@ gzip-compressed, under EC2's 16 KiB limit."""
 
 import base64
 import gzip
+import json
 import random
 import re
 import shlex
@@ -27,7 +28,7 @@ SHIPPED = [path.stem for path in environment_files()]
 # EC2's limit on user data "in raw form, before it is base64-encoded": 16 KB
 # (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html).
 EC2_USER_DATA_LIMIT = 16384
-ALL_SCRIPTS = {"raid0-nvme", "gpu-clocks", "mig", "efa-env", "run-setup", "spot-watcher"}
+ALL_SCRIPTS = {"raid0-nvme", "gpu-clocks", "mig", "efa-env", "cloudwatch-agent", "run-setup", "spot-watcher"}
 # What each shipped environment turns on (environments/*.yaml): h100 is all on-demand, so it has no spot watcher;
 # p5-block is all on-demand too, but its nodes belong to an Auto Scaling group, whose terminations the watcher sees,
 # and to a Capacity Block, whose end runs capacity-block-end.
@@ -108,12 +109,12 @@ def test_every_option_on_p4d_installs_every_script():
 
 @pytest.mark.parametrize("instance_type", sorted(load_catalog()))
 def test_every_option_on_every_catalog_type_leaves_room_under_the_limit(instance_type):
-    """With every node option on (MIG where the GPU has it) the compressed user data takes well under half of EC2's
-    16 KiB, so node features can grow."""
+    """With every node option on (MIG where the GPU has it) the compressed user data leaves 2 KiB of EC2's 16 KiB
+    for node features to grow (the operator scripts every node gets take about 5.5 KiB of what it uses)."""
     instance = load_catalog()[instance_type]
     env = everything_on().model_copy(update={"instance_type": instance_type})
     env = with_node(env, mig_profile=instance.mig_profiles[0] if instance.mig_profiles else None)
-    assert compressed_size(env) < EC2_USER_DATA_LIMIT // 2
+    assert compressed_size(env) < EC2_USER_DATA_LIMIT - 2048
 
 
 def test_the_launch_template_carries_the_script_gzip_compressed_and_base64_encoded():
@@ -152,7 +153,7 @@ def test_options_turned_off_leave_their_scripts_out(node, left_out):
     user_data = render(with_node(everything_on(), **node))
 
     assert installed_scripts(user_data) == ALL_SCRIPTS - left_out
-    setup_order = [s for s in ("raid0-nvme", "mig", "gpu-clocks", "efa-env") if s not in left_out]
+    setup_order = [s for s in ("raid0-nvme", "mig", "gpu-clocks", "efa-env", "cloudwatch-agent") if s not in left_out]
     assert settings(user_data)["GPUFLEET_SETUP_SCRIPTS"] == " ".join(setup_order)
 
 
@@ -183,14 +184,15 @@ def test_no_efa_leaves_the_efa_environment_out():
     assert "efa-env" not in installed_scripts(render(env))
 
 
-def test_nothing_to_set_up_installs_no_setup_unit():
+def test_with_every_option_off_the_setup_still_starts_the_cloudwatch_agent():
     env = with_node(everything_on(), raid0_nvme=False, max_clocks=False, mig_profile=None)
     env = env.model_copy(update={"efa": False})
 
     user_data = render(env)
 
-    assert installed_scripts(user_data) == {"spot-watcher"}
-    assert "gpufleet-node-setup.service" not in user_data
+    assert installed_scripts(user_data) == {"cloudwatch-agent", "run-setup", "spot-watcher"}
+    assert settings(user_data)["GPUFLEET_SETUP_SCRIPTS"] == "cloudwatch-agent"
+    assert "systemctl enable gpufleet-spot-watcher.service gpufleet-node-setup.service\n" in user_data
 
 
 @pytest.mark.parametrize(
@@ -270,7 +272,7 @@ def test_the_settings_of_the_dev_environment():
     assert node_settings(load_named_environment("dev"), load_catalog()["p4d.24xlarge"]) == {
         "GPUFLEET_ENVIRONMENT": "dev",
         "GPUFLEET_INSTANCE_TYPE": "p4d.24xlarge",
-        "GPUFLEET_SETUP_SCRIPTS": "raid0-nvme gpu-clocks efa-env",
+        "GPUFLEET_SETUP_SCRIPTS": "raid0-nvme gpu-clocks efa-env cloudwatch-agent",
         "GPUFLEET_RAID0_NVME": "1",
         "GPUFLEET_SCRATCH_MOUNT": "/scratch",
         "GPUFLEET_NVME_COUNT": "8",
@@ -280,6 +282,9 @@ def test_the_settings_of_the_dev_environment():
         "GPUFLEET_MIG_PROFILE": "",
         "GPUFLEET_EFA": "1",
         "GPUFLEET_GPUDIRECT_RDMA": "1",
+        "GPUFLEET_EFA_COUNT": "4",
+        "GPUFLEET_NVSWITCH": "1",
+        "GPUFLEET_MIN_BUSBW": "70.2",
         "GPUFLEET_SPOT_WATCHER": "1",
         "GPUFLEET_CHECKPOINT_HOOK": "/usr/local/bin/save-checkpoint",
         "GPUFLEET_CAPACITY_BLOCK": "",
@@ -293,13 +298,15 @@ def test_every_option_off_sets_every_flag_to_zero():
     env = env.model_copy(update={"efa": False})
     found = node_settings(env, load_catalog()["p5.48xlarge"])
 
+    assert found["GPUFLEET_SETUP_SCRIPTS"] == "cloudwatch-agent"
     assert {key: found[key] for key in found if found[key] in ("0", "1", "")} == {
-        "GPUFLEET_SETUP_SCRIPTS": "",
         "GPUFLEET_RAID0_NVME": "0",
         "GPUFLEET_MAX_CLOCKS": "0",
         "GPUFLEET_MIG_PROFILE": "",
         "GPUFLEET_EFA": "0",
         "GPUFLEET_GPUDIRECT_RDMA": "1",
+        "GPUFLEET_EFA_COUNT": "0",
+        "GPUFLEET_NVSWITCH": "1",
         "GPUFLEET_SPOT_WATCHER": "0",
         "GPUFLEET_CHECKPOINT_HOOK": "",
         "GPUFLEET_CAPACITY_BLOCK": "",
@@ -317,13 +324,14 @@ def test_raid0_needs_at_least_one_nvme_drive(nvme_count, striped):
 
 
 def test_the_user_data_header_says_what_it_installs_and_stops_on_the_first_error():
-    lines = render(load_named_environment("dev")).splitlines()[:8]
+    lines = render(load_named_environment("dev")).splitlines()[:9]
 
     assert lines == [
         "#!/bin/bash",
         "# gpufleet node user data for environment dev (p4d.24xlarge), from gpufleet/user_data.py.",
-        "# Installs under /opt/gpufleet/node: raid0-nvme, gpu-clocks, efa-env, run-setup, spot-watcher; "
-        "with their systemd units.",
+        "# Installs under /opt/gpufleet/node: raid0-nvme, gpu-clocks, efa-env, cloudwatch-agent, run-setup, "
+        "spot-watcher; with their systemd units.",
+        "# Installs under /opt/gpufleet/ops: node-health-check, run-nccl-tests.",
         "# Runs them; safe to run again. GPUFLEET_ROOT (tests) prefixes every path it writes. The scripts'",
         "# commented sources are scripts/node/ in gpufleet; the launch template carries this file gzip-compressed.",
         "set -euo pipefail",
@@ -332,12 +340,16 @@ def test_the_user_data_header_says_what_it_installs_and_stops_on_the_first_error
     ]
 
 
-def test_a_node_with_nothing_to_install_says_so():
+def test_a_node_with_every_option_off_installs_the_agent_step_and_its_unit_only():
     env = with_node(load_named_environment("h100"), raid0_nvme=False, max_clocks=False)
     user_data = render(env.model_copy(update={"efa": False}))
 
-    assert "# Installs under /opt/gpufleet/node: nothing; with their systemd units.\n" in user_data
-    assert "systemctl" not in user_data
+    assert "# Installs under /opt/gpufleet/node: cloudwatch-agent, run-setup; with their systemd units.\n" in user_data
+    assert re.findall(r"^systemctl .*", user_data, re.MULTILINE) == [
+        "systemctl daemon-reload",
+        "systemctl enable gpufleet-node-setup.service",
+        "systemctl restart gpufleet-node-setup.service",
+    ]
 
 
 def run_user_data_in(root, user_data: str, tmp_path) -> list[str]:
@@ -370,10 +382,14 @@ def test_the_user_data_writes_scripts_executable_and_the_rest_read_only_then_res
         "opt/gpufleet/node/mig.sh": "0o755",
         "opt/gpufleet/node/gpu-clocks.sh": "0o755",
         "opt/gpufleet/node/efa-env.sh": "0o755",
+        "opt/gpufleet/node/cloudwatch-agent.sh": "0o755",
         "opt/gpufleet/node/run-setup.sh": "0o755",
         "opt/gpufleet/node/spot-watcher.sh": "0o755",
+        "opt/gpufleet/ops/node-health-check.sh": "0o755",
+        "opt/gpufleet/ops/run-nccl-tests.sh": "0o755",
         "etc/systemd/system/gpufleet-spot-watcher.service": "0o644",
         "etc/systemd/system/gpufleet-node-setup.service": "0o644",
+        "etc/gpufleet/cloudwatch-agent.json": "0o644",
         "etc/systemd/system/gpufleet-node-setup.service.d/fabric-manager.conf": "0o644",
     }
     assert calls == [
@@ -393,18 +409,51 @@ def test_the_helpers_are_written_before_the_scripts_that_source_them():
         "/opt/gpufleet/node/mig.sh",
         "/opt/gpufleet/node/gpu-clocks.sh",
         "/opt/gpufleet/node/efa-env.sh",
+        "/opt/gpufleet/node/cloudwatch-agent.sh",
         "/opt/gpufleet/node/run-setup.sh",
         "/opt/gpufleet/node/spot-watcher.sh",
+        "/opt/gpufleet/ops/node-health-check.sh",
+        "/opt/gpufleet/ops/run-nccl-tests.sh",
     ]
 
 
-def test_a_node_without_scripts_gets_no_helpers():
-    """h100 is all on-demand: with EFA and every node option off there is nothing to install."""
+def test_a_node_with_every_option_off_still_gets_the_operator_scripts_and_their_helpers():
+    """h100 is all on-demand: with EFA and every node option off, the health check and run-nccl-tests are still on
+    the node, beside the agent's step, sourcing the helpers."""
     env = with_node(load_named_environment("h100"), raid0_nvme=False, max_clocks=False)
     user_data = render(env.model_copy(update={"efa": False}))
 
-    assert installed_scripts(user_data) == set()
-    assert "helpers.sh" not in user_data
+    written = re.findall(r'^write_file "\$root(/opt/gpufleet/\S+)"', user_data, re.MULTILINE)
+    assert written == [
+        "/opt/gpufleet/lib/helpers.sh",
+        "/opt/gpufleet/node/cloudwatch-agent.sh",
+        "/opt/gpufleet/node/run-setup.sh",
+        "/opt/gpufleet/ops/node-health-check.sh",
+        "/opt/gpufleet/ops/run-nccl-tests.sh",
+    ]
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_node_env_holds_every_setting_the_operator_scripts_need_on_the_node(name):
+    """What node-health-check.sh and run-nccl-tests.sh require (their require_settings lines) or take as their
+    floor, as node.env gives it: no gpufleet or AWS call is needed to run them on the node."""
+    env = load_named_environment(name)
+    found = node_settings(env, load_catalog()[env.instance_type])
+    for setting in (
+        "GPUFLEET_GPU_COUNT",
+        "GPUFLEET_EFA_COUNT",
+        "GPUFLEET_NVSWITCH",
+        "GPUFLEET_GPUDIRECT_RDMA",
+        "GPUFLEET_INSTANCE_TYPE",
+    ):
+        assert found[setting] != "", setting
+    assert found["GPUFLEET_MIN_BUSBW"] == {"dev": "70.2", "prod": "70.2", "h100": "438.3", "p5-block": "438.3"}[name]
+
+
+@pytest.mark.parametrize(("instance_type", "efa", "count"), [("p5.48xlarge", True, "32"), ("p5.48xlarge", False, "0")])
+def test_the_health_check_expects_one_efa_device_per_network_card_when_efa_is_on(instance_type, efa, count):
+    env = load_named_environment("h100").model_copy(update={"efa": efa})
+    assert node_settings(env, load_catalog()[instance_type])["GPUFLEET_EFA_COUNT"] == count
 
 
 def test_a_capacity_block_node_gets_the_end_of_block_script(tmp_path):
@@ -466,3 +515,62 @@ def test_comment_lines_go_but_the_shebang_code_and_shellcheck_directives_stay():
     assert user_data._without_comments(script) == (
         "#!/bin/bash\nset -euo pipefail\n    # shellcheck disable=SC2086\necho $x  # a trailing comment stays\n"
     )
+
+
+def test_the_agent_configuration_on_the_node_is_the_environments():
+    """/etc/gpufleet/cloudwatch-agent.json as the user data writes it for environments/dev.yaml (p4d, EFA, spot
+    nodes): the journals of both gpufleet units and the kernel's Xid lines to /gpufleet/dev/nodes, GPU and EFA metrics
+    and the node-count series to gpufleet/dev; cloudwatch-agent.sh puts the node's market in place of @MARKET@."""
+    user_data = render(load_named_environment("dev"))
+    written = re.search(
+        r"^write_file \"\$root/etc/gpufleet/cloudwatch-agent.json\" 0644 <<'GPUFLEET_END_OF_FILE'\n(.*)\n",
+        user_data,
+        re.MULTILINE,
+    )
+    assert written is not None
+    assert json.loads(written.group(1)) == {
+        "agent": {"metrics_collection_interval": 60},
+        "logs": {
+            "logs_collected": {
+                "journald": {
+                    "collect_list": [
+                        {
+                            "log_group_name": "/gpufleet/dev/nodes",
+                            "log_stream_name": "{instance_id}/gpufleet",
+                            "units": ["gpufleet-spot-watcher.service", "gpufleet-node-setup.service"],
+                        },
+                        {
+                            "log_group_name": "/gpufleet/dev/nodes",
+                            "log_stream_name": "{instance_id}/kernel-xid",
+                            "matches": [{"_TRANSPORT": "kernel"}],
+                            "filters": [{"type": "include", "expression": "NVRM: Xid"}],
+                        },
+                    ]
+                }
+            }
+        },
+        "metrics": {
+            "namespace": "gpufleet/dev",
+            "append_dimensions": {"InstanceId": "${aws:InstanceId}"},
+            "aggregation_dimensions": [["Market"]],
+            "metrics_collected": {
+                "nvidia_gpu": {
+                    "measurement": [
+                        "utilization_gpu",
+                        "utilization_memory",
+                        "memory_used",
+                        "memory_total",
+                        "temperature_gpu",
+                        "power_draw",
+                    ]
+                },
+                "mem": {"measurement": ["mem_used_percent"], "append_dimensions": {"Market": "@MARKET@"}},
+                "efa": {"measurement": ["efa_rx_bytes", "efa_tx_bytes", "efa_rdma_read_bytes", "efa_rdma_write_bytes"]},
+            },
+        },
+    }
+
+
+def test_without_efa_the_agent_collects_no_efa_metrics():
+    env = load_named_environment("dev").model_copy(update={"efa": False})
+    assert '"efa":' not in render(env)

@@ -58,6 +58,7 @@ MATRIX: dict[str, dict] = {
         "ami": {"ssm_parameter": "/gpufleet/ami/p4d-ubuntu1804-cuda11", "root_device_name": "/dev/sda1"},
         "root_volume_gib": 300,
         "key_pair": "ops-key",
+        "monitoring": {"log_retention_days": 90},
         "tags": {"team": "research"},
         "node": {
             "raid0_nvme": True,

@@ -8,7 +8,7 @@
 #   2. file provisioner: source = "scripts/ami/lib/", destination = "/var/tmp/gpufleet-lib"
 #      (trailing slash on source: the directory's contents land in the destination)
 #   3. every shell provisioner: environment_vars include "GPUFLEET_LIB_DIR=/var/tmp/gpufleet-lib"
-# and, after 15-validate.sh, an inline step: ["sudo rm -rf /var/tmp/gpufleet-lib"].
+# and, after 17-validate.sh, an inline step: ["sudo rm -rf /var/tmp/gpufleet-lib"].
 # /var/tmp, not /tmp: /tmp is emptied by the 03-reboot.sh barrier. Without GPUFLEET_LIB_DIR a script finds
 # this file in lib/ next to itself (a checkout, the tests).
 #
@@ -182,7 +182,7 @@ ensure_cuda_repository() {
 # a version that already carries a release suffix is used as given.
 package_version_string() { if [[ "$1" == *-* ]]; then echo "$1"; else echo "$1-1"; fi; }
 
-# build_dir COMPONENT: a fresh, empty scratch directory for one component (14-cleanup.sh removes them all).
+# build_dir COMPONENT: a fresh, empty scratch directory for one component (16-cleanup.sh removes them all).
 build_dir() {
   local dir
   dir="$(root_path "$GPUFLEET_BUILD_DIR")/$1"
@@ -207,6 +207,33 @@ download() {
     die "sha256 mismatch for $url: expected $sha256, got $actual"
   fi
   log "sha256 verified for $(basename "$dest")"
+}
+
+# Vendor keys gpufleet ships, as KEYS_DIR/FINGERPRINT.asc, for downloads whose vendor publishes its key only on a
+# web page (the AWS CLI's). They travel with this library (the template uploads lib/ with its subdirectories).
+KEYS_DIR="$(dirname "${BASH_SOURCE[0]}")/keys"
+readonly KEYS_DIR
+
+# verify_signature FILE SIGNATURE KEY [FINGERPRINT]: SIGNATURE (detached) must be a good signature of FILE by the
+# public key(s) in the file KEY, checked in a keyring of its own. With FINGERPRINT (40 hex digits, as the vendor
+# publishes it) the signing key's primary key must be that one: VALIDSIG ends with it (gpg doc/DETAILS), so another
+# key the file may carry is refused. An expired key gives EXPKEYSIG, not GOODSIG: refused, with the reason.
+verify_signature() {
+  local file="$1" signature="$2" key="$3" fingerprint="${4:-}" status
+  export GNUPGHOME
+  GNUPGHOME="$(dirname "$file")/gnupg"
+  rm -rf "$GNUPGHOME"
+  mkdir -m 700 "$GNUPGHOME"
+  gpg --batch --quiet --import "$key"
+  status="$(gpg --batch --status-fd 1 --verify "$signature" "$file" 2>/dev/null)" || true
+  if grep -q '^\[GNUPG:\] EXPKEYSIG ' <<<"$status"; then
+    die "the key that signed $(basename "$file") has expired in $key: get the vendor's current key"
+  fi
+  grep -q '^\[GNUPG:\] GOODSIG ' <<<"$status" || die "GPG signature check failed for $(basename "$file")"
+  if [[ -n "$fingerprint" ]] && ! grep -Eq "^\[GNUPG:\] VALIDSIG .* $fingerprint\$" <<<"$status"; then
+    die "$(basename "$file") is not signed by the key $fingerprint"
+  fi
+  log "GPG signature verified for $(basename "$file")${fingerprint:+ (key $fingerprint)}"
 }
 
 # fetch_source COMPONENT URL SHA256: download a release tarball into COMPONENT's fresh build directory, verify
@@ -242,7 +269,7 @@ header_version() {
   printf '%s.%s.%s' "${parts[@]}"
 }
 
-# --- Where each component lives and how its installed version is read (shared by installers and 15-validate) --
+# --- Where each component lives and how its installed version is read (shared by installers and 17-validate) --
 
 readonly CUDA_LINK=/usr/local/cuda
 readonly NCCL_SOURCE_PREFIX=/opt/nccl
@@ -349,6 +376,38 @@ installed_onednn_version() {
       return 0
     fi
   done
+}
+
+# AWS CLI v2 where its installer puts it by default (user guide: --install-dir /usr/local/aws-cli, --bin-dir
+# /usr/local/bin).
+readonly AWS_CLI_INSTALL_DIR=/usr/local/aws-cli
+readonly AWS_CLI_BIN_DIR=/usr/local/bin
+
+# installed_aws_cli_version: X.Y.Z from `aws --version` ("aws-cli/2.36.11 Python/3.13.4 Linux/..."), empty when the
+# v2 installer's aws is not there.
+installed_aws_cli_version() {
+  local aws
+  aws="$(root_path "$AWS_CLI_BIN_DIR/aws")"
+  [[ -x "$aws" ]] || return 0
+  { "$aws" --version 2>&1 || true; } | sed -n -E 's|^aws-cli/([0-9][^ ]*).*|\1|p' | head -n 1
+}
+
+# The agent's files: the package installs under /opt/aws/amazon-cloudwatch-agent and records the build it is in
+# bin/CWAGENT_VERSION (aws/amazon-cloudwatch-agent Makefile and packaging/linux/amazon-cloudwatch-agent.spec).
+readonly CLOUDWATCH_AGENT_DIR=/opt/aws/amazon-cloudwatch-agent
+readonly CLOUDWATCH_AGENT_PACKAGE=amazon-cloudwatch-agent
+
+installed_cloudwatch_agent_version() {
+  local file
+  file="$(root_path "$CLOUDWATCH_AGENT_DIR/bin/CWAGENT_VERSION")"
+  [[ -f "$file" ]] && tr -d '[:space:]' <"$file"
+  return 0
+}
+
+# cloudwatch_agent_matches FOUND: the pin is the build's S3 directory (1.300071.0b1720); CWAGENT_VERSION may hold that
+# or the release alone (1.300071.0) (unconfirmed which).
+cloudwatch_agent_matches() {
+  [[ -n "$1" ]] && { [[ "$1" == "$GPUFLEET_CLOUDWATCH_AGENT_VERSION" ]] || [[ "$GPUFLEET_CLOUDWATCH_AGENT_VERSION" == "$1"b* ]]; }
 }
 
 readonly FABRIC_MANAGER_SERVICE=nvidia-fabricmanager

@@ -32,6 +32,7 @@ def test_components_are_listed_once_each_and_their_keys_once_for_all():
         "components.KEY.url",
         "components.KEY.sha256",
         "components.KEY.signing_key_url",
+        "components.KEY.signing_key_fingerprint",
         "components.KEY.verification",
     ]
     assert (

@@ -25,6 +25,18 @@ PINNED = {
     "fsx_lustre": "2.10.8",
     "onednn": "2.2.4",
     "container_toolkit": "1.4.0",
+    "aws_cli": "2.36.11",
+    "cloudwatch_agent": "1.300071.0b1720",
+}
+
+# The signing keys of the reference profile's AWS tools (ami/profiles/p4d-ubuntu1804-cuda11.yaml): component -> (key
+# URL, fingerprint); every other component gets both empty, as the Packer template passes a profile without them.
+SIGNING_KEYS = {
+    "aws_cli": ("", "FB5DB77FD5C118B80511ADA8A6310ACC4672475C"),
+    "cloudwatch_agent": (
+        "https://amazoncloudwatch-agent.s3.amazonaws.com/assets/amazon-cloudwatch-agent.gpg",
+        "937616F3450B7D806CBD9725D58167303B789C72",
+    ),
 }
 
 KERNEL = "5.4.0-1045-aws"
@@ -148,7 +160,13 @@ STUBS = {
     "curl": '[[ -f "$S/curl.fail" ]] && { echo "curl: (22) The requested URL returned error: 404" >&2; exit 22; }\n'
     'out=""; while [[ $# -gt 0 ]]; do [[ "$1" == --output ]] && out="$2"; shift; done\n'
     'if [[ -n "$out" ]]; then cp "$S/download" "$out"; else cat "$S/download"; fi',
-    "gpg": 'while [[ $# -gt 0 ]]; do [[ "$1" == --output ]] && out="$2"; shift; done\ncat >"$out"',
+    # --import takes any key; --verify prints the status lines in $S/gpg.status (default: none, a failed check) as
+    # --status-fd 1 does; --dearmor writes its input to --output.
+    "gpg": 'case " $* " in\n'
+    '  *" --import "*) exit 0 ;;\n'
+    '  *" --verify "*) cat "$S/gpg.status" 2>/dev/null; [[ -f "$S/gpg.status" ]]; exit ;;\n'
+    "esac\n"
+    'while [[ $# -gt 0 ]]; do [[ "$1" == --output ]] && out="$2"; shift; done\ncat >"$out"',
 }
 
 
@@ -164,6 +182,9 @@ def contract_env(os_family: str = "ubuntu", os_version: str = "18.04", nvswitch:
         env[f"GPUFLEET_{upper}_VERSION"] = version
         env[f"GPUFLEET_{upper}_URL"] = f"https://downloads.example/{key}-{version}.bin"
         env[f"GPUFLEET_{upper}_SHA256"] = ""
+        key_url, fingerprint = SIGNING_KEYS.get(key, ("", ""))
+        env[f"GPUFLEET_{upper}_GPG_KEY_URL"] = key_url
+        env[f"GPUFLEET_{upper}_GPG_KEY_FINGERPRINT"] = fingerprint
     env.update(PACKAGE_ENV)
     return env
 

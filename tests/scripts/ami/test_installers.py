@@ -161,7 +161,7 @@ def test_cleanup_removes_build_leftovers_and_identity(sandbox):
     }.items():
         sandbox.write(path, text)
     for _ in range(2):
-        result = sandbox.run("14-cleanup.sh")
+        result = sandbox.run("16-cleanup.sh")
         assert result.returncode == 0, result.stderr
     remaining_files = {
         "/" + str(path.relative_to(sandbox.root)): path.read_text()

@@ -16,7 +16,7 @@ SCRIPTS_DIR = REPO / "scripts" / "ami"
 CONTRACT_SCRIPTS = (
     "00-os-update.sh 01-build-tools.sh 02-nvidia-driver.sh 03-reboot.sh 04-fabric-manager.sh 05-cuda.sh "
     "06-cudnn.sh 07-efa-installer.sh 08-nccl.sh 09-aws-ofi-nccl.sh 10-nccl-tests.sh 11-fsx-lustre.sh "
-    "12-onednn.sh 13-container-runtime.sh 14-cleanup.sh 15-validate.sh"
+    "12-onednn.sh 13-container-runtime.sh 14-aws-cli.sh 15-cloudwatch-agent.sh 16-cleanup.sh 17-validate.sh"
 ).split()
 
 
@@ -40,8 +40,10 @@ REQUIRED = [
     ("11-fsx-lustre.sh", "GPUFLEET_FSX_LUSTRE_VERSION"),
     ("12-onednn.sh", "GPUFLEET_ONEDNN_URL"),
     ("13-container-runtime.sh", "GPUFLEET_CONTAINER_TOOLKIT_VERSION"),
-    ("14-cleanup.sh", "GPUFLEET_OS_FAMILY"),
-    ("15-validate.sh", "GPUFLEET_AMI_PROFILE"),
+    ("14-aws-cli.sh", "GPUFLEET_AWS_CLI_GPG_KEY_FINGERPRINT"),
+    ("15-cloudwatch-agent.sh", "GPUFLEET_CLOUDWATCH_AGENT_GPG_KEY_URL"),
+    ("16-cleanup.sh", "GPUFLEET_OS_FAMILY"),
+    ("17-validate.sh", "GPUFLEET_AMI_PROFILE"),
 ]
 
 
@@ -90,7 +92,7 @@ def test_script_run_alone_finds_the_library_through_gpufleet_lib_dir(sandbox, tm
     assert sandbox.calls() == []
 
 
-@pytest.mark.parametrize("script", ["00-os-update.sh", "15-validate.sh"])
+@pytest.mark.parametrize("script", ["00-os-update.sh", "17-validate.sh"])
 def test_unknown_os_family_is_rejected(sandbox, script):
     result = sandbox.run(script, {**sandbox.env, "GPUFLEET_OS_FAMILY": "debian"})
     assert result.returncode == 1

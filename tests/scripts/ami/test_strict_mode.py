@@ -113,13 +113,29 @@ CASES = [
         why="the NVIDIA runtime configured for a Docker that is not installed",
     ),
     Case(
-        "14-cleanup.sh",
+        "14-aws-cli.sh",
+        fails=Call(
+            "gpg", f"--batch --quiet --import {SCRIPTS_DIR}/lib/keys/FB5DB77FD5C118B80511ADA8A6310ACC4672475C.asc"
+        ),
+        must_not_run=Call("unzip"),
+        why="an installer unpacked whose signature was checked against no key",
+    ),
+    Case(
+        "15-cloudwatch-agent.sh",
+        fails=Call(
+            "gpg", "--batch --quiet --import {root}/var/tmp/gpufleet-build/cloudwatch-agent/amazon-cloudwatch-agent.gpg"
+        ),
+        must_not_run=Call("dpkg"),
+        why="a package installed whose signature was checked against no key",
+    ),
+    Case(
+        "16-cleanup.sh",
         fails=Call("apt-get", "clean"),
         must_not_run=Call("rm"),
         why="an image shipped with apt's caches while the rest looks cleaned",
     ),
     Case(
-        "15-validate.sh",
+        "17-validate.sh",
         fails=Call("paste", "-sd, -"),
         must_not_run=Call("systemctl"),
         why="the driver check skipped and the image validated anyway",
@@ -201,7 +217,12 @@ PREPARE: dict[str, Callable[[Sandbox], None]] = {
     "10-nccl-tests.sh": nccl_tests_source,
     "11-fsx-lustre.sh": from_repositories(),
     "12-onednn.sh": source_release("GPUFLEET_ONEDNN_URL", "oneDNN-2.2.4"),
-    "15-validate.sh": lambda sandbox: sandbox.set_state("nvidia-smi", "450.80.02\n"),
+    "14-aws-cli.sh": lambda sandbox: sandbox.set_state("download", "a zip\n"),
+    "15-cloudwatch-agent.sh": lambda sandbox: (
+        sandbox.set_state("download", "a package\n"),
+        sandbox.env.update(GPUFLEET_CLOUDWATCH_AGENT_URL="https://downloads.example/amazon-cloudwatch-agent.deb"),
+    ),
+    "17-validate.sh": lambda sandbox: sandbox.set_state("nvidia-smi", "450.80.02\n"),
 }
 
 

@@ -1,4 +1,4 @@
-"""15-validate.sh: passes and writes versions.json only when every component is at its pinned version; each
+"""17-validate.sh: passes and writes versions.json only when every component is at its pinned version; each
 failure is one exact line, and the build fails."""
 
 from __future__ import annotations
@@ -43,8 +43,20 @@ def good_image(sandbox, pinned):
     sandbox.write("/opt/onednn/include/oneapi/dnnl/dnnl_version.h", header_text)
     sandbox.set_package("nvidia-container-toolkit", "1.4.0-1")
     sandbox.write("/sys/class/infiniband/rdmap16s27/device/vendor", "0x1d0f\n")
+    aws_cli(sandbox, "2.36.11")
+    sandbox.write("/opt/aws/amazon-cloudwatch-agent/bin/CWAGENT_VERSION", "1.300071.0b1720\n")
     refresh_loader_cache(sandbox)
     return sandbox
+
+
+def aws_cli(box, version: str) -> None:
+    """The v2 installer's /usr/local/bin/aws, answering --version as AWS CLI v2 does (user guide, "Confirm the
+    installation": aws-cli/2.x.x Python/3.x.x Linux/...)."""
+    box.write(
+        "/usr/local/bin/aws",
+        f'#!/bin/sh\necho "aws-cli/{version} Python/3.13.4 Linux/5.4.0-1045-aws exe/x86_64.ubuntu.18"\n',
+        executable=True,
+    )
 
 
 def refresh_loader_cache(box) -> None:
@@ -57,7 +69,7 @@ def failures(result) -> list[str]:
 
 
 def test_pass_writes_the_versions_manifest_in_the_contract_shape(good_image, pinned):
-    result = good_image.run("15-validate.sh")
+    result = good_image.run("17-validate.sh")
     assert result.returncode == 0, result.stderr
     assert result.stderr == ""
     manifest = json.loads((good_image.root / MANIFEST).read_text())
@@ -77,9 +89,9 @@ def test_cuda_with_version_json_must_match_the_full_version(good_image):
     good_image.write(
         "/usr/local/cuda/version.json", '{\n "cuda" : {\n  "name" : "CUDA SDK",\n  "version" : "12.2.2"\n }\n}'
     )
-    assert good_image.run("15-validate.sh").returncode == 0
+    assert good_image.run("17-validate.sh").returncode == 0
     good_image.write("/usr/local/cuda/version.json", '{"cuda": {"name": "CUDA SDK", "version": "12.2.1"}}')
-    assert failures(good_image.run("15-validate.sh")) == [
+    assert failures(good_image.run("17-validate.sh")) == [
         "[gpufleet] FAIL cuda: found 12.2.1 in /usr/local/cuda, expected 12.2.2"
     ]
 
@@ -143,6 +155,17 @@ FAIL_CASES = {
         lambda box: box.set_package("nvidia-container-toolkit", "1.14.3-1"),
         ["container_toolkit: found 1.14.3-1 in package nvidia-container-toolkit, expected 1.4.0"],
     ),
+    "aws cli at another version": (
+        lambda box: aws_cli(box, "2.36.10"),
+        ["aws_cli: found 2.36.10 in /usr/local/bin/aws --version, expected 2.36.11"],
+    ),
+    "cloudwatch agent missing": (
+        lambda box: (box.root / "opt/aws/amazon-cloudwatch-agent/bin/CWAGENT_VERSION").unlink(),
+        [
+            "cloudwatch_agent: found nothing in /opt/aws/amazon-cloudwatch-agent/bin/CWAGENT_VERSION, "
+            "expected 1.300071.0b1720"
+        ],
+    ),
     "fi_info fails with an EFA device": (
         lambda box: box.set_state("fi_info.rc", "61"),
         ["efa: an EFA device is present but 'fi_info -p efa' failed"],
@@ -154,7 +177,7 @@ FAIL_CASES = {
 def test_each_failure_is_one_exact_line_and_no_manifest(good_image, case):
     break_image, expected = FAIL_CASES[case]
     break_image(good_image)
-    result = good_image.run("15-validate.sh")
+    result = good_image.run("17-validate.sh")
     assert result.returncode == 1
     assert failures(result) == [f"[gpufleet] FAIL {line}" for line in expected]
     assert result.stderr.splitlines()[-1] == (
@@ -212,7 +235,7 @@ PLUGIN_CASES = {
 def test_the_image_holds_one_net_plugin_the_loader_resolves(good_image, case):
     break_image, expected = PLUGIN_CASES[case]
     break_image(good_image)
-    result = good_image.run("15-validate.sh")
+    result = good_image.run("17-validate.sh")
     assert result.returncode == 1
     assert failures(result) == [f"[gpufleet] FAIL {expected}"]
     assert not (good_image.root / MANIFEST).exists()
@@ -220,7 +243,7 @@ def test_the_image_holds_one_net_plugin_the_loader_resolves(good_image, case):
 
 def test_the_efa_installers_plugin_is_recorded_for_the_node(good_image, pinned):
     plugin_only_from_the_efa_installer(good_image, "1.16.3")
-    result = good_image.run("15-validate.sh")
+    result = good_image.run("17-validate.sh")
     assert result.returncode == 0, result.stderr
     manifest = json.loads((good_image.root / MANIFEST).read_text())
     assert manifest["components"]["aws_ofi_nccl"] == "1.16.3"
@@ -231,7 +254,7 @@ def test_all_failures_are_reported_together(good_image):
     for break_image, _ in FAIL_CASES.values():
         if break_image is not FAIL_CASES["nvidia-smi fails"][0]:
             break_image(good_image)
-    result = good_image.run("15-validate.sh")
+    result = good_image.run("17-validate.sh")
     assert result.returncode == 1
     assert len(failures(result)) == len(FAIL_CASES) - 1
     assert result.stderr.splitlines()[-1].startswith(f"[gpufleet] ERROR: {len(FAIL_CASES) - 1} check(s) failed")
@@ -240,14 +263,14 @@ def test_all_failures_are_reported_together(good_image):
 def test_failed_validation_leaves_an_existing_manifest_untouched(good_image):
     good_image.write("/" + MANIFEST, "previous\n")
     good_image.set_state("nvidia-smi", "450.51.06\n")
-    assert good_image.run("15-validate.sh").returncode == 1
+    assert good_image.run("17-validate.sh").returncode == 1
     assert (good_image.root / MANIFEST).read_text() == "previous\n"
 
 
 def test_fi_info_is_not_required_without_an_efa_device(good_image):
     (good_image.root / "sys/class/infiniband/rdmap16s27/device/vendor").write_text("0x15b3\n")  # a Mellanox card
     good_image.set_state("fi_info.rc", "61")
-    result = good_image.run("15-validate.sh")
+    result = good_image.run("17-validate.sh")
     assert result.returncode == 0, result.stderr
     assert "[gpufleet] no EFA device on this build instance: fi_info check skipped" in result.stdout
     assert not any(call.startswith("fi_info") for call in good_image.calls())
@@ -257,7 +280,7 @@ def test_without_nvswitch_fabric_manager_is_not_checked_and_recorded_as_null(goo
     good_image.env["GPUFLEET_NVSWITCH"] = "0"
     (good_image.state / "enabled/nvidia-fabricmanager").unlink()
     (good_image.state / "packages/nvidia-fabricmanager-450").unlink()
-    result = good_image.run("15-validate.sh")
+    result = good_image.run("17-validate.sh")
     assert result.returncode == 0, result.stderr
     components = json.loads((good_image.root / MANIFEST).read_text())["components"]
     assert components == {**pinned, "fabric_manager": None}
@@ -267,7 +290,7 @@ def test_amazon_linux_reads_rpm_versions_of_the_packages_the_data_names(good_ima
     good_image.env["GPUFLEET_AMI_PROFILE"] = "p4d-al2-cuda11"
     (good_image.state / "packages/lustre-client-utils").unlink()
     good_image.set_package("lustre-client", "2.10.8-1.amzn2")
-    result = good_image.run("15-validate.sh")
+    result = good_image.run("17-validate.sh")
     assert result.returncode == 0, result.stderr
     manifest = json.loads((good_image.root / MANIFEST).read_text())
     assert manifest["os"] == {"family": "amzn", "version": "2"}
@@ -285,9 +308,9 @@ def test_fabric_manager_is_checked_under_the_name_the_data_gives(good_image):
     )
     good_image.set_state("nvidia-smi", "580.95.05\n" * 8)
     good_image.set_package("nvidia-fabricmanager", "580.95.05-1")
-    assert good_image.run("15-validate.sh").returncode == 0
+    assert good_image.run("17-validate.sh").returncode == 0
     (good_image.state / "packages/nvidia-fabricmanager").unlink()
-    assert failures(good_image.run("15-validate.sh")) == [
+    assert failures(good_image.run("17-validate.sh")) == [
         "[gpufleet] FAIL fabric_manager: not installed (nothing found in package nvidia-fabricmanager), "
         "expected 580.95.05"
     ]

@@ -198,7 +198,7 @@ def test_disabled_writes_nothing(node):
 
 
 def write_manifest_with_plugin_dir(node, plugin_dir: str) -> None:
-    """What 15-validate.sh writes on images whose EFA installer ships the plugin: paths.aws_ofi_nccl_lib."""
+    """What 17-validate.sh writes on images whose EFA installer ships the plugin: paths.aws_ofi_nccl_lib."""
     manifest = node.root / "etc/gpufleet/versions.json"
     manifest.parent.mkdir(parents=True, exist_ok=True)
     manifest.write_text(

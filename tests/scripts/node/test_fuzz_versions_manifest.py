@@ -12,7 +12,7 @@ from tests.fuzz.inputs import damaged, fuzz_settings
 from tests.scripts.efa_install import install_efa
 
 SETTINGS = {"GPUFLEET_EFA": "1", "GPUFLEET_GPUDIRECT_RDMA": "1"}
-# As scripts/ami/15-validate.sh writes it.
+# As scripts/ami/17-validate.sh writes it.
 MANIFEST = json.dumps(
     {
         "profile": "p4d-ubuntu1804-cuda11",

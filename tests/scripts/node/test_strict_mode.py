@@ -24,6 +24,12 @@ CASES = [
         why="the hook run without its record: it would run again on the next warning",
     ),
     Case(
+        "cloudwatch-agent.sh",
+        fails=Call("sed", "s/@MARKET@/spot/g {root}/etc/gpufleet/cloudwatch-agent.json"),
+        must_not_run=Call("mv"),
+        why="an empty agent configuration put in place of the last good one",
+    ),
+    Case(
         "efa-env.sh",
         fails=Call("chmod", "0644 {root}/etc/gpufleet/efa.env.tmp"),
         must_not_run=Call("mv"),
@@ -58,6 +64,17 @@ NOTHING_TO_CATCH = {
 
 def capacity_block(node: FakeNode) -> dict[str, str]:
     return {"GPUFLEET_CAPACITY_BLOCK": BLOCK, "GPUFLEET_CHECKPOINT_HOOK": HOOK}
+
+
+def agent_installed(node: FakeNode) -> dict[str, str]:
+    ctl = node.root / "opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
+    ctl.parent.mkdir(parents=True)
+    ctl.write_text("#!/bin/sh\n")
+    ctl.chmod(0o755)
+    (node.root / "etc/gpufleet").mkdir(parents=True)
+    (node.root / "etc/gpufleet/cloudwatch-agent.json").write_text("{}")
+    node.set_state(imds={"instance-life-cycle": [[200, "spot"]]})
+    return {"GPUFLEET_IMDS_URL": "http://imds.test"}
 
 
 def efa_node(node: FakeNode) -> dict[str, str]:
@@ -99,6 +116,7 @@ def interruption_notice(node: FakeNode) -> dict[str, str]:
 # Each script's node and settings, up to the failing step.
 PREPARE: dict[str, Callable[[FakeNode], dict[str, str]]] = {
     "capacity-block-end.sh": capacity_block,
+    "cloudwatch-agent.sh": agent_installed,
     "efa-env.sh": efa_node,
     "mig.sh": ampere_gpu_without_mig,
     "raid0-nvme.sh": one_blank_drive,

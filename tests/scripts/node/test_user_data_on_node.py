@@ -1,5 +1,6 @@
 """The rendered user data run on a fake node: it installs the scripts and units, and the installed setup works."""
 
+import json
 import subprocess
 
 from gpufleet.catalog import load_catalog
@@ -28,7 +29,15 @@ def test_user_data_installs_scripts_units_and_settings(node, tmp_path):
     run_user_data(node, tmp_path)
 
     installed = sorted(path.name for path in (node.root / "opt/gpufleet/node").iterdir())
-    assert installed == ["efa-env.sh", "gpu-clocks.sh", "mig.sh", "raid0-nvme.sh", "run-setup.sh", "spot-watcher.sh"]
+    assert installed == [
+        "cloudwatch-agent.sh",
+        "efa-env.sh",
+        "gpu-clocks.sh",
+        "mig.sh",
+        "raid0-nvme.sh",
+        "run-setup.sh",
+        "spot-watcher.sh",
+    ]
     # The scripts source it from ../lib beside their own directory.
     assert sorted(path.name for path in (node.root / "opt/gpufleet/lib").iterdir()) == ["helpers.sh"]
     units = node.root / "etc/systemd/system"
@@ -65,7 +74,13 @@ def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path):
         drives=[[f"nvme{i}n1", "Amazon EC2 NVMe Instance Storage"] for i in range(1, 9)],
         gpus=[{"mig_current": "Disabled", "mig_pending": "Disabled", "profiles": {"7g.40gb": [0, 1, 1]}}] * 8,
         supported_clocks=A100_CLOCKS,
+        imds={"instance-life-cycle": [[200, "on-demand"]]},
     )
+    # The image's CloudWatch agent: its ctl keeps the configuration it is handed.
+    ctl = node.root / "opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
+    ctl.parent.mkdir(parents=True)
+    ctl.write_text(f'#!/bin/sh\ncp "{node.root}${{6#file:}}" "{tmp_path}/handed.json"\n')
+    ctl.chmod(0o755)
     node.clear_log()
     scratch = tmp_path / "scratch"
     # As gpufleet-node-setup.service starts it: settings from node.env (the scratch mount moved into tmp_path).
@@ -81,6 +96,7 @@ def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path):
             "GPUFLEET_ROOT": str(node.root),
             "FAKE_STATE": str(node.state_file),
             "FAKE_LOG": str(node.log_file),
+            "GPUFLEET_IMDS_URL": "http://imds.test",
         },
         capture_output=True,
         text=True,
@@ -90,12 +106,15 @@ def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path):
     assert setup.returncode == 0, setup.stderr
     ran = [line.split("running ")[1] for line in setup.stdout.splitlines() if line.startswith("run-setup: running")]
     # MIG first: enabling it resets the A100s, which would drop clocks locked before.
-    assert ran == ["raid0-nvme", "mig", "gpu-clocks", "efa-env"]
+    assert ran == ["raid0-nvme", "mig", "gpu-clocks", "efa-env", "cloudwatch-agent"]
     assert node.state["mounts"] == {str(scratch): "/dev/md/scratch"}
     assert ["-lgc", "1410,1410"] in node.calls("nvidia-smi")
     assert node.state["locked_graphics_clocks"] == "1410,1410"
     assert all(gpu["profiles"]["7g.40gb"][1] == 0 for gpu in node.state["gpus"])
     assert "GPUFLEET_EFA_LIBRARY_PATH=" in (node.root / "etc/gpufleet/efa.env").read_text()
+    handed = json.loads((tmp_path / "handed.json").read_text())
+    assert handed["metrics"]["metrics_collected"]["mem"]["append_dimensions"] == {"Market": "on-demand"}
+    assert handed["metrics"]["namespace"] == "gpufleet/dev"
 
 
 def test_a_failing_setup_script_does_not_stop_the_others(node, tmp_path):

@@ -1,4 +1,4 @@
-"""Stub commands (nvidia-smi, dmesg, systemctl, fi_info, mpirun, gpufleet) on PATH for the node scripts.
+"""Stub commands (nvidia-smi, dmesg, systemctl, fi_info, mpirun, gpufleet nccl-report) on PATH for the node scripts.
 
 Each stub's behaviour comes from STUB_* environment variables, and each call is appended to $STUB_LOG, so a test
 can both steer and inspect what a script ran.
@@ -41,7 +41,7 @@ case "$*" in
   --query-gpu=mig.mode.current*)  # STUB_MIG: the mode of each host's GPUs, one word per host (default Disabled)
     read -r -a modes <<< "${STUB_MIG:-}"
     for ((i = 0; i < STUB_GPUS; i++)); do echo "${modes[${STUB_HOST_INDEX:-0}]:-Disabled}"; done ;;
-  "topo -m") echo "GPU0 X NV12" ;;
+  "topo -m") cat "$STUB_TOPO" ;;  # a capture of tests/fixtures/topo/
   *) echo "unexpected nvidia-smi $*" >&2; exit 9 ;;
 esac
 """,
@@ -74,7 +74,6 @@ done
     "gpufleet": r"""
 echo "gpufleet $*" >> "$STUB_LOG"
 case "$1" in
-  topo-check) cat > "$STUB_DIR/topo-input"; echo "topology ok: $*"; exit "$STUB_TOPO_EXIT" ;;
   nccl-report) echo "report $*"; exit "$STUB_REPORT_EXIT" ;;
   *) echo "unexpected gpufleet $*" >&2; exit 9 ;;
 esac
@@ -90,10 +89,12 @@ if ((at <= $#)); then
   exit 0
 fi
 { env | grep -E '^(FI|NCCL)_|^LD_LIBRARY_PATH=' || true; } | sort > "$STUB_DIR/mpirun-env"  # none: empty
-echo "#  Avg bus bandwidth    : 71.5"
+if [[ -n "${STUB_NCCL_OUTPUT:-}" ]]; then cat "$STUB_NCCL_OUTPUT"; else echo "#  Avg bus bandwidth    : 71.5"; fi
 exit "$STUB_MPIRUN_EXIT"
 """,
 }
+
+TOPOLOGY_CAPTURES = Path(__file__).parents[2] / "fixtures" / "topo"
 
 HEALTHY = {
     "STUB_GPUS": "8",
@@ -102,7 +103,7 @@ HEALTHY = {
     "STUB_REMAP": "\n".join(["0:0:No:No"] * 8),
     "STUB_FM_STATE": "active",
     "STUB_EFA": "4",
-    "STUB_TOPO_EXIT": "0",
+    "STUB_TOPO": str(TOPOLOGY_CAPTURES / "p4d.txt"),
     "STUB_REPORT_EXIT": "0",
     "STUB_MPIRUN_EXIT": "0",
 }

@@ -13,10 +13,11 @@ NODE = {
     "GPUFLEET_GPU_COUNT": "8",
     "GPUFLEET_EFA_COUNT": "4",
     "GPUFLEET_NVSWITCH": "1",
+    "GPUFLEET_GPUDIRECT_RDMA": "1",
     "GPUFLEET_INSTANCE_TYPE": "p4d.24xlarge",
     "GPUFLEET_AMI_PROFILE": "p4d-ubuntu1804-cuda11",
 }
-# As scripts/ami/15-validate.sh writes it.
+# As scripts/ami/17-validate.sh writes it.
 MANIFEST = json.dumps(
     {
         "profile": "p4d-ubuntu1804-cuda11",

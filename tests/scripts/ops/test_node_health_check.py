@@ -4,14 +4,21 @@ the per-GPU verdicts (ok / reset / replace) from row remapping, ECC counters and
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
+
+from gpufleet.catalog import load_catalog
+from gpufleet.loading import load_named_environment
+from gpufleet.user_data import render_user_data
+from tests.scripts.ops.conftest import HEALTHY, TOPOLOGY_CAPTURES
 
 NODE = {
     "GPUFLEET_GPU_COUNT": "8",
     "GPUFLEET_EFA_COUNT": "4",
     "GPUFLEET_NVSWITCH": "1",
+    "GPUFLEET_GPUDIRECT_RDMA": "1",
     "GPUFLEET_INSTANCE_TYPE": "p4d.24xlarge",
 }
 CHECKS = ["gpu-count", "image-profile", "driver", "fabric-manager", "efa", "gpu-health", "topology"]
@@ -55,8 +62,8 @@ def test_healthy_node(run_script, calls, tmp_path: Path) -> None:
     assert results(done.stdout) == dict.fromkeys(CHECKS, "PASS")
     assert done.stdout.splitlines()[-1] == "node healthy"
     assert "PASS efa: 4 EFA devices (expected 4)" in done.stdout
-    assert "gpufleet topo-check --instance-type p4d.24xlarge" in calls()
-    assert (tmp_path / "topo-input").read_text() == "GPU0 X NV12\n"
+    assert "PASS topology: p4d.24xlarge: 8 GPUs, 28 NVLink pairs, 4 NICs" in done.stdout.splitlines()
+    assert not any(call.startswith("gpufleet") for call in calls())
     assert "PASS gpu-health: 8 GPUs ok" in done.stdout.splitlines()
     assert verdicts(done.stdout) == dict.fromkeys(BUSES, "ok")
     assert REMAP_QUERY in calls()
@@ -79,7 +86,12 @@ def test_healthy_node(run_script, calls, tmp_path: Path) -> None:
         ("efa", {"STUB_EFA": "0"}, "FAIL efa: fi_info -p efa found no EFA provider (fi_getinfo: -61", 1),
         ("gpu-health", {"STUB_ECC": "0 0 3 0 0 0 0 0"}, "  GPU 0000:20:1c: reset: 3 uncorrectable ECC error(s)", 3),
         ("gpu-health", {"STUB_REMAP": remap(gpu5="0:3:No:Yes")}, "  GPU 0000:90:1d: replace: row remapping failed", 1),
-        ("topology", {"STUB_TOPO_EXIT": "1"}, "FAIL topology: topo-check p4d.24xlarge: topology ok", 1),
+        (
+            "topology",
+            {"STUB_TOPO": str(TOPOLOGY_CAPTURES / "p4d_degraded.txt")},
+            "FAIL topology: p4d.24xlarge: GPU3-GPU6: SYS, expected an NVLink (NV#) on an NVSwitch type",
+            1,
+        ),
     ],
 )
 def test_each_failure_is_reported_alone(
@@ -283,10 +295,47 @@ def test_no_nvswitch_skips_fabric_manager(run_script, calls) -> None:
     assert not any(call.startswith("systemctl") for call in calls())
 
 
-def test_cli_may_be_several_words(run_script, calls, stub_dir: Path) -> None:
-    done = run_script("node-health-check.sh", **NODE, GPUFLEET_CLI=f"{stub_dir}/gpufleet --verbose-unused")
-    assert done.returncode == 1  # the stub rejects the unknown first argument: proves the words were split
-    assert "gpufleet --verbose-unused topo-check --instance-type p4d.24xlarge" in calls()
+@pytest.mark.parametrize(
+    ("capture", "settings", "verdict"),
+    [
+        # The rules of gpufleet topo-check, on the captures its own tests use (tests/reports/, tests/fixtures/topo/).
+        ("p4d_ansi.txt", {}, "PASS topology: p4d.24xlarge: 8 GPUs, 28 NVLink pairs, 4 NICs"),
+        ("p4d_no_nic_legend.txt", {}, "PASS topology: p4d.24xlarge: 8 GPUs, 28 NVLink pairs, 4 NICs"),
+        ("p4d_truncated.txt", {}, "FAIL topology: p4d.24xlarge: row GPU5 is cut short"),
+        ("p4d.txt", {"GPUFLEET_GPU_COUNT": "4"}, "FAIL topology: p4d.24xlarge: 8 GPUs in the matrix, expected 4"),
+        (
+            "p5.txt",
+            {},
+            "FAIL topology: p4d.24xlarge: 32 NICs in the matrix, expected 4 (one per EFA device)",
+        ),
+        # Without GPUDirect RDMA the NICs are not counted, and without NVSwitch PCIe pairs are no problem (g5).
+        (
+            "g5_48xlarge.txt",
+            {"GPUFLEET_NVSWITCH": "0", "GPUFLEET_GPUDIRECT_RDMA": "0"},
+            "PASS topology: p4d.24xlarge: 8 GPUs, 0 NVLink pairs, 1 NICs",
+        ),
+    ],
+)
+def test_topology_is_checked_on_the_node_without_gpufleet(
+    run_script, calls, capture: str, settings: dict[str, str], verdict: str
+) -> None:
+    done = run_script("node-health-check.sh", **{**NODE, **settings}, STUB_TOPO=str(TOPOLOGY_CAPTURES / capture))
+    assert verdict in done.stdout.splitlines()
+    assert "nvidia-smi topo -m" in calls()
+
+
+def test_a_pair_with_fewer_nvlinks_fails_the_topology(run_script, tmp_path: Path) -> None:
+    capture = (TOPOLOGY_CAPTURES / "p4d.txt").read_text()
+    rows = capture.splitlines(keepends=True)
+    rows[2] = rows[2].replace("GPU1\tNV12", "GPU1\tNV6")  # GPU1's row: its link to GPU0
+    rows[1] = rows[1].replace("\t X \tNV12", "\t X \tNV6")  # GPU0's row: its link to GPU1
+    (tmp_path / "fewer.txt").write_text("".join(rows))
+    done = run_script("node-health-check.sh", **NODE, STUB_TOPO=str(tmp_path / "fewer.txt"))
+    assert done.returncode == 1
+    assert (
+        "FAIL topology: p4d.24xlarge: GPU0-GPU1: NV6, fewer NVLinks than the other pairs (NV12)"
+        in done.stdout.splitlines()
+    )
 
 
 @pytest.mark.parametrize("missing", list(NODE))
@@ -329,3 +378,36 @@ def test_a_manifest_far_larger_than_one_is_not_read(run_script, versions_manifes
         f"FAIL driver: {versions_manifest} is 268435456 bytes, more than a versions manifest (65536 at most): not read"
         in done.stdout
     )
+
+
+def test_the_health_check_the_user_data_installs_runs_on_the_settings_of_node_env(
+    stub_dir: Path, calls, tmp_path: Path
+) -> None:
+    """environments/dev.yaml's user data on a fake root, then /opt/gpufleet/ops/node-health-check.sh as node-ready.sh
+    runs it: the settings from node.env alone, the helpers from /opt/gpufleet/lib, no gpufleet."""
+    root = tmp_path / "root"
+    installer_bin = tmp_path / "installer-bin"
+    installer_bin.mkdir()
+    (installer_bin / "systemctl").write_text("#!/bin/sh\n")
+    (installer_bin / "systemctl").chmod(0o755)
+    user_data = tmp_path / "user-data.sh"
+    user_data.write_text(render_user_data(load_named_environment("dev"), load_catalog()["p4d.24xlarge"]))
+    base = {"HOME": str(tmp_path), "GPUFLEET_ROOT": str(root)}
+    subprocess.run(["bash", str(user_data)], check=True, env={**base, "PATH": f"{installer_bin}:/usr/bin:/bin"})
+
+    stubs = {**HEALTHY, "STUB_LOG": str(tmp_path / "calls.log"), "STUB_DIR": str(tmp_path)}
+    done = subprocess.run(
+        ["bash", "-c", f'. "{root}/etc/gpufleet/node.env" && exec "{root}/opt/gpufleet/ops/node-health-check.sh"'],
+        env={**base, **stubs, "PATH": f"{stub_dir}:/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert results(done.stdout) == dict.fromkeys(CHECKS, "PASS")
+    assert (
+        "PASS image-profile: image built from profile p4d-ubuntu1804-cuda11 (environment: p4d-ubuntu1804-cuda11)"
+        in (done.stdout.splitlines())
+    )
+    assert not any(call.startswith("gpufleet") for call in calls())

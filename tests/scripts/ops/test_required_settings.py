@@ -18,6 +18,8 @@ CASES = {
             "scripts/ops/node-health-check.sh)",
             "node-health-check: error: GPUFLEET_NVSWITCH is not set (see the header of "
             "scripts/ops/node-health-check.sh)",
+            "node-health-check: error: GPUFLEET_GPUDIRECT_RDMA is not set (see the header of "
+            "scripts/ops/node-health-check.sh)",
             "node-health-check: error: GPUFLEET_INSTANCE_TYPE is not set (see the header of "
             "scripts/ops/node-health-check.sh)",
         ],

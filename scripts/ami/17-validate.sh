@@ -6,7 +6,7 @@ set -euo pipefail
 source "${GPUFLEET_LIB_DIR:-$(dirname "${BASH_SOURCE[0]}")/lib}/common.sh"
 
 readonly COMPONENT_KEYS=(driver fabric_manager cuda cudnn nccl efa_installer aws_ofi_nccl nccl_tests fsx_lustre onednn
-  container_toolkit)
+  container_toolkit aws_cli cloudwatch_agent)
 required=(GPUFLEET_AMI_PROFILE GPUFLEET_OS_FAMILY GPUFLEET_OS_VERSION GPUFLEET_NVSWITCH)
 for key in "${COMPONENT_KEYS[@]}"; do required+=("GPUFLEET_${key^^}_VERSION"); done
 # OS package names as ami/packages.yaml resolves them for the profile.
@@ -91,6 +91,12 @@ check_version fsx_lustre "$(installed_package_version "$GPUFLEET_FSX_LUSTRE_PACK
 check_version onednn "$(installed_onednn_version)" "$(first_fields "$(pinned onednn)" 3)" "$ONEDNN_PREFIX/include"
 check_version container_toolkit "$(installed_package_version "$GPUFLEET_CONTAINER_TOOLKIT_PACKAGE")" \
   "$(pinned container_toolkit)" "package $GPUFLEET_CONTAINER_TOOLKIT_PACKAGE"
+
+check_version aws_cli "$(installed_aws_cli_version)" "$(pinned aws_cli)" "$AWS_CLI_BIN_DIR/aws --version"
+cloudwatch_agent_found="$(installed_cloudwatch_agent_version)"
+cloudwatch_agent_matches "$cloudwatch_agent_found" ||
+  fail "cloudwatch_agent: found ${cloudwatch_agent_found:-nothing} in $CLOUDWATCH_AGENT_DIR/bin/CWAGENT_VERSION," \
+    "expected $(pinned cloudwatch_agent)"
 
 if efa_device_present; then
   fi_info -p efa >/dev/null 2>&1 || fail "efa: an EFA device is present but 'fi_info -p efa' failed"
