@@ -3,6 +3,7 @@
 import subprocess
 
 from gpufleet.catalog import load_catalog
+from gpufleet.environment import Storage
 from gpufleet.loading import load_named_environment
 from gpufleet.user_data import render_user_data
 from tests.scripts.efa_install import install_efa
@@ -115,3 +116,55 @@ def test_a_failing_setup_script_does_not_stop_the_others(node, tmp_path):
     assert setup.returncode == 1
     assert "run-setup: running efa-env" in setup.stdout
     assert "run-setup: error: failed: gpu-clocks (see the lines above)" in setup.stderr
+
+
+def test_the_installed_setup_mounts_the_shared_storage_after_the_other_steps(node, tmp_path):
+    """dev with an existing file system (storage.existing): the user data installs shared-storage.sh, and the setup
+    unit's run mounts the file system of the node's tag, the last step before the node reports ready."""
+    source = "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com@tcp:/abcdefgh"
+    storage = {
+        "existing": {
+            "file_system_id": "fs-0123456789abcdef0",
+            "dns_name": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+            "mount_name": "abcdefgh",
+            "security_group_id": "sg-0123456789abcdef0",
+        }
+    }
+    env = load_named_environment("dev").model_copy(update={"storage": Storage.model_validate(storage)})
+    script = tmp_path / "user-data.sh"
+    script.write_text(render_user_data(env, load_catalog()["p4d.24xlarge"]))
+    script.chmod(0o755)
+    node.run(script)
+    install_efa(node.root, "ubuntu")
+    (node.root / "etc/gpufleet/versions.json").write_text('{"components": {"aws_ofi_nccl": "1.7.3-aws"}}')
+    node.set_state(
+        drives=[[f"nvme{i}n1", "Amazon EC2 NVMe Instance Storage"] for i in range(1, 9)],
+        supported_clocks=A100_CLOCKS,
+        gpus=[{"mig_current": "Disabled", "mig_pending": "Disabled", "profiles": {}}] * 8,
+        imds={"tags/instance/gpufleet:lustre-mount": [[200, source]]},
+        lustre={"reachable": [source]},
+    )
+    shared, scratch = tmp_path / "fsx", tmp_path / "scratch"
+
+    setup = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f'. "{node.root}/etc/gpufleet/node.env" && GPUFLEET_SCRATCH_MOUNT={scratch} GPUFLEET_SHARED_DIR={shared} '
+            f'GPUFLEET_IMDS_URL=http://imds.test exec "{node.root}/opt/gpufleet/node/run-setup.sh"',
+        ],
+        env={
+            "PATH": f"{node.bin_dir}:/usr/bin:/bin",
+            "GPUFLEET_ROOT": str(node.root),
+            "FAKE_STATE": str(node.state_file),
+            "FAKE_LOG": str(node.log_file),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert setup.returncode == 0, setup.stderr
+    ran = [line.split("running ")[1] for line in setup.stdout.splitlines() if line.startswith("run-setup: running")]
+    assert ran == ["raid0-nvme", "gpu-clocks", "efa-env", "shared-storage"]
+    assert node.state["mounts"] == {str(scratch): "/dev/md/scratch", str(shared): source}
