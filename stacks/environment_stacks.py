@@ -12,7 +12,7 @@ from gpufleet.catalog import load_catalog
 from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET, ENVIRONMENT_TAG_KEY
 from gpufleet.environment import Environment
 from stacks.cluster_stack import ClusterStack
-from stacks.constructs.shared_storage_access import SharedFileSystem
+from stacks.constructs.shared_storage_access import SharedFileSystem, lustre_mount_source
 from stacks.network_stack import NetworkStack
 from stacks.storage_stack import StorageStack
 
@@ -67,7 +67,7 @@ def add_environment_stacks(app: cdk.App, environment: Environment, now: dt.datet
     elif storage is not None and storage.existing is not None:
         existing = storage.existing
         shared_file_system = SharedFileSystem(
-            mount_source=f"{existing.dns_name}@tcp:/{existing.mount_name}",
+            mount_source=lustre_mount_source(existing.dns_name, existing.mount_name),
             security_group_id=existing.security_group_id,
         )
     cluster = ClusterStack(

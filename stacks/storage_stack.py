@@ -29,7 +29,7 @@ from gpufleet.constants import (
     STORAGE_RETAIN,
 )
 from gpufleet.environment import Environment
-from stacks.constructs.shared_storage_access import LUSTRE_PORT_RANGES, SharedFileSystem
+from stacks.constructs.shared_storage_access import LUSTRE_PORT_RANGES, SharedFileSystem, lustre_mount_source
 from stacks.networking import import_network
 
 # aws-cdk-lib's LustreFileSystem L2 opens 988-1023 (its DEFAULT_PORT_RANGE), 29 ports more than Lustre uses
@@ -105,7 +105,7 @@ class StorageStack(cdk.Stack):
             ),
         )
         retained.append(self.file_system)
-        mount_source = f"{self.file_system.attr_dns_name}@tcp:/{self.file_system.attr_lustre_mount_name}"
+        mount_source = lustre_mount_source(self.file_system.attr_dns_name, self.file_system.attr_lustre_mount_name)
         outputs = {FILE_SYSTEM_OUTPUT_KEY: self.file_system.ref, MOUNT_SOURCE_OUTPUT_KEY: mount_source}
 
         repository, location = storage.data_repository, environment.data_repository_location

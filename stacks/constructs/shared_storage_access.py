@@ -28,12 +28,18 @@ LUSTRE_PORT_RANGES = ((988, 988), (1018, 1023))
 OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload")
 
 
+def lustre_mount_source(dns_name: str, mount_name: str) -> str:
+    """What mount -t lustre takes for an FSx for Lustre file system: DNS_NAME@tcp:/MOUNT_NAME (FSx for Lustre user
+    guide, mounting-ec2-instance.html)."""
+    return f"{dns_name}@tcp:/{mount_name}"
+
+
 @dataclass(frozen=True)
 class SharedFileSystem:
     """The shared file system as the cluster sees it: plain values for an existing one, the storage stack's
     deploy-time values (imported) for a new one."""
 
-    mount_source: str  # DNS_NAME@tcp:/MOUNT_NAME
+    mount_source: str  # lustre_mount_source
     security_group_id: str
     # The data repository's bucket and the key prefix the file system's root maps to, when there is one.
     data_repository: tuple[str, str] | None = None
