@@ -445,10 +445,15 @@ KMS_KEY_ARN = re.compile(r"arn:aws(-[a-z]+)*:kms:[a-z]{2}(-[a-z]+)+-\d:\d{12}:ke
 class LustreFileSystem(_Section):
     """A new FSx for Lustre file system, in a stack of its own (gpufleet-NAME-storage)."""
 
+    # FSx cannot change a file system's deployment type (botocore's fsx model: UpdateFileSystemLustreConfiguration
+    # has no DeploymentType), but cfn-lint's bundled resource schema does not list it among AWS::FSx::FileSystem's
+    # createOnlyProperties, so gpufleet plan cannot say what a deploy of a new one does: whether CloudFormation
+    # replaces the file system or fails the update is (unconfirmed).
     deployment_type: Annotated[StrictStr, one_of("a Lustre deployment type", LUSTRE_DEPLOYMENT_TYPES)] = Field(
         LUSTRE_PERSISTENT_2,
         description="PERSISTENT_2 (replicated file servers, the lowest latency) | PERSISTENT_1 | SCRATCH_2 (no "
-        "replication: a failed file server loses its files; the cheapest). Changing it replaces the file system.",
+        "replication: a failed file server loses its files; the cheapest). FSx cannot change it in place: choose it "
+        "before the first deploy.",
     )
     storage_capacity_gib: Annotated[StrictInt, checked(_lustre_capacity_problem)] = Field(
         1200, description="1200, 2400 or a multiple of 2400 GiB; it can grow in place, never shrink."
