@@ -79,6 +79,29 @@ NODE_ROOT_VOLUME_ENCRYPTED = True
 # devices are not supported".
 MIG_PURPOSES = ("single-node-inference", "independent-jobs")
 
+# storage.lustre: an FSx for Lustre file system in the environment's own stack (stacks/storage_stack.py).
+# Deployment types as the FSx API spells them (botocore's fsx model, LustreDeploymentType; the CloudFormation user
+# guide, AWS::FSx::FileSystem LustreConfiguration, "Allowed values: PERSISTENT_1 | PERSISTENT_2 | SCRATCH_1 |
+# SCRATCH_2"). SCRATCH_1 is left out: it takes no data repository association ("supported on all FSx for Lustre 2.12
+# and 2.15 file systems, excluding scratch_1 deployment type", botocore's fsx model, CreateDataRepositoryAssociation).
+LUSTRE_SCRATCH_2 = "SCRATCH_2"
+LUSTRE_PERSISTENT_1 = "PERSISTENT_1"
+LUSTRE_PERSISTENT_2 = "PERSISTENT_2"
+LUSTRE_DEPLOYMENT_TYPES = (LUSTRE_PERSISTENT_2, LUSTRE_PERSISTENT_1, LUSTRE_SCRATCH_2)
+# storage.lustre.compression: DataCompressionType "NONE | LZ4" (botocore's fsx model, DataCompressionType).
+LUSTRE_COMPRESSIONS = ("LZ4", "NONE")
+# storage.data_repository.import_events / export_events: the events of a data repository association's
+# AutoImportPolicy and AutoExportPolicy (botocore's fsx model, EventType: NEW, CHANGED, DELETED).
+DATA_REPOSITORY_EVENTS = ("NEW", "CHANGED", "DELETED")
+# storage.on_destroy: what deleting the storage stack does to the file system.
+STORAGE_RETAIN = "retain"
+STORAGE_DELETE = "delete"
+STORAGE_ON_DESTROY = (STORAGE_RETAIN, STORAGE_DELETE)
+# The node tag that carries the shared file system's Lustre mount source (DNS_NAME@tcp:/MOUNT_NAME): the launch
+# template sets it from the storage stack's values at deploy time (the user data is compressed at synthesis and can
+# hold no deploy-time value), and scripts/node/shared-storage.sh reads it from the instance metadata.
+SHARED_STORAGE_TAG_KEY = "gpufleet:lustre-mount"
+
 # Tag on every resource and node of an environment; operator tools and IAM conditions select by it.
 ENVIRONMENT_TAG_KEY = "gpufleet:environment"
 # Tags on every image and snapshot the AMI pipeline builds: images are found by the profile tag; the source-ami tag
@@ -115,6 +138,10 @@ PLACEMENT_GROUP_OUTPUT_KEY = "PlacementGroupName"
 SECURITY_GROUP_OUTPUT_KEY = "SecurityGroupId"
 LAUNCH_TEMPLATE_OUTPUT_KEY = "LaunchTemplateId"
 SUBNET_OUTPUT_KEY = "SubnetId"
+# The storage stack's outputs (stacks/storage_stack.py).
+FILE_SYSTEM_OUTPUT_KEY = "FileSystemId"
+MOUNT_SOURCE_OUTPUT_KEY = "LustreMountSource"
+STORAGE_BUCKET_OUTPUT_KEY = "DataRepositoryBucket"
 AVAILABILITY_ZONE_OUTPUT_KEY = "AvailabilityZone"
 
 # How often the capacity fallback looks at the fleet (its EventBridge schedule, rate(5 minutes)): EventBridge rate

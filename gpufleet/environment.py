@@ -19,12 +19,16 @@ from gpufleet.block_schedule import SCALE_IN_LEAD
 from gpufleet.constants import (
     ALLOCATION_STRATEGIES,
     BACKEND_SPOT_FLEET,
+    DATA_REPOSITORY_EVENTS,
     ENVIRONMENT_TAG_KEY,
     FALLBACK_CHECK_INTERVAL_MINUTES,
     FLEET_BACKENDS,
     FLEET_TYPE_MAINTAIN,
     FLEET_TYPE_REQUEST,
     FLEET_TYPES,
+    LUSTRE_COMPRESSIONS,
+    LUSTRE_DEPLOYMENT_TYPES,
+    LUSTRE_PERSISTENT_2,
     ON_DEMAND_ALLOCATION_STRATEGIES,
     REPLACEMENT_LAUNCH,
     REPLACEMENT_STRATEGIES,
@@ -33,6 +37,8 @@ from gpufleet.constants import (
     ROLLOUT_MANUAL,
     ROLLOUT_REPLACE_ALL,
     ROLLOUTS,
+    STORAGE_ON_DESTROY,
+    STORAGE_RETAIN,
 )
 from gpufleet.rules import AccountId, LogRetentionDays, RegionName, checked, one_of
 
@@ -151,6 +157,68 @@ def _tag_value_problem(value: str) -> str | None:
     return UNUSABLE_TAG if len(value) > 256 else None
 
 
+def _lustre_capacity_problem(gib: int) -> str | None:
+    # source: botocore's fsx model, CreateFileSystem StorageCapacity: "For SCRATCH_2, PERSISTENT_2, and PERSISTENT_1
+    # deployment types using SSD storage type, the valid values are 1200 GiB, 2400 GiB, and increments of 2400 GiB."
+    if gib == 1200 or (gib >= 2400 and gib % 2400 == 0):
+        return None
+    if gib < 1200:
+        return f"{gib} GiB is below the smallest FSx for Lustre file system, 1200 GiB"
+    lower, upper = (1200, 2400) if gib < 2400 else (gib // 2400 * 2400, (gib // 2400 + 1) * 2400)
+    return f"{gib} GiB is not a size FSx for Lustre takes (1200, 2400 or a multiple of 2400: {lower} or {upper})"
+
+
+def _bucket_name_problem(name: str) -> str | None:
+    """General purpose bucket names (S3 user guide, "General purpose bucket naming rules",
+    https://docs.aws.amazon.com/AmazonS3/latest/userguide/bucketnamingrules.html): 3-63 characters of lower-case
+    letters, digits, dots and hyphens, beginning and ending with a letter or digit, no two adjacent dots, not an IP
+    address, and none of the prefixes and suffixes S3 reserves."""
+    reserved = ("xn--", "sthree-", "amzn-s3-demo-"), ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+    if (
+        not re.fullmatch(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]", name)
+        or ".." in name
+        or re.fullmatch(r"\d+\.\d+\.\d+\.\d+", name)
+        or name.startswith(reserved[0])
+        or name.endswith(reserved[1])
+    ):
+        return (
+            f"'{name}' is not an S3 bucket name (3-63 lower-case letters, digits, dots and hyphens, starting and "
+            "ending with a letter or digit; no '..', no IP address, no reserved prefix or suffix such as xn-- or "
+            "-s3alias)"
+        )
+    return None
+
+
+# A key prefix of S3's "safe" characters (S3 user guide, "Naming Amazon S3 objects": 0-9 a-z A-Z ! - _ . ' ( ) and
+# "/" as the delimiter; "*" is left out, since the node role's policy names the prefix in a resource ARN, where "*"
+# and "?" are wildcards), in segments that are neither empty nor "." or "..".
+_PREFIX_SEGMENT = r"(?!\.{1,2}(/|$))[A-Za-z0-9!_.'()-]+"
+S3_PREFIX = re.compile(rf"{_PREFIX_SEGMENT}(/{_PREFIX_SEGMENT})*")
+
+
+def _prefix_problem(prefix: str) -> str | None:
+    if len(prefix) > 512 or not S3_PREFIX.fullmatch(prefix):
+        return (
+            f"'{prefix}' is not a key prefix gpufleet takes (segments of letters, digits and ! - _ . ' ( ) joined by "
+            "'/', no leading or trailing '/', no '.' or '..' segment, at most 512 characters; e.g. training/dev)"
+        )
+    return None
+
+
+def _events_problem(events: tuple[str, ...]) -> str | None:
+    unknown = [event for event in events if event not in DATA_REPOSITORY_EVENTS]
+    if unknown or len(set(events)) != len(events):
+        return (
+            f"{list(events)} is not a list of distinct data repository events (allowed: "
+            f"{', '.join(DATA_REPOSITORY_EVENTS)}; [] for none)"
+        )
+    return None
+
+
+def _mount_path_problem(path: str) -> str | None:
+    return None if PATH_PATTERN.fullmatch(path) else f"'{path}' is not an absolute path (e.g. /fsx)"
+
+
 def _matching(what: str, pattern: re.Pattern[str], example: str) -> AfterValidator:
     def problem(value: str) -> str | None:
         return None if pattern.fullmatch(value) else f"'{value}' is not {what} (e.g. {example})"
@@ -158,6 +226,7 @@ def _matching(what: str, pattern: re.Pattern[str], example: str) -> AfterValidat
     return checked(problem)
 
 
+DataRepositoryEvents = Annotated[tuple[StrictStr, ...], checked(_events_problem)]
 CapacityReservationId = Annotated[
     StrictStr, _matching("a Capacity Reservation id", CAPACITY_RESERVATION_ID, "cr-0123456789abcdef0")
 ]
@@ -372,6 +441,123 @@ class Monitoring(_Section):
     )
 
 
+# FSx ids and names as botocore's fsx model patterns them: FileSystemId "^(fs-[0-9a-f]{8,})$" (11-21 characters),
+# DNSName "^((fs|fc)i?-[0-9a-f]{8,}\..{4,253})$", LustreFileSystemMountName "^([A-Za-z0-9_-]{1,8})$"; a key ARN as the
+# KMS API reference gives one (arn:aws:kms:REGION:ACCOUNT:key/KEY-ID).
+FILE_SYSTEM_ID = re.compile(r"fs-[0-9a-f]{8,17}")
+FILE_SYSTEM_DNS_NAME = re.compile(r"fs-[0-9a-f]{8,17}\.[a-z0-9.-]{4,253}")
+LUSTRE_MOUNT_NAME = re.compile(r"[A-Za-z0-9_-]{1,8}")
+KMS_KEY_ARN = re.compile(r"arn:aws(-[a-z]+)*:kms:[a-z]{2}(-[a-z]+)+-\d:\d{12}:key/(mrk-)?[0-9a-f-]{32,36}")
+
+
+class LustreFileSystem(_Section):
+    """A new FSx for Lustre file system, in a stack of its own (gpufleet-NAME-storage)."""
+
+    # FSx cannot change a file system's deployment type (botocore's fsx model: UpdateFileSystemLustreConfiguration
+    # has no DeploymentType), but cfn-lint's bundled resource schema does not list it among AWS::FSx::FileSystem's
+    # createOnlyProperties, so gpufleet plan cannot say what a deploy of a new one does: whether CloudFormation
+    # replaces the file system or fails the update is (unconfirmed).
+    deployment_type: Annotated[StrictStr, one_of("a Lustre deployment type", LUSTRE_DEPLOYMENT_TYPES)] = Field(
+        LUSTRE_PERSISTENT_2,
+        description="PERSISTENT_2 (replicated file servers, the lowest latency) | PERSISTENT_1 | SCRATCH_2 (no "
+        "replication: a failed file server loses its files; the cheapest). FSx cannot change it in place: choose it "
+        "before the first deploy.",
+    )
+    storage_capacity_gib: Annotated[StrictInt, checked(_lustre_capacity_problem)] = Field(
+        1200, description="1200, 2400 or a multiple of 2400 GiB; it can grow in place, never shrink."
+    )
+    throughput_mb_per_tib: StrictInt | None = Field(
+        None,
+        description="Throughput per TiB of storage, required for the persistent types: PERSISTENT_1 50, 100 or "
+        "200; PERSISTENT_2 125, 250, 500 or 1000 (MB/s/TiB). SCRATCH_2 takes none (200 MB/s/TiB baseline).",
+    )
+    compression: Annotated[StrictStr, one_of("a Lustre data compression", LUSTRE_COMPRESSIONS)] = Field(
+        "LZ4", description="LZ4 | NONE: data compression on the file servers."
+    )
+    kms_key_arn: (
+        Annotated[
+            StrictStr,
+            _matching(
+                "a KMS key ARN",
+                KMS_KEY_ARN,
+                "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab",
+            ),
+        ]
+        | None
+    ) = Field(
+        None,
+        description="A customer managed KMS key for the persistent types (the default is the FSx-managed key; "
+        "SCRATCH_2 always uses it). Data is encrypted at rest either way. Changing it replaces the file system.",
+    )
+
+
+class DataRepository(_Section):
+    """An S3 data repository association: the whole file system is linked to s3://BUCKET/PREFIX/."""
+
+    bucket: Annotated[StrictStr, checked(_bucket_name_problem)] | None = Field(
+        None,
+        description="An existing bucket in the environment's region; without it the storage stack creates "
+        "gpufleet-NAME-ACCOUNT-REGION (encrypted, public access blocked, TLS only, kept when the stack is deleted).",
+    )
+    prefix: Annotated[StrictStr, checked(_prefix_problem)] | None = Field(
+        None,
+        description="Key prefix the file system's root maps to, e.g. training/dev (default: the environment's "
+        "name); the node role may read and write under it only.",
+    )
+    import_events: DataRepositoryEvents = Field(
+        DATA_REPOSITORY_EVENTS,
+        description="Changes in S3 the file system takes in automatically: any of NEW, CHANGED, DELETED ([]: none).",
+    )
+    export_events: DataRepositoryEvents = Field(
+        DATA_REPOSITORY_EVENTS,
+        description="Changes on the file system written back to S3 automatically: any of NEW, CHANGED, DELETED "
+        "([]: none).",
+    )
+
+
+class ExistingFileSystem(_Section):
+    """An FSx for Lustre file system made outside gpufleet, mounted as it is; gpufleet never changes or deletes it."""
+
+    file_system_id: Annotated[StrictStr, _matching("an FSx file system id", FILE_SYSTEM_ID, "fs-0123456789abcdef0")] = (
+        Field(description="Its id (fs-...).")
+    )
+    dns_name: Annotated[
+        StrictStr,
+        _matching(
+            "an FSx file system DNS name", FILE_SYSTEM_DNS_NAME, "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com"
+        ),
+    ] = Field(description="Its DNSName (aws fsx describe-file-systems).")
+    mount_name: Annotated[StrictStr, _matching("a Lustre mount name", LUSTRE_MOUNT_NAME, "abcdefgh")] = Field(
+        description="Its LustreConfiguration.MountName (aws fsx describe-file-systems)."
+    )
+    security_group_id: Annotated[StrictStr, checked(_resource_id_problem("sg"))] = Field(
+        description="A security group of the file system: the cluster stack adds a rule to it that admits the "
+        "Lustre ports from the node security group, and removes that rule when the cluster is destroyed."
+    )
+
+
+class Storage(_Section):
+    """Shared storage every node mounts at boot: a new FSx for Lustre file system (lustre, optionally linked to S3 by
+    data_repository) or an existing one (existing)."""
+
+    mount_path: Annotated[StrictStr, checked(_mount_path_problem)] = Field(
+        "/fsx",
+        description="Where every node mounts it (GPUFLEET_SHARED_DIR in /etc/gpufleet/node.env): the place for "
+        "checkpoints and anything every node must see.",
+    )
+    on_destroy: Annotated[StrictStr, one_of("a storage deletion policy", STORAGE_ON_DESTROY)] = Field(
+        STORAGE_RETAIN,
+        description="retain: the storage stack has termination protection and its file system, association and "
+        "security group are kept even when the stack is deleted | delete: deleting the storage stack deletes the "
+        "file system and its data. A bucket gpufleet creates is always kept.",
+    )
+    lustre: LustreFileSystem | None = Field(None, description="A new FSx for Lustre file system.")
+    data_repository: DataRepository | None = Field(
+        None, description="Link the new file system to S3 (import and export); without it S3 holds no copy."
+    )
+    existing: ExistingFileSystem | None = Field(None, description="An existing file system instead of lustre.")
+
+
 class Environment(_Section):
     name: Annotated[StrictStr, checked(_name_problem)] = Field(
         description="Environment name; must equal the file name without .yaml."
@@ -402,6 +588,9 @@ class Environment(_Section):
     monitoring: Monitoring = Field(
         Monitoring(), description="The CloudWatch agent on every node: its log group, metrics and dashboard."
     )
+    storage: Storage | None = Field(
+        None, description="Shared storage every node mounts at boot (FSx for Lustre), kept apart from the cluster."
+    )
 
     @property
     def stack_prefix(self) -> str:
@@ -412,6 +601,17 @@ class Environment(_Section):
         """The name of the environment's Auto Scaling group; under fleet.rollout replace-all followed by "-" and the
         node image id (stacks/constructs/gpu_auto_scaling_group.py says why)."""
         return f"{self.stack_prefix}-nodes"
+
+    @property
+    def data_repository_location(self) -> tuple[str, str] | None:
+        """The bucket and key prefix the shared file system is linked to (storage.data_repository), None without
+        one: the named bucket or the one the storage stack creates, named gpufleet-NAME-ACCOUNT-REGION (at most 61
+        characters: S3 takes 63), and the named prefix or the environment's name."""
+        repository = self.storage.data_repository if self.storage else None
+        if repository is None:
+            return None
+        bucket = repository.bucket or f"{self.stack_prefix}-{self.account}-{self.region}"
+        return bucket, repository.prefix or self.name
 
     @property
     def resource_tags(self) -> dict[str, str]:

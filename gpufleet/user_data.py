@@ -26,7 +26,12 @@ from pathlib import Path
 from gpufleet import shipped_path
 from gpufleet.ami import published_profile
 from gpufleet.catalog import InstanceType
-from gpufleet.constants import BACKEND_AUTO_SCALING, ROLLOUT_REPLACE_ALL, TERMINATION_HOOK_NAME
+from gpufleet.constants import (
+    BACKEND_AUTO_SCALING,
+    ROLLOUT_REPLACE_ALL,
+    SHARED_STORAGE_TAG_KEY,
+    TERMINATION_HOOK_NAME,
+)
 from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
 from gpufleet.monitoring import agent_configuration
@@ -66,13 +71,15 @@ def _flag(enabled: bool) -> str:
 
 def setup_scripts(env: Environment, instance: InstanceType) -> list[str]:
     """The boot-time setup scripts this environment enables, in the order they run: mig before gpu-clocks, since
-    enabling MIG on Ampere resets the GPU, which would drop clocks locked before it. Every node runs the CloudWatch
-    agent, so that its journal outlives it."""
+    enabling MIG on Ampere resets the GPU, which would drop clocks locked before it; shared-storage before the
+    readiness checks, which a node passes only with its storage mounted. Every node runs the CloudWatch agent, so
+    that its journal outlives it."""
     enabled = {
         "raid0-nvme": env.node.raid0_nvme and instance.nvme.count > 0,
         "mig": env.node.mig_profile is not None,
         "gpu-clocks": env.node.max_clocks,
         "efa-env": env.efa and instance.efa_supported,
+        "shared-storage": env.storage is not None,
         "cloudwatch-agent": True,
     }
     return [name for name, on in enabled.items() if on]
@@ -129,6 +136,9 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         # scripts/ops/node-health-check.sh: the profile the node's image must be built from (its versions.json);
         # empty for an image given by ami.id or by a parameter the AMI pipeline does not write.
         "GPUFLEET_AMI_PROFILE": published_profile(env.ami.ssm_parameter) or "",
+        # shared-storage.sh; training code writes checkpoints under GPUFLEET_SHARED_DIR (empty: no shared storage).
+        "GPUFLEET_SHARED_DIR": env.storage.mount_path if env.storage else "",
+        "GPUFLEET_SHARED_STORAGE_TAG": SHARED_STORAGE_TAG_KEY if env.storage else "",
         **auto_scaling_settings(env),
     }
 

@@ -18,6 +18,7 @@ from gpufleet.constants import (
     LAUNCH_TEMPLATE_OUTPUT_KEY,
     PLACEMENT_GROUP_OUTPUT_KEY,
     SECURITY_GROUP_OUTPUT_KEY,
+    SHARED_STORAGE_TAG_KEY,
     SUBNET_OUTPUT_KEY,
 )
 from gpufleet.environment import Environment
@@ -28,6 +29,8 @@ from stacks.constructs.efa_security_group import EfaSecurityGroup
 from stacks.constructs.node_group import node_group
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
 from stacks.constructs.node_monitoring import NodeMonitoring
+from stacks.constructs.shared_storage_access import SharedFileSystem, SharedStorageAccess
+from stacks.networking import import_network
 
 
 class ClusterStack(cdk.Stack):
@@ -41,14 +44,16 @@ class ClusterStack(cdk.Stack):
         now: dt.datetime,
         vpc: ec2.IVpc | None = None,
         node_subnet: ec2.ISubnet | None = None,
+        shared_file_system: SharedFileSystem | None = None,
         **kwargs,
     ) -> None:
         """now: the time of synthesis, which a Capacity Block's schedule depends on (gpufleet.block_schedule); vpc
         and node_subnet come from the environment's NetworkStack; without them the environment's existing VPC and
-        subnet are imported (by id, with no lookup, so synthesis stays offline)."""
+        subnet are imported (by id, with no lookup, so synthesis stays offline); shared_file_system: the file system
+        the nodes mount (storage), from the environment's StorageStack or its storage.existing."""
         super().__init__(scope, construct_id, **kwargs)
         if vpc is None or node_subnet is None:
-            vpc, node_subnet = self._import_network(environment)
+            vpc, node_subnet = import_network(self, environment)
         node_tags = {**environment.resource_tags, "Name": f"{environment.stack_prefix}-node"}
 
         efa_security_group = EfaSecurityGroup(self, "EfaSecurityGroup", vpc=vpc)
@@ -71,6 +76,7 @@ class ClusterStack(cdk.Stack):
             placement_group=placement_group,
             node_tags=node_tags,
             user_data=launch_template_user_data(environment, instance),
+            metadata_tags={SHARED_STORAGE_TAG_KEY: shared_file_system.mount_source} if shared_file_system else None,
         )
         NodeMonitoring(
             self,
@@ -80,6 +86,14 @@ class ClusterStack(cdk.Stack):
             log_retention_days=environment.monitoring.log_retention_days,
             efa=environment.efa and instance.efa_supported,
         )
+        if shared_file_system is not None:
+            SharedStorageAccess(
+                self,
+                "SharedStorageAccess",
+                file_system=shared_file_system,
+                node_security_group=efa_security_group.security_group,
+                node_role=launch_template.role,
+            )
         nodes = node_group(
             self,
             environment_name=environment.name,
@@ -121,24 +135,3 @@ class ClusterStack(cdk.Stack):
         }
         for name, value in outputs.items():
             cdk.CfnOutput(self, name, value=value)
-
-    def _import_network(self, environment: Environment) -> tuple[ec2.IVpc, ec2.ISubnet]:
-        network = environment.network
-        vpc_id, subnet_id = network.vpc_id, network.subnet_id
-        assert vpc_id is not None and subnet_id is not None, "the environment's validation: no cidr needs both"
-        vpc = ec2.Vpc.from_vpc_attributes(
-            self,
-            "ExistingVpc",
-            vpc_id=vpc_id,
-            availability_zones=[environment.availability_zone],
-            isolated_subnet_ids=[subnet_id],
-        )
-        subnet = ec2.Subnet.from_subnet_attributes(
-            self, "ExistingNodeSubnet", subnet_id=subnet_id, availability_zone=environment.availability_zone
-        )
-        for imported in (vpc, subnet):
-            cdk.Annotations.of(imported).acknowledge_warning(
-                "@aws-cdk/aws-ec2:noSubnetRouteTableId",
-                "gpufleet places nodes in the existing subnet and never reads or changes its route table",
-            )
-        return vpc, subnet

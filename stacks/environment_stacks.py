@@ -1,4 +1,5 @@
-"""Adds the stacks of one environment to an app: the network (when it creates a VPC) and the cluster."""
+"""Adds the stacks of one environment to an app: the network (when it creates a VPC), the storage (when it creates a
+file system) and the cluster."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from gpufleet.catalog import load_catalog
 from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET, ENVIRONMENT_TAG_KEY
 from gpufleet.environment import Environment
 from stacks.cluster_stack import ClusterStack
+from stacks.constructs.shared_storage_access import SharedFileSystem, lustre_mount_source
 from stacks.network_stack import NetworkStack
+from stacks.storage_stack import StorageStack
 
 # Resource types whose Tags are create-only in their CloudFormation schema (cfn-lint's bundled copy): an edit of the
 # environment's tags would replace them, and a replaced placement group takes every node with it. They carry only
@@ -43,14 +46,39 @@ def add_environment_stacks(app: cdk.App, environment: Environment, now: dt.datet
             description=f"gpufleet {environment.name}: VPC, node subnet, VPC endpoints and flow logs",
         )
         stacks.append(network_stack)
+    vpc = network_stack.vpc if network_stack else None
+    node_subnet = network_stack.node_subnet if network_stack else None
+    shared_file_system = None
+    storage = environment.storage
+    if storage is not None and storage.lustre is not None:
+        storage_stack = StorageStack(
+            app,
+            f"{environment.stack_prefix}-storage",
+            environment=environment,
+            vpc=vpc,
+            node_subnet=node_subnet,
+            env=aws_env,
+            description=f"gpufleet {environment.name}: shared FSx for Lustre file system"
+            + (" and its S3 data repository" if storage.data_repository else "")
+            + f" (storage.on_destroy {storage.on_destroy})",
+        )
+        stacks.append(storage_stack)
+        shared_file_system = storage_stack.shared_file_system
+    elif storage is not None and storage.existing is not None:
+        existing = storage.existing
+        shared_file_system = SharedFileSystem(
+            mount_source=lustre_mount_source(existing.dns_name, existing.mount_name),
+            security_group_id=existing.security_group_id,
+        )
     cluster = ClusterStack(
         app,
         f"{environment.stack_prefix}-cluster",
         environment=environment,
         instance=instance,
         now=now,
-        vpc=network_stack.vpc if network_stack else None,
-        node_subnet=network_stack.node_subnet if network_stack else None,
+        vpc=vpc,
+        node_subnet=node_subnet,
+        shared_file_system=shared_file_system,
         env=aws_env,
         description=f"gpufleet {environment.name}: {environment.capacity.target} x {environment.instance_type} "
         f"EFA cluster (placement group, launch template, {NODE_GROUP_NAMES[environment.fleet.backend]})",

@@ -58,6 +58,9 @@ def _type_name(annotation: typing.Any, required: bool = False) -> str:
 
 
 def _yaml(value: object) -> str:
+    """A default as the YAML file writes it: true, false, a flow list [A, B]."""
+    if isinstance(value, tuple | list):
+        return f"[{', '.join(_yaml(item) for item in value)}]"
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 

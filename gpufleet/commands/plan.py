@@ -1,5 +1,6 @@
 """gpufleet plan ENV [--against STACK=FILE | --against DIR] [--cdk-out DIR] [--allow-replace] [--json]: what a
-deploy of the environment will do to its resources and above all to running nodes, one line per change.
+deploy of the environment will do to its resources and above all to running nodes, one line per change; then, where
+`cdk destroy --all` of it would keep a stack or a resource, what it deletes and what it keeps (gpufleet/ops/destroy.py).
 
 Exit codes: 0 running nodes unaffected; 3 a change replaces or terminates running nodes; 4 cannot tell: an SSM
 parameter the deploy resolves could not be read, and a new value there would replace or terminate running nodes
@@ -26,6 +27,7 @@ from gpufleet.errors import GpufleetError
 from gpufleet.input_files import MIB, JsonFile
 
 if TYPE_CHECKING:
+    from gpufleet.ops.destroy import DestroyedStack
     from gpufleet.ops.plan import DeployTimeParameter
 
 NODE_CHANGE_EXIT = 3
@@ -47,7 +49,8 @@ CDK_JSON_FIX = "restore the checkout's cdk.json (git checkout cdk.json)"
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "plan",
-        help="before a deploy: every resource change of an environment and whether it replaces running nodes",
+        help="before a deploy: every resource change of an environment and whether it replaces running nodes; "
+        "what cdk destroy would keep",
         epilog=EXIT_CODES,
     )
     parser.add_argument("env", metavar="ENV", help="environment name (environments/ENV.yaml)")
@@ -73,14 +76,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpufleet.loading import load_named_environment
+    from gpufleet.ops.destroy import destroy_outcome
     from gpufleet.ops.plan import StackPair, plan_deploy
 
     env = load_named_environment(args.env)
     if args.cdk_out:
-        synthesized = read_assembly(args.cdk_out, env.stack_prefix, CDK_OUT_FIX)
+        stacks = read_assembly(args.cdk_out, env.stack_prefix, CDK_OUT_FIX)
     else:
         with tempfile.TemporaryDirectory(prefix="gpufleet-plan-") as outdir:
-            synthesized = read_assembly(synthesize(env.name, Path(outdir)), env.stack_prefix, SYNTHESIZED_FIX)
+            stacks = read_assembly(synthesize(env.name, Path(outdir)), env.stack_prefix, SYNTHESIZED_FIX)
+    synthesized = {stack.name: stack.template for stack in stacks}
+    destroyed = destroy_outcome(stacks)
     saved = saved_templates(args.against, env.name, list(synthesized))
     sources, old_templates = {}, {}
     for name in synthesized:
@@ -117,6 +123,7 @@ def run(args: argparse.Namespace) -> int:
             "parameters": [parameter.as_dict() for parameter in parameters],
             "changes": [change.as_dict() for change in changes],
             "changes_if_unread_parameters_are_new": [change.as_dict() for change in plan.possible],
+            "destroy": [outcome.as_dict() for outcome in destroyed],
         }
         print(json.dumps(document, indent=2))
     else:
@@ -131,6 +138,11 @@ def run(args: argparse.Namespace) -> int:
             print("no changes")
         for change in plan.possible:
             print(f"if {unread} resolves to a new value: {change.line()}")
+        # Only where it keeps something: otherwise cdk destroy removes the whole environment, as the docs say.
+        if any(not outcome.deleted or outcome.kept_resources for outcome in destroyed):
+            print(f"cdk destroy --all -c env={env.name} keeps some of it:")
+            for outcome in destroyed:
+                print(outcome.line())
         print(f"fleet.rollout: {rollout}")
         if changes:
             print(f"{len(changes)} change(s); {len(node_changes)} replace or terminate running nodes")
@@ -179,20 +191,32 @@ def synthesize(env_name: str, outdir: Path) -> Path:
     return outdir
 
 
-def read_assembly(directory: Path, stack_prefix: str, fix: str) -> dict[str, dict]:
-    """The environment's templates in a cloud assembly, in manifest order, by stack name; ``fix`` says what to do
-    about a damaged file of it."""
+def read_assembly(directory: Path, stack_prefix: str, fix: str) -> list[DestroyedStack]:
+    """The environment's stacks in a cloud assembly, in manifest order: template, termination protection and
+    dependencies; ``fix`` says what to do about a damaged file of it."""
+    from gpufleet.ops.destroy import DestroyedStack
+
     manifest_path = directory / "manifest.json"
     if not manifest_path.is_file():
         raise GpufleetError(f"{directory}: no manifest.json; pass the cdk.out directory of `cdk synth`")
     manifest = assembly_file(manifest_path, fix)
-    templates = {
-        name: read_template(template_file(manifest, name, artifact), fix)
-        for name, artifact in stack_artifacts(manifest, lambda name: name.startswith(f"{stack_prefix}-")).items()
-    }
-    if not templates:
+    stacks = []
+    for name, artifact in stack_artifacts(manifest, lambda name: name.startswith(f"{stack_prefix}-")).items():
+        where = ("artifacts", name)
+        properties = manifest.get(artifact, (*where, "properties"), dict)
+        protection = manifest.get(properties, (*where, "properties", "terminationProtection"), bool, default=False)
+        dependencies = manifest.get(artifact, (*where, "dependencies"), list, default=[])
+        stacks.append(
+            DestroyedStack(
+                name,
+                read_template(template_file(manifest, name, artifact), fix),
+                termination_protection=protection,
+                dependencies=tuple(str(dependency) for dependency in dependencies),
+            )
+        )
+    if not stacks:
         raise GpufleetError(f"{directory}: no stack {stack_prefix}-* in this cloud assembly")
-    return templates
+    return stacks
 
 
 def template_file(manifest: JsonFile, name: str, artifact: dict) -> Path:

@@ -1,6 +1,6 @@
 """One small validator per rule an environment must satisfy that needs more than one field or outside knowledge
 (the instance catalog, the AMI pipeline, the node scripts, the clock), one module per domain: naming, network, node,
-capacity, fleet, fallback, image; and the rules of the AMI pipeline's file (pipeline).
+capacity, fleet, fallback, image, storage; and the rules of the AMI pipeline's file (pipeline).
 
 Each validator returns Problems naming the field and saying what is wrong and what is allowed; the caller
 prefixes the file name. validate_environment runs them all so a user sees every problem at once, once the file
@@ -63,6 +63,15 @@ from gpufleet.validators.node import (
     MigPurposeValidator,
     UserDataSizeValidator,
 )
+from gpufleet.validators.storage import (
+    DataRepositoryValidator,
+    ExistingDnsNameValidator,
+    LustreKmsKeyValidator,
+    LustreThroughputValidator,
+    MetadataTagKeysValidator,
+    SharedMountPathValidator,
+    StorageChoiceValidator,
+)
 
 # In the order `gpufleet validate` reports their problems.
 VALIDATORS: tuple[EnvironmentValidator, ...] = (
@@ -99,6 +108,13 @@ VALIDATORS: tuple[EnvironmentValidator, ...] = (
     FallbackNeedsMaintainValidator(),
     FallbackCeilingValidator(),
     FallbackCapacityBlockValidator(),
+    StorageChoiceValidator(),
+    LustreThroughputValidator(),
+    LustreKmsKeyValidator(),
+    DataRepositoryValidator(),
+    ExistingDnsNameValidator(),
+    SharedMountPathValidator(),
+    MetadataTagKeysValidator(),
 )
 
 

@@ -47,9 +47,13 @@ class NodeLaunchTemplate(Construct):
         placement_group: ec2.IPlacementGroup,
         node_tags: dict[str, str],
         user_data: str,
+        metadata_tags: dict[str, str] | None = None,
     ) -> None:
         """backend, reservation, capacity_block_id: the capacity source (stacks/constructs/capacity_reservations.py
-        says which the launch template targets); user_data: base64, as gpufleet.user_data renders it."""
+        says which the launch template targets); user_data: base64, as gpufleet.user_data renders it;
+        metadata_tags: instance tags the node reads from its instance metadata at boot (values known only at deploy,
+        which the compressed user data cannot hold): with them the launch template allows tags in the metadata
+        (MetadataOptions InstanceMetadataTags, EC2 user guide, work-with-tags-in-IMDS.html)."""
         super().__init__(scope, construct_id)
         self.role = iam.Role(
             self,
@@ -72,6 +76,7 @@ class NodeLaunchTemplate(Construct):
         # The image the nodes launch from: a fixed ami.id, or the SSM parameter's value at deploy time.
         self.image_id = self._image_id(ami)
         tags = [cdk.CfnTag(key=key, value=value) for key, value in sorted(node_tags.items())]
+        instance_tags = [cdk.CfnTag(key=key, value=value) for key, value in sorted((metadata_tags or {}).items())]
         self.launch_template = ec2.CfnLaunchTemplate(
             self,
             "Resource",
@@ -98,6 +103,7 @@ class NodeLaunchTemplate(Construct):
                     http_endpoint=NODE_METADATA_HTTP_ENDPOINT,
                     http_tokens=NODE_METADATA_HTTP_TOKENS,
                     http_put_response_hop_limit=NODE_METADATA_HOP_LIMIT,
+                    instance_metadata_tags="enabled" if metadata_tags else None,
                 ),
                 block_device_mappings=[
                     ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
@@ -113,7 +119,9 @@ class NodeLaunchTemplate(Construct):
                     )
                 ],
                 tag_specifications=[
-                    ec2.CfnLaunchTemplate.TagSpecificationProperty(resource_type=resource_type, tags=tags)
+                    ec2.CfnLaunchTemplate.TagSpecificationProperty(
+                        resource_type=resource_type, tags=tags + (instance_tags if resource_type == "instance" else [])
+                    )
                     for resource_type in ("instance", "volume", "network-interface")
                 ],
                 user_data=user_data,

@@ -13,7 +13,7 @@ import pytest
 
 import gpufleet.user_data as user_data
 from gpufleet.catalog import load_catalog
-from gpufleet.environment import CapacityBlock
+from gpufleet.environment import CapacityBlock, Storage
 from gpufleet.errors import GpufleetError
 from gpufleet.loading import environment_files, load_named_environment
 from gpufleet.user_data import (
@@ -28,15 +28,33 @@ SHIPPED = [path.stem for path in environment_files()]
 # EC2's limit on user data "in raw form, before it is base64-encoded": 16 KB
 # (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html).
 EC2_USER_DATA_LIMIT = 16384
-ALL_SCRIPTS = {"raid0-nvme", "gpu-clocks", "mig", "efa-env", "cloudwatch-agent", "run-setup", "spot-watcher"}
+ALL_SCRIPTS = {
+    "raid0-nvme",
+    "gpu-clocks",
+    "mig",
+    "efa-env",
+    "shared-storage",
+    "cloudwatch-agent",
+    "run-setup",
+    "spot-watcher",
+}
 # What each shipped environment turns on (environments/*.yaml): h100 is all on-demand, so it has no spot watcher;
 # p5-block is all on-demand too, but its nodes belong to an Auto Scaling group, whose terminations the watcher sees,
-# and to a Capacity Block, whose end runs capacity-block-end.
+# and to a Capacity Block, whose end runs capacity-block-end; prod alone has shared storage.
 EXPECTED_SCRIPTS = {
-    "dev": ALL_SCRIPTS - {"mig"},
+    "dev": ALL_SCRIPTS - {"mig", "shared-storage"},
     "prod": ALL_SCRIPTS - {"mig"},
-    "h100": ALL_SCRIPTS - {"spot-watcher", "mig"},
-    "p5-block": ALL_SCRIPTS - {"mig"} | {"capacity-block-end"},
+    "h100": ALL_SCRIPTS - {"spot-watcher", "mig", "shared-storage"},
+    "p5-block": ALL_SCRIPTS - {"mig", "shared-storage"} | {"capacity-block-end"},
+}
+# An existing FSx for Lustre file system (storage.existing), the shared storage of everything_on().
+EXISTING_FILE_SYSTEM = {
+    "existing": {
+        "file_system_id": "fs-0123456789abcdef0",
+        "dns_name": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+        "mount_name": "abcdefgh",
+        "security_group_id": "sg-0123456789abcdef0",
+    }
 }
 
 
@@ -53,9 +71,10 @@ def with_node(env, **node):
 
 
 def everything_on():
-    """A p4d environment with every node option on (spot nodes, EFA, RAID0, clocks, MIG, a hook)."""
+    """A p4d environment with every node option on (spot nodes, EFA, RAID0, clocks, MIG, a hook, shared storage)."""
+    dev = load_named_environment("dev")
     return with_node(
-        load_named_environment("dev"),
+        dev.model_copy(update={"storage": Storage.model_validate(EXISTING_FILE_SYSTEM)}),
         raid0_nvme=True,
         max_clocks=True,
         mig_profile="1g.5gb",
@@ -153,7 +172,11 @@ def test_options_turned_off_leave_their_scripts_out(node, left_out):
     user_data = render(with_node(everything_on(), **node))
 
     assert installed_scripts(user_data) == ALL_SCRIPTS - left_out
-    setup_order = [s for s in ("raid0-nvme", "mig", "gpu-clocks", "efa-env", "cloudwatch-agent") if s not in left_out]
+    setup_order = [
+        s
+        for s in ("raid0-nvme", "mig", "gpu-clocks", "efa-env", "shared-storage", "cloudwatch-agent")
+        if s not in left_out
+    ]
     assert settings(user_data)["GPUFLEET_SETUP_SCRIPTS"] == " ".join(setup_order)
 
 
@@ -186,7 +209,7 @@ def test_no_efa_leaves_the_efa_environment_out():
 
 def test_with_every_option_off_the_setup_still_starts_the_cloudwatch_agent():
     env = with_node(everything_on(), raid0_nvme=False, max_clocks=False, mig_profile=None)
-    env = env.model_copy(update={"efa": False})
+    env = env.model_copy(update={"efa": False, "storage": None})
 
     user_data = render(env)
 
@@ -289,6 +312,8 @@ def test_the_settings_of_the_dev_environment():
         "GPUFLEET_CHECKPOINT_HOOK": "/usr/local/bin/save-checkpoint",
         "GPUFLEET_CAPACITY_BLOCK": "",
         "GPUFLEET_AMI_PROFILE": "p4d-ubuntu1804-cuda11",
+        "GPUFLEET_SHARED_DIR": "",
+        "GPUFLEET_SHARED_STORAGE_TAG": "",
     }
 
 
@@ -310,6 +335,8 @@ def test_every_option_off_sets_every_flag_to_zero():
         "GPUFLEET_SPOT_WATCHER": "0",
         "GPUFLEET_CHECKPOINT_HOOK": "",
         "GPUFLEET_CAPACITY_BLOCK": "",
+        "GPUFLEET_SHARED_DIR": "",
+        "GPUFLEET_SHARED_STORAGE_TAG": "",
     }
 
 
@@ -382,6 +409,7 @@ def test_the_user_data_writes_scripts_executable_and_the_rest_read_only_then_res
         "opt/gpufleet/node/mig.sh": "0o755",
         "opt/gpufleet/node/gpu-clocks.sh": "0o755",
         "opt/gpufleet/node/efa-env.sh": "0o755",
+        "opt/gpufleet/node/shared-storage.sh": "0o755",
         "opt/gpufleet/node/cloudwatch-agent.sh": "0o755",
         "opt/gpufleet/node/run-setup.sh": "0o755",
         "opt/gpufleet/node/spot-watcher.sh": "0o755",
@@ -409,6 +437,7 @@ def test_the_helpers_are_written_before_the_scripts_that_source_them():
         "/opt/gpufleet/node/mig.sh",
         "/opt/gpufleet/node/gpu-clocks.sh",
         "/opt/gpufleet/node/efa-env.sh",
+        "/opt/gpufleet/node/shared-storage.sh",
         "/opt/gpufleet/node/cloudwatch-agent.sh",
         "/opt/gpufleet/node/run-setup.sh",
         "/opt/gpufleet/node/spot-watcher.sh",
@@ -515,6 +544,19 @@ def test_comment_lines_go_but_the_shebang_code_and_shellcheck_directives_stay():
     assert user_data._without_comments(script) == (
         "#!/bin/bash\nset -euo pipefail\n    # shellcheck disable=SC2086\necho $x  # a trailing comment stays\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("storage", "mount_path"),
+    [(EXISTING_FILE_SYSTEM, "/fsx"), ({**EXISTING_FILE_SYSTEM, "mount_path": "/shared"}, "/shared")],
+)
+def test_shared_storage_is_mounted_last_before_readiness_where_training_code_finds_it(storage, mount_path):
+    env = load_named_environment("dev").model_copy(update={"storage": Storage.model_validate(storage)})
+    found = node_settings(env, load_catalog()["p4d.24xlarge"])
+
+    assert found["GPUFLEET_SETUP_SCRIPTS"] == "raid0-nvme gpu-clocks efa-env shared-storage cloudwatch-agent"
+    assert found["GPUFLEET_SHARED_DIR"] == mount_path
+    assert found["GPUFLEET_SHARED_STORAGE_TAG"] == "gpufleet:lustre-mount"
 
 
 def test_the_agent_configuration_on_the_node_is_the_environments():

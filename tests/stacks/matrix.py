@@ -9,16 +9,18 @@ the constructs too. What each entry stands for:
 - spot-p4d: a Spot Fleet that maintains 4 p4d nodes (1 on-demand) in a new VPC with a NAT gateway; every Spot Fleet
   option away from its default (diversified, prioritized, launch-before-terminate with a delay, unhealthy nodes
   kept, replace-all), the capacity fallback, an image from SSM, a key pair, tags and every node option on (MIG for
-  independent jobs on an EFA cluster);
+  independent jobs on an EFA cluster), and a PERSISTENT_2 file system (customer managed key) mounted at /shared,
+  linked to a bucket its stack creates, kept when destroyed;
 - request-p4de: a one-shot Spot Fleet request of 2 on-demand p4de nodes in an existing VPC, without EFA, ending at
   valid_until, launching only into a resource group of reservations; a fixed Amazon Linux image (/dev/xvda), the
-  node options off, MIG for single-node inference;
+  node options off, MIG for single-node inference, an existing file system;
 - block-p5: an Auto Scaling group of 2 p5 nodes in a Capacity Block (a week in 2099: ahead of any clock the tests
   run under), in the smallest VPC allowed, rollout manual, a fixed image whose root device is /dev/nvme0n1;
 - asg-g5: an Auto Scaling group of 4 g5.48xlarge nodes (2 on-demand) going to two reservations first, with capacity
-  rebalancing, the capacity fallback and replace-all;
+  rebalancing, the capacity fallback and replace-all; a PERSISTENT_1 file system without compression, linked to a
+  prefix of an existing bucket for some events only, deleted with its stack;
 - small-g5: a Spot Fleet that maintains 1 on-demand g5.8xlarge node (one network card) in one reservation, rollout
-  manual.
+  manual; a SCRATCH_2 file system with no S3 link.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ ACCOUNT = "123456789012"
 RESERVATION_ID = "cr-0123456789abcdef0"
 OTHER_RESERVATION_ID = "cr-0fedcba9876543210"
 GROUP_ARN = "arn:aws:resource-groups:us-west-2:123456789012:group/gpu-reservations"
+KMS_KEY_ARN = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 
 MATRIX: dict[str, dict] = {
     "spot-p4d": {
@@ -68,6 +71,18 @@ MATRIX: dict[str, dict] = {
             "mig_purpose": "independent-jobs",
             "checkpoint_hook": "/opt/train/checkpoint.sh",
         },
+        "storage": {
+            "mount_path": "/shared",
+            "on_destroy": "retain",
+            "lustre": {
+                "deployment_type": "PERSISTENT_2",
+                "storage_capacity_gib": 1200,
+                "throughput_mb_per_tib": 125,
+                "compression": "LZ4",
+                "kms_key_arn": KMS_KEY_ARN,
+            },
+            "data_repository": {},
+        },
     },
     "request-p4de": {
         "name": "request-p4de",
@@ -89,6 +104,14 @@ MATRIX: dict[str, dict] = {
             "max_clocks": False,
             "mig_profile": "7g.80gb",
             "mig_purpose": "single-node-inference",
+        },
+        "storage": {
+            "existing": {
+                "file_system_id": "fs-0123456789abcdef0",
+                "dns_name": "fs-0123456789abcdef0.fsx.us-west-2.amazonaws.com",
+                "mount_name": "abcdefgh",
+                "security_group_id": "sg-0a1b2c3d",
+            }
         },
     },
     "block-p5": {
@@ -136,6 +159,21 @@ MATRIX: dict[str, dict] = {
         "ami": {"ssm_parameter": "/gpufleet/ami/ubuntu2204-cuda12"},
         "tags": {"team": "inference", "cost-center": "gpu"},
         "node": {"checkpoint_hook": "/usr/local/bin/save-checkpoint"},
+        "storage": {
+            "on_destroy": "delete",
+            "lustre": {
+                "deployment_type": "PERSISTENT_1",
+                "storage_capacity_gib": 2400,
+                "throughput_mb_per_tib": 50,
+                "compression": "NONE",
+            },
+            "data_repository": {
+                "bucket": "inference-datasets",
+                "prefix": "clusters/asg-g5",
+                "import_events": ["NEW", "CHANGED"],
+                "export_events": ["NEW"],
+            },
+        },
     },
     "small-g5": {
         "name": "small-g5",
@@ -147,6 +185,7 @@ MATRIX: dict[str, dict] = {
         "capacity": {"target": 1, "on_demand": 1, "reservation": {"ids": [RESERVATION_ID]}},
         "fleet": {"allocation_strategy": "priceCapacityOptimized", "rollout": "manual"},
         "ami": {"id": "ami-0123456789abcdef0"},
+        "storage": {"lustre": {"deployment_type": "SCRATCH_2"}},
     },
 }
 

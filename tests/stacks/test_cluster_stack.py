@@ -100,7 +100,9 @@ def test_security_group_lets_efa_talk_both_ways_and_nothing_else_in(assembly, na
     template.has_resource_properties(
         "AWS::EC2::SecurityGroupEgress", {"IpProtocol": "-1", "GroupId": group, "DestinationSecurityGroupId": group}
     )
-    template.resource_count_is("AWS::EC2::SecurityGroupIngress", 1)
+    # prod's nodes mount its shared file system: the Lustre ports also open both ways between the node group and the
+    # file system's (tests/stacks/test_storage_stack.py), 2 rules each way.
+    template.resource_count_is("AWS::EC2::SecurityGroupIngress", 5 if name == "prod" else 1)
     properties = only_resource(template, "AWS::EC2::SecurityGroup")
     assert "SecurityGroupIngress" not in properties
     (egress,) = properties["SecurityGroupEgress"]
@@ -199,7 +201,13 @@ def test_node_role_is_ssm_and_the_environments_cloudwatch_agent_only(assembly, n
         for logical, policy in template.find_resources("AWS::IAM::Policy").items()
         if {"Ref": node_role} in policy["Properties"]["Roles"]
     ]
-    if ENVIRONMENTS[name].fleet.backend == BACKEND_SPOT_FLEET:
+    if name == "prod":
+        # Its shared file system's data repository prefix (tests/stacks/test_storage_stack.py).
+        assert sorted(attached) == [
+            "NodeMonitoringAgentPolicyF3A4C9C0",
+            "SharedStorageAccessDataRepositoryAccessEE56BB49",
+        ]
+    elif ENVIRONMENTS[name].fleet.backend == BACKEND_SPOT_FLEET:
         assert attached == ["NodeMonitoringAgentPolicyF3A4C9C0"], "the node role must not gain other permissions"
     else:
         # Nodes of a group complete their own termination lifecycle action (tests/stacks/test_auto_scaling_group.py).

@@ -291,6 +291,7 @@ def test_every_stack_of_the_app_is_checked(templates):
         "gpufleet-p5-block-network",
         "gpufleet-prod-cluster",
         "gpufleet-prod-network",
+        "gpufleet-prod-storage",
     } == names
     checked = {stack.name for template, stack in templates if policy_statements(template, stack)}
     assert checked == names

@@ -1,6 +1,7 @@
 """The stacks of every entry of the environment matrix (tests/stacks/matrix.py), synthesized once with cdk-nag
 attached (tests/stacks/conftest.py: matrix_assembly): what the cluster stack adds for which options. A network stack
-only with a new VPC, the fleet teardown only with a Spot Fleet, the capacity fallback only with fleet.fallback (wired
+only with a new VPC, a storage stack only with a new file system (storage.lustre; request-p4de mounts an existing
+one), the fleet teardown only with a Spot Fleet, the capacity fallback only with fleet.fallback (wired
 to the entry's node group and settings), the Capacity Block warning only with a Capacity Block."""
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ def fallback_settings(template: dict) -> dict | None:
 
 # Per entry: stacks; Spot Fleets, fleet teardowns, Auto Scaling groups and Capacity Block warnings in the cluster stack.
 MATRIX_STACKS = {
-    "spot-p4d": (["cluster", "network"], (1, 1, 0, 0)),
+    "spot-p4d": (["cluster", "network", "storage"], (1, 1, 0, 0)),
     "request-p4de": (["cluster"], (1, 1, 0, 0)),
     "block-p5": (["cluster", "network"], (0, 0, 1, 1)),
-    "asg-g5": (["cluster", "network"], (0, 0, 1, 0)),
-    "small-g5": (["cluster", "network"], (1, 1, 0, 0)),
+    "asg-g5": (["cluster", "network", "storage"], (0, 0, 1, 0)),
+    "small-g5": (["cluster", "network", "storage"], (1, 1, 0, 0)),
 }
 # The capacity fallback's settings, for the entries with fleet.fallback (the others have none).
 MATRIX_FALLBACKS = {

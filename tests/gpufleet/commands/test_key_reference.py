@@ -55,3 +55,15 @@ def test_prefix_names_the_place_of_a_model_documented_apart():
     assert (
         list(key_rows(Part, prefix="parts.KEY."))[0] == "| `parts.KEY.version` | string | required | Exact version. |\n"
     )
+
+
+class Queue(BaseModel):
+    events: tuple[StrictStr, ...] = Field(("NEW", "CHANGED"), description="Which events.")
+    flush: bool = Field(False, description="Flush first.")
+
+
+def test_defaults_are_written_as_yaml_writes_them():
+    assert list(key_rows(Queue)) == [
+        "| `events` | list of string | `[NEW, CHANGED]` | Which events. |\n",
+        "| `flush` | boolean | `false` | Flush first. |\n",
+    ]

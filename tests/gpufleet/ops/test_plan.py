@@ -845,3 +845,62 @@ def test_only_ssm_parameters_a_resource_refers_to_are_resolved_at_deploy(assembl
     """CDK's BootstrapVersion is an SSM parameter too, read by a rule only."""
     assert ssm_parameter_defaults(assembly.template_json(CLUSTER)) == {IMAGE_PARAMETER: IMAGE_KEY}
     assert ssm_parameter_defaults(assembly.template_json(NETWORK)) == {}
+
+
+# What cdk destroy --all deletes and keeps (gpufleet/ops/destroy.py; tests/gpufleet/ops/test_destroy.py).
+PROD_STORAGE_KEEPS = (
+    "FileSystemSecurityGroupBFA44C6B (AWS::EC2::SecurityGroup), FileServersTcp988 (AWS::EC2::SecurityGroupIngress), "
+    "FileServersTcp1018 (AWS::EC2::SecurityGroupIngress), FileSystem (AWS::FSx::FileSystem), "
+    "DataRepositoryAssociation (AWS::FSx::DataRepositoryAssociation), Bucket83908E77 (AWS::S3::Bucket), "
+    "BucketPolicyE9A3008A (AWS::S3::BucketPolicy)"
+)
+
+
+def destroy_section(out: str) -> list[str]:
+    lines = out.splitlines()
+    start = next(index for index, line in enumerate(lines) if line.startswith("cdk destroy"))
+    end = next(index for index, line in enumerate(lines) if line.startswith("fleet.rollout"))
+    return lines[start:end]
+
+
+def shipped_prod() -> None:
+    shutil.copy(REPOSITORY / "environments" / "prod.yaml", Path(os.environ["GPUFLEET_ENVIRONMENTS_DIR"]))
+
+
+def test_plan_says_destroy_deletes_prods_cluster_and_stops_at_its_protected_storage(assembly, run_cli):
+    shipped_prod()
+    directory = str(assembly.directory)
+    _, out, _ = run_cli("plan", "prod", "--cdk-out", directory, "--against", directory)
+
+    assert destroy_section(out) == [
+        "cdk destroy --all -c env=prod keeps some of it:",
+        "  gpufleet-prod-cluster: deleted",
+        "  gpufleet-prod-storage: kept: termination protection stops cdk destroy here; deleting it leaves "
+        f"{PROD_STORAGE_KEEPS} (DeletionPolicy Retain)",
+        "  gpufleet-prod-network: kept: gpufleet-prod-storage stays and depends on it",
+    ]
+
+
+def test_plan_says_nothing_of_destroy_where_it_removes_the_whole_environment(assembly, run_cli, run_json):
+    directory = str(assembly.directory)
+    _, out, _ = run_cli("plan", "dev", "--cdk-out", directory, "--against", directory)
+    _, document = run_json("plan", "dev", "--cdk-out", directory, "--against", directory)
+
+    assert "destroy" not in out
+    assert document["destroy"] == [
+        {"stack": "gpufleet-dev-cluster", "deleted": True, "why": "deleted", "kept_resources": []},
+        {"stack": "gpufleet-dev-network", "deleted": True, "why": "deleted", "kept_resources": []},
+    ]
+
+
+def test_plan_json_says_what_destroy_deletes_and_keeps(assembly, run_json):
+    shipped_prod()
+    directory = str(assembly.directory)
+    _, document = run_json("plan", "prod", "--cdk-out", directory, "--against", directory)
+
+    assert [(stack["stack"], stack["deleted"], len(stack["kept_resources"])) for stack in document["destroy"]] == [
+        ("gpufleet-prod-cluster", True, 0),
+        ("gpufleet-prod-storage", False, 7),
+        ("gpufleet-prod-network", False, 0),
+    ]
+    assert document["destroy"][1]["kept_resources"][3] == "FileSystem (AWS::FSx::FileSystem)"

@@ -15,7 +15,19 @@ from tests.scripts.fake_bin import install_fakes
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[3] / "scripts" / "node"
 FAKE_COMMANDS = Path(__file__).with_name("fake_commands.py")
-FAKED = ("lsblk", "udevadm", "mdadm", "blkid", "mkfs.xfs", "mountpoint", "mount", "nvidia-smi", "curl", "systemctl")
+FAKED = (
+    "lsblk",
+    "udevadm",
+    "mdadm",
+    "blkid",
+    "mkfs.xfs",
+    "mountpoint",
+    "mount",
+    "mount.lustre",
+    "nvidia-smi",
+    "curl",
+    "systemctl",
+)
 
 
 @dataclass

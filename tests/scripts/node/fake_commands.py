@@ -247,8 +247,35 @@ def mountpoint(args: list[str], state: dict) -> int:
     return 0 if args[-1] in state.get("mounts", {}) else 1
 
 
+# Lustre: the state's "lustre" holds
+#   reachable        [source, ...] the mount sources (DNS_NAME@tcp:/MOUNT_NAME) whose file system answers: available,
+#                    with the Lustre ports open between it and the node
+#   failing_mounts   how many mounts fail first whatever the source (the network still coming up at boot)
+# A mount that fails prints what mount.lustre prints (lustre/utils/mount_lustre.c: "mount.lustre: mount SOURCE at DIR
+# failed: REASON", and for an unanswered MGS "Is the MGS running?"; the exit status, the errno, is unconfirmed).
+MOUNT_LUSTRE_FAILED = 5
+
+
+def mount_lustre(source: str, directory: str, state: dict) -> int:
+    lustre = state.setdefault("lustre", {})
+    if lustre.get("failing_mounts", 0) > 0 or source not in lustre.get("reachable", []):
+        lustre["failing_mounts"] = max(0, lustre.get("failing_mounts", 0) - 1)
+        save(state)
+        print(f"mount.lustre: mount {source} at {directory} failed: Input/output error", file=sys.stderr)
+        print("Is the MGS running?", file=sys.stderr)
+        return MOUNT_LUSTRE_FAILED
+    state.setdefault("mounts", {})[directory] = source
+    save(state)
+    return 0
+
+
 def mount(args: list[str], state: dict) -> int:
     device, directory = args[-2:]
+    if args[:2] == ["-t", "lustre"]:
+        if not Path(directory).is_dir():
+            print(f"mount.lustre: {directory}: No such file or directory", file=sys.stderr)
+            return 2
+        return mount_lustre(device, directory, state)
     key = content_key(state, device)
     if not Path(directory).is_dir():
         print(f"mount: {directory}: mount point does not exist.", file=sys.stderr)
@@ -409,6 +436,11 @@ def systemctl(args: list[str], state: dict) -> int:
     return 0
 
 
+def mount_lustre_helper(args: list[str], state: dict) -> int:
+    """mount.lustre itself: its presence is what says the Lustre client is installed; the fake mount does the work."""
+    return 0
+
+
 def aws(args: list[str], state: dict) -> int:
     """The AWS CLI: the call is logged; it succeeds unless the state says aws_exit."""
     return state.get("aws_exit", 0)
@@ -426,6 +458,7 @@ COMMANDS = {
     "curl": curl,
     "systemctl": systemctl,
     "aws": aws,
+    "mount.lustre": mount_lustre_helper,
 }
 
 if __name__ == "__main__":

@@ -62,6 +62,15 @@ CASES = [
         ["run-setup: error: GPUFLEET_SETUP_SCRIPTS is not set (from /etc/gpufleet/node.env)"],
     ),
     (
+        "shared-storage.sh",
+        {"GPUFLEET_SHARED_DIR": ""},
+        (),
+        [
+            "shared-storage: error: GPUFLEET_SHARED_DIR is not set (from /etc/gpufleet/node.env)",
+            "shared-storage: error: GPUFLEET_SHARED_STORAGE_TAG is not set (from /etc/gpufleet/node.env)",
+        ],
+    ),
+    (
         "spot-watcher.sh",
         {},
         (),

@@ -48,6 +48,12 @@ CASES = [
         why="mounting a drive that was not formatted",
     ),
     Case(
+        "shared-storage.sh",
+        fails=Call("mkdir", "-p {root}/fsx"),
+        must_not_run=Call("mount", "-t lustre *"),
+        why="a Lustre mount over a mount point that could not be made",
+    ),
+    Case(
         "spot-watcher.sh",
         fails=Call("mkdir", "-p {root}/var/lib/gpufleet/checkpoint-hook-runs"),
         must_not_run=Call("checkpoint-hook"),
@@ -102,6 +108,16 @@ def one_blank_drive(node: FakeNode) -> dict[str, str]:
     }
 
 
+def tagged_with_a_file_system(node: FakeNode) -> dict[str, str]:
+    source = "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com@tcp:/abcdefgh"
+    node.set_state(imds={"tags/instance/gpufleet:lustre-mount": [[200, source]]}, lustre={"reachable": [source]})
+    return {
+        "GPUFLEET_SHARED_DIR": str(node.root / "fsx"),
+        "GPUFLEET_SHARED_STORAGE_TAG": "gpufleet:lustre-mount",
+        "GPUFLEET_IMDS_URL": "http://imds.test",
+    }
+
+
 def interruption_notice(node: FakeNode) -> dict[str, str]:
     node.set_state(imds={"spot/instance-action": [[200, '{"action": "terminate", "time": "2024-05-01T12:02:00Z"}']]})
     return {
@@ -120,6 +136,7 @@ PREPARE: dict[str, Callable[[FakeNode], dict[str, str]]] = {
     "efa-env.sh": efa_node,
     "mig.sh": ampere_gpu_without_mig,
     "raid0-nvme.sh": one_blank_drive,
+    "shared-storage.sh": tagged_with_a_file_system,
     "spot-watcher.sh": interruption_notice,
 }
 ARGUMENTS = {"capacity-block-end.sh": [BLOCK, "2026-12-01T11:30:00Z"]}

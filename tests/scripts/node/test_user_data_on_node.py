@@ -4,6 +4,7 @@ import json
 import subprocess
 
 from gpufleet.catalog import load_catalog
+from gpufleet.environment import Storage
 from gpufleet.loading import load_named_environment
 from gpufleet.user_data import render_user_data
 from tests.scripts.efa_install import install_efa
@@ -23,6 +24,14 @@ def run_user_data(node, tmp_path):
     script.write_text(render_user_data(p4d_environment(), load_catalog()["p4d.24xlarge"]))
     script.chmod(0o755)
     return node.run(script)
+
+
+def install_cloudwatch_agent(node, tmp_path):
+    """The image's CloudWatch agent: its ctl keeps the configuration it is handed, in tmp_path/handed.json."""
+    ctl = node.root / "opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
+    ctl.parent.mkdir(parents=True)
+    ctl.write_text(f'#!/bin/sh\ncp "{node.root}${{6#file:}}" "{tmp_path}/handed.json"\n')
+    ctl.chmod(0o755)
 
 
 def test_user_data_installs_scripts_units_and_settings(node, tmp_path):
@@ -76,11 +85,7 @@ def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path):
         supported_clocks=A100_CLOCKS,
         imds={"instance-life-cycle": [[200, "on-demand"]]},
     )
-    # The image's CloudWatch agent: its ctl keeps the configuration it is handed.
-    ctl = node.root / "opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
-    ctl.parent.mkdir(parents=True)
-    ctl.write_text(f'#!/bin/sh\ncp "{node.root}${{6#file:}}" "{tmp_path}/handed.json"\n')
-    ctl.chmod(0o755)
+    install_cloudwatch_agent(node, tmp_path)
     node.clear_log()
     scratch = tmp_path / "scratch"
     # As gpufleet-node-setup.service starts it: settings from node.env (the scratch mount moved into tmp_path).
@@ -134,3 +139,56 @@ def test_a_failing_setup_script_does_not_stop_the_others(node, tmp_path):
     assert setup.returncode == 1
     assert "run-setup: running efa-env" in setup.stdout
     assert "run-setup: error: failed: gpu-clocks (see the lines above)" in setup.stderr
+
+
+def test_the_installed_setup_mounts_the_shared_storage_after_the_other_steps(node, tmp_path):
+    """dev with an existing file system (storage.existing): the user data installs shared-storage.sh, and the setup
+    unit's run mounts the file system of the node's tag, the last step before the node reports ready."""
+    source = "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com@tcp:/abcdefgh"
+    storage = {
+        "existing": {
+            "file_system_id": "fs-0123456789abcdef0",
+            "dns_name": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+            "mount_name": "abcdefgh",
+            "security_group_id": "sg-0123456789abcdef0",
+        }
+    }
+    env = load_named_environment("dev").model_copy(update={"storage": Storage.model_validate(storage)})
+    script = tmp_path / "user-data.sh"
+    script.write_text(render_user_data(env, load_catalog()["p4d.24xlarge"]))
+    script.chmod(0o755)
+    node.run(script)
+    install_efa(node.root, "ubuntu")
+    (node.root / "etc/gpufleet/versions.json").write_text('{"components": {"aws_ofi_nccl": "1.7.3-aws"}}')
+    node.set_state(
+        drives=[[f"nvme{i}n1", "Amazon EC2 NVMe Instance Storage"] for i in range(1, 9)],
+        supported_clocks=A100_CLOCKS,
+        gpus=[{"mig_current": "Disabled", "mig_pending": "Disabled", "profiles": {}}] * 8,
+        imds={"tags/instance/gpufleet:lustre-mount": [[200, source]], "instance-life-cycle": [[200, "spot"]]},
+        lustre={"reachable": [source]},
+    )
+    install_cloudwatch_agent(node, tmp_path)
+    shared, scratch = tmp_path / "fsx", tmp_path / "scratch"
+
+    setup = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f'. "{node.root}/etc/gpufleet/node.env" && GPUFLEET_SCRATCH_MOUNT={scratch} GPUFLEET_SHARED_DIR={shared} '
+            f'GPUFLEET_IMDS_URL=http://imds.test exec "{node.root}/opt/gpufleet/node/run-setup.sh"',
+        ],
+        env={
+            "PATH": f"{node.bin_dir}:/usr/bin:/bin",
+            "GPUFLEET_ROOT": str(node.root),
+            "FAKE_STATE": str(node.state_file),
+            "FAKE_LOG": str(node.log_file),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert setup.returncode == 0, setup.stderr
+    ran = [line.split("running ")[1] for line in setup.stdout.splitlines() if line.startswith("run-setup: running")]
+    assert ran == ["raid0-nvme", "gpu-clocks", "efa-env", "shared-storage", "cloudwatch-agent"]
+    assert node.state["mounts"] == {str(scratch): "/dev/md/scratch", str(shared): source}

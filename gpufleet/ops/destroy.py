@@ -1,0 +1,80 @@
+"""What `cdk destroy --all` does to an environment's stacks, read from the synthesized cloud assembly: which stacks
+it deletes, which it stops at and leaves, and which resources a deleted stack leaves in the account.
+
+- The CDK CLI deletes the stacks in the reverse of their dependency order and ends the run at the first stack it
+  fails to delete (aws-cdk CLI 2.1148.1, the pinned one: node_modules/aws-cdk/lib/index.js, CdkToolkit.destroy:
+  buildDestroyWorkGraph, and a failed stack is thrown on). So a stack stays when it cannot be deleted, and so does
+  every stack it depends on.
+- A stack with termination protection cannot be deleted: "If a user attempts to delete a stack with termination
+  protection enabled, the deletion fails and the stack, including its status, remains unchanged" (CloudFormation user
+  guide, using-cfn-protect-stacks.html). The manifest holds it as the stack artifact's terminationProtection.
+- A resource with DeletionPolicy Retain (or RetainExceptOnCreate) outlives its stack: CloudFormation "keeps the
+  resource without deleting the resource or its contents when its stack is deleted" (CloudFormation user guide,
+  aws-attribute-deletionpolicy.html).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KEEPING_POLICIES = frozenset({"Retain", "RetainExceptOnCreate"})
+
+
+@dataclass(frozen=True)
+class DestroyedStack:
+    """A stack of the environment as the cloud assembly describes it."""
+
+    name: str
+    template: dict
+    termination_protection: bool = False
+    # The stacks it depends on (the manifest's dependencies), by name.
+    dependencies: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StackOutcome:
+    name: str
+    deleted: bool
+    why: str
+    # Resources a deletion of the stack leaves in the account, as "LogicalId (Type)".
+    kept_resources: tuple[str, ...]
+
+    def line(self) -> str:
+        kept = f"; deleting it leaves {', '.join(self.kept_resources)} (DeletionPolicy Retain)"
+        return f"  {self.name}: {self.why}{kept if self.kept_resources else ''}"
+
+    def as_dict(self) -> dict:
+        return {
+            "stack": self.name,
+            "deleted": self.deleted,
+            "why": self.why,
+            "kept_resources": list(self.kept_resources),
+        }
+
+
+def destroy_outcome(stacks: list[DestroyedStack]) -> list[StackOutcome]:
+    """Per stack, in the order cdk destroy reaches them (the reverse of the manifest's, which lists a stack after
+    those it depends on, so its dependents come first here): whether `cdk destroy --all` deletes it, and what its
+    deletion keeps."""
+    staying: set[str] = set()
+    outcomes = []
+    for stack in reversed(stacks):
+        kept_dependents = [other.name for other in stacks if other.name in staying and stack.name in other.dependencies]
+        if stack.termination_protection:
+            why = "kept: termination protection stops cdk destroy here"
+        elif kept_dependents:
+            why = f"kept: {', '.join(kept_dependents)} stays and depends on it"
+        else:
+            why = "deleted"
+        if why != "deleted":
+            staying.add(stack.name)
+        outcomes.append(StackOutcome(stack.name, why == "deleted", why, kept_resources(stack.template)))
+    return outcomes
+
+
+def kept_resources(template: dict) -> tuple[str, ...]:
+    return tuple(
+        f"{logical_id} ({resource['Type']})"
+        for logical_id, resource in template.get("Resources", {}).items()
+        if resource.get("DeletionPolicy") in KEEPING_POLICIES
+    )

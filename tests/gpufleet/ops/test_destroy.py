@@ -1,0 +1,49 @@
+"""What `cdk destroy --all` deletes and what it keeps (gpufleet/ops/destroy.py), on small hand-made stacks; what
+gpufleet plan prints of it for the shipped environments is in tests/gpufleet/ops/test_plan.py."""
+
+from __future__ import annotations
+
+from gpufleet.ops.destroy import DestroyedStack, destroy_outcome
+
+
+def test_an_unprotected_storage_stack_is_deleted_and_leaves_its_retained_bucket():
+    """storage.on_destroy delete: no termination protection; a bucket gpufleet created is still kept."""
+    storage = DestroyedStack(
+        "gpufleet-x-storage",
+        {
+            "Resources": {
+                "FileSystem": {"Type": "AWS::FSx::FileSystem", "DeletionPolicy": "Delete"},
+                "Bucket": {"Type": "AWS::S3::Bucket", "DeletionPolicy": "Retain"},
+                "Other": {"Type": "AWS::S3::BucketPolicy", "DeletionPolicy": "RetainExceptOnCreate"},
+            }
+        },
+        dependencies=("gpufleet-x-network",),
+    )
+    stacks = [
+        DestroyedStack("gpufleet-x-network", {"Resources": {}}),
+        storage,
+        DestroyedStack("gpufleet-x-cluster", {}, dependencies=("gpufleet-x-network", "gpufleet-x-storage")),
+    ]
+
+    assert [outcome.line() for outcome in destroy_outcome(stacks)] == [
+        "  gpufleet-x-cluster: deleted",
+        "  gpufleet-x-storage: deleted; deleting it leaves Bucket (AWS::S3::Bucket), Other (AWS::S3::BucketPolicy) "
+        "(DeletionPolicy Retain)",
+        "  gpufleet-x-network: deleted",
+    ]
+
+
+def test_a_stack_only_its_kept_dependents_hold_stays_and_an_unrelated_one_goes():
+    stacks = [
+        DestroyedStack("a-base", {}),
+        DestroyedStack("a-other", {}),
+        DestroyedStack("a-middle", {}, dependencies=("a-base",)),
+        DestroyedStack("a-top", {}, termination_protection=True, dependencies=("a-middle",)),
+    ]
+
+    assert [(outcome.name, outcome.deleted, outcome.why) for outcome in destroy_outcome(stacks)] == [
+        ("a-top", False, "kept: termination protection stops cdk destroy here"),
+        ("a-middle", False, "kept: a-top stays and depends on it"),
+        ("a-other", True, "deleted"),
+        ("a-base", False, "kept: a-middle stays and depends on it"),
+    ]
