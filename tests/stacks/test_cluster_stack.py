@@ -198,11 +198,12 @@ def test_node_role_is_ssm_and_cloudwatch_agent_only(assembly, name):
         for logical, policy in template.find_resources("AWS::IAM::Policy").items()
         if {"Ref": node_role} in policy["Properties"]["Roles"]
     ]
+    # Nodes read the cluster user's key (tests/stacks/test_cluster_user.py); nodes of a group also complete their own
+    # termination lifecycle action (tests/stacks/test_auto_scaling_group.py).
     if ENVIRONMENTS[name].fleet.backend == BACKEND_SPOT_FLEET:
-        assert attached == [], "the node role must not gain inline permissions"
+        assert sorted(attached) == ["ClusterUserNodesReadTheKey9B7D92B9"], "no other inline permissions"
     else:
-        # Nodes of a group complete their own termination lifecycle action (tests/stacks/test_auto_scaling_group.py).
-        assert attached == ["NodeGroupCompleteLifecycleActionFE2A0165"]
+        assert sorted(attached) == ["ClusterUserNodesReadTheKey9B7D92B9", "NodeGroupCompleteLifecycleActionFE2A0165"]
 
 
 EXPECTED_FLEETS = {
@@ -372,7 +373,10 @@ def test_p5_block_runs_every_node_in_its_capacity_block_through_an_auto_scaling_
         logical_id(template, "AWS::EC2::LaunchTemplate"),
     }
     assert guarded <= set(group["DependsOn"])
-    assert not [r for r in resources.values() if r["Type"].startswith("Custom::")]
+    # The cluster user's key is the stack's only custom resource: the group needs no teardown guarantee.
+    assert [r["Type"] for r in resources.values() if r["Type"].startswith("Custom::")] == [
+        "Custom::GpufleetClusterUserKey"
+    ]
     (rule,) = template.find_resources("AWS::Events::Rule").values()
     assert rule["Properties"]["EventPattern"]["detail"] == {"capacity-reservation-id": ["cr-0123456789abcdef0"]}
     assert template.to_json()["Outputs"]["AutoScalingGroupName"] == {"Value": {"Ref": group_id}}

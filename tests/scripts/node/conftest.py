@@ -15,7 +15,23 @@ from tests.scripts.fake_bin import install_fakes
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[3] / "scripts" / "node"
 FAKE_COMMANDS = Path(__file__).with_name("fake_commands.py")
-FAKED = ("lsblk", "udevadm", "mdadm", "blkid", "mkfs.xfs", "mountpoint", "mount", "nvidia-smi", "curl", "systemctl")
+FAKED = (
+    "lsblk",
+    "udevadm",
+    "mdadm",
+    "blkid",
+    "mkfs.xfs",
+    "mountpoint",
+    "mount",
+    "nvidia-smi",
+    "curl",
+    "systemctl",
+    "getent",
+    "groupadd",
+    "useradd",
+    "chown",
+    "ssh-keygen",
+)
 
 
 @dataclass
@@ -74,3 +90,12 @@ def node(tmp_path: Path) -> FakeNode:
     fake = FakeNode(root, bin_dir, tmp_path / "state.json", tmp_path / "calls.log")
     fake.set_state()
     return fake
+
+
+# What cluster-user.sh reads from IMDSv2: the primary interface's MAC, the node subnet through it, the region.
+CLUSTER_MAC = "0e:12:34:56:78:9a"
+CLUSTER_NODE_METADATA = {
+    "mac": [[200, CLUSTER_MAC]],
+    f"network/interfaces/macs/{CLUSTER_MAC}/subnet-ipv4-cidr-block": [[200, "10.40.0.0/20"]],
+    "placement/region": [[200, "eu-west-1"]],
+}

@@ -6,6 +6,8 @@ from gpufleet.catalog import load_catalog
 from gpufleet.loading import load_named_environment
 from gpufleet.user_data import render_user_data
 from tests.scripts.efa_install import install_efa
+from tests.scripts.fake_bin import install_fakes
+from tests.scripts.node.conftest import CLUSTER_NODE_METADATA, FAKE_COMMANDS
 
 HOOK = """/usr/local/bin/save-checkpoint --tag "run 42" --note 'it'"'"'s urgent'"""
 A100_CLOCKS = "".join(f"1215, {graphics}\n" for graphics in range(1410, 209, -15))
@@ -28,7 +30,16 @@ def test_user_data_installs_scripts_units_and_settings(node, tmp_path):
     run_user_data(node, tmp_path)
 
     installed = sorted(path.name for path in (node.root / "opt/gpufleet/node").iterdir())
-    assert installed == ["efa-env.sh", "gpu-clocks.sh", "mig.sh", "raid0-nvme.sh", "run-setup.sh", "spot-watcher.sh"]
+    assert installed == [
+        "cluster-address.sh",
+        "cluster-user.sh",
+        "efa-env.sh",
+        "gpu-clocks.sh",
+        "mig.sh",
+        "raid0-nvme.sh",
+        "run-setup.sh",
+        "spot-watcher.sh",
+    ]
     # The scripts source it from ../lib beside their own directory.
     assert sorted(path.name for path in (node.root / "opt/gpufleet/lib").iterdir()) == ["helpers.sh"]
     units = node.root / "etc/systemd/system"
@@ -56,8 +67,9 @@ def test_running_the_user_data_again_changes_nothing(node, tmp_path):
     assert {path: path.read_bytes() for path in node.root.rglob("*") if path.is_file()} == before
 
 
-def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path):
+def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path, cluster_key):
     run_user_data(node, tmp_path)
+    install_fakes(node.bin_dir, FAKE_COMMANDS, ("aws",))
     manifest = node.root / "etc/gpufleet/versions.json"
     manifest.write_text('{"components": {"aws_ofi_nccl": "1.7.3-aws"}}')
     install_efa(node.root, "ubuntu")
@@ -65,6 +77,8 @@ def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path):
         drives=[[f"nvme{i}n1", "Amazon EC2 NVMe Instance Storage"] for i in range(1, 9)],
         gpus=[{"mig_current": "Disabled", "mig_pending": "Disabled", "profiles": {"7g.40gb": [0, 1, 1]}}] * 8,
         supported_clocks=A100_CLOCKS,
+        imds=CLUSTER_NODE_METADATA,
+        secrets={"gpufleet-dev-cluster-user-key": cluster_key[0]},
     )
     node.clear_log()
     scratch = tmp_path / "scratch"
@@ -90,12 +104,18 @@ def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path):
     assert setup.returncode == 0, setup.stderr
     ran = [line.split("running ")[1] for line in setup.stdout.splitlines() if line.startswith("run-setup: running")]
     # MIG first: enabling it resets the A100s, which would drop clocks locked before.
-    assert ran == ["raid0-nvme", "mig", "gpu-clocks", "efa-env"]
+    assert ran == ["raid0-nvme", "mig", "gpu-clocks", "efa-env", "cluster-user"]
     assert node.state["mounts"] == {str(scratch): "/dev/md/scratch"}
     assert ["-lgc", "1410,1410"] in node.calls("nvidia-smi")
     assert node.state["locked_graphics_clocks"] == "1410,1410"
     assert all(gpu["profiles"]["7g.40gb"][1] == 0 for gpu in node.state["gpus"])
     assert "GPUFLEET_EFA_LIBRARY_PATH=" in (node.root / "etc/gpufleet/efa.env").read_text()
+    # The installed checker, beside the installed cluster-user.sh.
+    assert (
+        (node.root / "home/gpufleet/.ssh/config")
+        .read_text()
+        .startswith(f'Match exec "{node.root}/opt/gpufleet/node/cluster-address.sh %h 10.40.0.0/20"\n')
+    )
 
 
 def test_a_failing_setup_script_does_not_stop_the_others(node, tmp_path):
