@@ -15,8 +15,9 @@ key policy to the resource policy below, which already refuses GetSecretValue, t
 (BatchGetSecretValue also needs "secretsmanager:GetSecretValue for each secret", botocore's secretsmanager model), to
 every principal but the node role; and it would cost a key per environment. The secret goes with the stack: the key
 is worth nothing without the cluster, and a redeploy makes a new one. CloudFormation deletes a secret without a
-recovery window (cloudformation-coverage-roadmap #838: RecoveryWindowInDays is asked for, "default: 0 for backwards
-compatibility"; unconfirmed against the user guide), so a redeploy can take the same name again. No rotation: the
+recovery window ("the default deletionpolicy for an AWS::SecretsManager::Secret resource is
+force-delete-without-recovery", cloudformation-coverage-roadmap #1999, citing the user guide's DeletionPolicy page,
+which was not read here: unconfirmed), so a redeploy after `cdk destroy` can take the same name again. No rotation: the
 key never leaves the account's nodes, and a new key would have to reach every node of a running job at once.
 """
 
@@ -123,7 +124,10 @@ class ClusterUser(Construct):
                 "schemaVersion": "1.0",
                 "description": f"gpufleet {environment_name}: a shell as the cluster user {user_name}",
                 "sessionType": "Standard_Stream",
-                # The schema marks both encryption inputs required; no session log is written anywhere.
+                # runAsEnabled and runAsDefaultUser: the OS user the session runs as (Session document schema,
+                # Systems Manager user guide, session-manager-schema; the user must exist on the node, which
+                # cluster-user.sh sees to). The schema marks s3EncryptionEnabled required ("Required: Yes"), and
+                # cloudWatchEncryptionEnabled with it; no session log is written anywhere.
                 "inputs": {
                     "s3EncryptionEnabled": True,
                     "cloudWatchEncryptionEnabled": True,
