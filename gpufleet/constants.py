@@ -124,6 +124,17 @@ TERMINATION_HOOK_TIMEOUT_SECONDS = 600
 # capacity.
 GROUP_CAPACITY_RESOURCE_TYPE = "Custom::GpufleetGroupCapacity"
 
+# The cluster user (scripts/node/cluster-user.sh makes it on every node; the environment's Session Manager document
+# opens a shell as it): one name and one uid and gid on every node, so that files on shared storage keep their owner.
+# 2000 stays clear of the images' default users (ubuntu and ec2-user are 1000; useradd numbers later ones, ssm-user
+# among them, upwards from there) and of system accounts (below 1000); a node whose image already uses it refuses to
+# set up (cluster-user.sh names the account).
+CLUSTER_USER_NAME = "gpufleet"
+CLUSTER_USER_ID = 2000
+# The custom resource that makes the cluster user's SSH key at deploy time and stores it in the environment's secret
+# (stacks/constructs/cluster_user/).
+CLUSTER_USER_KEY_RESOURCE_TYPE = "Custom::GpufleetClusterUserKey"
+
 # EC2 begins terminating the instances still running in a Capacity Block this long before the block's end (EC2 user
 # guide, capacity-blocks-using.html: "Thirty minutes before the reservation expires, we begin to terminate any
 # instances that are still running in the Capacity Block").
@@ -143,6 +154,8 @@ FILE_SYSTEM_OUTPUT_KEY = "FileSystemId"
 MOUNT_SOURCE_OUTPUT_KEY = "LustreMountSource"
 STORAGE_BUCKET_OUTPUT_KEY = "DataRepositoryBucket"
 AVAILABILITY_ZONE_OUTPUT_KEY = "AvailabilityZone"
+# The Session Manager document that opens a shell as the cluster user (`aws ssm start-session --document-name`).
+CLUSTER_SHELL_DOCUMENT_OUTPUT_KEY = "ClusterShellDocument"
 
 # How often the capacity fallback looks at the fleet (its EventBridge schedule, rate(5 minutes)): EventBridge rate
 # expressions count in whole minutes at the finest ("Valid values: minute | minutes | hour | hours | day | days",
@@ -165,4 +178,6 @@ INTERFACE_ENDPOINT_SERVICES = {
     "CloudWatchLogs": "logs",
     "CloudWatchMetrics": "monitoring",
     "Sts": "sts",
+    # scripts/node/cluster-user.sh reads the cluster user's key from Secrets Manager at boot.
+    "SecretsManager": "secretsmanager",
 }

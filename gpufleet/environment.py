@@ -614,6 +614,17 @@ class Environment(_Section):
         return bucket, repository.prefix or self.name
 
     @property
+    def cluster_user_key_secret_name(self) -> str:
+        """The Secrets Manager secret that holds the cluster user's private SSH key (stacks/constructs/cluster_user/),
+        which the nodes read by this name at boot (scripts/node/cluster-user.sh)."""
+        return f"{self.stack_prefix}-cluster-user-key"
+
+    @property
+    def cluster_shell_document_name(self) -> str:
+        """The Session Manager document that opens a shell as the cluster user on one of the environment's nodes."""
+        return f"{self.stack_prefix}-cluster-shell"
+
+    @property
     def resource_tags(self) -> dict[str, str]:
         """The tags every resource of the environment carries: the file's tags and the environment tag."""
         return {**self.tags, ENVIRONMENT_TAG_KEY: self.name}

@@ -28,6 +28,8 @@ from gpufleet.ami import published_profile
 from gpufleet.catalog import InstanceType
 from gpufleet.constants import (
     BACKEND_AUTO_SCALING,
+    CLUSTER_USER_ID,
+    CLUSTER_USER_NAME,
     ROLLOUT_REPLACE_ALL,
     SHARED_STORAGE_TAG_KEY,
     TERMINATION_HOOK_NAME,
@@ -72,13 +74,14 @@ def _flag(enabled: bool) -> str:
 def setup_scripts(env: Environment, instance: InstanceType) -> list[str]:
     """The boot-time setup scripts this environment enables, in the order they run: mig before gpu-clocks, since
     enabling MIG on Ampere resets the GPU, which would drop clocks locked before it; shared-storage before the
-    readiness checks, which a node passes only with its storage mounted. Every node runs the CloudWatch agent, so
-    that its journal outlives it."""
+    readiness checks, which a node passes only with its storage mounted. Every node gets the cluster user, and runs
+    the CloudWatch agent, so that its journal outlives it."""
     enabled = {
         "raid0-nvme": env.node.raid0_nvme and instance.nvme.count > 0,
         "mig": env.node.mig_profile is not None,
         "gpu-clocks": env.node.max_clocks,
         "efa-env": env.efa and instance.efa_supported,
+        "cluster-user": True,
         "shared-storage": env.storage is not None,
         "cloudwatch-agent": True,
     }
@@ -136,6 +139,10 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         # scripts/ops/node-health-check.sh: the profile the node's image must be built from (its versions.json);
         # empty for an image given by ami.id or by a parameter the AMI pipeline does not write.
         "GPUFLEET_AMI_PROFILE": published_profile(env.ami.ssm_parameter) or "",
+        # cluster-user.sh: the cluster user, and the secret with its key (stacks/constructs/cluster_user/).
+        "GPUFLEET_CLUSTER_USER": CLUSTER_USER_NAME,
+        "GPUFLEET_CLUSTER_UID": str(CLUSTER_USER_ID),
+        "GPUFLEET_CLUSTER_KEY_SECRET": env.cluster_user_key_secret_name,
         # shared-storage.sh; training code writes checkpoints under GPUFLEET_SHARED_DIR (empty: no shared storage).
         "GPUFLEET_SHARED_DIR": env.storage.mount_path if env.storage else "",
         "GPUFLEET_SHARED_STORAGE_TAG": SHARED_STORAGE_TAG_KEY if env.storage else "",
@@ -175,10 +182,12 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
     """The complete user data (a bash script) for the nodes of ``env``, which run ``instance``."""
     settings = node_settings(env, instance)
     scripts = setup_scripts(env, instance)
-    units = ([WATCHER_UNIT] if watches_spot(env) else []) + ([SETUP_UNIT] if scripts else [])
+    # Every node has something to set up (the cluster user at least), so every node gets the setup unit.
+    units = ([WATCHER_UNIT] if watches_spot(env) else []) + [SETUP_UNIT]
     installed = (
         scripts
-        + (["run-setup"] if scripts else [])
+        # The cluster user's ssh runs it for every host it connects to (cluster-user.sh writes ~/.ssh/config).
+        + ["cluster-address", "run-setup"]
         + (["spot-watcher"] if watches_spot(env) else [])
         + (["capacity-block-end"] if in_capacity_block(env) else [])
     )
@@ -204,14 +213,13 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
     # Every gpufleet unit's journal goes to CloudWatch.
     agent_config = json.dumps(agent_configuration(env, instance, units), separators=(",", ":"), sort_keys=True)
     parts.append(_write_file(CLOUDWATCH_AGENT_CONFIG, "0644", agent_config))
-    if scripts and instance.nvswitch:
+    if instance.nvswitch:
         parts.append(_write_file(f"{UNIT_DIR}/{SETUP_UNIT}.d/fabric-manager.conf", "0644", FABRIC_MANAGER_DROP_IN))
-    if units:
-        # restart, not start: a second run must re-run the oneshot setup and load a rewritten watcher script.
-        parts.append(
-            "systemctl daemon-reload\n"
-            f"systemctl enable {' '.join(units)}\n" + "".join(f"systemctl restart {unit}\n" for unit in units)
-        )
+    # restart, not start: a second run must re-run the oneshot setup and load a rewritten watcher script.
+    parts.append(
+        "systemctl daemon-reload\n"
+        f"systemctl enable {' '.join(units)}\n" + "".join(f"systemctl restart {unit}\n" for unit in units)
+    )
     return "".join(parts)
 
 

@@ -15,6 +15,8 @@ from gpufleet.block_schedule import block_schedule
 from gpufleet.catalog import InstanceType
 from gpufleet.constants import (
     AVAILABILITY_ZONE_OUTPUT_KEY,
+    CLUSTER_SHELL_DOCUMENT_OUTPUT_KEY,
+    CLUSTER_USER_NAME,
     LAUNCH_TEMPLATE_OUTPUT_KEY,
     PLACEMENT_GROUP_OUTPUT_KEY,
     SECURITY_GROUP_OUTPUT_KEY,
@@ -25,6 +27,7 @@ from gpufleet.environment import Environment
 from gpufleet.user_data import launch_template_user_data
 from stacks.constructs.capacity_block_warning import CapacityBlockWarning
 from stacks.constructs.capacity_fallback.infrastructure import CapacityFallback
+from stacks.constructs.cluster_user.infrastructure import ClusterUser
 from stacks.constructs.efa_security_group import EfaSecurityGroup
 from stacks.constructs.node_group import node_group
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
@@ -78,6 +81,20 @@ class ClusterStack(cdk.Stack):
             user_data=launch_template_user_data(environment, instance),
             metadata_tags={SHARED_STORAGE_TAG_KEY: shared_file_system.mount_source} if shared_file_system else None,
         )
+        # sshd is reachable from the node security group only: EfaSecurityGroup lets in nothing but the group's own
+        # traffic, and the nodes have no public address.
+        cluster_user = ClusterUser(
+            self,
+            "ClusterUser",
+            environment_name=environment.name,
+            user_name=CLUSTER_USER_NAME,
+            secret_name=environment.cluster_user_key_secret_name,
+            key_pair_prefix=f"{environment.stack_prefix}-cluster-user",
+            document_name=environment.cluster_shell_document_name,
+            node_role=launch_template.role,
+            tags=environment.resource_tags,
+            log_retention=logs.RetentionDays.ONE_MONTH,
+        )
         NodeMonitoring(
             self,
             "NodeMonitoring",
@@ -108,6 +125,9 @@ class ClusterStack(cdk.Stack):
             subnet_id=node_subnet.subnet_id,
             guarded=[placement_group, efa_security_group, launch_template],
         )
+        # The key is in its secret before any node boots and asks for it (cluster-user.sh), and stays there until
+        # the last node is gone.
+        nodes.resource.node.add_dependency(cluster_user)
         if block is not None:
             CapacityBlockWarning(
                 self, "CapacityBlockWarning", environment_name=environment.name, block_id=block.reservation_id
@@ -132,6 +152,7 @@ class ClusterStack(cdk.Stack):
             LAUNCH_TEMPLATE_OUTPUT_KEY: launch_template.launch_template.ref,
             SUBNET_OUTPUT_KEY: node_subnet.subnet_id,
             AVAILABILITY_ZONE_OUTPUT_KEY: environment.availability_zone,
+            CLUSTER_SHELL_DOCUMENT_OUTPUT_KEY: cluster_user.document.ref,
         }
         for name, value in outputs.items():
             cdk.CfnOutput(self, name, value=value)

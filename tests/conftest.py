@@ -186,3 +186,13 @@ def build_installed_wheel(directory: Path) -> InstalledWheel:
 @pytest.fixture(scope="session")
 def installed_wheel(tmp_path_factory) -> InstalledWheel:
     return build_installed_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="session")
+def cluster_key(tmp_path_factory) -> tuple[str, str]:
+    """A real ed25519 private key in OpenSSH's format (as EC2's CreateKeyPair answers one, and as the cluster user's
+    secret holds it), made by the real ssh-keygen, and its public key ("TYPE BASE64")."""
+    key = tmp_path_factory.mktemp("key") / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "", "-f", str(key)], check=True)
+    key_type, body = key.with_suffix(".pub").read_text().split()[:2]
+    return key.read_text(), f"{key_type} {body}"

@@ -1,11 +1,24 @@
 #!/usr/bin/env bash
 # Makes sure the Debian tools the tests drive are present: installs them as root, otherwise says what to run.
+# Each entry is COMMAND:PACKAGE, the command that shows the package is there. mpirun, sshd and ssh: the cluster
+# user's SSH trust is tested with the real Open MPI and OpenSSH (tests/scripts/node/test_cluster_ssh.py); Debian's
+# packages: openmpi-bin (mpirun, orted), openssh-server (sshd, in /usr/sbin), openssh-client (ssh, ssh-keygen)
+# (packages.debian.org, bookworm).
 set -euo pipefail
 
-readonly PACKAGES=(packer shellcheck bats)
+readonly TOOLS=(
+  packer:packer
+  shellcheck:shellcheck
+  bats:bats
+  mpirun:openmpi-bin
+  sshd:openssh-server
+  ssh:openssh-client
+)
 missing=()
-for package in "${PACKAGES[@]}"; do
-  command -v "$package" >/dev/null 2>&1 || missing+=("$package")
+for tool in "${TOOLS[@]}"; do
+  command=${tool%%:*}
+  # sshd lives in /usr/sbin, which a non-root PATH may lack.
+  command -v "$command" >/dev/null 2>&1 || [[ -x /usr/sbin/$command ]] || missing+=("${tool#*:}")
 done
 [[ ${#missing[@]} -eq 0 ]] && exit 0
 

@@ -135,8 +135,8 @@ def test_deleting_the_group_scales_it_to_zero_within_hours_not_minutes_of_hook_w
 
 @pytest.mark.parametrize("name", ["asg", "asgp5"])
 def test_the_group_is_deleted_before_what_its_nodes_use_and_needs_no_teardown_resource(auto_scaling_assembly, name):
-    """The one custom resource is the group's capacity, whose Delete does nothing: the group's own deletion
-    terminates its nodes."""
+    """The custom resources are the group's capacity and the cluster user's key, whose Deletes do nothing: the
+    group's own deletion terminates its nodes."""
     _, resource = group(auto_scaling_assembly, name)
     depends_on = set(resource["DependsOn"])
     for resource_type in ("AWS::EC2::PlacementGroup", "AWS::EC2::SecurityGroup", "AWS::EC2::LaunchTemplate"):
@@ -145,7 +145,7 @@ def test_the_group_is_deleted_before_what_its_nodes_use_and_needs_no_teardown_re
     assert policy in depends_on
     template = auto_scaling_assembly.template_json(f"gpufleet-{name}-cluster")
     custom = [r["Type"] for r in template["Resources"].values() if r["Type"].startswith("Custom::")]
-    assert custom == ["Custom::GpufleetGroupCapacity"]
+    assert sorted(custom) == ["Custom::GpufleetClusterUserKey", "Custom::GpufleetGroupCapacity"]
     assert not resources(auto_scaling_assembly, name, "AWS::EC2::SpotFleet")
 
 

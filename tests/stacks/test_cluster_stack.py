@@ -201,17 +201,16 @@ def test_node_role_is_ssm_and_the_environments_cloudwatch_agent_only(assembly, n
         for logical, policy in template.find_resources("AWS::IAM::Policy").items()
         if {"Ref": node_role} in policy["Properties"]["Roles"]
     ]
+    # Nodes read the cluster user's key (tests/stacks/test_cluster_user.py) and run the CloudWatch agent
+    # (tests/stacks/constructs/test_node_monitoring.py); prod's reach its shared file system's data repository prefix
+    # (tests/stacks/test_storage_stack.py); nodes of a group complete their own termination lifecycle action
+    # (tests/stacks/test_auto_scaling_group.py).
+    expected = ["ClusterUserNodesReadTheKey9B7D92B9", "NodeMonitoringAgentPolicyF3A4C9C0"]
     if name == "prod":
-        # Its shared file system's data repository prefix (tests/stacks/test_storage_stack.py).
-        assert sorted(attached) == [
-            "NodeMonitoringAgentPolicyF3A4C9C0",
-            "SharedStorageAccessDataRepositoryAccessEE56BB49",
-        ]
-    elif ENVIRONMENTS[name].fleet.backend == BACKEND_SPOT_FLEET:
-        assert attached == ["NodeMonitoringAgentPolicyF3A4C9C0"], "the node role must not gain other permissions"
-    else:
-        # Nodes of a group complete their own termination lifecycle action (tests/stacks/test_auto_scaling_group.py).
-        assert sorted(attached) == ["NodeGroupCompleteLifecycleActionFE2A0165", "NodeMonitoringAgentPolicyF3A4C9C0"]
+        expected.append("SharedStorageAccessDataRepositoryAccessEE56BB49")
+    if ENVIRONMENTS[name].fleet.backend != BACKEND_SPOT_FLEET:
+        expected.append("NodeGroupCompleteLifecycleActionFE2A0165")
+    assert sorted(attached) == sorted(expected), "the node role must not gain other permissions"
 
 
 EXPECTED_FLEETS = {
@@ -381,7 +380,10 @@ def test_p5_block_runs_every_node_in_its_capacity_block_through_an_auto_scaling_
         logical_id(template, "AWS::EC2::LaunchTemplate"),
     }
     assert guarded <= set(group["DependsOn"])
-    assert not [r for r in resources.values() if r["Type"].startswith("Custom::")]
+    # The cluster user's key is the stack's only custom resource: the group needs no teardown guarantee.
+    assert [r["Type"] for r in resources.values() if r["Type"].startswith("Custom::")] == [
+        "Custom::GpufleetClusterUserKey"
+    ]
     (rule,) = template.find_resources("AWS::Events::Rule").values()
     assert rule["Properties"]["EventPattern"]["detail"] == {"capacity-reservation-id": ["cr-0123456789abcdef0"]}
     assert template.to_json()["Outputs"]["AutoScalingGroupName"] == {"Value": {"Ref": group_id}}

@@ -66,6 +66,7 @@ def test_every_acknowledgement_has_a_project_specific_reason(assembly):
         "AwsSolutions-S1",
         "AwsSolutions-SF1",
         "AwsSolutions-SF2",
+        "AwsSolutions-SMG4",
     }
     for stack, logical_id, rule in found:
         assert len(rule["reason"]) >= 60, (stack, logical_id, rule)
@@ -78,6 +79,7 @@ RULES_WITHOUT_FINDING_IDS = {
     "AwsSolutions-S1": "AWS::S3::Bucket",
     "AwsSolutions-SF1": "AWS::StepFunctions::StateMachine",
     "AwsSolutions-SF2": "AWS::StepFunctions::StateMachine",
+    "AwsSolutions-SMG4": "AWS::SecretsManager::Secret",
 }
 
 

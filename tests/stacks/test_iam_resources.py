@@ -43,9 +43,12 @@ GETATT_ARN_FORMS = {
 }
 # Ref <resource>, for the types whose Ref returns their ARN rather than a name: a state machine's (CloudFormation's
 # AWS::StepFunctions::StateMachine return values; aws-cdk-lib 2.275's custom_resources waiter takes its
-# stateMachineArn from the resource's ref). Other Refs stay placeholder names.
+# stateMachineArn from the resource's ref) and a secret's (AWS::SecretsManager::Secret return values: "Ref returns
+# the ARN of the secret"; aws-cdk-lib 2.275's Secret takes its secretArn from the resource's ref; the ARN form is the
+# Service Authorization Reference's Secret resource type). Other Refs stay placeholder names.
 REF_ARN_FORMS = {
     "AWS::StepFunctions::StateMachine": "arn:{partition}:states:{region}:{account}:stateMachine:{name}",
+    "AWS::SecretsManager::Secret": "arn:{partition}:secretsmanager:{region}:{account}:secret:{name}",
 }
 # AWS-owned SSM documents have ARNs without an account (arn:aws:ssm:REGION::document/AWS-StartPortForwardingSession,
 # the Session Manager user guide's sample policies); the reference lists only document/ARNs with ${Account}.

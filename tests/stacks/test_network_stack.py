@@ -14,7 +14,18 @@ NEW_VPCS = {
     "p5-block": ("us-east-2", "us-east-2a", "10.60.0.0/16", 30),
     "prod": ("us-east-1", "us-east-1b", "10.50.0.0/16", 365),
 }
-INTERFACE_SERVICES = ["ec2", "ec2messages", "ecr.api", "ecr.dkr", "logs", "monitoring", "ssm", "ssmmessages", "sts"]
+INTERFACE_SERVICES = [
+    "ec2",
+    "ec2messages",
+    "ecr.api",
+    "ecr.dkr",
+    "logs",
+    "monitoring",
+    "secretsmanager",
+    "ssm",
+    "ssmmessages",
+    "sts",
+]
 
 
 def network(assembly, name):

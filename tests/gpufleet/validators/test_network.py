@@ -52,9 +52,9 @@ def test_rules_that_combine_fields(tmp_path, changes, expected):
     ("changes", "expected"),
     [
         (
-            {"instance_type": "p5.48xlarge", "network.cidr": "10.40.0.0/24", "capacity.target": 115},
-            "network.cidr: /24 leaves 123 addresses in the node subnet, but 115 nodes (p5.48xlarge, 1 per node) "
-            "and 9 VPC endpoints need 124 (use /23 or larger)",
+            {"instance_type": "p5.48xlarge", "network.cidr": "10.40.0.0/24", "capacity.target": 114},
+            "network.cidr: /24 leaves 123 addresses in the node subnet, but 114 nodes (p5.48xlarge, 1 per node) "
+            "and 10 VPC endpoints need 124 (use /23 or larger)",
         ),
         (
             {
@@ -64,32 +64,33 @@ def test_rules_that_combine_fields(tmp_path, changes, expected):
                 "fleet.capacity_rebalance": {"replacement_strategy": "launch"},
             },
             "network.cidr: /24 leaves 123 addresses in the node subnet, but 120 nodes (p4d.24xlarge, 1 per node) "
-            "and 9 VPC endpoints need 129 (use /23 or larger)",
+            "and 10 VPC endpoints need 130 (use /23 or larger)",
         ),
         (
-            # 242 nodes and 9 endpoints need 251 addresses: exactly what a /24 node subnet holds (256 - 5), so a /23 VPC
-            {"network.cidr": "10.40.0.0/24", "capacity.target": 242, "capacity.on_demand": 242},
-            "network.cidr: /24 leaves 123 addresses in the node subnet, but 242 nodes (p4d.24xlarge, 1 per node) "
-            "and 9 VPC endpoints need 251 (use /23 or larger)",
+            # 241 nodes and 10 endpoints need 251 addresses: exactly what a /24 node subnet holds (256 - 5), so a /23
+            # VPC
+            {"network.cidr": "10.40.0.0/24", "capacity.target": 241, "capacity.on_demand": 241},
+            "network.cidr: /24 leaves 123 addresses in the node subnet, but 241 nodes (p4d.24xlarge, 1 per node) "
+            "and 10 VPC endpoints need 251 (use /23 or larger)",
         ),
         (
-            # A /16 VPC, the largest allowed, has a /17 node subnet: 32768 - 5 = 32763 addresses, 32754 nodes and 9
+            # A /16 VPC, the largest allowed, has a /17 node subnet: 32768 - 5 = 32763 addresses, 32753 nodes and 10
             # endpoints.
+            {"network.cidr": "10.40.0.0/24", "capacity.target": 32753, "capacity.on_demand": 32753},
+            "network.cidr: /24 leaves 123 addresses in the node subnet, but 32753 nodes (p4d.24xlarge, 1 per node) "
+            "and 10 VPC endpoints need 32763 (use /16 or larger)",
+        ),
+        (
             {"network.cidr": "10.40.0.0/24", "capacity.target": 32754, "capacity.on_demand": 32754},
             "network.cidr: /24 leaves 123 addresses in the node subnet, but 32754 nodes (p4d.24xlarge, 1 per node) "
-            "and 9 VPC endpoints need 32763 (use /16 or larger)",
-        ),
-        (
-            {"network.cidr": "10.40.0.0/24", "capacity.target": 32755, "capacity.on_demand": 32755},
-            "network.cidr: /24 leaves 123 addresses in the node subnet, but 32755 nodes (p4d.24xlarge, 1 per node) "
-            "and 9 VPC endpoints need 32764 (more than a /16, the largest VPC allowed, holds: lower capacity.target, "
+            "and 10 VPC endpoints need 32764 (more than a /16, the largest VPC allowed, holds: lower capacity.target, "
             "or use an existing VPC (vpc_id, subnet_id))",
         ),
         (
             # Found by the fuzz suite: a number no VPC holds stopped `gpufleet validate` with StopIteration.
             {"network.cidr": "10.40.0.0/16", "capacity.target": 99999999999999999999, "capacity.on_demand": 0},
             "network.cidr: /16 leaves 32763 addresses in the node subnet, but 99999999999999999999 nodes "
-            "(p4d.24xlarge, 1 per node) and 9 VPC endpoints need 100000000000000000008 (more than a /16, the largest "
+            "(p4d.24xlarge, 1 per node) and 10 VPC endpoints need 100000000000000000009 (more than a /16, the largest "
             "VPC allowed, holds: lower capacity.target, or use an existing VPC (vpc_id, subnet_id))",
         ),
     ],
@@ -107,8 +108,8 @@ def test_node_subnet_must_hold_every_address(tmp_path, changes, expected):
 
 
 def test_node_subnet_capacity_fits_at_the_limit(tmp_path):
-    document = changed({"instance_type": "p5.48xlarge", "network.cidr": "10.40.0.0/24", "capacity.target": 114})
-    assert load_environment(write(tmp_path, document)).capacity.target == 114
+    document = changed({"instance_type": "p5.48xlarge", "network.cidr": "10.40.0.0/24", "capacity.target": 113})
+    assert load_environment(write(tmp_path, document)).capacity.target == 113
 
 
 def test_efa_only_interfaces_take_no_address(tmp_path, monkeypatch):
@@ -120,14 +121,14 @@ def test_efa_only_interfaces_take_no_address(tmp_path, monkeypatch):
     without_efa_only = catalog.load_catalog()["p5.48xlarge"].model_copy(update={"efa_only_interfaces": False})
     monkeypatch.setattr("gpufleet.validators.network.load_catalog", lambda: {"p5.48xlarge": without_efa_only})
     assert problems_of(tmp_path, document) == [
-        "network.cidr: /24 leaves 123 addresses in the node subnet, but 4 nodes (p5.48xlarge, 32 per node) and 9 "
-        "VPC endpoints need 137 (use /23 or larger)"
+        "network.cidr: /24 leaves 123 addresses in the node subnet, but 4 nodes (p5.48xlarge, 32 per node) and 10 "
+        "VPC endpoints need 138 (use /23 or larger)"
     ]
 
 
 def test_without_efa_a_node_takes_one_address(tmp_path):
     document = changed({"efa": False, "network.cidr": "10.40.0.0/24", "capacity.target": 115})
     assert problems_of(tmp_path, document) == [
-        "network.cidr: /24 leaves 123 addresses in the node subnet, but 115 nodes (p4d.24xlarge, 1 per node) and 9 "
-        "VPC endpoints need 124 (use /23 or larger)"
+        "network.cidr: /24 leaves 123 addresses in the node subnet, but 115 nodes (p4d.24xlarge, 1 per node) and 10 "
+        "VPC endpoints need 125 (use /23 or larger)"
     ]

@@ -27,6 +27,11 @@ FAKED = (
     "nvidia-smi",
     "curl",
     "systemctl",
+    "getent",
+    "groupadd",
+    "useradd",
+    "chown",
+    "ssh-keygen",
 )
 
 
@@ -86,3 +91,12 @@ def node(tmp_path: Path) -> FakeNode:
     fake = FakeNode(root, bin_dir, tmp_path / "state.json", tmp_path / "calls.log")
     fake.set_state()
     return fake
+
+
+# What cluster-user.sh reads from IMDSv2: the primary interface's MAC, the node subnet through it, the region.
+CLUSTER_MAC = "0e:12:34:56:78:9a"
+CLUSTER_NODE_METADATA = {
+    "mac": [[200, CLUSTER_MAC]],
+    f"network/interfaces/macs/{CLUSTER_MAC}/subnet-ipv4-cidr-block": [[200, "10.40.0.0/20"]],
+    "placement/region": [[200, "eu-west-1"]],
+}

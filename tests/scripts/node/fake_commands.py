@@ -4,9 +4,11 @@ conftest.py puts a wrapper per command on PATH that runs `fake_commands.py NAME 
 to $FAKE_LOG as a JSON list (command name, then arguments); what the commands report and change lives in the
 JSON file $FAKE_STATE, which a test prepares and inspects."""
 
+import base64
 import json
 import os
 import shutil
+import struct
 import sys
 from pathlib import Path
 
@@ -408,7 +410,8 @@ def curl(args: list[str], state: dict) -> int:
     instance-metadata-v2-how-it-works): PUT api/token with the TTL header gives a token (400 without a valid TTL,
     as aws/amazon-ec2-metadata-mock pkg/mock/imdsv2/tokengenerator.go answers);
     a GET needs a token it issued (401 otherwise); an item that is not there is a 404. Prints the body, then a
-    line with the status, as `curl -w '\\n%{http_code}'` does."""
+    line with the status, as `curl -w '\\n%{http_code}'` does; without -w the body alone, and with -f (--fail) an
+    HTTP error is exit status 22 and a line on stderr instead (curl(1), --fail)."""
     url = args[-1]
     path = url.split("/latest/", 1)[1].removeprefix("meta-data/")
     if path == "api/token":
@@ -421,14 +424,20 @@ def curl(args: list[str], state: dict) -> int:
         return 0
     issued = {f"X-aws-ec2-metadata-token: token-{n}" for n in range(1, state.get("tokens_issued", 0) + 1)}
     if not issued.intersection(args):
-        print("\n401", end="")
-        return 0
-    # Each metadata path answers from its list of [status, body], one per call; the last answer repeats (a notice,
-    # once there, stays). A path without a list is not there.
-    answers = state["imds"].get(path, [[404, IMDS_NOT_FOUND]])
-    status, body = answers.pop(0) if len(answers) > 1 else answers[0]
-    save(state)
-    print(f"{body}\n{status}", end="")
+        status, body = 401, ""
+    else:
+        # Each metadata path answers from its list of [status, body], one per call; the last answer repeats (a
+        # notice, once there, stays). A path without a list is not there.
+        answers = state["imds"].get(path, [[404, IMDS_NOT_FOUND]])
+        status, body = answers.pop(0) if len(answers) > 1 else answers[0]
+        save(state)
+    if "-w" in args:
+        print(f"{body}\n{status}", end="")
+    elif status >= 400 and any(arg.startswith("-") and not arg.startswith("--") and "f" in arg for arg in args):
+        print(f"curl: (22) The requested URL returned error: {status}", file=sys.stderr)
+        return 22
+    else:
+        print(body, end="")
     return 0
 
 
@@ -442,8 +451,139 @@ def mount_lustre_helper(args: list[str], state: dict) -> int:
 
 
 def aws(args: list[str], state: dict) -> int:
-    """The AWS CLI: the call is logged; it succeeds unless the state says aws_exit."""
+    """The AWS CLI: the call is logged; it succeeds unless the state says aws_exit. `secretsmanager get-secret-value
+    --secret-id ID --query SecretString --output text` prints the state's secrets[ID] as the CLI's text output does
+    (the string and a newline); a secret the state lacks is the service's ResourceNotFoundException."""
+    if args[:2] == ["secretsmanager", "get-secret-value"]:
+        secret_id = args[args.index("--secret-id") + 1]
+        assert args[args.index("--query") + 1] == "SecretString" and args[args.index("--output") + 1] == "text"
+        if secret_id not in state.get("secrets", {}):
+            print(
+                "An error occurred (ResourceNotFoundException) when calling the GetSecretValue operation: "
+                "Secrets Manager can't find the specified secret.",
+                file=sys.stderr,
+            )
+            return 254
+        print(state["secrets"][secret_id])
     return state.get("aws_exit", 0)
+
+
+# Accounts: the user and group databases are the files $GPUFLEET_ROOT/etc/passwd and etc/group, in their usual format
+# (passwd(5), group(5)); getent, groupadd and useradd read and write them as the real ones do /etc's.
+
+
+def database(name: str) -> Path:
+    return Path(os.environ["GPUFLEET_ROOT"]) / "etc" / name
+
+
+def entries(name: str) -> list[list[str]]:
+    path = database(name)
+    return [line.split(":") for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def add_entry(name: str, fields: list[str]) -> None:
+    path = database(name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as handle:
+        handle.write(":".join(fields) + "\n")
+
+
+def getent(args: list[str], state: dict) -> int:
+    """getent DATABASE KEY: the entry whose name or id (third field) is KEY; exit 2 when there is none ("One or more
+    supplied key could not be found in the database", getent(1)). getent ahostsv4 NAME resolves through state["hosts"]
+    ({name: IPv4 address}); an address resolves to itself. It prints a line per socket type, as glibc's getent does
+    (address, type, then the canonical name on the first line only)."""
+    name, key = args
+    if name == "ahostsv4":
+        address = state.get("hosts", {}).get(key, key if key.replace(".", "").isdigit() else None)
+        if address is None:
+            return 2
+        print(f"{address:<15} STREAM {key}\n{address:<15} DGRAM  \n{address:<15} RAW    ")
+        return 0
+    found = [entry for entry in entries(name) if key in (entry[0], entry[2])]
+    if not found:
+        return 2
+    print(":".join(found[0]))
+    return 0
+
+
+def option(args: list[str], name: str) -> str:
+    return args[args.index(name) + 1]
+
+
+def groupadd(args: list[str], state: dict) -> int:
+    """groupadd --gid GID NAME; exit 9 for a name in use, 4 for a gid in use (groupadd(8), EXIT VALUES)."""
+    gid, group = option(args, "--gid"), args[-1]
+    if any(entry[0] == group for entry in entries("group")):
+        print(f"groupadd: group '{group}' already exists", file=sys.stderr)
+        return 9
+    if any(entry[2] == gid for entry in entries("group")):
+        print(f"groupadd: GID '{gid}' already exists", file=sys.stderr)
+        return 4
+    add_entry("group", [group, "x", gid, ""])
+    return 0
+
+
+def useradd(args: list[str], state: dict) -> int:
+    """useradd --uid UID --gid GID --create-home --home-dir HOME --shell SHELL --password PASSWORD NAME; exit 9 for a
+    name in use, 4 for a uid in use, 6 for a group that does not exist (useradd(8), EXIT VALUES). The password goes to
+    state["passwords"], as /etc/shadow would keep it."""
+    uid, gid, home, user = option(args, "--uid"), option(args, "--gid"), option(args, "--home-dir"), args[-1]
+    if any(entry[0] == user for entry in entries("passwd")):
+        print(f"useradd: user '{user}' already exists", file=sys.stderr)
+        return 9
+    if any(entry[2] == uid for entry in entries("passwd")):
+        print(f"useradd: UID {uid} is not unique", file=sys.stderr)
+        return 4
+    if not any(entry[2] == gid for entry in entries("group")):
+        print(f"useradd: group '{gid}' does not exist", file=sys.stderr)
+        return 6
+    add_entry("passwd", [user, "x", uid, gid, "", home, option(args, "--shell")])
+    state.setdefault("passwords", {})[user] = option(args, "--password")
+    save(state)
+    if "--create-home" in args:
+        (Path(os.environ["GPUFLEET_ROOT"]) / home.lstrip("/")).mkdir(parents=True)
+    return 0
+
+
+def chown(args: list[str], state: dict) -> int:
+    """chown [-R] OWNER PATH: the call is logged (the tests do not run as root); fails like chown for a missing
+    path."""
+    if not Path(args[-1]).exists():
+        print(f"chown: cannot access '{args[-1]}': No such file or directory", file=sys.stderr)
+        return 1
+    return 0
+
+
+def ssh_keygen(args: list[str], state: dict) -> int:
+    """ssh-keygen -A (host keys: logged only) and ssh-keygen -y -f KEY, which prints the public key of an unencrypted
+    OpenSSH private key: the first public key blob of the openssh-key-v1 structure (openssh-portable PROTOCOL.key:
+    the magic "openssh-key-v1\\0", then the strings ciphername, kdfname and kdfoptions, the key count, the public
+    keys), as "TYPE BASE64". Anything else fails as ssh-keygen does for a file it cannot load."""
+    if args == ["-A"]:
+        return 0
+    assert args[:2] == ["-y", "-f"], args
+    path = args[2]
+    lines = Path(path).read_text().strip().splitlines()
+    try:
+        assert lines[0] == "-----BEGIN OPENSSH PRIVATE KEY-----" and lines[-1] == "-----END OPENSSH PRIVATE KEY-----"
+        blob = base64.b64decode("".join(lines[1:-1]), validate=True)
+        magic = b"openssh-key-v1\0"
+        assert blob.startswith(magic)
+        offset = len(magic)
+        for _ in ("ciphername", "kdfname", "kdfoptions"):
+            (length,) = struct.unpack(">I", blob[offset : offset + 4])
+            offset += 4 + length
+        offset += 4  # the number of keys
+        (length,) = struct.unpack(">I", blob[offset : offset + 4])
+        public = blob[offset + 4 : offset + 4 + length]
+        (type_length,) = struct.unpack(">I", public[:4])
+        key_type = public[4 : 4 + type_length].decode()
+    except (AssertionError, IndexError, ValueError, struct.error):
+        print(f'Load key "{path}": invalid format', file=sys.stderr)
+        return 255
+    print(f"{key_type} {base64.b64encode(public).decode()}")
+    return 0
 
 
 COMMANDS = {
@@ -459,6 +599,11 @@ COMMANDS = {
     "systemctl": systemctl,
     "aws": aws,
     "mount.lustre": mount_lustre_helper,
+    "getent": getent,
+    "groupadd": groupadd,
+    "useradd": useradd,
+    "chown": chown,
+    "ssh-keygen": ssh_keygen,
 }
 
 if __name__ == "__main__":

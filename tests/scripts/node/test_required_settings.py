@@ -19,6 +19,21 @@ CASES = [
         BLOCK_END,
         ["capacity-block-end: error: GPUFLEET_CAPACITY_BLOCK is not set (from /etc/gpufleet/node.env)"],
     ),
+    (
+        "cluster-address.sh",
+        {},
+        ("10.40.0.7",),
+        ["cluster-address: error: usage: cluster-address.sh HOST CIDR"],
+    ),
+    (
+        "cluster-user.sh",
+        {"GPUFLEET_CLUSTER_UID": "2000"},
+        (),
+        [
+            "cluster-user: error: GPUFLEET_CLUSTER_USER is not set (from /etc/gpufleet/node.env)",
+            "cluster-user: error: GPUFLEET_CLUSTER_KEY_SECRET is not set (from /etc/gpufleet/node.env)",
+        ],
+    ),
     ("efa-env.sh", {}, (), ["efa-env: error: GPUFLEET_EFA is not set (from /etc/gpufleet/node.env)"]),
     (
         "efa-env.sh",

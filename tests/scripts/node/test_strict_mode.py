@@ -5,13 +5,15 @@ node and names a later call that must not be made."""
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Callable
 
 import pytest
 
 from tests.scripts.efa_install import install_efa
 from tests.scripts.failing_step import FAILED_STATUS, Call, Case, StepProbe, accounted_for, scripts_in
-from tests.scripts.node.conftest import SCRIPTS_DIR, FakeNode
+from tests.scripts.fake_bin import install_fakes
+from tests.scripts.node.conftest import CLUSTER_NODE_METADATA, FAKE_COMMANDS, SCRIPTS_DIR, FakeNode
 
 BLOCK = "cr-0123456789abcdef0"
 HOOK = "checkpoint-hook --now"  # the watched later step: a command on PATH
@@ -28,6 +30,12 @@ CASES = [
         fails=Call("sed", "s/@MARKET@/spot/g {root}/etc/gpufleet/cloudwatch-agent.json"),
         must_not_run=Call("mv"),
         why="an empty agent configuration put in place of the last good one",
+    ),
+    Case(
+        "cluster-user.sh",
+        fails=Call("chown", "-R 2000:2000 {root}/home/gpufleet/.ssh"),
+        must_not_run=Call("systemctl"),
+        why="sshd started while the user's SSH files are root's, which sshd refuses to use (StrictModes)",
     ),
     Case(
         "efa-env.sh",
@@ -63,6 +71,8 @@ CASES = [
 
 # Scripts with no step whose failure strict mode has to catch, and why.
 NOTHING_TO_CATCH = {
+    "cluster-address.sh": "a check with no side effect: an address that does not resolve is handled (|| exit 1), "
+    "and its last command is the answer",
     "gpu-clocks.sh": "every nvidia-smi call is checked: a failure warns and tries the next setting, or stops it",
     "run-setup.sh": "each setup script's failure is collected (|| failed+=) and makes it exit 1 at the end",
 }
@@ -81,6 +91,19 @@ def agent_installed(node: FakeNode) -> dict[str, str]:
     (node.root / "etc/gpufleet/cloudwatch-agent.json").write_text("{}")
     node.set_state(imds={"instance-life-cycle": [[200, "spot"]]})
     return {"GPUFLEET_IMDS_URL": "http://imds.test"}
+
+
+def cluster_user_node(node: FakeNode) -> dict[str, str]:
+    key = node.root.parent / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    install_fakes(node.bin_dir, FAKE_COMMANDS, ("aws",))
+    node.set_state(imds=CLUSTER_NODE_METADATA, secrets={"gpufleet-lab-cluster-user-key": key.read_text()})
+    return {
+        "GPUFLEET_CLUSTER_USER": "gpufleet",
+        "GPUFLEET_CLUSTER_UID": "2000",
+        "GPUFLEET_CLUSTER_KEY_SECRET": "gpufleet-lab-cluster-user-key",
+        "GPUFLEET_IMDS_URL": "http://imds.test",
+    }
 
 
 def efa_node(node: FakeNode) -> dict[str, str]:
@@ -133,6 +156,7 @@ def interruption_notice(node: FakeNode) -> dict[str, str]:
 PREPARE: dict[str, Callable[[FakeNode], dict[str, str]]] = {
     "capacity-block-end.sh": capacity_block,
     "cloudwatch-agent.sh": agent_installed,
+    "cluster-user.sh": cluster_user_node,
     "efa-env.sh": efa_node,
     "mig.sh": ampere_gpu_without_mig,
     "raid0-nvme.sh": one_blank_drive,

@@ -8,6 +8,8 @@ from gpufleet.environment import Storage
 from gpufleet.loading import load_named_environment
 from gpufleet.user_data import render_user_data
 from tests.scripts.efa_install import install_efa
+from tests.scripts.fake_bin import install_fakes
+from tests.scripts.node.conftest import CLUSTER_NODE_METADATA, FAKE_COMMANDS
 
 HOOK = """/usr/local/bin/save-checkpoint --tag "run 42" --note 'it'"'"'s urgent'"""
 A100_CLOCKS = "".join(f"1215, {graphics}\n" for graphics in range(1410, 209, -15))
@@ -40,6 +42,8 @@ def test_user_data_installs_scripts_units_and_settings(node, tmp_path):
     installed = sorted(path.name for path in (node.root / "opt/gpufleet/node").iterdir())
     assert installed == [
         "cloudwatch-agent.sh",
+        "cluster-address.sh",
+        "cluster-user.sh",
         "efa-env.sh",
         "gpu-clocks.sh",
         "mig.sh",
@@ -74,8 +78,9 @@ def test_running_the_user_data_again_changes_nothing(node, tmp_path):
     assert {path: path.read_bytes() for path in node.root.rglob("*") if path.is_file()} == before
 
 
-def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path):
+def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path, cluster_key):
     run_user_data(node, tmp_path)
+    install_fakes(node.bin_dir, FAKE_COMMANDS, ("aws",))
     manifest = node.root / "etc/gpufleet/versions.json"
     manifest.write_text('{"components": {"aws_ofi_nccl": "1.7.3-aws"}}')
     install_efa(node.root, "ubuntu")
@@ -83,7 +88,8 @@ def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path):
         drives=[[f"nvme{i}n1", "Amazon EC2 NVMe Instance Storage"] for i in range(1, 9)],
         gpus=[{"mig_current": "Disabled", "mig_pending": "Disabled", "profiles": {"7g.40gb": [0, 1, 1]}}] * 8,
         supported_clocks=A100_CLOCKS,
-        imds={"instance-life-cycle": [[200, "on-demand"]]},
+        imds={**CLUSTER_NODE_METADATA, "instance-life-cycle": [[200, "on-demand"]]},
+        secrets={"gpufleet-dev-cluster-user-key": cluster_key[0]},
     )
     install_cloudwatch_agent(node, tmp_path)
     node.clear_log()
@@ -111,7 +117,7 @@ def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path):
     assert setup.returncode == 0, setup.stderr
     ran = [line.split("running ")[1] for line in setup.stdout.splitlines() if line.startswith("run-setup: running")]
     # MIG first: enabling it resets the A100s, which would drop clocks locked before.
-    assert ran == ["raid0-nvme", "mig", "gpu-clocks", "efa-env", "cloudwatch-agent"]
+    assert ran == ["raid0-nvme", "mig", "gpu-clocks", "efa-env", "cluster-user", "cloudwatch-agent"]
     assert node.state["mounts"] == {str(scratch): "/dev/md/scratch"}
     assert ["-lgc", "1410,1410"] in node.calls("nvidia-smi")
     assert node.state["locked_graphics_clocks"] == "1410,1410"
@@ -120,6 +126,12 @@ def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path):
     handed = json.loads((tmp_path / "handed.json").read_text())
     assert handed["metrics"]["metrics_collected"]["mem"]["append_dimensions"] == {"Market": "on-demand"}
     assert handed["metrics"]["namespace"] == "gpufleet/dev"
+    # The installed checker, beside the installed cluster-user.sh.
+    assert (
+        (node.root / "home/gpufleet/.ssh/config")
+        .read_text()
+        .startswith(f'Match exec "{node.root}/opt/gpufleet/node/cluster-address.sh %h 10.40.0.0/20"\n')
+    )
 
 
 def test_a_failing_setup_script_does_not_stop_the_others(node, tmp_path):
@@ -141,7 +153,7 @@ def test_a_failing_setup_script_does_not_stop_the_others(node, tmp_path):
     assert "run-setup: error: failed: gpu-clocks (see the lines above)" in setup.stderr
 
 
-def test_the_installed_setup_mounts_the_shared_storage_after_the_other_steps(node, tmp_path):
+def test_the_installed_setup_mounts_the_shared_storage_after_the_other_steps(node, tmp_path, cluster_key):
     """dev with an existing file system (storage.existing): the user data installs shared-storage.sh, and the setup
     unit's run mounts the file system of the node's tag, the last step before the node reports ready."""
     source = "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com@tcp:/abcdefgh"
@@ -164,9 +176,15 @@ def test_the_installed_setup_mounts_the_shared_storage_after_the_other_steps(nod
         drives=[[f"nvme{i}n1", "Amazon EC2 NVMe Instance Storage"] for i in range(1, 9)],
         supported_clocks=A100_CLOCKS,
         gpus=[{"mig_current": "Disabled", "mig_pending": "Disabled", "profiles": {}}] * 8,
-        imds={"tags/instance/gpufleet:lustre-mount": [[200, source]], "instance-life-cycle": [[200, "spot"]]},
+        imds={
+            **CLUSTER_NODE_METADATA,
+            "tags/instance/gpufleet:lustre-mount": [[200, source]],
+            "instance-life-cycle": [[200, "spot"]],
+        },
+        secrets={"gpufleet-dev-cluster-user-key": cluster_key[0]},
         lustre={"reachable": [source]},
     )
+    install_fakes(node.bin_dir, FAKE_COMMANDS, ("aws",))
     install_cloudwatch_agent(node, tmp_path)
     shared, scratch = tmp_path / "fsx", tmp_path / "scratch"
 
@@ -190,5 +208,5 @@ def test_the_installed_setup_mounts_the_shared_storage_after_the_other_steps(nod
 
     assert setup.returncode == 0, setup.stderr
     ran = [line.split("running ")[1] for line in setup.stdout.splitlines() if line.startswith("run-setup: running")]
-    assert ran == ["raid0-nvme", "gpu-clocks", "efa-env", "shared-storage", "cloudwatch-agent"]
+    assert ran == ["raid0-nvme", "gpu-clocks", "efa-env", "cluster-user", "shared-storage", "cloudwatch-agent"]
     assert node.state["mounts"] == {str(scratch): "/dev/md/scratch", str(shared): source}

@@ -1,0 +1,1 @@
+"""The cluster user key Lambda's asset (handler.py: on_event of the custom resource)."""
