@@ -10,8 +10,8 @@ repeats it at boot.
 The launch template carries the script gzip-compressed: cloud-init uncompresses gzip user data and then treats it
 "as if it were not compressed" (source: cloud-init doc/rtd/topics/format.rst, "Gzip Compressed Content", which gives
 EC2's ~16384-byte limit as the reason). The scripts go to the nodes without their comment-only lines; with every
-option on the compressed user data stays under half of EC2's 16 KiB (tests/gpufleet/test_user_data.py measures every
-catalog type), which leaves room for node features.
+option on the compressed user data stays under three quarters of EC2's 16 KiB (tests/gpufleet/test_user_data.py
+measures every catalog type), which leaves room for node features.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 from gpufleet import shipped_path
 from gpufleet.ami import published_profile
 from gpufleet.catalog import InstanceType
-from gpufleet.constants import BACKEND_AUTO_SCALING, ROLLOUT_REPLACE_ALL, TERMINATION_HOOK_NAME
+from gpufleet.constants import BACKEND_AUTO_SCALING, READINESS_TAG_KEY, ROLLOUT_REPLACE_ALL, TERMINATION_HOOK_NAME
 from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
 
@@ -54,12 +54,14 @@ def _flag(enabled: bool) -> str:
 
 def setup_scripts(env: Environment, instance: InstanceType) -> list[str]:
     """The boot-time setup scripts this environment enables, in the order they run: mig before gpu-clocks, since
-    enabling MIG on Ampere resets the GPU, which would drop clocks locked before it."""
+    enabling MIG on Ampere resets the GPU, which would drop clocks locked before it; node-ready always last, since it
+    judges the node the others set up (scripts/node/node-ready.sh)."""
     enabled = {
         "raid0-nvme": env.node.raid0_nvme and instance.nvme.count > 0,
         "mig": env.node.mig_profile is not None,
         "gpu-clocks": env.node.max_clocks,
         "efa-env": env.efa and instance.efa_supported,
+        "node-ready": True,
     }
     return [name for name, on in enabled.items() if on]
 
@@ -110,6 +112,8 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         # scripts/ops/node-health-check.sh: the profile the node's image must be built from (its versions.json);
         # empty for an image given by ami.id or by a parameter the AMI pipeline does not write.
         "GPUFLEET_AMI_PROFILE": published_profile(env.ami.ssm_parameter) or "",
+        # node-ready.sh: the instance tag that says whether the node is ready for jobs.
+        "GPUFLEET_READINESS_TAG": READINESS_TAG_KEY,
         **auto_scaling_settings(env),
     }
 
@@ -141,10 +145,11 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
     """The complete user data (a bash script) for the nodes of ``env``, which run ``instance``."""
     settings = node_settings(env, instance)
     scripts = setup_scripts(env, instance)
-    units = ([WATCHER_UNIT] if watches_spot(env) else []) + ([SETUP_UNIT] if scripts else [])
+    # Every node has setup to run: node-ready at least, which marks the node ready for jobs.
+    units = ([WATCHER_UNIT] if watches_spot(env) else []) + [SETUP_UNIT]
     installed = (
         scripts
-        + (["run-setup"] if scripts else [])
+        + ["run-setup"]
         + (["spot-watcher"] if watches_spot(env) else [])
         + (["capacity-block-end"] if in_capacity_block(env) else [])
     )
@@ -152,7 +157,7 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
     parts = [
         "#!/bin/bash\n"
         f"# gpufleet node user data for environment {env.name} ({instance.name}), from gpufleet/user_data.py.\n"
-        f"# Installs under {INSTALL_DIR}: {', '.join(installed) or 'nothing'}; with their systemd units.\n"
+        f"# Installs under {INSTALL_DIR}: {', '.join(installed)}; with their systemd units.\n"
         "# Runs them; safe to run again. GPUFLEET_ROOT (tests) prefixes every path it writes. The scripts'\n"
         "# commented sources are scripts/node/ in gpufleet; the launch template carries this file gzip-compressed.\n"
         "set -euo pipefail\n"
@@ -161,19 +166,17 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
         _write_file(SETTINGS_FILE, "0644", "".join(f"export {k}={shlex.quote(v)}\n" for k, v in settings.items())),
         f'# shellcheck source=/dev/null\n. "$root{SETTINGS_FILE}"\n',
     ]
-    if installed:
-        # Written before the scripts that source it, so no installed script is ever without it.
-        parts.append(_install(HELPERS_PATH, "0644", HELPERS))
+    # Written before the scripts that source it, so no installed script is ever without it.
+    parts.append(_install(HELPERS_PATH, "0644", HELPERS))
     parts += [_install(f"{INSTALL_DIR}/{name}.sh", "0755", SCRIPTS_DIR / f"{name}.sh") for name in installed]
     parts += [_install(f"{UNIT_DIR}/{unit}", "0644", SCRIPTS_DIR / unit) for unit in units]
-    if scripts and instance.nvswitch:
+    if instance.nvswitch:
         parts.append(_write_file(f"{UNIT_DIR}/{SETUP_UNIT}.d/fabric-manager.conf", "0644", FABRIC_MANAGER_DROP_IN))
-    if units:
-        # restart, not start: a second run must re-run the oneshot setup and load a rewritten watcher script.
-        parts.append(
-            "systemctl daemon-reload\n"
-            f"systemctl enable {' '.join(units)}\n" + "".join(f"systemctl restart {unit}\n" for unit in units)
-        )
+    # restart, not start: a second run must re-run the oneshot setup and load a rewritten watcher script.
+    parts.append(
+        "systemctl daemon-reload\n"
+        f"systemctl enable {' '.join(units)}\n" + "".join(f"systemctl restart {unit}\n" for unit in units)
+    )
     return "".join(parts)
 
 

@@ -27,7 +27,7 @@ SHIPPED = [path.stem for path in environment_files()]
 # EC2's limit on user data "in raw form, before it is base64-encoded": 16 KB
 # (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html).
 EC2_USER_DATA_LIMIT = 16384
-ALL_SCRIPTS = {"raid0-nvme", "gpu-clocks", "mig", "efa-env", "run-setup", "spot-watcher"}
+ALL_SCRIPTS = {"raid0-nvme", "gpu-clocks", "mig", "efa-env", "node-ready", "run-setup", "spot-watcher"}
 # What each shipped environment turns on (environments/*.yaml): h100 is all on-demand, so it has no spot watcher;
 # p5-block is all on-demand too, but its nodes belong to an Auto Scaling group, whose terminations the watcher sees,
 # and to a Capacity Block, whose end runs capacity-block-end.
@@ -108,12 +108,12 @@ def test_every_option_on_p4d_installs_every_script():
 
 @pytest.mark.parametrize("instance_type", sorted(load_catalog()))
 def test_every_option_on_every_catalog_type_leaves_room_under_the_limit(instance_type):
-    """With every node option on (MIG where the GPU has it) the compressed user data takes well under half of EC2's
-    16 KiB, so node features can grow."""
+    """With every node option on (MIG where the GPU has it) the compressed user data takes under three quarters of
+    EC2's 16 KiB, so node features can grow."""
     instance = load_catalog()[instance_type]
     env = everything_on().model_copy(update={"instance_type": instance_type})
     env = with_node(env, mig_profile=instance.mig_profiles[0] if instance.mig_profiles else None)
-    assert compressed_size(env) < EC2_USER_DATA_LIMIT // 2
+    assert compressed_size(env) < EC2_USER_DATA_LIMIT * 3 // 4
 
 
 def test_the_launch_template_carries_the_script_gzip_compressed_and_base64_encoded():
@@ -152,7 +152,7 @@ def test_options_turned_off_leave_their_scripts_out(node, left_out):
     user_data = render(with_node(everything_on(), **node))
 
     assert installed_scripts(user_data) == ALL_SCRIPTS - left_out
-    setup_order = [s for s in ("raid0-nvme", "mig", "gpu-clocks", "efa-env") if s not in left_out]
+    setup_order = [s for s in ("raid0-nvme", "mig", "gpu-clocks", "efa-env", "node-ready") if s not in left_out]
     assert settings(user_data)["GPUFLEET_SETUP_SCRIPTS"] == " ".join(setup_order)
 
 
@@ -183,14 +183,15 @@ def test_no_efa_leaves_the_efa_environment_out():
     assert "efa-env" not in installed_scripts(render(env))
 
 
-def test_nothing_to_set_up_installs_no_setup_unit():
+def test_with_every_setup_option_off_the_setup_still_marks_the_node_ready():
     env = with_node(everything_on(), raid0_nvme=False, max_clocks=False, mig_profile=None)
     env = env.model_copy(update={"efa": False})
 
     user_data = render(env)
 
-    assert installed_scripts(user_data) == {"spot-watcher"}
-    assert "gpufleet-node-setup.service" not in user_data
+    assert installed_scripts(user_data) == {"node-ready", "run-setup", "spot-watcher"}
+    assert settings(user_data)["GPUFLEET_SETUP_SCRIPTS"] == "node-ready"
+    assert "systemctl restart gpufleet-node-setup.service\n" in user_data
 
 
 @pytest.mark.parametrize(
@@ -270,7 +271,7 @@ def test_the_settings_of_the_dev_environment():
     assert node_settings(load_named_environment("dev"), load_catalog()["p4d.24xlarge"]) == {
         "GPUFLEET_ENVIRONMENT": "dev",
         "GPUFLEET_INSTANCE_TYPE": "p4d.24xlarge",
-        "GPUFLEET_SETUP_SCRIPTS": "raid0-nvme gpu-clocks efa-env",
+        "GPUFLEET_SETUP_SCRIPTS": "raid0-nvme gpu-clocks efa-env node-ready",
         "GPUFLEET_RAID0_NVME": "1",
         "GPUFLEET_SCRATCH_MOUNT": "/scratch",
         "GPUFLEET_NVME_COUNT": "8",
@@ -284,17 +285,18 @@ def test_the_settings_of_the_dev_environment():
         "GPUFLEET_CHECKPOINT_HOOK": "/usr/local/bin/save-checkpoint",
         "GPUFLEET_CAPACITY_BLOCK": "",
         "GPUFLEET_AMI_PROFILE": "p4d-ubuntu1804-cuda11",
+        "GPUFLEET_READINESS_TAG": "gpufleet:readiness",
     }
 
 
 def test_every_option_off_sets_every_flag_to_zero():
-    """h100 is all on-demand; with EFA and every node option off nothing is set up and nothing watches."""
+    """h100 is all on-demand; with EFA and every node option off only readiness is set up and nothing watches."""
     env = with_node(load_named_environment("h100"), raid0_nvme=False, max_clocks=False, checkpoint_hook=None)
     env = env.model_copy(update={"efa": False})
     found = node_settings(env, load_catalog()["p5.48xlarge"])
 
+    assert found["GPUFLEET_SETUP_SCRIPTS"] == "node-ready"
     assert {key: found[key] for key in found if found[key] in ("0", "1", "")} == {
-        "GPUFLEET_SETUP_SCRIPTS": "",
         "GPUFLEET_RAID0_NVME": "0",
         "GPUFLEET_MAX_CLOCKS": "0",
         "GPUFLEET_MIG_PROFILE": "",
@@ -322,22 +324,14 @@ def test_the_user_data_header_says_what_it_installs_and_stops_on_the_first_error
     assert lines == [
         "#!/bin/bash",
         "# gpufleet node user data for environment dev (p4d.24xlarge), from gpufleet/user_data.py.",
-        "# Installs under /opt/gpufleet/node: raid0-nvme, gpu-clocks, efa-env, run-setup, spot-watcher; "
-        "with their systemd units.",
+        "# Installs under /opt/gpufleet/node: raid0-nvme, gpu-clocks, efa-env, node-ready, run-setup, "
+        "spot-watcher; with their systemd units.",
         "# Runs them; safe to run again. GPUFLEET_ROOT (tests) prefixes every path it writes. The scripts'",
         "# commented sources are scripts/node/ in gpufleet; the launch template carries this file gzip-compressed.",
         "set -euo pipefail",
         "root=${GPUFLEET_ROOT:-}",
         'write_file() { mkdir -p "$(dirname "$1")" && cat >"$1.tmp" && chmod "$2" "$1.tmp" && mv -f "$1.tmp" "$1"; }',
     ]
-
-
-def test_a_node_with_nothing_to_install_says_so():
-    env = with_node(load_named_environment("h100"), raid0_nvme=False, max_clocks=False)
-    user_data = render(env.model_copy(update={"efa": False}))
-
-    assert "# Installs under /opt/gpufleet/node: nothing; with their systemd units.\n" in user_data
-    assert "systemctl" not in user_data
 
 
 def run_user_data_in(root, user_data: str, tmp_path) -> list[str]:
@@ -370,6 +364,7 @@ def test_the_user_data_writes_scripts_executable_and_the_rest_read_only_then_res
         "opt/gpufleet/node/mig.sh": "0o755",
         "opt/gpufleet/node/gpu-clocks.sh": "0o755",
         "opt/gpufleet/node/efa-env.sh": "0o755",
+        "opt/gpufleet/node/node-ready.sh": "0o755",
         "opt/gpufleet/node/run-setup.sh": "0o755",
         "opt/gpufleet/node/spot-watcher.sh": "0o755",
         "etc/systemd/system/gpufleet-spot-watcher.service": "0o644",
@@ -393,18 +388,10 @@ def test_the_helpers_are_written_before_the_scripts_that_source_them():
         "/opt/gpufleet/node/mig.sh",
         "/opt/gpufleet/node/gpu-clocks.sh",
         "/opt/gpufleet/node/efa-env.sh",
+        "/opt/gpufleet/node/node-ready.sh",
         "/opt/gpufleet/node/run-setup.sh",
         "/opt/gpufleet/node/spot-watcher.sh",
     ]
-
-
-def test_a_node_without_scripts_gets_no_helpers():
-    """h100 is all on-demand: with EFA and every node option off there is nothing to install."""
-    env = with_node(load_named_environment("h100"), raid0_nvme=False, max_clocks=False)
-    user_data = render(env.model_copy(update={"efa": False}))
-
-    assert installed_scripts(user_data) == set()
-    assert "helpers.sh" not in user_data
 
 
 def test_a_capacity_block_node_gets_the_end_of_block_script(tmp_path):

@@ -381,9 +381,11 @@ def curl(args: list[str], state: dict) -> int:
     instance-metadata-v2-how-it-works): PUT api/token with the TTL header gives a token (400 without a valid TTL,
     as aws/amazon-ec2-metadata-mock pkg/mock/imdsv2/tokengenerator.go answers);
     a GET needs a token it issued (401 otherwise); an item that is not there is a 404. Prints the body, then a
-    line with the status, as `curl -w '\\n%{http_code}'` does."""
+    line with the status when asked to (`curl -w '\\n%{http_code}'`); with -f, an HTTP error prints nothing and exits
+    22, as curl(1) says of --fail."""
     url = args[-1]
     path = url.split("/latest/", 1)[1].removeprefix("meta-data/")
+    fails = any(arg.startswith("-") and not arg.startswith("--") and "f" in arg for arg in args[:-1])
     if path == "api/token":
         if not any(arg.startswith("X-aws-ec2-metadata-token-ttl-seconds: ") for arg in args):
             print("curl: (22) The requested URL returned error: 400", file=sys.stderr)
@@ -394,14 +396,20 @@ def curl(args: list[str], state: dict) -> int:
         return 0
     issued = {f"X-aws-ec2-metadata-token: token-{n}" for n in range(1, state.get("tokens_issued", 0) + 1)}
     if not issued.intersection(args):
-        print("\n401", end="")
-        return 0
-    # Each metadata path answers from its list of [status, body], one per call; the last answer repeats (a notice,
-    # once there, stays). A path without a list is not there.
-    answers = state["imds"].get(path, [[404, IMDS_NOT_FOUND]])
-    status, body = answers.pop(0) if len(answers) > 1 else answers[0]
-    save(state)
-    print(f"{body}\n{status}", end="")
+        status, body = 401, ""
+    else:
+        # Each metadata path answers from its list of [status, body], one per call; the last answer repeats (a
+        # notice, once there, stays). A path without a list is not there.
+        answers = state["imds"].get(path, [[404, IMDS_NOT_FOUND]])
+        status, body = answers.pop(0) if len(answers) > 1 else answers[0]
+        save(state)
+    if "-w" in args:
+        print(f"{body}\n{status}", end="")
+    elif fails and status >= 400:
+        print(f"curl: (22) The requested URL returned error: {status}", file=sys.stderr)
+        return 22
+    else:
+        print(body, end="")
     return 0
 
 
@@ -410,8 +418,22 @@ def systemctl(args: list[str], state: dict) -> int:
 
 
 def aws(args: list[str], state: dict) -> int:
-    """The AWS CLI: the call is logged; it succeeds unless the state says aws_exit."""
-    return state.get("aws_exit", 0)
+    """The AWS CLI: the call is logged; it succeeds unless the state says aws_exit. A successful
+    `ec2 create-tags --resources ID --tags JSON` sets the tags in the state's instance_tags ({id: {key: value}})."""
+    status = state.get("aws_exit", 0)
+    if status == 0 and args[:2] == ["ec2", "create-tags"]:
+        instance = args[args.index("--resources") + 1]
+        tags = json.loads(args[args.index("--tags") + 1])
+        state.setdefault("instance_tags", {}).setdefault(instance, {}).update({t["Key"]: t["Value"] for t in tags})
+        save(state)
+    return status
+
+
+def node_health_check(args: list[str], state: dict) -> int:
+    """scripts/ops/node-health-check.sh as installed on the node: prints the state's health_output (its PASS/FAIL
+    lines) and exits with health_exit (0, a healthy node, by default)."""
+    print(state.get("health_output", "PASS gpu-count: 8 GPUs visible (expected 8)\nnode healthy"))
+    return state.get("health_exit", 0)
 
 
 COMMANDS = {
@@ -426,6 +448,7 @@ COMMANDS = {
     "curl": curl,
     "systemctl": systemctl,
     "aws": aws,
+    "node-health-check": node_health_check,
 }
 
 if __name__ == "__main__":

@@ -11,7 +11,8 @@ import pytest
 
 from tests.scripts.efa_install import install_efa
 from tests.scripts.failing_step import FAILED_STATUS, Call, Case, StepProbe, accounted_for, scripts_in
-from tests.scripts.node.conftest import SCRIPTS_DIR, FakeNode
+from tests.scripts.fake_bin import install_fakes
+from tests.scripts.node.conftest import FAKE_COMMANDS, SCRIPTS_DIR, FakeNode
 
 BLOCK = "cr-0123456789abcdef0"
 HOOK = "checkpoint-hook --now"  # the watched later step: a command on PATH
@@ -34,6 +35,12 @@ CASES = [
         fails=Call("nvidia-smi", "-i 0 -mig 1"),
         must_not_run=Call("nvidia-smi", "-r -i *"),
         why="a GPU reset after nvidia-smi refused to enable MIG",
+    ),
+    Case(
+        "node-ready.sh",
+        fails=Call("tr", "-s  "),
+        must_not_run=Call("aws"),
+        why="a tag value EC2 may refuse, or one cut in the middle of a character, set on the instance",
     ),
     Case(
         "raid0-nvme.sh",
@@ -75,6 +82,12 @@ def ampere_gpu_without_mig(node: FakeNode) -> dict[str, str]:
     return {"GPUFLEET_MIG_PROFILE": "1g.5gb", "GPUFLEET_GPU_COUNT": "1", "GPUFLEET_GPU_COMPUTE_CAPABILITY": "8.0"}
 
 
+def healthy_node(node: FakeNode) -> dict[str, str]:
+    install_fakes(node.bin_dir, FAKE_COMMANDS, ("aws",))
+    node.set_state(imds={"instance-id": [[200, "i-0123456789abcdef0"]], "placement/region": [[200, "us-east-1"]]})
+    return {"GPUFLEET_READINESS_TAG": "gpufleet:readiness", "GPUFLEET_IMDS_URL": "http://imds.test"}
+
+
 def one_blank_drive(node: FakeNode) -> dict[str, str]:
     node.set_state(drives=[["nvme1n1", "Amazon EC2 NVMe Instance Storage"]])
     return {
@@ -101,6 +114,7 @@ PREPARE: dict[str, Callable[[FakeNode], dict[str, str]]] = {
     "capacity-block-end.sh": capacity_block,
     "efa-env.sh": efa_node,
     "mig.sh": ampere_gpu_without_mig,
+    "node-ready.sh": healthy_node,
     "raid0-nvme.sh": one_blank_drive,
     "spot-watcher.sh": interruption_notice,
 }

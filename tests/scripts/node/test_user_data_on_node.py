@@ -6,6 +6,9 @@ from gpufleet.catalog import load_catalog
 from gpufleet.loading import load_named_environment
 from gpufleet.user_data import render_user_data
 from tests.scripts.efa_install import install_efa
+from tests.scripts.fake_bin import install_fakes
+from tests.scripts.node.conftest import FAKE_COMMANDS
+from tests.scripts.node.test_node_ready import INSTANCE, install_health_check
 
 HOOK = """/usr/local/bin/save-checkpoint --tag "run 42" --note 'it'"'"'s urgent'"""
 A100_CLOCKS = "".join(f"1215, {graphics}\n" for graphics in range(1410, 209, -15))
@@ -28,7 +31,15 @@ def test_user_data_installs_scripts_units_and_settings(node, tmp_path):
     run_user_data(node, tmp_path)
 
     installed = sorted(path.name for path in (node.root / "opt/gpufleet/node").iterdir())
-    assert installed == ["efa-env.sh", "gpu-clocks.sh", "mig.sh", "raid0-nvme.sh", "run-setup.sh", "spot-watcher.sh"]
+    assert installed == [
+        "efa-env.sh",
+        "gpu-clocks.sh",
+        "mig.sh",
+        "node-ready.sh",
+        "raid0-nvme.sh",
+        "run-setup.sh",
+        "spot-watcher.sh",
+    ]
     # The scripts source it from ../lib beside their own directory.
     assert sorted(path.name for path in (node.root / "opt/gpufleet/lib").iterdir()) == ["helpers.sh"]
     units = node.root / "etc/systemd/system"
@@ -56,25 +67,28 @@ def test_running_the_user_data_again_changes_nothing(node, tmp_path):
     assert {path: path.read_bytes() for path in node.root.rglob("*") if path.is_file()} == before
 
 
-def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path):
-    run_user_data(node, tmp_path)
-    manifest = node.root / "etc/gpufleet/versions.json"
-    manifest.write_text('{"components": {"aws_ofi_nccl": "1.7.3-aws"}}')
+def boot(node, tmp_path, manifest='{"components": {"aws_ofi_nccl": "1.7.3-aws"}}', **state):
+    """The installed setup as gpufleet-node-setup.service starts it (settings from node.env, the scratch mount moved
+    into tmp_path), on a p4d with its drives, GPUs, EFA, IMDS, the AWS CLI, the health check and the image's versions
+    MANIFEST."""
+    (node.root / "etc/gpufleet/versions.json").write_text(manifest)
     install_efa(node.root, "ubuntu")
+    install_fakes(node.bin_dir, FAKE_COMMANDS, ("aws",))
+    install_health_check(node)
     node.set_state(
         drives=[[f"nvme{i}n1", "Amazon EC2 NVMe Instance Storage"] for i in range(1, 9)],
         gpus=[{"mig_current": "Disabled", "mig_pending": "Disabled", "profiles": {"7g.40gb": [0, 1, 1]}}] * 8,
         supported_clocks=A100_CLOCKS,
+        imds={"instance-id": [[200, INSTANCE]], "placement/region": [[200, "us-east-1"]]},
+        **state,
     )
     node.clear_log()
-    scratch = tmp_path / "scratch"
-    # As gpufleet-node-setup.service starts it: settings from node.env (the scratch mount moved into tmp_path).
-    setup = subprocess.run(
+    return subprocess.run(
         [
             "bash",
             "-c",
-            f'. "{node.root}/etc/gpufleet/node.env" && GPUFLEET_SCRATCH_MOUNT={scratch} '
-            f'exec "{node.root}/opt/gpufleet/node/run-setup.sh"',
+            f'. "{node.root}/etc/gpufleet/node.env" && GPUFLEET_SCRATCH_MOUNT={tmp_path / "scratch"} '
+            f'GPUFLEET_IMDS_URL=http://imds.test exec "{node.root}/opt/gpufleet/node/run-setup.sh"',
         ],
         env={
             "PATH": f"{node.bin_dir}:/usr/bin:/bin",
@@ -87,15 +101,57 @@ def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path):
         timeout=60,
     )
 
+
+def milestones(node) -> list[str]:
+    """The boot's steps that order matters for, as the fake commands logged them: the readiness tag set, the scratch
+    volume mounted, the health check run."""
+    steps = []
+    for name, *args in node.calls():
+        if name == "aws":
+            steps.append("tag " + args[-1].split('"Value": "')[1].split('"')[0])
+        elif name == "mount":
+            steps.append("mount")
+        elif name == "node-health-check":
+            steps.append("health check")
+    return steps
+
+
+def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path):
+    run_user_data(node, tmp_path)
+
+    setup = boot(node, tmp_path)
+
     assert setup.returncode == 0, setup.stderr
     ran = [line.split("running ")[1] for line in setup.stdout.splitlines() if line.startswith("run-setup: running")]
-    # MIG first: enabling it resets the A100s, which would drop clocks locked before.
-    assert ran == ["raid0-nvme", "mig", "gpu-clocks", "efa-env"]
-    assert node.state["mounts"] == {str(scratch): "/dev/md/scratch"}
+    # MIG first: enabling it resets the A100s, which would drop clocks locked before. Readiness last.
+    assert ran == ["raid0-nvme", "mig", "gpu-clocks", "efa-env", "node-ready"]
+    assert milestones(node) == ["tag booting", "mount", "health check", "tag ready"]
+    assert node.state["mounts"] == {str(tmp_path / "scratch"): "/dev/md/scratch"}
     assert ["-lgc", "1410,1410"] in node.calls("nvidia-smi")
     assert node.state["locked_graphics_clocks"] == "1410,1410"
     assert all(gpu["profiles"]["7g.40gb"][1] == 0 for gpu in node.state["gpus"])
     assert "GPUFLEET_EFA_LIBRARY_PATH=" in (node.root / "etc/gpufleet/efa.env").read_text()
+    assert node.state["instance_tags"] == {INSTANCE: {"gpufleet:readiness": "ready"}}
+
+
+def test_a_failing_health_check_fails_the_setup_and_leaves_the_node_not_ready(node, tmp_path):
+    run_user_data(node, tmp_path)
+
+    setup = boot(node, tmp_path, health_output="FAIL efa: 3 EFA devices (expected 4)", health_exit=1)
+
+    assert setup.returncode == 1
+    assert milestones(node) == ["tag booting", "mount", "health check", "tag not ready: health check failed: efa"]
+    assert setup.stderr.splitlines()[-1] == "run-setup: error: failed: node-ready (see the lines above)"
+
+
+def test_a_failed_setup_step_leaves_the_node_not_ready_without_checking_it(node, tmp_path):
+    run_user_data(node, tmp_path)
+
+    setup = boot(node, tmp_path, manifest="{}")  # efa-env.sh finds no aws-ofi-nccl version in it
+
+    assert setup.returncode == 1
+    assert milestones(node) == ["tag booting", "mount", "tag not ready: setup failed: efa-env"]
+    assert setup.stderr.splitlines()[-1] == "run-setup: error: failed: efa-env node-ready (see the lines above)"
 
 
 def test_a_failing_setup_script_does_not_stop_the_others(node, tmp_path):
