@@ -26,6 +26,7 @@ from stacks.constructs.capacity_fallback.infrastructure import CapacityFallback
 from stacks.constructs.efa_security_group import EfaSecurityGroup
 from stacks.constructs.node_group import node_group
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
+from stacks.constructs.node_readiness import let_nodes_mark_their_readiness
 
 
 class ClusterStack(cdk.Stack):
@@ -70,6 +71,7 @@ class ClusterStack(cdk.Stack):
             node_tags=node_tags,
             user_data=launch_template_user_data(environment, instance),
         )
+        let_nodes_mark_their_readiness(self, role=launch_template.role, environment_name=environment.name)
         nodes = node_group(
             self,
             environment_name=environment.name,

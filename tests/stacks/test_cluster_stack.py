@@ -198,11 +198,12 @@ def test_node_role_is_ssm_and_cloudwatch_agent_only(assembly, name):
         for logical, policy in template.find_resources("AWS::IAM::Policy").items()
         if {"Ref": node_role} in policy["Properties"]["Roles"]
     ]
+    # Every node sets its readiness tag (tests/stacks/constructs/test_node_readiness.py).
     if ENVIRONMENTS[name].fleet.backend == BACKEND_SPOT_FLEET:
-        assert attached == [], "the node role must not gain inline permissions"
+        assert attached == ["NodeReadinessTag939A92B1"], "the node role must not gain other inline permissions"
     else:
         # Nodes of a group complete their own termination lifecycle action (tests/stacks/test_auto_scaling_group.py).
-        assert attached == ["NodeGroupCompleteLifecycleActionFE2A0165"]
+        assert sorted(attached) == ["NodeGroupCompleteLifecycleActionFE2A0165", "NodeReadinessTag939A92B1"]
 
 
 EXPECTED_FLEETS = {
