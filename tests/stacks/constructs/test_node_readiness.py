@@ -45,7 +45,9 @@ def test_the_node_role_may_set_the_readiness_key_on_its_environments_instances_f
         {
             "Action": "ec2:CreateTags",
             "Effect": "Allow",
-            "Resource": {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ec2:us-east-1:123456789012:instance/*"]]},
+            "Resource": {
+                "Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, ":ec2:us-east-1:123456789012:instance/*"]]
+            },
             "Condition": {
                 "StringEquals": {"aws:ResourceTag/gpufleet:environment": "probe"},
                 "ForAllValues:StringEquals": {"aws:TagKeys": ["gpufleet:readiness"]},
