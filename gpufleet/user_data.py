@@ -30,6 +30,7 @@ from gpufleet.constants import (
     BACKEND_AUTO_SCALING,
     CLUSTER_USER_ID,
     CLUSTER_USER_NAME,
+    READINESS_TAG_KEY,
     ROLLOUT_REPLACE_ALL,
     SHARED_STORAGE_TAG_KEY,
     TERMINATION_HOOK_NAME,
@@ -75,7 +76,8 @@ def setup_scripts(env: Environment, instance: InstanceType) -> list[str]:
     """The boot-time setup scripts this environment enables, in the order they run: mig before gpu-clocks, since
     enabling MIG on Ampere resets the GPU, which would drop clocks locked before it; shared-storage before the
     readiness checks, which a node passes only with its storage mounted. Every node gets the cluster user, and runs
-    the CloudWatch agent, so that its journal outlives it."""
+    the CloudWatch agent, so that its journal outlives it; node-ready always last, since it judges the node the
+    others set up (scripts/node/node-ready.sh)."""
     enabled = {
         "raid0-nvme": env.node.raid0_nvme and instance.nvme.count > 0,
         "mig": env.node.mig_profile is not None,
@@ -84,6 +86,7 @@ def setup_scripts(env: Environment, instance: InstanceType) -> list[str]:
         "cluster-user": True,
         "shared-storage": env.storage is not None,
         "cloudwatch-agent": True,
+        "node-ready": True,
     }
     return [name for name, on in enabled.items() if on]
 
@@ -146,6 +149,8 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         # shared-storage.sh; training code writes checkpoints under GPUFLEET_SHARED_DIR (empty: no shared storage).
         "GPUFLEET_SHARED_DIR": env.storage.mount_path if env.storage else "",
         "GPUFLEET_SHARED_STORAGE_TAG": SHARED_STORAGE_TAG_KEY if env.storage else "",
+        # node-ready.sh: the instance tag that says whether the node is ready for jobs.
+        "GPUFLEET_READINESS_TAG": READINESS_TAG_KEY,
         **auto_scaling_settings(env),
     }
 
@@ -182,7 +187,7 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
     """The complete user data (a bash script) for the nodes of ``env``, which run ``instance``."""
     settings = node_settings(env, instance)
     scripts = setup_scripts(env, instance)
-    # Every node has something to set up (the cluster user at least), so every node gets the setup unit.
+    # Every node has something to set up (the cluster user and readiness at least), so every node gets the setup unit.
     units = ([WATCHER_UNIT] if watches_spot(env) else []) + [SETUP_UNIT]
     installed = (
         scripts

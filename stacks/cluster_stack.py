@@ -34,6 +34,7 @@ from stacks.constructs.node_launch_template import NodeLaunchTemplate
 from stacks.constructs.node_monitoring import NodeMonitoring
 from stacks.constructs.shared_storage_access import SharedFileSystem, SharedStorageAccess
 from stacks.networking import import_network
+from stacks.constructs.node_readiness import let_nodes_mark_their_readiness
 
 
 class ClusterStack(cdk.Stack):
@@ -111,6 +112,7 @@ class ClusterStack(cdk.Stack):
                 node_security_group=efa_security_group.security_group,
                 node_role=launch_template.role,
             )
+        let_nodes_mark_their_readiness(self, role=launch_template.role, environment_name=environment.name)
         nodes = node_group(
             self,
             environment_name=environment.name,

@@ -1,6 +1,7 @@
-"""gpufleet status ENV [--fleet-id ID | --group-name NAME] [--json]: the node group's state, capacity, instances and
-last 24h of events (Spot Fleet history, or the Auto Scaling group's scaling activities); for a Capacity Block, the
-block's dates and the group's scheduled scale-out and scale-in."""
+"""gpufleet status ENV [--fleet-id ID | --group-name NAME] [--json]: the node group's state, capacity, instances (with
+each node's readiness, in the order `gpufleet hosts` hands them to launchers) and last 24h of events (Spot Fleet
+history, or the Auto Scaling group's scaling activities); for a Capacity Block, the block's dates and the group's
+scheduled scale-out and scale-in."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             "fulfilled_capacity": fleet.fulfilled_capacity,
             "on_demand_target_capacity": fleet.on_demand_target_capacity,
             "on_demand_fulfilled_capacity": fleet.on_demand_fulfilled_capacity,
-            "instances": [instance.as_dict() for instance in fleet.instances],
+            "instances": [instance.as_dict() for instance in sorted(fleet.instances, key=node_groups.job_order)],
             "images": fleet.images,
             "mixed_images": len(fleet.images) > 1,
             "events": [event.as_dict() for event in events],
@@ -84,12 +85,28 @@ def run(args: argparse.Namespace) -> int:
             i.private_ip or "-",
             i.launch_time.strftime("%Y-%m-%d %H:%M:%SZ"),
             i.state,
+            i.readiness or "-",
             i.image_id,
         )
-        for i in sorted(fleet.instances, key=lambda i: (i.launch_time, i.instance_id))
+        for i in sorted(fleet.instances, key=node_groups.job_order)
     ]
-    headers = ["INSTANCE", "LIFECYCLE", "AZ", "PLACEMENT GROUP", "PRIVATE IP", "LAUNCHED (UTC)", "STATE", "IMAGE"]
+    headers = [
+        "INSTANCE",
+        "LIFECYCLE",
+        "AZ",
+        "PLACEMENT GROUP",
+        "PRIVATE IP",
+        "LAUNCHED (UTC)",
+        "STATE",
+        "READINESS",
+        "IMAGE",
+    ]
     print(format_table(headers, instance_rows) if instance_rows else "no instances")
+    if any(not i.ready for i in fleet.running):
+        print(
+            "nodes not ready: the reason is the READINESS column; the full output is on the node "
+            "(journalctl -u gpufleet-node-setup) and its console (aws ec2 get-console-output --instance-id ID)"
+        )
     if len(fleet.images) > 1:
         print(
             f"mixed images: the nodes run {', '.join(fleet.images)}; a new image reached the fleet in place "

@@ -14,12 +14,24 @@ from botocore.exceptions import ClientError
 
 from gpufleet.aws import describe_failure, error_code, is_unavailable
 from gpufleet.block_schedule import TERMINATION_LEAD
-from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET, NODE_GROUP_OUTPUTS
+from gpufleet.constants import (
+    BACKEND_AUTO_SCALING,
+    BACKEND_SPOT_FLEET,
+    NODE_GROUP_OUTPUTS,
+    READINESS_READY,
+    READINESS_TAG_KEY,
+)
 from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
 from gpufleet.ops.reservations import describe_reservations
 
 EVENT_WINDOW = dt.timedelta(hours=24)
+# The instance lifecycles whose nodes EC2 may take back while a job runs (DescribeInstances InstanceLifecycle; values
+# from botocore 1.44.5's ec2 InstanceLifecycleType: spot, scheduled, capacity-block,
+# interruptible-capacity-reservation): spot, and an interruptible Capacity Reservation, whose instances "are terminated"
+# when its owner reclaims the capacity (EC2 user guide, interruptible-capacity-reservations). A Capacity Block's end is
+# known in advance (gpufleet status shows it), and an on-demand node has no lifecycle.
+RECLAIMABLE_LIFECYCLES = ("spot", "interruptible-capacity-reservation")
 
 
 @dataclass(frozen=True)
@@ -32,9 +44,28 @@ class FleetInstance:
     launch_time: dt.datetime
     state: str
     image_id: str
+    # The node's own word on whether it can take jobs (its READINESS_TAG_KEY tag, set by scripts/node/node-ready.sh);
+    # empty when it has set none yet.
+    readiness: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self.readiness == READINESS_READY
+
+    @property
+    def reclaimable(self) -> bool:
+        return self.lifecycle in RECLAIMABLE_LIFECYCLES
 
     def as_dict(self) -> dict[str, str]:
         return {**vars(self), "launch_time": self.launch_time.isoformat()}
+
+
+def job_order(instance: FleetInstance) -> tuple:
+    """The order nodes are handed to launchers, whose first node is rank 0 and the rendezvous host: ready nodes first,
+    then those EC2 cannot reclaim (on-demand) before those it can (spot), then by launch time, then by private IP
+    (numerically), so that every listing of the same nodes agrees."""
+    address = ipaddress.ip_address(instance.private_ip) if instance.private_ip else ipaddress.ip_address(0)
+    return (not instance.ready, instance.reclaimable, instance.launch_time, address, instance.instance_id)
 
 
 @dataclass(frozen=True)
@@ -67,9 +98,14 @@ class NodeGroup:
 
     @property
     def running(self) -> list[FleetInstance]:
-        """Running instances in a deterministic order: launch time, then private IP (numerically)."""
+        """Running instances with an address, in job order."""
         running = [instance for instance in self.instances if instance.state == "running" and instance.private_ip]
-        return sorted(running, key=lambda i: (i.launch_time, ipaddress.ip_address(i.private_ip)))
+        return sorted(running, key=job_order)
+
+    @property
+    def ready(self) -> list[FleetInstance]:
+        """The running instances that say they are ready for jobs, in job order."""
+        return [instance for instance in self.running if instance.ready]
 
     @property
     def images(self) -> list[str]:
@@ -153,6 +189,7 @@ def _describe_instances(ec2: Any, instance_ids: list[str]) -> list[FleetInstance
             launch_time=instance["LaunchTime"],
             state=instance["State"]["Name"],
             image_id=instance["ImageId"],
+            readiness=next((tag["Value"] for tag in instance.get("Tags", []) if tag["Key"] == READINESS_TAG_KEY), ""),
         )
         for page in pages
         for reservation in page["Reservations"]

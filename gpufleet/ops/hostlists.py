@@ -18,7 +18,8 @@ def mpi_hostfile(private_ips: list[str], slots: int) -> str:
 
 
 def torchrun_arguments(private_ips: list[str], gpus_per_node: int, env_name: str) -> str:
-    """Rendezvous on the first host (the earliest launched), so every node computes the same endpoint."""
+    """Rendezvous on the first host (gpufleet.ops.fleet.job_order puts a ready on-demand node there), so every node
+    computes the same endpoint and it is one that spot cannot take."""
     return (
         f"--nnodes={len(private_ips)} --nproc-per-node={gpus_per_node} --rdzv-backend=c10d "
         f"--rdzv-endpoint={private_ips[0]}:{TORCHRUN_PORT} --rdzv-id=gpufleet-{env_name}\n"

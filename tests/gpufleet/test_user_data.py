@@ -37,6 +37,7 @@ ALL_SCRIPTS = {
     "cluster-address",
     "shared-storage",
     "cloudwatch-agent",
+    "node-ready",
     "run-setup",
     "spot-watcher",
 }
@@ -176,7 +177,16 @@ def test_options_turned_off_leave_their_scripts_out(node, left_out):
     assert installed_scripts(user_data) == ALL_SCRIPTS - left_out
     setup_order = [
         s
-        for s in ("raid0-nvme", "mig", "gpu-clocks", "efa-env", "cluster-user", "shared-storage", "cloudwatch-agent")
+        for s in (
+            "raid0-nvme",
+            "mig",
+            "gpu-clocks",
+            "efa-env",
+            "cluster-user",
+            "shared-storage",
+            "cloudwatch-agent",
+            "node-ready",
+        )
         if s not in left_out
     ]
     assert settings(user_data)["GPUFLEET_SETUP_SCRIPTS"] == " ".join(setup_order)
@@ -209,7 +219,7 @@ def test_no_efa_leaves_the_efa_environment_out():
     assert "efa-env" not in installed_scripts(render(env))
 
 
-def test_with_every_option_off_the_node_still_sets_up_its_cluster_user_and_agent():
+def test_with_every_option_off_the_node_still_sets_up_its_cluster_user_agent_and_readiness():
     env = with_node(everything_on(), raid0_nvme=False, max_clocks=False, mig_profile=None)
     env = env.model_copy(update={"efa": False, "storage": None})
 
@@ -219,10 +229,11 @@ def test_with_every_option_off_the_node_still_sets_up_its_cluster_user_and_agent
         "cluster-user",
         "cluster-address",
         "cloudwatch-agent",
+        "node-ready",
         "run-setup",
         "spot-watcher",
     }
-    assert settings(user_data)["GPUFLEET_SETUP_SCRIPTS"] == "cluster-user cloudwatch-agent"
+    assert settings(user_data)["GPUFLEET_SETUP_SCRIPTS"] == "cluster-user cloudwatch-agent node-ready"
     assert "systemctl enable gpufleet-spot-watcher.service gpufleet-node-setup.service\n" in user_data
 
 
@@ -303,7 +314,7 @@ def test_the_settings_of_the_dev_environment():
     assert node_settings(load_named_environment("dev"), load_catalog()["p4d.24xlarge"]) == {
         "GPUFLEET_ENVIRONMENT": "dev",
         "GPUFLEET_INSTANCE_TYPE": "p4d.24xlarge",
-        "GPUFLEET_SETUP_SCRIPTS": "raid0-nvme gpu-clocks efa-env cluster-user cloudwatch-agent",
+        "GPUFLEET_SETUP_SCRIPTS": "raid0-nvme gpu-clocks efa-env cluster-user cloudwatch-agent node-ready",
         "GPUFLEET_RAID0_NVME": "1",
         "GPUFLEET_SCRATCH_MOUNT": "/scratch",
         "GPUFLEET_NVME_COUNT": "8",
@@ -325,17 +336,18 @@ def test_the_settings_of_the_dev_environment():
         "GPUFLEET_CLUSTER_KEY_SECRET": "gpufleet-dev-cluster-user-key",
         "GPUFLEET_SHARED_DIR": "",
         "GPUFLEET_SHARED_STORAGE_TAG": "",
+        "GPUFLEET_READINESS_TAG": "gpufleet:readiness",
     }
 
 
 def test_every_option_off_sets_every_flag_to_zero():
-    """h100 is all on-demand; with EFA and every node option off only the cluster user is set up, and nothing
-    watches."""
+    """h100 is all on-demand; with EFA and every node option off only the cluster user, the agent and readiness are
+    set up, and nothing watches."""
     env = with_node(load_named_environment("h100"), raid0_nvme=False, max_clocks=False, checkpoint_hook=None)
     env = env.model_copy(update={"efa": False})
     found = node_settings(env, load_catalog()["p5.48xlarge"])
 
-    assert found["GPUFLEET_SETUP_SCRIPTS"] == "cluster-user cloudwatch-agent"
+    assert found["GPUFLEET_SETUP_SCRIPTS"] == "cluster-user cloudwatch-agent node-ready"
     assert {key: found[key] for key in found if found[key] in ("0", "1", "")} == {
         "GPUFLEET_RAID0_NVME": "0",
         "GPUFLEET_MAX_CLOCKS": "0",
@@ -369,7 +381,7 @@ def test_the_user_data_header_says_what_it_installs_and_stops_on_the_first_error
         "#!/bin/bash",
         "# gpufleet node user data for environment dev (p4d.24xlarge), from gpufleet/user_data.py.",
         "# Installs under /opt/gpufleet/node: raid0-nvme, gpu-clocks, efa-env, cluster-user, cloudwatch-agent, "
-        "cluster-address, run-setup, spot-watcher; with their systemd units.",
+        "node-ready, cluster-address, run-setup, spot-watcher; with their systemd units.",
         "# Installs under /opt/gpufleet/ops: node-health-check, run-nccl-tests.",
         "# Runs them; safe to run again. GPUFLEET_ROOT (tests) prefixes every path it writes. The scripts'",
         "# commented sources are scripts/node/ in gpufleet; the launch template carries this file gzip-compressed.",
@@ -384,7 +396,7 @@ def test_a_node_with_every_option_off_installs_the_cluster_user_and_agent_steps_
     user_data = render(env.model_copy(update={"efa": False}))
 
     assert (
-        "# Installs under /opt/gpufleet/node: cluster-user, cloudwatch-agent, cluster-address, run-setup; with their systemd units.\n"
+        "# Installs under /opt/gpufleet/node: cluster-user, cloudwatch-agent, node-ready, cluster-address, run-setup; with their systemd units.\n"
         in user_data
     )
     assert re.findall(r"^systemctl .*", user_data, re.MULTILINE)[-3:] == [
@@ -428,6 +440,7 @@ def test_the_user_data_writes_scripts_executable_and_the_rest_read_only_then_res
         "opt/gpufleet/node/shared-storage.sh": "0o755",
         "opt/gpufleet/node/cloudwatch-agent.sh": "0o755",
         "opt/gpufleet/node/cluster-address.sh": "0o755",
+        "opt/gpufleet/node/node-ready.sh": "0o755",
         "opt/gpufleet/node/run-setup.sh": "0o755",
         "opt/gpufleet/node/spot-watcher.sh": "0o755",
         "opt/gpufleet/ops/node-health-check.sh": "0o755",
@@ -457,6 +470,7 @@ def test_the_helpers_are_written_before_the_scripts_that_source_them():
         "/opt/gpufleet/node/cluster-user.sh",
         "/opt/gpufleet/node/shared-storage.sh",
         "/opt/gpufleet/node/cloudwatch-agent.sh",
+        "/opt/gpufleet/node/node-ready.sh",
         "/opt/gpufleet/node/cluster-address.sh",
         "/opt/gpufleet/node/run-setup.sh",
         "/opt/gpufleet/node/spot-watcher.sh",
@@ -476,6 +490,7 @@ def test_a_node_with_every_option_off_still_gets_the_operator_scripts_and_their_
         "/opt/gpufleet/lib/helpers.sh",
         "/opt/gpufleet/node/cluster-user.sh",
         "/opt/gpufleet/node/cloudwatch-agent.sh",
+        "/opt/gpufleet/node/node-ready.sh",
         "/opt/gpufleet/node/cluster-address.sh",
         "/opt/gpufleet/node/run-setup.sh",
         "/opt/gpufleet/ops/node-health-check.sh",
@@ -575,7 +590,9 @@ def test_shared_storage_is_mounted_last_before_readiness_where_training_code_fin
     env = load_named_environment("dev").model_copy(update={"storage": Storage.model_validate(storage)})
     found = node_settings(env, load_catalog()["p4d.24xlarge"])
 
-    assert found["GPUFLEET_SETUP_SCRIPTS"] == "raid0-nvme gpu-clocks efa-env cluster-user shared-storage cloudwatch-agent"
+    assert (
+        found["GPUFLEET_SETUP_SCRIPTS"] == "raid0-nvme gpu-clocks efa-env cluster-user shared-storage cloudwatch-agent node-ready"
+    )
     assert found["GPUFLEET_SHARED_DIR"] == mount_path
     assert found["GPUFLEET_SHARED_STORAGE_TAG"] == "gpufleet:lustre-mount"
 

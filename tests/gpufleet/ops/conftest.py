@@ -236,3 +236,27 @@ def cluster_stack(moto: None) -> Callable[..., None]:
             )
 
     return create
+
+
+def mark_readiness(instance_ids: list[str], value: str = "ready") -> None:
+    """What scripts/node/node-ready.sh does on each node: tag it gpufleet:readiness=VALUE (moto keeps instance tags)."""
+    boto3.client("ec2", region_name=REGION).create_tags(
+        Resources=instance_ids, Tags=[{"Key": "gpufleet:readiness", "Value": value}]
+    )
+
+
+def make_on_demand(instance_id: str) -> None:
+    """An instance EC2 launched on demand (no InstanceLifecycle), as a fleet's OnDemandTargetCapacity part is: moto's
+    Spot Fleet launches every node as spot, so the test turns one into what EC2 would have launched."""
+    from moto.ec2.models import ec2_backends
+
+    ec2_backends["123456789012"][REGION].get_instance(instance_id).lifecycle = None
+
+
+def fleet_nodes(fleet_id: str) -> list[str]:
+    """The fleet's instance ids in launch order (moto launches them one after the other)."""
+    ec2 = boto3.client("ec2", region_name=REGION)
+    active = ec2.describe_spot_fleet_instances(SpotFleetRequestId=fleet_id)["ActiveInstances"]
+    described = ec2.describe_instances(InstanceIds=[a["InstanceId"] for a in active])["Reservations"]
+    instances = [i for r in described for i in r["Instances"]]
+    return [i["InstanceId"] for i in sorted(instances, key=lambda i: (i["LaunchTime"], i["PrivateIpAddress"]))]

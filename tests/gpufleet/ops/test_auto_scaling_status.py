@@ -20,7 +20,7 @@ import pytest
 
 from gpufleet.aws import Aws
 from gpufleet.ops.fleet import recent_activities
-from tests.gpufleet.ops.conftest import REGION, make_subnet
+from tests.gpufleet.ops.conftest import REGION, make_subnet, mark_readiness
 
 GROUP = "gpufleet-lab-nodes"
 
@@ -112,7 +112,10 @@ def test_an_unknown_group_is_one_line(group, run_cli) -> None:
     )
 
 
-def test_hosts_lists_the_groups_running_nodes(group, run_cli) -> None:
+def test_hosts_lists_the_groups_ready_nodes(group, run_cli) -> None:
+    autoscaling = boto3.client("autoscaling", region_name=REGION)
+    (described,) = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[GROUP])["AutoScalingGroups"]
+    mark_readiness([instance["InstanceId"] for instance in described["Instances"]])
     code, out, _ = run_cli("hosts", "lab", "--group-name", GROUP, "--format", "json")
     assert code == 0
     document = json.loads(out)

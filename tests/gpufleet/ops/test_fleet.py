@@ -16,7 +16,7 @@ from botocore.stub import Stubber
 
 from gpufleet.ops import fleet as fleet_module
 from gpufleet.ops.fleet import FleetEvent, FleetInstance, NodeGroup, recent_events
-from tests.gpufleet.ops.conftest import make_subnet
+from tests.gpufleet.ops.conftest import fleet_nodes, make_on_demand, make_subnet, mark_readiness
 
 NOW = dt.datetime(2025, 1, 1, 12, tzinfo=dt.UTC)
 
@@ -151,15 +151,22 @@ def test_fleet_not_found_error_code_from_aws(stubbed, run_cli) -> None:
     assert code == 1 and err.startswith("fleet request sfr-1 not found in us-east-1")
 
 
+def ready_fleet(spot_fleet, nodes: int) -> str:
+    """A fleet of NODES spot nodes in moto, every one of them marked ready."""
+    fleet_id = spot_fleet(nodes)
+    mark_readiness(fleet_nodes(fleet_id))
+    return fleet_id
+
+
 def test_hosts_mpi(spot_fleet, run_cli) -> None:
-    fleet_id = spot_fleet(3)
+    fleet_id = ready_fleet(spot_fleet, 3)
     code, out, _ = run_cli("hosts", "dev", "--fleet-id", fleet_id, "--format", "mpi")
     assert code == 0
     assert out.splitlines() == ["10.40.0.4 slots=8", "10.40.0.5 slots=8", "10.40.0.6 slots=8"]
 
 
 def test_hosts_torchrun(spot_fleet, run_cli) -> None:
-    fleet_id = spot_fleet(2)
+    fleet_id = ready_fleet(spot_fleet, 2)
     code, out, _ = run_cli("hosts", "dev", "--fleet-id", fleet_id, "--format", "torchrun")
     assert code == 0
     assert out == (
@@ -168,7 +175,7 @@ def test_hosts_torchrun(spot_fleet, run_cli) -> None:
 
 
 def test_hosts_slurm_and_json(spot_fleet, cluster_stack, run_cli) -> None:
-    fleet_id = spot_fleet(3)
+    fleet_id = ready_fleet(spot_fleet, 3)
     cluster_stack(fleet_id)
     code, out, _ = run_cli("hosts", "dev", "--format", "slurm")
     assert code == 0
@@ -177,6 +184,107 @@ def test_hosts_slurm_and_json(spot_fleet, cluster_stack, run_cli) -> None:
     hosts = json.loads(out)["hosts"]
     assert [h["private_ip"] for h in hosts] == THREE_NODES
     assert (hosts[0]["hostname"], hosts[0]["slots"]) == ("ip-10-40-0-4", 8)
+
+
+def test_hosts_lists_only_the_nodes_that_say_they_are_ready(spot_fleet, run_cli) -> None:
+    fleet_id = spot_fleet(3)
+    first, second, third = fleet_nodes(fleet_id)
+    mark_readiness([first, third])
+    mark_readiness([second], "booting")
+
+    code, out, _ = run_cli("hosts", "dev", "--fleet-id", fleet_id, "--format", "mpi")
+
+    assert code == 0
+    assert out.splitlines() == ["10.40.0.4 slots=8", "10.40.0.6 slots=8"]
+
+
+def test_an_on_demand_node_comes_first_so_rank_0_and_the_rendezvous_land_on_it(spot_fleet, run_cli) -> None:
+    fleet_id = ready_fleet(spot_fleet, 3)
+    make_on_demand(fleet_nodes(fleet_id)[2])  # the last one launched, at 10.40.0.6
+
+    code, out, err = run_cli("hosts", "dev", "--fleet-id", fleet_id, "--format", "mpi")
+    assert (code, err) == (0, "")
+    assert out.splitlines() == ["10.40.0.6 slots=8", "10.40.0.4 slots=8", "10.40.0.5 slots=8"]
+    code, out, _ = run_cli("hosts", "dev", "--fleet-id", fleet_id, "--format", "torchrun")
+    assert "--rdzv-endpoint=10.40.0.6:29500" in out
+
+
+def test_without_a_ready_on_demand_node_hosts_warns_that_rank_0_is_on_spot(spot_fleet, run_cli) -> None:
+    fleet_id = ready_fleet(spot_fleet, 2)
+    first = fleet_nodes(fleet_id)[0]
+
+    code, _, err = run_cli("hosts", "dev", "--fleet-id", fleet_id)
+
+    assert code == 0
+    assert err == (
+        f"warning: no ready on-demand node: rank 0 and the rendezvous go to spot node {first} (10.40.0.4), "
+        "which EC2 can reclaim\n"
+    )
+
+
+def test_include_not_ready_lists_every_running_node_the_ready_ones_first(spot_fleet, run_cli) -> None:
+    fleet_id = spot_fleet(3)
+    first, second, third = fleet_nodes(fleet_id)
+    mark_readiness([second])
+    mark_readiness([first], "not ready: health check failed: efa")
+
+    code, out, _ = run_cli("hosts", "dev", "--fleet-id", fleet_id, "--format", "json", "--include-not-ready")
+
+    assert code == 0
+    hosts = json.loads(out)["hosts"]
+    assert [(h["instance_id"], h["readiness"]) for h in hosts] == [
+        (second, "ready"),
+        (first, "not ready: health check failed: efa"),
+        (third, ""),
+    ]
+
+
+def test_hosts_without_a_ready_node_says_what_each_node_is_waiting_for(spot_fleet, run_cli) -> None:
+    fleet_id = spot_fleet(2)
+    first, second = fleet_nodes(fleet_id)
+    mark_readiness([first], "not ready: setup failed: shared-storage")
+
+    code, out, err = run_cli("hosts", "dev", "--fleet-id", fleet_id)
+
+    assert (code, out) == (1, "")
+    assert err == (
+        f"fleet {fleet_id} (dev) has no node ready for jobs: {first} (not ready: setup failed: shared-storage), "
+        f"{second} (not marked yet); see `gpufleet status dev`, or pass --include-not-ready\n"
+    )
+
+
+def test_status_shows_each_nodes_readiness_in_job_order(spot_fleet, events, run_json, run_cli) -> None:
+    fleet_id = spot_fleet(3)
+    first, second, third = fleet_nodes(fleet_id)
+    mark_readiness([third])
+    mark_readiness([first], "not ready: health check failed: gpu-count topology")
+
+    code, document = run_json("status", "dev", "--fleet-id", fleet_id)
+    assert code == 0
+    assert [(i["instance_id"], i["readiness"]) for i in document["instances"]] == [
+        (third, "ready"),
+        (first, "not ready: health check failed: gpu-count topology"),
+        (second, ""),
+    ]
+    code, out, _ = run_cli("status", "dev", "--fleet-id", fleet_id)
+    lines = out.splitlines()
+    header = next(line for line in lines if line.startswith("INSTANCE"))
+    readiness = slice(header.index("READINESS"), header.index("IMAGE"))
+    rows = [(line.split()[0], line[readiness].rstrip()) for line in lines if line.startswith("i-")]
+    assert rows == [(third, "ready"), (first, "not ready: health check failed: gpu-count topology"), (second, "-")]
+    assert lines[lines.index(header) + 4] == (
+        "nodes not ready: the reason is the READINESS column; the full output is on the node "
+        "(journalctl -u gpufleet-node-setup) and its console (aws ec2 get-console-output --instance-id ID)"
+    )
+
+
+def test_status_says_nothing_of_readiness_when_every_running_node_is_ready(spot_fleet, events, run_cli) -> None:
+    fleet_id = ready_fleet(spot_fleet, 2)
+
+    code, out, _ = run_cli("status", "dev", "--fleet-id", fleet_id)
+
+    assert code == 0
+    assert "nodes not ready" not in out
 
 
 def test_hosts_without_running_instances(spot_fleet, run_cli) -> None:
@@ -189,8 +297,12 @@ def test_hosts_without_running_instances(spot_fleet, run_cli) -> None:
     assert err.startswith(f"fleet {fleet_id} (dev) has no running instances") and err.count("\n") == 1
 
 
-def instance(ip: str, minute: int, state: str = "running", image: str = "ami-1") -> FleetInstance:
-    return FleetInstance(f"i-{ip}", "spot", "us-east-1a", "pg", ip, NOW + dt.timedelta(minutes=minute), state, image)
+def instance(
+    ip: str, minute: int, state: str = "running", image: str = "ami-1", lifecycle: str = "spot", readiness: str = ""
+) -> FleetInstance:
+    return FleetInstance(
+        f"i-{ip}", lifecycle, "us-east-1a", "pg", ip, NOW + dt.timedelta(minutes=minute), state, image, readiness
+    )
 
 
 def test_running_order_is_launch_time_then_numeric_ip() -> None:
@@ -210,6 +322,37 @@ def test_running_order_is_launch_time_then_numeric_ip() -> None:
         ),
     )
     assert [i.private_ip for i in fleet.running] == ["10.0.0.9", "10.0.0.10", "10.0.0.2"]
+
+
+def test_ready_nodes_come_first_and_among_them_those_ec2_cannot_reclaim() -> None:
+    fleet = NodeGroup(
+        "sfr-1",
+        "active",
+        "fulfilled",
+        7,
+        7,
+        1,
+        1,
+        (
+            instance("10.0.0.1", 0, readiness="ready"),
+            instance("10.0.0.2", 0, readiness="booting", lifecycle="on-demand"),
+            instance("10.0.0.3", 9, readiness="ready", lifecycle="on-demand"),
+            instance("10.0.0.4", 0),
+            instance("10.0.0.5", 0, readiness="ready"),
+            instance("10.0.0.6", 1, readiness="ready", lifecycle="interruptible-capacity-reservation"),
+            instance("10.0.0.7", 8, readiness="ready", lifecycle="capacity-block"),
+        ),
+    )
+    assert [i.private_ip for i in fleet.running] == [
+        "10.0.0.7",
+        "10.0.0.3",
+        "10.0.0.1",
+        "10.0.0.5",
+        "10.0.0.6",
+        "10.0.0.2",
+        "10.0.0.4",
+    ]
+    assert [i.private_ip for i in fleet.ready] == ["10.0.0.7", "10.0.0.3", "10.0.0.1", "10.0.0.5", "10.0.0.6"]
 
 
 def history_record(minutes_ago: int, sub_type: str, instance_id: str) -> dict[str, Any]:

@@ -414,6 +414,7 @@ def curl(args: list[str], state: dict) -> int:
     HTTP error is exit status 22 and a line on stderr instead (curl(1), --fail)."""
     url = args[-1]
     path = url.split("/latest/", 1)[1].removeprefix("meta-data/")
+    fails = any(arg.startswith("-") and not arg.startswith("--") and "f" in arg for arg in args[:-1])
     if path == "api/token":
         if not any(arg.startswith("X-aws-ec2-metadata-token-ttl-seconds: ") for arg in args):
             print("curl: (22) The requested URL returned error: 400", file=sys.stderr)
@@ -433,7 +434,7 @@ def curl(args: list[str], state: dict) -> int:
         save(state)
     if "-w" in args:
         print(f"{body}\n{status}", end="")
-    elif status >= 400 and any(arg.startswith("-") and not arg.startswith("--") and "f" in arg for arg in args):
+    elif fails and status >= 400:
         print(f"curl: (22) The requested URL returned error: {status}", file=sys.stderr)
         return 22
     else:
@@ -453,7 +454,8 @@ def mount_lustre_helper(args: list[str], state: dict) -> int:
 def aws(args: list[str], state: dict) -> int:
     """The AWS CLI: the call is logged; it succeeds unless the state says aws_exit. `secretsmanager get-secret-value
     --secret-id ID --query SecretString --output text` prints the state's secrets[ID] as the CLI's text output does
-    (the string and a newline); a secret the state lacks is the service's ResourceNotFoundException."""
+    (the string and a newline); a secret the state lacks is the service's ResourceNotFoundException. A successful
+    `ec2 create-tags --resources ID --tags JSON` sets the tags in the state's instance_tags ({id: {key: value}})."""
     if args[:2] == ["secretsmanager", "get-secret-value"]:
         secret_id = args[args.index("--secret-id") + 1]
         assert args[args.index("--query") + 1] == "SecretString" and args[args.index("--output") + 1] == "text"
@@ -465,7 +467,20 @@ def aws(args: list[str], state: dict) -> int:
             )
             return 254
         print(state["secrets"][secret_id])
-    return state.get("aws_exit", 0)
+    status = state.get("aws_exit", 0)
+    if status == 0 and args[:2] == ["ec2", "create-tags"]:
+        instance = args[args.index("--resources") + 1]
+        tags = json.loads(args[args.index("--tags") + 1])
+        state.setdefault("instance_tags", {}).setdefault(instance, {}).update({t["Key"]: t["Value"] for t in tags})
+        save(state)
+    return status
+
+
+def node_health_check(args: list[str], state: dict) -> int:
+    """scripts/ops/node-health-check.sh as installed on the node: prints the state's health_output (its PASS/FAIL
+    lines) and exits with health_exit (0, a healthy node, by default)."""
+    print(state.get("health_output", "PASS gpu-count: 8 GPUs visible (expected 8)\nnode healthy"))
+    return state.get("health_exit", 0)
 
 
 # Accounts: the user and group databases are the files $GPUFLEET_ROOT/etc/passwd and etc/group, in their usual format
@@ -604,6 +619,7 @@ COMMANDS = {
     "useradd": useradd,
     "chown": chown,
     "ssh-keygen": ssh_keygen,
+    "node-health-check": node_health_check,
 }
 
 if __name__ == "__main__":

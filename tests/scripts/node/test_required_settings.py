@@ -60,6 +60,12 @@ CASES = [
             "mig: error: GPUFLEET_GPU_COMPUTE_CAPABILITY is not set (from /etc/gpufleet/node.env)",
         ],
     ),
+    (
+        "node-ready.sh",
+        {},
+        (),
+        ["node-ready: error: GPUFLEET_READINESS_TAG is not set (from /etc/gpufleet/node.env)"],
+    ),
     ("raid0-nvme.sh", {}, (), ["raid0-nvme: error: GPUFLEET_RAID0_NVME is not set (from /etc/gpufleet/node.env)"]),
     (
         "raid0-nvme.sh",

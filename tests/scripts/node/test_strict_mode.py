@@ -50,6 +50,12 @@ CASES = [
         why="a GPU reset after nvidia-smi refused to enable MIG",
     ),
     Case(
+        "node-ready.sh",
+        fails=Call("tr", "-s  "),
+        must_not_run=Call("aws"),
+        why="a tag value EC2 may refuse, or one cut in the middle of a character, set on the instance",
+    ),
+    Case(
         "raid0-nvme.sh",
         fails=Call("mkfs.xfs", "-q -K /dev/nvme1n1"),
         must_not_run=Call("mount"),
@@ -121,6 +127,12 @@ def ampere_gpu_without_mig(node: FakeNode) -> dict[str, str]:
     return {"GPUFLEET_MIG_PROFILE": "1g.5gb", "GPUFLEET_GPU_COUNT": "1", "GPUFLEET_GPU_COMPUTE_CAPABILITY": "8.0"}
 
 
+def healthy_node(node: FakeNode) -> dict[str, str]:
+    install_fakes(node.bin_dir, FAKE_COMMANDS, ("aws",))
+    node.set_state(imds={"instance-id": [[200, "i-0123456789abcdef0"]], "placement/region": [[200, "us-east-1"]]})
+    return {"GPUFLEET_READINESS_TAG": "gpufleet:readiness", "GPUFLEET_IMDS_URL": "http://imds.test"}
+
+
 def one_blank_drive(node: FakeNode) -> dict[str, str]:
     node.set_state(drives=[["nvme1n1", "Amazon EC2 NVMe Instance Storage"]])
     return {
@@ -159,6 +171,7 @@ PREPARE: dict[str, Callable[[FakeNode], dict[str, str]]] = {
     "cluster-user.sh": cluster_user_node,
     "efa-env.sh": efa_node,
     "mig.sh": ampere_gpu_without_mig,
+    "node-ready.sh": healthy_node,
     "raid0-nvme.sh": one_blank_drive,
     "shared-storage.sh": tagged_with_a_file_system,
     "spot-watcher.sh": interruption_notice,

@@ -4,12 +4,13 @@ import json
 import subprocess
 
 from gpufleet.catalog import load_catalog
-from gpufleet.environment import Storage
+from gpufleet.environment import Environment, Storage
 from gpufleet.loading import load_named_environment
 from gpufleet.user_data import render_user_data
 from tests.scripts.efa_install import install_efa
 from tests.scripts.fake_bin import install_fakes
 from tests.scripts.node.conftest import CLUSTER_NODE_METADATA, FAKE_COMMANDS
+from tests.scripts.node.test_node_ready import INSTANCE, install_health_check
 
 HOOK = """/usr/local/bin/save-checkpoint --tag "run 42" --note 'it'"'"'s urgent'"""
 A100_CLOCKS = "".join(f"1215, {graphics}\n" for graphics in range(1410, 209, -15))
@@ -21,9 +22,9 @@ def p4d_environment():
     return env.model_copy(update={"node": node})
 
 
-def run_user_data(node, tmp_path):
+def run_user_data(node, tmp_path, env: Environment | None = None):
     script = tmp_path / "user-data.sh"
-    script.write_text(render_user_data(p4d_environment(), load_catalog()["p4d.24xlarge"]))
+    script.write_text(render_user_data(env or p4d_environment(), load_catalog()["p4d.24xlarge"]))
     script.chmod(0o755)
     return node.run(script)
 
@@ -31,7 +32,7 @@ def run_user_data(node, tmp_path):
 def install_cloudwatch_agent(node, tmp_path):
     """The image's CloudWatch agent: its ctl keeps the configuration it is handed, in tmp_path/handed.json."""
     ctl = node.root / "opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
-    ctl.parent.mkdir(parents=True)
+    ctl.parent.mkdir(parents=True, exist_ok=True)
     ctl.write_text(f'#!/bin/sh\ncp "{node.root}${{6#file:}}" "{tmp_path}/handed.json"\n')
     ctl.chmod(0o755)
 
@@ -47,6 +48,7 @@ def test_user_data_installs_scripts_units_and_settings(node, tmp_path):
         "efa-env.sh",
         "gpu-clocks.sh",
         "mig.sh",
+        "node-ready.sh",
         "raid0-nvme.sh",
         "run-setup.sh",
         "spot-watcher.sh",
@@ -78,51 +80,80 @@ def test_running_the_user_data_again_changes_nothing(node, tmp_path):
     assert {path: path.read_bytes() for path in node.root.rglob("*") if path.is_file()} == before
 
 
-def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path, cluster_key):
-    run_user_data(node, tmp_path)
-    install_fakes(node.bin_dir, FAKE_COMMANDS, ("aws",))
-    manifest = node.root / "etc/gpufleet/versions.json"
-    manifest.write_text('{"components": {"aws_ofi_nccl": "1.7.3-aws"}}')
+def boot(node, tmp_path, cluster_key, manifest='{"components": {"aws_ofi_nccl": "1.7.3-aws"}}', imds=None, **state):
+    """The installed setup as gpufleet-node-setup.service starts it (settings from node.env, the scratch mount and the
+    shared directory moved into tmp_path), on an on-demand p4d with its drives, GPUs, EFA, IMDS (and the items of
+    IMDS), the AWS CLI, the cluster user's key, the CloudWatch agent, the health check and the image's versions
+    MANIFEST."""
+    (node.root / "etc/gpufleet/versions.json").write_text(manifest)
     install_efa(node.root, "ubuntu")
+    install_fakes(node.bin_dir, FAKE_COMMANDS, ("aws",))
+    install_health_check(node)
+    install_cloudwatch_agent(node, tmp_path)
     node.set_state(
         drives=[[f"nvme{i}n1", "Amazon EC2 NVMe Instance Storage"] for i in range(1, 9)],
         gpus=[{"mig_current": "Disabled", "mig_pending": "Disabled", "profiles": {"7g.40gb": [0, 1, 1]}}] * 8,
         supported_clocks=A100_CLOCKS,
-        imds={**CLUSTER_NODE_METADATA, "instance-life-cycle": [[200, "on-demand"]]},
+        imds={
+            **CLUSTER_NODE_METADATA,
+            "instance-id": [[200, INSTANCE]],
+            "placement/region": [[200, "us-east-1"]],
+            "instance-life-cycle": [[200, "on-demand"]],
+            **(imds or {}),
+        },
         secrets={"gpufleet-dev-cluster-user-key": cluster_key[0]},
+        **state,
     )
-    install_cloudwatch_agent(node, tmp_path)
     node.clear_log()
-    scratch = tmp_path / "scratch"
-    # As gpufleet-node-setup.service starts it: settings from node.env (the scratch mount moved into tmp_path).
-    setup = subprocess.run(
+    return subprocess.run(
         [
             "bash",
             "-c",
-            f'. "{node.root}/etc/gpufleet/node.env" && GPUFLEET_SCRATCH_MOUNT={scratch} '
-            f'exec "{node.root}/opt/gpufleet/node/run-setup.sh"',
+            f'. "{node.root}/etc/gpufleet/node.env" && GPUFLEET_SCRATCH_MOUNT={tmp_path / "scratch"} '
+            f'GPUFLEET_SHARED_DIR={tmp_path / "fsx"} GPUFLEET_IMDS_URL=http://imds.test exec "{node.root}/opt/gpufleet/node/run-setup.sh"',
         ],
         env={
             "PATH": f"{node.bin_dir}:/usr/bin:/bin",
             "GPUFLEET_ROOT": str(node.root),
             "FAKE_STATE": str(node.state_file),
             "FAKE_LOG": str(node.log_file),
-            "GPUFLEET_IMDS_URL": "http://imds.test",
         },
         capture_output=True,
         text=True,
         timeout=60,
     )
 
+
+def milestones(node) -> list[str]:
+    """The boot's steps that order matters for, as the fake commands logged them: the readiness tag set, the scratch
+    volume mounted, the health check run."""
+    steps = []
+    for name, *args in node.calls():
+        if name == "aws" and args[:2] == ["ec2", "create-tags"]:
+            steps.append("tag " + args[-1].split('"Value": "')[1].split('"')[0])
+        elif name == "mount":
+            steps.append("mount")
+        elif name == "node-health-check":
+            steps.append("health check")
+    return steps
+
+
+def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path, cluster_key):
+    run_user_data(node, tmp_path)
+
+    setup = boot(node, tmp_path, cluster_key)
+
     assert setup.returncode == 0, setup.stderr
     ran = [line.split("running ")[1] for line in setup.stdout.splitlines() if line.startswith("run-setup: running")]
-    # MIG first: enabling it resets the A100s, which would drop clocks locked before.
-    assert ran == ["raid0-nvme", "mig", "gpu-clocks", "efa-env", "cluster-user", "cloudwatch-agent"]
-    assert node.state["mounts"] == {str(scratch): "/dev/md/scratch"}
+    # MIG first: enabling it resets the A100s, which would drop clocks locked before. Readiness last.
+    assert ran == ["raid0-nvme", "mig", "gpu-clocks", "efa-env", "cluster-user", "cloudwatch-agent", "node-ready"]
+    assert milestones(node) == ["tag booting", "mount", "health check", "tag ready"]
+    assert node.state["mounts"] == {str(tmp_path / "scratch"): "/dev/md/scratch"}
     assert ["-lgc", "1410,1410"] in node.calls("nvidia-smi")
     assert node.state["locked_graphics_clocks"] == "1410,1410"
     assert all(gpu["profiles"]["7g.40gb"][1] == 0 for gpu in node.state["gpus"])
     assert "GPUFLEET_EFA_LIBRARY_PATH=" in (node.root / "etc/gpufleet/efa.env").read_text()
+    assert node.state["instance_tags"] == {INSTANCE: {"gpufleet:readiness": "ready"}}
     handed = json.loads((tmp_path / "handed.json").read_text())
     assert handed["metrics"]["metrics_collected"]["mem"]["append_dimensions"] == {"Market": "on-demand"}
     assert handed["metrics"]["namespace"] == "gpufleet/dev"
@@ -132,6 +163,26 @@ def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path, clus
         .read_text()
         .startswith(f'Match exec "{node.root}/opt/gpufleet/node/cluster-address.sh %h 10.40.0.0/20"\n')
     )
+
+
+def test_a_failing_health_check_fails_the_setup_and_leaves_the_node_not_ready(node, tmp_path, cluster_key):
+    run_user_data(node, tmp_path)
+
+    setup = boot(node, tmp_path, cluster_key, health_output="FAIL efa: 3 EFA devices (expected 4)", health_exit=1)
+
+    assert setup.returncode == 1
+    assert milestones(node) == ["tag booting", "mount", "health check", "tag not ready: health check failed: efa"]
+    assert setup.stderr.splitlines()[-1] == "run-setup: error: failed: node-ready (see the lines above)"
+
+
+def test_a_failed_setup_step_leaves_the_node_not_ready_without_checking_it(node, tmp_path, cluster_key):
+    run_user_data(node, tmp_path)
+
+    setup = boot(node, tmp_path, cluster_key, manifest="{}")  # efa-env.sh finds no aws-ofi-nccl version in it
+
+    assert setup.returncode == 1
+    assert milestones(node) == ["tag booting", "mount", "tag not ready: setup failed: efa-env"]
+    assert setup.stderr.splitlines()[-1] == "run-setup: error: failed: efa-env node-ready (see the lines above)"
 
 
 def test_a_failing_setup_script_does_not_stop_the_others(node, tmp_path):
@@ -153,9 +204,9 @@ def test_a_failing_setup_script_does_not_stop_the_others(node, tmp_path):
     assert "run-setup: error: failed: gpu-clocks (see the lines above)" in setup.stderr
 
 
-def test_the_installed_setup_mounts_the_shared_storage_after_the_other_steps(node, tmp_path, cluster_key):
+def test_the_installed_setup_mounts_the_shared_storage_before_the_node_is_checked(node, tmp_path, cluster_key):
     """dev with an existing file system (storage.existing): the user data installs shared-storage.sh, and the setup
-    unit's run mounts the file system of the node's tag, the last step before the node reports ready."""
+    unit's run mounts the file system of the node's tag before the health check and the readiness tag."""
     source = "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com@tcp:/abcdefgh"
     storage = {
         "existing": {
@@ -165,48 +216,28 @@ def test_the_installed_setup_mounts_the_shared_storage_after_the_other_steps(nod
             "security_group_id": "sg-0123456789abcdef0",
         }
     }
-    env = load_named_environment("dev").model_copy(update={"storage": Storage.model_validate(storage)})
-    script = tmp_path / "user-data.sh"
-    script.write_text(render_user_data(env, load_catalog()["p4d.24xlarge"]))
-    script.chmod(0o755)
-    node.run(script)
-    install_efa(node.root, "ubuntu")
-    (node.root / "etc/gpufleet/versions.json").write_text('{"components": {"aws_ofi_nccl": "1.7.3-aws"}}')
-    node.set_state(
-        drives=[[f"nvme{i}n1", "Amazon EC2 NVMe Instance Storage"] for i in range(1, 9)],
-        supported_clocks=A100_CLOCKS,
-        gpus=[{"mig_current": "Disabled", "mig_pending": "Disabled", "profiles": {}}] * 8,
-        imds={
-            **CLUSTER_NODE_METADATA,
-            "tags/instance/gpufleet:lustre-mount": [[200, source]],
-            "instance-life-cycle": [[200, "spot"]],
-        },
-        secrets={"gpufleet-dev-cluster-user-key": cluster_key[0]},
-        lustre={"reachable": [source]},
-    )
-    install_fakes(node.bin_dir, FAKE_COMMANDS, ("aws",))
-    install_cloudwatch_agent(node, tmp_path)
-    shared, scratch = tmp_path / "fsx", tmp_path / "scratch"
+    env = p4d_environment().model_copy(update={"storage": Storage.model_validate(storage)})
+    run_user_data(node, tmp_path, env)
 
-    setup = subprocess.run(
-        [
-            "bash",
-            "-c",
-            f'. "{node.root}/etc/gpufleet/node.env" && GPUFLEET_SCRATCH_MOUNT={scratch} GPUFLEET_SHARED_DIR={shared} '
-            f'GPUFLEET_IMDS_URL=http://imds.test exec "{node.root}/opt/gpufleet/node/run-setup.sh"',
-        ],
-        env={
-            "PATH": f"{node.bin_dir}:/usr/bin:/bin",
-            "GPUFLEET_ROOT": str(node.root),
-            "FAKE_STATE": str(node.state_file),
-            "FAKE_LOG": str(node.log_file),
-        },
-        capture_output=True,
-        text=True,
-        timeout=60,
+    setup = boot(
+        node,
+        tmp_path,
+        cluster_key,
+        imds={"tags/instance/gpufleet:lustre-mount": [[200, source]]},
+        lustre={"reachable": [source]},
     )
 
     assert setup.returncode == 0, setup.stderr
     ran = [line.split("running ")[1] for line in setup.stdout.splitlines() if line.startswith("run-setup: running")]
-    assert ran == ["raid0-nvme", "gpu-clocks", "efa-env", "cluster-user", "shared-storage", "cloudwatch-agent"]
-    assert node.state["mounts"] == {str(scratch): "/dev/md/scratch", str(shared): source}
+    assert ran == [
+        "raid0-nvme",
+        "mig",
+        "gpu-clocks",
+        "efa-env",
+        "cluster-user",
+        "shared-storage",
+        "cloudwatch-agent",
+        "node-ready",
+    ]
+    assert milestones(node) == ["tag booting", "mount", "mount", "health check", "tag ready"]
+    assert node.state["mounts"] == {str(tmp_path / "scratch"): "/dev/md/scratch", str(tmp_path / "fsx"): source}
