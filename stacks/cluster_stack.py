@@ -24,6 +24,7 @@ from gpufleet.user_data import launch_template_user_data
 from stacks.constructs.capacity_block_warning import CapacityBlockWarning
 from stacks.constructs.capacity_fallback.infrastructure import CapacityFallback
 from stacks.constructs.efa_security_group import EfaSecurityGroup
+from stacks.constructs.interruption_fanout.infrastructure import InterruptionFanOut
 from stacks.constructs.node_group import node_group
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
 
@@ -87,6 +88,13 @@ class ClusterStack(cdk.Stack):
         if block is not None:
             CapacityBlockWarning(
                 self, "CapacityBlockWarning", environment_name=environment.name, block_id=block.reservation_id
+            )
+        if environment.capacity.spot > 0 and environment.node.checkpoint_hook:
+            InterruptionFanOut(
+                self,
+                "InterruptionFanOut",
+                environment_name=environment.name,
+                log_retention=logs.RetentionDays.ONE_MONTH,
             )
         if environment.fleet.fallback is not None:
             CapacityFallback(
