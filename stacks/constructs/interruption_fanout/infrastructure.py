@@ -31,6 +31,7 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from gpufleet.checkpoint_hook import RUN_SHELL_SCRIPT
 from gpufleet.constants import ENVIRONMENT_TAG_KEY
 from gpufleet.user_data import SETTINGS_FILE
 from stacks.constructs.lambda_functions import lambda_base, runtime_code
@@ -41,7 +42,6 @@ INTERRUPTION_EVENTS = (
     "EC2 Instance Rebalance Recommendation",
     "EC2 Spot Instance Rebalance Recommended",
 )
-RUN_SHELL_SCRIPT = "AWS-RunShellScript"
 # One DescribeInstances and a SendCommand per 50 nodes, each retried by botocore (the handler's CLIENT_CONFIG): well
 # under the two minutes an interruption warning gives.
 HANDLER_TIMEOUT = cdk.Duration.seconds(60)

@@ -42,6 +42,12 @@ CASES = [
         why="mounting a drive that was not formatted",
     ),
     Case(
+        "save-checkpoint.sh",
+        fails=Call("mktemp", "{root}/run/gpufleet/checkpoint/.request.XXXXXX"),
+        must_not_run=Call("mv"),
+        why="processes signalled for a request that was never written",
+    ),
+    Case(
         "spot-watcher.sh",
         fails=Call("mkdir", "-p {root}/var/lib/gpufleet/checkpoint-hook-runs"),
         must_not_run=Call("checkpoint-hook"),
@@ -102,6 +108,7 @@ PREPARE: dict[str, Callable[[FakeNode], dict[str, str]]] = {
     "efa-env.sh": efa_node,
     "mig.sh": ampere_gpu_without_mig,
     "raid0-nvme.sh": one_blank_drive,
+    "save-checkpoint.sh": lambda node: {},
     "spot-watcher.sh": interruption_notice,
 }
 ARGUMENTS = {"capacity-block-end.sh": [BLOCK, "2026-12-01T11:30:00Z"]}

@@ -28,7 +28,15 @@ def test_user_data_installs_scripts_units_and_settings(node, tmp_path):
     run_user_data(node, tmp_path)
 
     installed = sorted(path.name for path in (node.root / "opt/gpufleet/node").iterdir())
-    assert installed == ["efa-env.sh", "gpu-clocks.sh", "mig.sh", "raid0-nvme.sh", "run-setup.sh", "spot-watcher.sh"]
+    assert installed == [
+        "efa-env.sh",
+        "gpu-clocks.sh",
+        "mig.sh",
+        "raid0-nvme.sh",
+        "run-setup.sh",
+        "save-checkpoint.sh",
+        "spot-watcher.sh",
+    ]
     # The scripts source it from ../lib beside their own directory.
     assert sorted(path.name for path in (node.root / "opt/gpufleet/lib").iterdir()) == ["helpers.sh"]
     units = node.root / "etc/systemd/system"

@@ -20,8 +20,9 @@ retry nothing, since a warning two minutes ahead is useless later.
 Lambda environment: ENVIRONMENT_NAME (the value of the environment tag), SETTINGS_FILE (the node settings the hook's
 command reads, gpufleet/user_data.py).
 
-Runs in AWS Lambda with the standard library and boto3 (both in the Lambda Python runtime) and gpufleet/constants.py
-and gpufleet/aws_faults.py, which the asset carries (runtime/gpufleet/).
+Runs in AWS Lambda with the standard library and boto3 (both in the Lambda Python runtime) and gpufleet/constants.py,
+gpufleet/aws_faults.py and gpufleet/checkpoint_hook.py (the command, one rule with the other callers of the hook),
+which the asset carries (runtime/gpufleet/).
 """
 
 from __future__ import annotations
@@ -34,13 +35,13 @@ from typing import Any
 import boto3
 
 from gpufleet.aws_faults import client_config
+from gpufleet.checkpoint_hook import RUN_SHELL_SCRIPT, hook_command
 from gpufleet.constants import ENVIRONMENT_TAG_KEY
 
 # Four attempts: a throttled call waits at most 1 + 2 + 4 = 7 seconds between them (botocore's standard mode backs
 # off rand(0, 1) * 2 ** (try - 1) seconds on throttling, botocore/retries/standard.py ExponentialBackoff): the
 # warning gives two minutes, and the run must be over well inside them.
 CLIENT_CONFIG = client_config(4)
-RUN_SHELL_SCRIPT = "AWS-RunShellScript"
 SEND_COMMAND_BATCH = 50
 # What the hook hears (GPUFLEET_NOTICE_PATH) for each event, by its detail-type; docs/guides/interruptions.md lists
 # these beside the notices the spot watcher passes.
@@ -54,14 +55,6 @@ INSTANCE_ID = re.compile(r"i-[0-9a-f]{8}([0-9a-f]{9})?")
 # InstanceStateName: nodes that may still be the environment's (the event's instance) and nodes that can run a
 # command now (the recipients).
 PRESENT_STATES = ("pending", "running", "stopping", "shutting-down")
-
-
-def hook_command(settings_file: str, notice_path: str, instance_id: str) -> str:
-    """The node's settings, then its checkpoint hook with the notice named, as the spot watcher runs it."""
-    return (
-        f". {settings_file} && GPUFLEET_NOTICE_PATH={notice_path} GPUFLEET_NOTICE={instance_id} "
-        'bash -c "$GPUFLEET_CHECKPOINT_HOOK"'
-    )
 
 
 def environment_nodes(ec2: Any, environment: str) -> dict[str, str]:
