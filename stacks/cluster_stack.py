@@ -84,6 +84,7 @@ class ClusterStack(cdk.Stack):
             else None,
             launch_template=launch_template,
             subnet_id=node_subnet.subnet_id,
+            checkpoint_hook=bool(environment.node.checkpoint_hook),
             guarded=[placement_group, efa_security_group, launch_template],
         )
         if block is not None:
