@@ -429,7 +429,9 @@ class Node(_Section):
     checkpoint_hook: StrictStr | None = Field(
         None,
         description="Command run on a spot rebalance recommendation and again on the interruption notice "
-        "(at most once per kind; not for a recommendation that comes with or after the interruption).",
+        "(at most once per kind; not for a recommendation that comes with or after the interruption), on every node "
+        "when one is warned, and before gpufleet ends a node. /usr/local/bin/save-checkpoint [--wait SECONDS] is "
+        "installed by the user data; another program must be an absolute path on an image of your own (ami.id).",
     )
 
 

@@ -52,6 +52,13 @@ HELPERS = shipped_path("scripts", "lib", "helpers.sh")
 HELPERS_PATH = "/opt/gpufleet/lib/helpers.sh"
 SETTINGS_FILE = "/etc/gpufleet/node.env"
 UNIT_DIR = "/etc/systemd/system"
+# The default checkpoint hook (scripts/node/save-checkpoint.sh), at the path the shipped environments name, a link to
+# its copy beside the other node scripts (it finds the helpers from there); the folder where it meets the training
+# processes (docs/guides/interruptions.md), world-writable with the sticky bit like /tmp, made again at every boot by
+# systemd-tmpfiles ("d" lines: create the directory with that mode, tmpfiles.d(5)) since /run is a tmpfs.
+DEFAULT_CHECKPOINT_HOOK = "/usr/local/bin/save-checkpoint"
+CHECKPOINT_DIR = "/run/gpufleet/checkpoint"
+CHECKPOINT_TMPFILES = "/etc/tmpfiles.d/gpufleet-checkpoint.conf"
 SETUP_UNIT = "gpufleet-node-setup.service"
 WATCHER_UNIT = "gpufleet-spot-watcher.service"
 # Written by the user data, read by scripts/node/cloudwatch-agent.sh (gpufleet/monitoring.py says what is in it).
@@ -111,6 +118,20 @@ def in_capacity_block(env: Environment) -> bool:
     """Nodes of a Capacity Block get capacity-block-end.sh, which the block's expiration warning runs through SSM
     Run Command (stacks/constructs/capacity_block_warning.py); it needs no unit of its own."""
     return env.capacity.capacity_block is not None
+
+
+def hook_program(hook: str | None) -> str | None:
+    """The program a checkpoint hook command runs, its first word as the shell splits it; None without a hook or
+    for one the shell could not split."""
+    try:
+        words = shlex.split(hook or "")
+    except ValueError:
+        return None
+    return words[0] if words else None
+
+
+def installs_default_hook(env: Environment) -> bool:
+    return hook_program(env.node.checkpoint_hook) == DEFAULT_CHECKPOINT_HOOK
 
 
 def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
@@ -195,6 +216,7 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
         + ["cluster-address", "run-setup"]
         + (["spot-watcher"] if watches_spot(env) else [])
         + (["capacity-block-end"] if in_capacity_block(env) else [])
+        + (["save-checkpoint"] if installs_default_hook(env) else [])
     )
 
     parts = [
@@ -218,6 +240,13 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
     # Every gpufleet unit's journal goes to CloudWatch.
     agent_config = json.dumps(agent_configuration(env, instance, units), separators=(",", ":"), sort_keys=True)
     parts.append(_write_file(CLOUDWATCH_AGENT_CONFIG, "0644", agent_config))
+    if installs_default_hook(env):
+        parts.append(
+            f'mkdir -p "$root{Path(DEFAULT_CHECKPOINT_HOOK).parent}"\n'
+            f'ln -sfn "$root{INSTALL_DIR}/save-checkpoint.sh" "$root{DEFAULT_CHECKPOINT_HOOK}"\n'
+            + _write_file(CHECKPOINT_TMPFILES, "0644", f"d {CHECKPOINT_DIR} 1777 root root -\n")
+            + f'install -d -m 1777 "$root{CHECKPOINT_DIR}"\n'
+        )
     if instance.nvswitch:
         parts.append(_write_file(f"{UNIT_DIR}/{SETUP_UNIT}.d/fabric-manager.conf", "0644", FABRIC_MANAGER_DROP_IN))
     # restart, not start: a second run must re-run the oneshot setup and load a rewritten watcher script.

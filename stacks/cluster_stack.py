@@ -29,12 +29,14 @@ from stacks.constructs.capacity_block_warning import CapacityBlockWarning
 from stacks.constructs.capacity_fallback.infrastructure import CapacityFallback
 from stacks.constructs.cluster_user.infrastructure import ClusterUser
 from stacks.constructs.efa_security_group import EfaSecurityGroup
+from stacks.constructs.interruption_fanout.infrastructure import InterruptionFanOut
 from stacks.constructs.node_group import node_group
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
 from stacks.constructs.node_monitoring import NodeMonitoring
-from stacks.constructs.shared_storage_access import SharedFileSystem, SharedStorageAccess
-from stacks.networking import import_network
 from stacks.constructs.node_readiness import let_nodes_mark_their_readiness
+from stacks.constructs.shared_storage_access import SharedFileSystem, SharedStorageAccess
+from stacks.constructs.spot_interruption_rehearsal import SpotInterruptionRehearsal
+from stacks.networking import import_network
 
 
 class ClusterStack(cdk.Stack):
@@ -125,6 +127,7 @@ class ClusterStack(cdk.Stack):
             else None,
             launch_template=launch_template,
             subnet_id=node_subnet.subnet_id,
+            checkpoint_hook=bool(environment.node.checkpoint_hook),
             guarded=[placement_group, efa_security_group, launch_template],
         )
         # The key is in its secret before any node boots and asks for it (cluster-user.sh), and stays there until
@@ -133,6 +136,15 @@ class ClusterStack(cdk.Stack):
         if block is not None:
             CapacityBlockWarning(
                 self, "CapacityBlockWarning", environment_name=environment.name, block_id=block.reservation_id
+            )
+        if environment.capacity.spot > 0:
+            SpotInterruptionRehearsal(self, "SpotInterruptionRehearsal", environment_name=environment.name)
+        if environment.capacity.spot > 0 and environment.node.checkpoint_hook:
+            InterruptionFanOut(
+                self,
+                "InterruptionFanOut",
+                environment_name=environment.name,
+                log_retention=logs.RetentionDays.ONE_MONTH,
             )
         if environment.fleet.fallback is not None:
             CapacityFallback(

@@ -59,8 +59,10 @@ def test_user_data_over_ec2s_limit_stops_synthesis_at_validation_with_one_line(t
     environments = tmp_path / "environments"
     environments.mkdir()
     document = yaml.safe_load((ROOT / "environments/dev.yaml").read_text())
-    # Random text: gzip cannot shrink it, so the compressed user data goes over EC2's 16 KiB.
-    document["node"]["checkpoint_hook"] = "/usr/local/bin/save-checkpoint " + "".join(
+    # Random text: gzip cannot shrink it, so the compressed user data goes over EC2's 16 KiB. An image of the user's
+    # own, which may carry this hook: the one problem is the size.
+    document["ami"] = {"id": "ami-0123456789abcdef0"}
+    document["node"]["checkpoint_hook"] = "/opt/train/save " + "".join(
         random.Random(7).choices("abcdefghijklmnop0123456789", k=20000)
     )
     (environments / "dev.yaml").write_text(yaml.safe_dump(document))

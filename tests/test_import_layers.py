@@ -19,7 +19,10 @@ NO_STACKS = "gpufleet never imports the stacks"
 FALLBACK_RUNTIME = "stacks/constructs/capacity_fallback/runtime"
 TEARDOWN_RUNTIME = "stacks/constructs/fleet_teardown/runtime"
 GROUP_CAPACITY_RUNTIME = "stacks/constructs/group_capacity/runtime"
-LAMBDA = "Lambda runtime code imports only the gpufleet modules the assets carry (constants, fallback, aws_faults)"
+LAMBDA = (
+    "Lambda runtime code imports only the gpufleet modules the assets carry (constants, fallback, aws_faults, "
+    "checkpoint_hook)"
+)
 
 
 def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:

@@ -57,6 +57,7 @@ from gpufleet.validators.image import AmiSourceValidator, PublishedImageValidato
 from gpufleet.validators.naming import EnvironmentNameValidator
 from gpufleet.validators.network import AvailabilityZoneValidator, NetworkChoiceValidator, NodeSubnetCapacityValidator
 from gpufleet.validators.node import (
+    CheckpointHookValidator,
     EfaSupportValidator,
     InstanceTypeValidator,
     MigProfileValidator,
@@ -104,6 +105,7 @@ VALIDATORS: tuple[EnvironmentValidator, ...] = (
     MigProfileValidator(),
     MigPurposeValidator(),
     UserDataSizeValidator(),
+    CheckpointHookValidator(),
     FallbackNeedsSpotValidator(),
     FallbackNeedsMaintainValidator(),
     FallbackCeilingValidator(),

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import shlex
+
+from gpufleet.ami import published_profile
 from gpufleet.catalog import load_catalog
 from gpufleet.constants import MIG_PURPOSES
 from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
 from gpufleet.rules import Problem, choice_problem
-from gpufleet.user_data import user_data_size_problem
+from gpufleet.user_data import DEFAULT_CHECKPOINT_HOOK, user_data_size_problem
 from gpufleet.validators.base import EnvironmentValidator, ValidationContext
 
 
@@ -85,3 +88,42 @@ class UserDataSizeValidator(EnvironmentValidator):
             return self.problem_if(user_data_size_problem(env, instance))
         except GpufleetError as error:
             return [Problem(self.field, line) for line in error.problems]
+
+
+class CheckpointHookValidator(EnvironmentValidator):
+    """A hook the nodes cannot run fails only when it is needed, on the node being reclaimed (exit status 127, in that
+    node's journal): its program must be one the user data installs (DEFAULT_CHECKPOINT_HOOK, whose arguments are
+    checked as scripts/node/save-checkpoint.sh reads them), or an absolute path on an image gpufleet does not build
+    (ami.id, or a parameter outside /gpufleet/ami/), which may carry it; the AMI pipeline's images carry none."""
+
+    field = "node.checkpoint_hook"
+
+    def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
+        hook = env.node.checkpoint_hook
+        if hook is None:
+            return []
+        try:
+            words = shlex.split(hook)
+        except ValueError as error:
+            return self.problem(f"cannot be read as a shell command ({error}): close its quotes")
+        if not words:
+            return self.problem(f"names no program (remove it, or set it to {DEFAULT_CHECKPOINT_HOOK})")
+        program, arguments = words[0], words[1:]
+        if program == DEFAULT_CHECKPOINT_HOOK:
+            if arguments and not (len(arguments) == 2 and arguments[0] == "--wait" and arguments[1].isdigit()):
+                return self.problem(
+                    f"{DEFAULT_CHECKPOINT_HOOK} takes only --wait SECONDS, got '{shlex.join(arguments)}'"
+                )
+            return []
+        if published_profile(env.ami.ssm_parameter) is not None:
+            return self.problem(
+                f"{program} is not on the nodes: the AMI pipeline's images carry no checkpoint hook and the user data "
+                f"installs only {DEFAULT_CHECKPOINT_HOOK} (use it, or set ami.id to an image of your own that has "
+                f"{program})"
+            )
+        if not program.startswith("/"):
+            return self.problem(
+                f"'{program}' is not an absolute path: name the program by the path your image installs it at, or "
+                f"use {DEFAULT_CHECKPOINT_HOOK}"
+            )
+        return []

@@ -48,11 +48,13 @@ def node_group(
     block_schedule: BlockSchedule | None,
     launch_template: NodeLaunchTemplate,
     subnet_id: str,
+    checkpoint_hook: bool,
     guarded: list[Construct],
 ) -> NodeGroup:
     """The environment's node group, by fleet.backend; group_name_prefix: the Auto Scaling group's name or prefix;
     block_schedule: the Capacity Block's schedule (an Auto Scaling group's); guarded: the resources its nodes sit in,
-    deleted only after the nodes are gone."""
+    deleted only after the nodes are gone; checkpoint_hook: the nodes have one, which a Spot Fleet's teardown runs
+    first (an Auto Scaling group's termination lifecycle hook does as much)."""
     backend = fleet.backend
     if backend == BACKEND_AUTO_SCALING:
         group = GpuAutoScalingGroup(
@@ -90,6 +92,7 @@ def node_group(
         "FleetTeardown",
         fleet=spot_fleet.spot_fleet,
         environment_tag=(ENVIRONMENT_TAG_KEY, environment_name),
+        checkpoint_hook=checkpoint_hook,
         guarded=guarded,
         log_retention=logs.RetentionDays.ONE_MONTH,
     )

@@ -40,14 +40,16 @@ ALL_SCRIPTS = {
     "node-ready",
     "run-setup",
     "spot-watcher",
+    "save-checkpoint",
 }
-# What each shipped environment turns on (environments/*.yaml): h100 is all on-demand, so it has no spot watcher;
+# What each shipped environment turns on (environments/*.yaml): h100 is all on-demand, so it has no spot watcher,
+# and names no checkpoint hook;
 # p5-block is all on-demand too, but its nodes belong to an Auto Scaling group, whose terminations the watcher sees,
 # and to a Capacity Block, whose end runs capacity-block-end; prod alone has shared storage.
 EXPECTED_SCRIPTS = {
     "dev": ALL_SCRIPTS - {"mig", "shared-storage"},
     "prod": ALL_SCRIPTS - {"mig"},
-    "h100": ALL_SCRIPTS - {"spot-watcher", "mig", "shared-storage"},
+    "h100": ALL_SCRIPTS - {"spot-watcher", "mig", "shared-storage", "save-checkpoint"},
     "p5-block": ALL_SCRIPTS - {"mig", "shared-storage"} | {"capacity-block-end"},
 }
 # An existing FSx for Lustre file system (storage.existing), the shared storage of everything_on().
@@ -232,6 +234,7 @@ def test_with_every_option_off_the_node_still_sets_up_its_cluster_user_agent_and
         "node-ready",
         "run-setup",
         "spot-watcher",
+        "save-checkpoint",
     }
     assert settings(user_data)["GPUFLEET_SETUP_SCRIPTS"] == "cluster-user cloudwatch-agent node-ready"
     assert "systemctl enable gpufleet-spot-watcher.service gpufleet-node-setup.service\n" in user_data
@@ -381,7 +384,8 @@ def test_the_user_data_header_says_what_it_installs_and_stops_on_the_first_error
         "#!/bin/bash",
         "# gpufleet node user data for environment dev (p4d.24xlarge), from gpufleet/user_data.py.",
         "# Installs under /opt/gpufleet/node: raid0-nvme, gpu-clocks, efa-env, cluster-user, cloudwatch-agent, "
-        "node-ready, cluster-address, run-setup, spot-watcher; with their systemd units.",
+        "node-ready, cluster-address, run-setup, spot-watcher, "
+        "save-checkpoint; with their systemd units.",
         "# Installs under /opt/gpufleet/ops: node-health-check, run-nccl-tests.",
         "# Runs them; safe to run again. GPUFLEET_ROOT (tests) prefixes every path it writes. The scripts'",
         "# commented sources are scripts/node/ in gpufleet; the launch template carries this file gzip-compressed.",
@@ -443,6 +447,9 @@ def test_the_user_data_writes_scripts_executable_and_the_rest_read_only_then_res
         "opt/gpufleet/node/node-ready.sh": "0o755",
         "opt/gpufleet/node/run-setup.sh": "0o755",
         "opt/gpufleet/node/spot-watcher.sh": "0o755",
+        "opt/gpufleet/node/save-checkpoint.sh": "0o755",
+        "usr/local/bin/save-checkpoint": "0o755",  # the link, followed
+        "etc/tmpfiles.d/gpufleet-checkpoint.conf": "0o644",
         "opt/gpufleet/ops/node-health-check.sh": "0o755",
         "opt/gpufleet/ops/run-nccl-tests.sh": "0o755",
         "etc/systemd/system/gpufleet-spot-watcher.service": "0o644",
@@ -474,6 +481,7 @@ def test_the_helpers_are_written_before_the_scripts_that_source_them():
         "/opt/gpufleet/node/cluster-address.sh",
         "/opt/gpufleet/node/run-setup.sh",
         "/opt/gpufleet/node/spot-watcher.sh",
+        "/opt/gpufleet/node/save-checkpoint.sh",
         "/opt/gpufleet/ops/node-health-check.sh",
         "/opt/gpufleet/ops/run-nccl-tests.sh",
     ]
@@ -591,7 +599,8 @@ def test_shared_storage_is_mounted_last_before_readiness_where_training_code_fin
     found = node_settings(env, load_catalog()["p4d.24xlarge"])
 
     assert (
-        found["GPUFLEET_SETUP_SCRIPTS"] == "raid0-nvme gpu-clocks efa-env cluster-user shared-storage cloudwatch-agent node-ready"
+        found["GPUFLEET_SETUP_SCRIPTS"]
+        == "raid0-nvme gpu-clocks efa-env cluster-user shared-storage cloudwatch-agent node-ready"
     )
     assert found["GPUFLEET_SHARED_DIR"] == mount_path
     assert found["GPUFLEET_SHARED_STORAGE_TAG"] == "gpufleet:lustre-mount"
@@ -654,3 +663,24 @@ def test_the_agent_configuration_on_the_node_is_the_environments():
 def test_without_efa_the_agent_collects_no_efa_metrics():
     env = load_named_environment("dev").model_copy(update={"efa": False})
     assert '"efa":' not in render(env)
+
+
+def test_the_default_hook_is_linked_where_environments_name_it_with_its_folder_made_now_and_at_every_boot(tmp_path):
+    root = tmp_path / "node"
+    run_user_data_in(root, render(load_named_environment("dev")), tmp_path)
+
+    link = root / "usr/local/bin/save-checkpoint"
+    assert link.is_symlink() and link.readlink() == root / "opt/gpufleet/node/save-checkpoint.sh"
+    # tmpfiles.d(5): "d" creates the directory with the mode given, at every boot (/run is a tmpfs).
+    assert (
+        root / "etc/tmpfiles.d/gpufleet-checkpoint.conf"
+    ).read_text() == "d /run/gpufleet/checkpoint 1777 root root -\n"
+    assert oct((root / "run/gpufleet/checkpoint").stat().st_mode & 0o7777) == "0o1777"
+
+
+@pytest.mark.parametrize("hook", ["/opt/train/checkpoint.sh", "/usr/local/bin/save-checkpoint-v2", None])
+def test_another_hook_or_none_gets_no_default_hook(hook):
+    user_data = render(with_node(load_named_environment("dev"), checkpoint_hook=hook))
+
+    assert "save-checkpoint" not in installed_scripts(user_data)
+    assert "tmpfiles" not in user_data

@@ -36,7 +36,7 @@ AUTO_SCALING_ENVIRONMENTS = {
         },
         "ami": {"ssm_parameter": "/gpufleet/ami/p4d-ubuntu2204"},
         "tags": {"team": "research"},
-        "node": {"checkpoint_hook": "/opt/train/checkpoint.sh"},
+        "node": {"checkpoint_hook": "/usr/local/bin/save-checkpoint"},
     },
     "asgp5": {
         "name": "asgp5",

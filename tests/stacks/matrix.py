@@ -69,7 +69,7 @@ MATRIX: dict[str, dict] = {
             "max_clocks": True,
             "mig_profile": "3g.20gb",
             "mig_purpose": "independent-jobs",
-            "checkpoint_hook": "/opt/train/checkpoint.sh",
+            "checkpoint_hook": "/usr/local/bin/save-checkpoint --wait 60",
         },
         "storage": {
             "mount_path": "/shared",

@@ -2,7 +2,8 @@
 attached (tests/stacks/conftest.py: matrix_assembly): what the cluster stack adds for which options. A network stack
 only with a new VPC, a storage stack only with a new file system (storage.lustre; request-p4de mounts an existing
 one), the fleet teardown only with a Spot Fleet, the capacity fallback only with fleet.fallback (wired
-to the entry's node group and settings), the Capacity Block warning only with a Capacity Block."""
+to the entry's node group and settings), the Capacity Block warning only with a Capacity Block, the spot interruption
+rehearsal only with spot nodes, the interruption fan-out only with spot nodes and a checkpoint hook."""
 
 from __future__ import annotations
 
@@ -26,13 +27,14 @@ def fallback_settings(template: dict) -> dict | None:
     return functions[0] if functions else None
 
 
-# Per entry: stacks; Spot Fleets, fleet teardowns, Auto Scaling groups and Capacity Block warnings in the cluster stack.
+# Per entry: stacks; Spot Fleets, fleet teardowns, Auto Scaling groups, spot interruption rehearsals (spot nodes),
+# Capacity Block warnings and interruption fan-outs (spot nodes and a checkpoint hook) in the cluster stack.
 MATRIX_STACKS = {
-    "spot-p4d": (["cluster", "network", "storage"], (1, 1, 0, 0)),
-    "request-p4de": (["cluster"], (1, 1, 0, 0)),
-    "block-p5": (["cluster", "network"], (0, 0, 1, 1)),
-    "asg-g5": (["cluster", "network", "storage"], (0, 0, 1, 0)),
-    "small-g5": (["cluster", "network", "storage"], (1, 1, 0, 0)),
+    "spot-p4d": (["cluster", "network", "storage"], (1, 1, 0, 1, 0, 1)),
+    "request-p4de": (["cluster"], (1, 1, 0, 0, 0, 0)),
+    "block-p5": (["cluster", "network"], (0, 0, 1, 0, 1, 0)),
+    "asg-g5": (["cluster", "network", "storage"], (0, 0, 1, 1, 0, 1)),
+    "small-g5": (["cluster", "network", "storage"], (1, 1, 0, 0, 0, 0)),
 }
 # The capacity fallback's settings, for the entries with fleet.fallback (the others have none).
 MATRIX_FALLBACKS = {
@@ -70,8 +72,15 @@ def test_each_entry_gets_the_stacks_and_node_group_parts_of_its_options(matrix_a
             "AWS::EC2::SpotFleet",
             "Custom::GpufleetFleetTeardown",
             "AWS::AutoScaling::AutoScalingGroup",
+            "AWS::FIS::ExperimentTemplate",
         )
-    ) + (sum("EventPattern" in rule["Properties"] for rule in of_type(template, "AWS::Events::Rule").values()),)
+    ) + tuple(
+        sum(
+            detail_type in rule["Properties"].get("EventPattern", {}).get("detail-type", [])
+            for rule in of_type(template, "AWS::Events::Rule").values()
+        )
+        for detail_type in ("Capacity Block Expiration Warning", "EC2 Spot Instance Interruption Warning")
+    )
     assert (sorted(stacks), parts) == MATRIX_STACKS[name]
 
 

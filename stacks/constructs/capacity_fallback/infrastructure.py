@@ -43,6 +43,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from gpufleet.checkpoint_hook import RUN_SHELL_SCRIPT, hook_command
 from gpufleet.constants import (
     BACKEND_AUTO_SCALING,
     BACKEND_SPOT_FLEET,
@@ -58,15 +59,11 @@ RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 # A run is a handful of describe calls and at most three changes, each call retried by botocore (the handler's
 # CLIENT_CONFIG); shorter than the schedule's period, so that a run ends before the next one starts.
 HANDLER_TIMEOUT = cdk.Duration.minutes(2)
-RUN_SHELL_SCRIPT = "AWS-RunShellScript"
 # What Run Command runs on an on-demand node before a Spot Fleet hand-back ends it (gpufleet.fallback): the node's
 # settings, then its checkpoint hook, as scripts/node/spot-watcher.sh runs it, with the notice named for the hook. The
 # watcher runs the hook on rebalance recommendations that may never be followed by an interruption: a hook is
 # already safe to run on a node that stays.
-CHECKPOINT_COMMAND = (
-    f". {SETTINGS_FILE} && GPUFLEET_NOTICE_PATH=capacity-fallback GPUFLEET_NOTICE=hand-back "
-    'bash -c "$GPUFLEET_CHECKPOINT_HOOK"'
-)
+CHECKPOINT_COMMAND = hook_command(SETTINGS_FILE, "capacity-fallback", "hand-back")
 # The state cleanup is one DeleteParameter; the Provider's framework function answers CloudFormation. CloudFormation
 # waits for a custom resource's answer up to its ServiceTimeout (1 to 3600 seconds, default 3600:
 # AWS::CloudFormation::CustomResource); five minutes covers both functions' timeouts with room, so a lost answer fails

@@ -8,6 +8,11 @@ CloudFormation's own Spot Fleet delete handler is not documented to terminate ru
 exactly that bug); this makes `cdk destroy` leave no node, network interface or fleet request behind. It depends
 on the fleet, the placement group and the security group, so CloudFormation deletes it, and so waits for the
 nodes, before any of them.
+
+With a checkpoint hook (node.checkpoint_hook) the nodes run it first: the handler sends it through Run Command
+(AWS-RunShellScript, on the environment's instances only: the condition ssm:resourceTag/gpufleet:environment, as the
+capacity fallback's role has it) and reads each run's end with GetCommandInvocation (no resource type: "*"), waiting
+at most gpufleet.checkpoint_hook.REMOVAL_WAIT_SECONDS, which its timeout adds to the usual two minutes.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from gpufleet.checkpoint_hook import REMOVAL_WAIT_SECONDS, RUN_SHELL_SCRIPT, hook_command
+from gpufleet.user_data import SETTINGS_FILE
 from stacks.constructs.lambda_functions import LONGEST_POLLING, lambda_base, provider, runtime_code
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
@@ -41,9 +48,11 @@ class FleetTeardown(Construct):
         *,
         fleet: ec2.CfnSpotFleet,
         environment_tag: tuple[str, str],
+        checkpoint_hook: bool,
         guarded: list[Construct],
         log_retention: logs.RetentionDays,
     ) -> None:
+        """checkpoint_hook: the nodes have one (node.checkpoint_hook): they run it before the fleet ends."""
         super().__init__(scope, construct_id)
         stack = cdk.Stack.of(self)
         base = lambda_base(
@@ -73,25 +82,45 @@ class FleetTeardown(Construct):
                 conditions={"StringEquals": {f"aws:ResourceTag/{tag_key}": tag_value}},
             )
         )
-        role.add_to_policy(iam.PolicyStatement(actions=["ec2:DescribeInstances"], resources=["*"]))
+        reads = ["ec2:DescribeInstances"]
+        environment: dict[str, str] = {}
+        if checkpoint_hook:
+            document = stack.format_arn(service="ssm", account="", resource="document", resource_name=RUN_SHELL_SCRIPT)
+            role.add_to_policy(iam.PolicyStatement(actions=["ssm:SendCommand"], resources=[document]))
+            role.add_to_policy(
+                iam.PolicyStatement(
+                    actions=["ssm:SendCommand"],
+                    resources=[stack.format_arn(service="ec2", resource="instance", resource_name="*")],
+                    conditions={"StringEquals": {f"ssm:resourceTag/{tag_key}": tag_value}},
+                )
+            )
+            reads.append("ssm:GetCommandInvocation")
+            # No fleet id in the notice: a deploy that replaces the fleet updates this function before
+            # CloudFormation deletes the old fleet's teardown, which would then name the new fleet.
+            environment["CHECKPOINT_COMMAND"] = hook_command(SETTINGS_FILE, "fleet-teardown", "fleet-ends")
+        role.add_to_policy(iam.PolicyStatement(actions=reads, resources=["*"]))
         for finding, reason in (
             (
                 "Resource::*",
-                "DescribeInstances supports no resource-level permissions and is read-only; the teardown finds the "
-                "fleet's nodes with it",
+                f"{', '.join(reads)} support no resource-level permissions and are read-only; the teardown finds the "
+                "fleet's nodes with them (and when their checkpoint hook is over)",
             ),
             (
                 f"Resource::arn:<AWS::Partition>:ec2:{stack.region}:{stack.account}:instance/*",
-                f"TerminateInstances is limited by the condition aws:ResourceTag/{tag_key}={tag_value} to this "
-                "environment's nodes, whose ids are not known before the fleet launches them",
+                f"TerminateInstances (and SendCommand of the checkpoint hook) is limited by the tag condition "
+                f"{tag_key}={tag_value} to this environment's nodes, whose ids are not known before the fleet "
+                "launches them",
             ),
         ):
             cdk.Validations.of(role).acknowledge(cdk.Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason))
         on_event = base.function(
             "OnEventHandler",
             handler="handler.on_event",
-            timeout=HANDLER_TIMEOUT,
+            timeout=HANDLER_TIMEOUT.plus(cdk.Duration.seconds(REMOVAL_WAIT_SECONDS))
+            if checkpoint_hook
+            else HANDLER_TIMEOUT,
             description="Cancels the gpufleet Spot Fleet and terminates its nodes",
+            environment=environment or None,
         )
         is_complete = base.function(
             "IsCompleteHandler",

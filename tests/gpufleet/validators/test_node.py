@@ -98,8 +98,12 @@ def _random_text(length: int) -> str:
     return "".join(random.Random(7).choices("abcdefghijklmnop0123456789", k=length))
 
 
+# An image of the user's own, which may carry any hook: the hook below is long, not missing.
+OWN_IMAGE = {"ami.ssm_parameter": None, "ami.id": "ami-0123456789abcdef0"}
+
+
 def test_user_data_over_ec2s_limit_is_a_validation_problem(tmp_path):
-    document = with_change("node", {"checkpoint_hook": "/usr/local/bin/save " + _random_text(20000)})
+    document = changed({**OWN_IMAGE, "node.checkpoint_hook": "/usr/local/bin/save " + _random_text(20000)})
     (line,) = problems_of(tmp_path, document)
     assert line.startswith("node: the user data is ")
     assert line.endswith(
@@ -108,13 +112,75 @@ def test_user_data_over_ec2s_limit_is_a_validation_problem(tmp_path):
 
 
 def test_user_data_under_ec2s_limit_passes(tmp_path):
-    document = with_change("node", {"checkpoint_hook": "/usr/local/bin/save " + _random_text(2000)})
+    document = changed({**OWN_IMAGE, "node.checkpoint_hook": "/usr/local/bin/save " + _random_text(2000)})
     assert load_environment(write(tmp_path, document)).node.checkpoint_hook.startswith("/usr/local/bin/save ")
 
 
 def test_a_hook_that_would_end_the_user_data_heredoc_is_a_validation_problem(tmp_path):
-    document = with_change("node", {"checkpoint_hook": "save\nGPUFLEET_END_OF_FILE\nrm -rf /"})
+    document = changed({**OWN_IMAGE, "node.checkpoint_hook": "/opt/save\nGPUFLEET_END_OF_FILE\nrm -rf /"})
     assert problems_of(tmp_path, document) == [
         "node: /etc/gpufleet/node.env: a line of its content is 'GPUFLEET_END_OF_FILE', which would end the heredoc "
         "early"
     ]
+
+
+# The AMI pipeline's images (VALID reads /gpufleet/ami/p4d-ubuntu1804-cuda11) carry no hook; the user data installs
+# /usr/local/bin/save-checkpoint, whose only option is --wait SECONDS (scripts/node/save-checkpoint.sh).
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {"node.checkpoint_hook": "/opt/train/checkpoint.sh --bucket s3://ckpt"},
+            "node.checkpoint_hook: /opt/train/checkpoint.sh is not on the nodes: the AMI pipeline's images carry no "
+            "checkpoint hook and the user data installs only /usr/local/bin/save-checkpoint (use it, or set ami.id to "
+            "an image of your own that has /opt/train/checkpoint.sh)",
+        ),
+        (
+            {"node.checkpoint_hook": "/usr/local/bin/save-checkpoint --urgent"},
+            "node.checkpoint_hook: /usr/local/bin/save-checkpoint takes only --wait SECONDS, got '--urgent'",
+        ),
+        (
+            {"node.checkpoint_hook": "/usr/local/bin/save-checkpoint --wait 1.5"},
+            "node.checkpoint_hook: /usr/local/bin/save-checkpoint takes only --wait SECONDS, got '--wait 1.5'",
+        ),
+        (
+            {"node.checkpoint_hook": "/usr/local/bin/save-checkpoint --wait"},
+            "node.checkpoint_hook: /usr/local/bin/save-checkpoint takes only --wait SECONDS, got '--wait'",
+        ),
+        (
+            {"node.checkpoint_hook": "'/usr/local/bin/save-checkpoint"},
+            "node.checkpoint_hook: cannot be read as a shell command (No closing quotation): close its quotes",
+        ),
+        (
+            {"node.checkpoint_hook": " "},
+            "node.checkpoint_hook: names no program (remove it, or set it to /usr/local/bin/save-checkpoint)",
+        ),
+        (
+            {**OWN_IMAGE, "node.checkpoint_hook": "python3 /opt/train/checkpoint.py"},
+            "node.checkpoint_hook: 'python3' is not an absolute path: name the program by the path your image "
+            "installs it at, or use /usr/local/bin/save-checkpoint",
+        ),
+        (
+            {"ami.ssm_parameter": "/aws/service/deeplearning/ami/x86_64/base-oss", "node.checkpoint_hook": "save"},
+            "node.checkpoint_hook: 'save' is not an absolute path: name the program by the path your image "
+            "installs it at, or use /usr/local/bin/save-checkpoint",
+        ),
+    ],
+)
+def test_a_checkpoint_hook_the_nodes_do_not_have_is_one_exact_line(tmp_path, changes, expected):
+    assert problems_of(tmp_path, changed(changes)) == [expected]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"node.checkpoint_hook": "/usr/local/bin/save-checkpoint"},
+        {"node.checkpoint_hook": "/usr/local/bin/save-checkpoint --wait 100"},
+        {"node.checkpoint_hook": "'/usr/local/bin/save-checkpoint' --wait 0"},
+        {**OWN_IMAGE, "node.checkpoint_hook": "/opt/train/checkpoint.sh --bucket s3://ckpt"},
+        {"ami.ssm_parameter": "/aws/service/deeplearning/ami/x86_64/base-oss", "node.checkpoint_hook": "/opt/ckpt"},
+        {"node.checkpoint_hook": None},
+    ],
+)
+def test_a_checkpoint_hook_the_user_data_or_the_image_provides_passes(tmp_path, changes):
+    assert load_environment(write(tmp_path, changed(changes))).node.checkpoint_hook == changes["node.checkpoint_hook"]

@@ -68,6 +68,12 @@ CASES = [
         why="a Lustre mount over a mount point that could not be made",
     ),
     Case(
+        "save-checkpoint.sh",
+        fails=Call("mktemp", "{root}/run/gpufleet/checkpoint/.request.XXXXXX"),
+        must_not_run=Call("mv"),
+        why="processes signalled for a request that was never written",
+    ),
+    Case(
         "spot-watcher.sh",
         fails=Call("mkdir", "-p {root}/var/lib/gpufleet/checkpoint-hook-runs"),
         must_not_run=Call("checkpoint-hook"),
@@ -174,6 +180,7 @@ PREPARE: dict[str, Callable[[FakeNode], dict[str, str]]] = {
     "node-ready.sh": healthy_node,
     "raid0-nvme.sh": one_blank_drive,
     "shared-storage.sh": tagged_with_a_file_system,
+    "save-checkpoint.sh": lambda node: {},
     "spot-watcher.sh": interruption_notice,
 }
 ARGUMENTS = {"capacity-block-end.sh": [BLOCK, "2026-12-01T11:30:00Z"]}

@@ -51,6 +51,7 @@ def test_user_data_installs_scripts_units_and_settings(node, tmp_path):
         "node-ready.sh",
         "raid0-nvme.sh",
         "run-setup.sh",
+        "save-checkpoint.sh",
         "spot-watcher.sh",
     ]
     # The scripts source it from ../lib beside their own directory.

@@ -42,6 +42,7 @@ def add_node_group(stack, environment, launch_template, guarded):
         else None,
         launch_template=launch_template,
         subnet_id="subnet-0123456789abcdef0",
+        checkpoint_hook=bool(environment.node.checkpoint_hook),
         guarded=guarded,
     )
 
@@ -146,6 +147,19 @@ def test_the_teardown_may_terminate_only_nodes_of_its_environment(matrix_node_gr
         "auto-scaling": [],
     }[MATRIX_NODE_GROUPS[name][0]]
     assert conditions == expected
+
+
+def test_a_spot_fleets_teardown_runs_the_checkpoint_hook_first_only_when_the_nodes_have_one(matrix_node_group):
+    name, _, _, resources, _ = matrix_node_group
+    commands = [
+        function["Properties"].get("Environment", {}).get("Variables", {}).get("CHECKPOINT_COMMAND")
+        for function in of_type(resources, "AWS::Lambda::Function").values()
+        if function["Properties"]["Description"] == "Cancels the gpufleet Spot Fleet and terminates its nodes"
+    ]
+    # spot-p4d names /usr/local/bin/save-checkpoint; the other Spot Fleet entries name no hook; a group's
+    # termination lifecycle hook has the nodes run theirs (gpu_auto_scaling_group.py), with no teardown.
+    expected = {"spot-p4d": True, "request-p4de": False, "small-g5": False}.get(name)
+    assert [command is not None for command in commands] == ([] if expected is None else [expected])
 
 
 # What a Spot Fleet entry's request is tagged with beyond its environment (test_gpu_spot_fleet.py

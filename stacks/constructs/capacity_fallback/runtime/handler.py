@@ -42,7 +42,8 @@ tests/fallback_model/ answers these same calls through botocore.
   names the fleet or group it is about, so a replaced fleet starts afresh (FallbackState.for_node_group).
 
 Runs in AWS Lambda with the standard library and boto3 (both in the Lambda Python runtime) and gpufleet/fallback.py,
-gpufleet/constants.py and gpufleet/aws_faults.py, which the asset carries (runtime/gpufleet/).
+gpufleet/constants.py, gpufleet/aws_faults.py and gpufleet/checkpoint_hook.py (how the hook is sent and read, one
+rule with the other callers), which the asset carries (runtime/gpufleet/).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ import boto3
 from botocore.exceptions import ClientError
 
 from gpufleet.aws_faults import client_config
+from gpufleet.checkpoint_hook import hook_finished, send_hook
 from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET
 from gpufleet.fallback import (
     CHECKPOINT_DONE,
@@ -93,9 +95,6 @@ LIVE_LIFECYCLE_STATES = ("Pending", "Pending:Wait", "Pending:Proceed", "InServic
 # InstanceRefreshStatus values of a refresh that is replacing (or about to replace, or rolling back) instances.
 ACTIVE_REFRESH = ("Pending", "InProgress", "Cancelling", "RollbackInProgress", "Baking")
 FAILED_ACTIVITIES = ("Failed", "Cancelled")  # ScalingActivityStatusCode
-# CommandInvocationStatus values of a command that is over, whatever its result.
-FINISHED_COMMANDS = ("Success", "Cancelled", "TimedOut", "Failed")
-RUN_SHELL_SCRIPT = "AWS-RunShellScript"
 SENT_DISTRIBUTION_FIELDS = (
     "OnDemandAllocationStrategy",
     "OnDemandPercentageAboveBaseCapacity",
@@ -226,18 +225,12 @@ class SpotFleet:
         """The checkpoint hooks a hand-back started: instance id -> CHECKPOINT_DONE | CHECKPOINT_RUNNING."""
         if not self.checkpoint_command:
             return {node: CHECKPOINT_DONE for node in state.probe_checkpointed}
-        found = {}
-        for node, command_id in state.probe_commands.items():
-            try:
-                status = self.ssm.get_command_invocation(CommandId=command_id, InstanceId=node)["Status"]
-            except ClientError as error:
-                # Just sent: "InvocationDoesNotExist" until SSM has it (eventual consistency); the checkpoint
-                # timeout bounds the wait.
-                if error_code(error) != "InvocationDoesNotExist":
-                    raise
-                status = "Pending"
-            found[node] = CHECKPOINT_DONE if status in FINISHED_COMMANDS else CHECKPOINT_RUNNING
-        return found
+        # A run just sent is not over until SSM has it (gpufleet.checkpoint_hook); the checkpoint timeout bounds the
+        # wait.
+        return {
+            node: CHECKPOINT_DONE if hook_finished(self.ssm, command_id, node) else CHECKPOINT_RUNNING
+            for node, command_id in state.probe_commands.items()
+        }
 
     def _failures(self, since: dt.datetime) -> tuple[list[LaunchFailure], dt.datetime | None]:
         """The failures recorded since `since`, and the time up to which the history was read (the next run starts
@@ -269,7 +262,12 @@ class SpotFleet:
         """Make the change; return the state to remember and the decision as carried out (a hand-back whose
         checkpoint hooks cannot all start does not start)."""
         if decision.action == PROBE and self.checkpoint_command:
-            commands, unreachable = self._start_checkpoints(decision.checkpoint)
+            commands, unreachable = send_hook(
+                self.ssm,
+                list(decision.checkpoint),
+                self.checkpoint_command,
+                "gpufleet capacity fallback: checkpoint before nodes go back to spot",
+            )
             if unreachable:
                 reason = (
                     f"{decision.reason}; not started: no checkpoint command reached {', '.join(unreachable)}, and "
@@ -285,22 +283,6 @@ class SpotFleet:
             SpotFleetRequestId=self.request_id, TargetCapacity=decision.total, OnDemandTargetCapacity=decision.on_demand
         )
         return state, replace(decision, state=state)
-
-    def _start_checkpoints(self, nodes: tuple[str, ...]) -> tuple[dict[str, str], list[str]]:
-        """Run Command starts the checkpoint hook on each node: (node -> command id, nodes it could not reach)."""
-        commands, unreachable = {}, []
-        for node in nodes:
-            try:
-                commands[node] = self.ssm.send_command(
-                    InstanceIds=[node],
-                    DocumentName=RUN_SHELL_SCRIPT,
-                    Comment="gpufleet capacity fallback: checkpoint before nodes go back to spot",
-                    Parameters={"commands": [self.checkpoint_command]},
-                )["Command"]["CommandId"]
-            except ClientError as error:
-                # An instance SSM does not manage (yet), or one on its way out.
-                unreachable.append(f"{node} ({error_code(error)})")
-        return commands, unreachable
 
 
 class AutoScalingGroup:

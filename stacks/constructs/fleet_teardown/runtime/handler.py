@@ -1,9 +1,14 @@
 """Custom-resource handlers that guarantee no node outlives its stack, for CDK's custom_resources.Provider.
 
+Before anything ends, the nodes checkpoint: with CHECKPOINT_COMMAND set (the environment has node.checkpoint_hook),
+on_event runs the hook on every running node of the fleet through Run Command and waits until each run is over or
+gpufleet.checkpoint_hook's REMOVAL_WAIT_SECONDS have passed (gpufleet/checkpoint_hook.py); a hook that could not
+start or a call SSM refused is logged, never a reason to keep the nodes.
+
 The Provider framework speaks CloudFormation's protocol and polls is_complete until it answers done or the total
 timeout passes, so the wait is not bounded by one Lambda run (15 minutes).
 
-On Delete, on_event cancels the Spot Fleet request with TerminateInstances and terminates any instance of the fleet
+On Delete, on_event then cancels the Spot Fleet request with TerminateInstances and terminates any instance of the fleet
 still running (on-demand ones included); is_complete then answers done only when every instance of the fleet is
 terminated, and terminates again whatever still runs, so the placement group and security group deleted after it
 are free. A fleet that is already gone counts as torn down. Create and Update do nothing but name the resource after
@@ -22,18 +27,20 @@ standing after those retries makes is_complete answer "not yet", so the next pol
 denied call, say) still fails the resource at once, with its message.
 
 Runs in AWS Lambda with the standard library and boto3 (both present in the Lambda Python runtime) and
-gpufleet/aws_faults.py, which the asset carries (runtime/gpufleet/).
+gpufleet/aws_faults.py and gpufleet/checkpoint_hook.py, which the asset carries (runtime/gpufleet/).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gpufleet.aws_faults import client_config, passing
+from gpufleet.checkpoint_hook import run_hook_and_wait
 
 LOGGER = logging.getLogger()
 LOGGER.setLevel(logging.INFO)
@@ -114,12 +121,29 @@ def terminate_survivors(ec2: Any, fleet_id: str, states: dict[str, str]) -> list
     return survivors
 
 
-def on_event(event: dict, context: Any, ec2: Any = None) -> dict:
+def checkpoint(ssm: Any, fleet_id: str, states: dict[str, str], command: str, **waiting: Any) -> None:
+    """Run the checkpoint hook on the fleet's running nodes and wait for it, bounded; log what happened."""
+    running = sorted(instance_id for instance_id, state in states.items() if state == "running")
+    try:
+        lines = run_hook_and_wait(
+            ssm, running, command, "gpufleet teardown: checkpoint before the fleet ends", **waiting
+        )
+    except (BotoCoreError, ClientError) as error:
+        lines = [f"checkpoint hook not awaited ({error}); the teardown goes on"]
+    for line in lines:
+        LOGGER.info("%s: %s", fleet_id, line)
+
+
+def on_event(event: dict, context: Any, ec2: Any = None, ssm: Any = None, **waiting: Any) -> dict:
+    """waiting: gpufleet.checkpoint_hook.run_hook_and_wait's clock and sleep (tests)."""
     fleet_id = event["ResourceProperties"]["FleetRequestId"]
     if event["RequestType"] != "Delete":
         return {"PhysicalResourceId": physical_id(fleet_id)}
     ec2 = ec2 or boto3.client("ec2", config=CLIENT_CONFIG)
     known = fleet_instances(ec2, fleet_id)
+    command = os.environ.get("CHECKPOINT_COMMAND", "")
+    if command and known:
+        checkpoint(ssm or boto3.client("ssm", config=CLIENT_CONFIG), fleet_id, known, command, **waiting)
     cancel_fleet(ec2, fleet_id)
     # Cancelling with TerminateInstances should end them all; whatever still runs (a fleet that was already
     # cancelled without terminating, say) is terminated here, and is_complete waits for all of them.

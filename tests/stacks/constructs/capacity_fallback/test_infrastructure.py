@@ -255,7 +255,13 @@ def test_cdk_nag_passes_with_reasoned_acknowledgements(tmp_path, backend):
 
 def test_the_asset_carries_the_decision_and_the_vocabulary_as_files(tmp_path):
     # The bytecode Python writes next to the sources when they are imported (the handler tests do): left out.
-    for source in ("handler.py", "state_cleanup.py", "gpufleet/fallback.py", "gpufleet/aws_faults.py"):
+    for source in (
+        "handler.py",
+        "state_cleanup.py",
+        "gpufleet/fallback.py",
+        "gpufleet/aws_faults.py",
+        "gpufleet/checkpoint_hook.py",
+    ):
         py_compile.compile(str(RUNTIME_DIR / source), doraise=True)
     app = cdk.App(outdir=str(tmp_path), context=CDK_CONTEXT)
     stack = cdk.Stack(app, "Probe", env=cdk.Environment(account=ACCOUNT, region=REGION))
@@ -272,15 +278,22 @@ def test_the_asset_carries_the_decision_and_the_vocabulary_as_files(tmp_path):
         "gpufleet",
         "gpufleet/__init__.py",
         "gpufleet/aws_faults.py",
+        "gpufleet/checkpoint_hook.py",
         "gpufleet/constants.py",
         "gpufleet/fallback.py",
         "handler.py",
         "state_cleanup.py",
     ]
-    assert copied_from_gpufleet(asset) == {"aws_faults.py": True, "constants.py": True, "fallback.py": True}
+    assert copied_from_gpufleet(asset) == {
+        "aws_faults.py": True,
+        "checkpoint_hook.py": True,
+        "constants.py": True,
+        "fallback.py": True,
+    }
     assert imported_in_lambda(asset, ["handler", "state_cleanup"]) == [
         "gpufleet/__init__.py",
         "gpufleet/aws_faults.py",
+        "gpufleet/checkpoint_hook.py",
         "gpufleet/constants.py",
         "gpufleet/fallback.py",
         "handler.py",

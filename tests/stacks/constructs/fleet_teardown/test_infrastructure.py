@@ -18,7 +18,7 @@ from tests.conftest import CDK_CONTEXT
 from tests.stacks.constructs.conftest import ACCOUNT, asset_files, copied_from_gpufleet, imported_in_lambda
 
 
-def synthesize(stack):
+def synthesize(stack, checkpoint_hook=False):
     fleet = ec2.CfnSpotFleet(
         stack,
         "Fleet",
@@ -32,6 +32,7 @@ def synthesize(stack):
         "Teardown",
         fleet=fleet,
         environment_tag=("gpufleet:environment", "probe"),
+        checkpoint_hook=checkpoint_hook,
         guarded=[placement_group],
         log_retention=logs.RetentionDays.ONE_MONTH,
     )
@@ -64,6 +65,23 @@ def test_the_handler_may_terminate_only_instances_tagged_with_its_environment(st
             },
         }
     ]
+
+
+def test_without_a_checkpoint_hook_the_teardown_sends_no_command_and_ends_in_two_minutes(stack):
+    template = synthesize(stack).to_json()["Resources"]
+    actions = [
+        statement["Action"]
+        for resource in template.values()
+        if resource["Type"] == "AWS::IAM::Policy"
+        for statement in resource["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    assert not [action for action in actions if "ssm:" in str(action)]
+    (on_event,) = [
+        resource["Properties"]
+        for resource in template.values()
+        if resource["Properties"].get("Handler") == "handler.on_event"
+    ]
+    assert (on_event["Timeout"], "Environment" in on_event) == (120, False)
 
 
 def test_the_provider_polls_every_30_seconds_for_at_most_50_minutes(stack):
@@ -99,7 +117,7 @@ def arn(suffix, *references):
 def outdir(tmp_path_factory) -> Path:
     """The cloud assembly's folder. The handler's bytecode is written first, as importing it does (the handler
     tests do), so that the asset shows what it leaves out."""
-    for source in ("handler.py", "gpufleet/aws_faults.py"):
+    for source in ("handler.py", "gpufleet/aws_faults.py", "gpufleet/checkpoint_hook.py"):
         py_compile.compile(str(RUNTIME_DIR / source), doraise=True)
     outdir = tmp_path_factory.mktemp("fleet-teardown")
     app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
@@ -125,6 +143,7 @@ def outdir(tmp_path_factory) -> Path:
         "Teardown",
         fleet=fleet,
         environment_tag=("gpufleet:environment", "probe"),
+        checkpoint_hook=True,
         guarded=guarded,
         log_retention=logs.RetentionDays.TWO_WEEKS,
     )
@@ -147,12 +166,23 @@ def check_the_custom_resource_keeps_its_logical_id_and_is_deleted_before_everyth
     assert sorted(teardown["DependsOn"]) == ["Nodes", "Placement"]
 
 
-def check_the_handlers_run_python_3_14_for_two_minutes_each_with_the_role_and_log_group(resources):
+def check_the_handlers_run_python_3_14_with_the_role_and_log_group_on_event_with_the_hooks_wait(resources):
+    """on_event runs the checkpoint hook first: two minutes and the three of gpufleet.checkpoint_hook's wait."""
     expected = {
-        ON_EVENT_ID: ("handler.on_event", "Cancels the gpufleet Spot Fleet and terminates its nodes"),
-        IS_COMPLETE_ID: ("handler.is_complete", "Says whether every node of the gpufleet Spot Fleet is terminated"),
+        ON_EVENT_ID: ("handler.on_event", "Cancels the gpufleet Spot Fleet and terminates its nodes", 300),
+        IS_COMPLETE_ID: (
+            "handler.is_complete",
+            "Says whether every node of the gpufleet Spot Fleet is terminated",
+            120,
+        ),
     }
-    for logical_id, (handler, description) in expected.items():
+    # A constant notice: a fleet id here would change with a replaced fleet (gpufleet plan would list it) before
+    # the old fleet's teardown runs.
+    hook = {
+        "CHECKPOINT_COMMAND": ". /etc/gpufleet/node.env && GPUFLEET_NOTICE_PATH=fleet-teardown "
+        'GPUFLEET_NOTICE=fleet-ends bash -c "$GPUFLEET_CHECKPOINT_HOOK"'
+    }
+    for logical_id, (handler, description, timeout) in expected.items():
         properties = resources[logical_id]["Properties"]
         assert {key: value for key, value in properties.items() if key != "Code"} == {
             "Description": description,
@@ -160,7 +190,8 @@ def check_the_handlers_run_python_3_14_for_two_minutes_each_with_the_role_and_lo
             "LoggingConfig": {"LogGroup": {"Ref": HANDLER_LOGS_ID}},
             "Role": {"Fn::GetAtt": [ROLE_ID, "Arn"]},
             "Runtime": "python3.14",
-            "Timeout": 120,
+            "Timeout": timeout,
+            **({"Environment": {"Variables": hook}} if handler == "handler.on_event" else {}),
         }, logical_id
     # Both handlers are one asset: stacks/constructs/fleet_teardown/runtime/ (handler.py and gpufleet/aws_faults.py).
     assert resources[ON_EVENT_ID]["Properties"]["Code"] == resources[IS_COMPLETE_ID]["Properties"]["Code"]
@@ -174,11 +205,17 @@ def check_the_handlers_asset_holds_the_handler_without_its_bytecode(outdir):
         "gpufleet",
         "gpufleet/__init__.py",
         "gpufleet/aws_faults.py",
+        "gpufleet/checkpoint_hook.py",
         "handler.py",
     ]
     assert (asset / "handler.py").read_text() == (RUNTIME_DIR / "handler.py").read_text()
-    assert copied_from_gpufleet(asset) == {"aws_faults.py": True}
-    assert imported_in_lambda(asset, ["handler"]) == ["gpufleet/__init__.py", "gpufleet/aws_faults.py", "handler.py"]
+    assert copied_from_gpufleet(asset) == {"aws_faults.py": True, "checkpoint_hook.py": True}
+    assert imported_in_lambda(asset, ["handler"]) == [
+        "gpufleet/__init__.py",
+        "gpufleet/aws_faults.py",
+        "gpufleet/checkpoint_hook.py",
+        "handler.py",
+    ]
 
 
 def check_the_log_groups_keep_the_retention_asked_for_and_go_with_the_stack(resources):
@@ -230,7 +267,18 @@ def check_the_handler_role_is_lambdas_and_may_write_its_logs_and_end_this_fleet_
             "Effect": "Allow",
             "Resource": arn(":ec2:us-east-2:123456789012:instance/*"),
         },
-        {"Action": "ec2:DescribeInstances", "Effect": "Allow", "Resource": "*"},
+        {
+            "Action": "ssm:SendCommand",
+            "Effect": "Allow",
+            "Resource": arn(":ssm:us-east-2::document/AWS-RunShellScript"),
+        },
+        {
+            "Action": "ssm:SendCommand",
+            "Condition": {"StringEquals": {"ssm:resourceTag/gpufleet:environment": "probe"}},
+            "Effect": "Allow",
+            "Resource": arn(":ec2:us-east-2:123456789012:instance/*"),
+        },
+        {"Action": ["ec2:DescribeInstances", "ssm:GetCommandInvocation"], "Effect": "Allow", "Resource": "*"},
     ]
 
 
@@ -238,13 +286,14 @@ def check_the_wildcards_of_the_handler_role_are_acknowledged_with_their_reasons(
     expected = [
         {
             "id": "AwsSolutions-IAM5[Resource::*]",
-            "reason": "DescribeInstances supports no resource-level permissions and is read-only; the teardown finds "
-            "the fleet's nodes with it",
+            "reason": "ec2:DescribeInstances, ssm:GetCommandInvocation support no resource-level permissions and are "
+            "read-only; the teardown finds the fleet's nodes with them (and when their checkpoint hook is over)",
         },
         {
             "id": "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ec2:us-east-2:123456789012:instance/*]",
-            "reason": "TerminateInstances is limited by the condition aws:ResourceTag/gpufleet:environment=probe to "
-            "this environment's nodes, whose ids are not known before the fleet launches them",
+            "reason": "TerminateInstances (and SendCommand of the checkpoint hook) is limited by the tag condition "
+            "gpufleet:environment=probe to this environment's nodes, whose ids are not known before the fleet "
+            "launches them",
         },
     ]
     for logical_id in (ROLE_ID, POLICY_ID):
@@ -267,7 +316,7 @@ def test_the_cdk_nag_synthesis_passes_every_check(resources, outdir):
     so checks split over several tests would go unrun on the mutants."""
     check_the_handlers_asset_holds_the_handler_without_its_bytecode(outdir)
     check_the_custom_resource_keeps_its_logical_id_and_is_deleted_before_everything_it_guards(resources)
-    check_the_handlers_run_python_3_14_for_two_minutes_each_with_the_role_and_log_group(resources)
+    check_the_handlers_run_python_3_14_with_the_role_and_log_group_on_event_with_the_hooks_wait(resources)
     check_the_log_groups_keep_the_retention_asked_for_and_go_with_the_stack(resources)
     check_the_handler_role_is_lambdas_and_may_write_its_logs_and_end_this_fleet_and_its_nodes_only(resources)
     check_the_wildcards_of_the_handler_role_are_acknowledged_with_their_reasons(resources)

@@ -1,3 +1,4 @@
-"""The part of gpufleet the capacity fallback Lambda runs: fallback.py, constants.py and aws_faults.py are links to
-gpufleet's own files, copied into the Lambda asset (stacks/constructs/lambda_functions.py runtime_code follows the
-links), so the decision, the vocabulary and the rule for AWS calls have one source each."""
+"""The part of gpufleet the capacity fallback Lambda runs: fallback.py, constants.py, aws_faults.py and
+checkpoint_hook.py are links to gpufleet's own files, copied into the Lambda asset
+(stacks/constructs/lambda_functions.py runtime_code follows the links), so the decision, the vocabulary, the rule for
+AWS calls and the checkpoint hook's command have one source each."""

@@ -1,3 +1,3 @@
-"""The part of gpufleet the fleet teardown Lambda runs: aws_faults.py is a link to gpufleet/aws_faults.py, copied
-into the Lambda asset (stacks/constructs/lambda_functions.py runtime_code follows the link), so the rule for AWS
-calls has one source."""
+"""The part of gpufleet the fleet teardown Lambda runs: aws_faults.py and checkpoint_hook.py are links to gpufleet's
+own files, copied into the Lambda asset (stacks/constructs/lambda_functions.py runtime_code follows the links), so the
+rules for AWS calls and for the checkpoint hook have one source each."""

@@ -428,3 +428,72 @@ def test_any_other_error_fails_the_deletion_with_its_message(stubbed):
         handler.is_complete(event("Delete", FLEET), None, ec2=client)
 
     assert raised.value.response["Error"]["Code"] == "UnauthorizedOperation"
+
+
+class RecordingSsm:
+    """SendCommand and GetCommandInvocation as the checkpoint hook uses them; `running` is told, at each command,
+    which nodes still run (the hook runs before any node ends)."""
+
+    def __init__(self, ec2, status: str = "Success", refuse: str = "") -> None:
+        self.ec2, self.status, self.refuse = ec2, status, refuse
+        self.sent: list[tuple[str, str, set[str]]] = []
+
+    def send_command(self, InstanceIds, DocumentName, Comment, Parameters):
+        (node,) = InstanceIds
+        self.sent.append((node, Parameters["commands"][0], running(self.ec2)))
+        return {"Command": {"CommandId": f"command-{node}"}}
+
+    def get_command_invocation(self, CommandId, InstanceId):
+        if self.refuse:
+            raise ClientError({"Error": {"Code": self.refuse, "Message": "no"}}, "GetCommandInvocation")
+        return {"Status": self.status}
+
+
+HOOK = '. /etc/gpufleet/node.env && GPUFLEET_NOTICE_PATH=fleet-teardown GPUFLEET_NOTICE=sfr bash -c "$HOOK"'
+
+
+def test_with_a_checkpoint_hook_every_running_node_runs_it_before_the_fleet_ends(ec2, monkeypatch):
+    monkeypatch.setenv("CHECKPOINT_COMMAND", HOOK)
+    fleet_id = request_fleet(ec2)
+    nodes = running(ec2)
+    ssm = RecordingSsm(ec2)
+
+    handler.on_event(event("Delete", fleet_id), None, ec2=ec2, ssm=ssm)
+
+    assert sorted(node for node, _, _ in ssm.sent) == sorted(nodes)
+    assert all(command == HOOK and alive == nodes for _, command, alive in ssm.sent)
+    assert running(ec2) == set()
+
+
+@pytest.mark.parametrize(("status", "refuse"), [("InProgress", ""), ("Success", "AccessDeniedException")])
+def test_a_hook_that_does_not_end_or_cannot_be_read_delays_the_teardown_a_bounded_time_only(
+    ec2, monkeypatch, status, refuse
+):
+    monkeypatch.setenv("CHECKPOINT_COMMAND", HOOK)
+    fleet_id = request_fleet(ec2)
+    ssm = RecordingSsm(ec2, status=status, refuse=refuse)
+    now = [0.0]
+
+    handler.on_event(
+        event("Delete", fleet_id),
+        None,
+        ec2=ec2,
+        ssm=ssm,
+        clock=lambda: now[0],
+        sleep=lambda seconds: now.__setitem__(0, now[0] + seconds),
+    )
+
+    assert ssm.sent
+    assert now[0] <= 185  # gpufleet.checkpoint_hook.REMOVAL_WAIT_SECONDS and one poll
+    assert running(ec2) == set()
+
+
+def test_without_a_checkpoint_hook_no_command_is_sent(ec2, monkeypatch):
+    monkeypatch.delenv("CHECKPOINT_COMMAND", raising=False)
+    fleet_id = request_fleet(ec2)
+    ssm = RecordingSsm(ec2)
+
+    handler.on_event(event("Delete", fleet_id), None, ec2=ec2, ssm=ssm)
+
+    assert ssm.sent == []
+    assert running(ec2) == set()

@@ -1,0 +1,105 @@
+"""The checkpoint hook run on nodes through SSM Run Command: one rule for every Lambda that makes the nodes run it
+(the interruption fan-out) or ends nodes (the capacity fallback's hand-back, the fleet teardown, the old group of a
+replace-all rollout).
+
+The command is the node's settings, then the hook with the notice named, as scripts/node/spot-watcher.sh runs it
+(docs/guides/interruptions.md lists the notices). It goes to each node with its own SendCommand: an instance SSM does
+not manage (yet), or one on its way out, fails that call alone (InvalidInstanceId), not the others. GetCommandInvocation
+says when a node's run is over; right after SendCommand it may answer InvocationDoesNotExist (eventual consistency),
+which counts as not over yet. Sources: botocore's ssm model (SendCommand, GetCommandInvocation, the
+CommandInvocationStatus enum).
+
+Imports the standard library, and botocore inside the functions that call SSM: the Lambda assets carry this file (a
+link in their runtime/gpufleet/), and the stacks import hook_command from it, where synthesis must not load the AWS
+SDK (tests/test_app.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+RUN_SHELL_SCRIPT = "AWS-RunShellScript"
+# CommandInvocationStatus values of a command that is over, whatever its result.
+FINISHED_COMMANDS = ("Success", "Cancelled", "TimedOut", "Failed")
+# How long a removal waits for the hooks before it ends the nodes anyway: the default hook's own wait (90 seconds,
+# scripts/node/save-checkpoint.sh) with room for Run Command's delivery. A hook still running then runs on until
+# the node ends.
+REMOVAL_WAIT_SECONDS = 180
+POLL_SECONDS = 5
+
+
+def hook_command(settings_file: str, notice_path: str, notice: str) -> str:
+    """What Run Command runs on a node: its settings, then its checkpoint hook with the notice named. notice_path and
+    notice are gpufleet's own words or an instance id (checked by the caller): nothing here quotes them."""
+    return (
+        f". {settings_file} && GPUFLEET_NOTICE_PATH={notice_path} GPUFLEET_NOTICE={notice} "
+        'bash -c "$GPUFLEET_CHECKPOINT_HOOK"'
+    )
+
+
+def error_code(error: Any) -> str:
+    """The code of a botocore ClientError."""
+    return str(error.response.get("Error", {}).get("Code", ""))
+
+
+def send_hook(ssm: Any, nodes: list[str], command: str, comment: str) -> tuple[dict[str, str], list[str]]:
+    """Start the hook on each node: (node -> command id, "node (error code)" for each node SSM refused)."""
+    from botocore.exceptions import ClientError
+
+    commands, unreachable = {}, []
+    for node in nodes:
+        try:
+            commands[node] = ssm.send_command(
+                InstanceIds=[node],
+                DocumentName=RUN_SHELL_SCRIPT,
+                Comment=comment,
+                Parameters={"commands": [command]},
+            )["Command"]["CommandId"]
+        except ClientError as error:
+            # An instance SSM does not manage (yet), or one on its way out (InvalidInstanceId), or a refusal: the
+            # caller decides what a node without its hook means.
+            unreachable.append(f"{node} ({error_code(error)})")
+    return commands, unreachable
+
+
+def hook_finished(ssm: Any, command_id: str, node: str) -> bool:
+    from botocore.exceptions import ClientError
+
+    try:
+        status = ssm.get_command_invocation(CommandId=command_id, InstanceId=node)["Status"]
+    except ClientError as error:
+        if error_code(error) != "InvocationDoesNotExist":
+            raise
+        return False
+    return status in FINISHED_COMMANDS
+
+
+def run_hook_and_wait(
+    ssm: Any,
+    nodes: list[str],
+    command: str,
+    comment: str,
+    wait_seconds: float = REMOVAL_WAIT_SECONDS,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[str]:
+    """Run the hook on NODES and wait until every run is over or WAIT_SECONDS have passed; return what happened, a
+    line each, for the caller's log."""
+    if not nodes:
+        return []
+    deadline = clock() + wait_seconds
+    commands, unreachable = send_hook(ssm, nodes, command, comment)
+    lines = [f"checkpoint hook not started on {node}" for node in unreachable]
+    running = dict(commands)
+    while running:
+        running = {node: command_id for node, command_id in running.items() if not hook_finished(ssm, command_id, node)}
+        if not running:
+            break
+        if clock() >= deadline:
+            lines.append(f"checkpoint hook still running after {wait_seconds:g}s on {', '.join(sorted(running))}")
+            return lines
+        sleep(POLL_SECONDS)
+    lines.append(f"checkpoint hook over on {', '.join(sorted(commands)) or 'no node'}")
+    return lines

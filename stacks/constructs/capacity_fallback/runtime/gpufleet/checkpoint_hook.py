@@ -1,0 +1,1 @@
+../../../../../gpufleet/checkpoint_hook.py

@@ -1,0 +1,108 @@
+"""The interruption fan-out, run by an EventBridge rule on EC2's spot interruption warning and rebalance
+recommendation: when the instance the event names is one of this environment's nodes, the checkpoint hook runs on
+every other running node of the environment through SSM Run Command (AWS-RunShellScript).
+
+Why a function between the rule and Run Command: an EventBridge pattern matches the event's own fields, and these
+events carry the instance id and action only ("detail": {"instance-id", "instance-action"}, EC2 user guide,
+spot-instance-termination-notices.html and rebalance-recommendations.html), no tag; a rule that sent Run Command
+straight to the environment's nodes would run their hook for every spot instance of the account and region. The
+function asks EC2 whether the instance carries the environment tag (DescribeInstances with the tag and instance-id
+filters: an id EC2 does not describe yet is left out, not an error), and sends the command to the environment's
+running nodes but that one, whose spot watcher (scripts/node/spot-watcher.sh) already runs the hook from instance
+metadata.
+
+SendCommand takes at most 50 InstanceIds a call (botocore's ssm model, SendCommandRequest InstanceIds max 50), so the
+nodes go in batches. A node SSM cannot reach (its agent not registered yet, or going away) fails only its own
+invocation, which Run Command records; a refused call (AccessDenied, a throttle past botocore's retries) fails the run
+with its message in the function's log, and is not retried: the rule and the function's asynchronous invocation both
+retry nothing, since a warning two minutes ahead is useless later.
+
+Lambda environment: ENVIRONMENT_NAME (the value of the environment tag), SETTINGS_FILE (the node settings the hook's
+command reads, gpufleet/user_data.py).
+
+Runs in AWS Lambda with the standard library and boto3 (both in the Lambda Python runtime) and gpufleet/constants.py,
+gpufleet/aws_faults.py and gpufleet/checkpoint_hook.py (the command, one rule with the other callers of the hook),
+which the asset carries (runtime/gpufleet/).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+import boto3
+
+from gpufleet.aws_faults import client_config
+from gpufleet.checkpoint_hook import RUN_SHELL_SCRIPT, hook_command
+from gpufleet.constants import ENVIRONMENT_TAG_KEY
+
+# Four attempts: a throttled call waits at most 1 + 2 + 4 = 7 seconds between them (botocore's standard mode backs
+# off rand(0, 1) * 2 ** (try - 1) seconds on throttling, botocore/retries/standard.py ExponentialBackoff): the
+# warning gives two minutes, and the run must be over well inside them.
+CLIENT_CONFIG = client_config(4)
+SEND_COMMAND_BATCH = 50
+# What the hook hears (GPUFLEET_NOTICE_PATH) for each event, by its detail-type; docs/guides/interruptions.md lists
+# these beside the notices the spot watcher passes.
+NOTICE_PATHS = {
+    "EC2 Spot Instance Interruption Warning": "peer/spot-interruption",
+    "EC2 Instance Rebalance Recommendation": "peer/rebalance-recommendation",
+    "EC2 Spot Instance Rebalance Recommended": "peer/rebalance-recommendation",
+}
+# An instance id as EC2 writes it (i- and 8 or 17 hex digits): checked before it goes into a shell command.
+INSTANCE_ID = re.compile(r"i-[0-9a-f]{8}([0-9a-f]{9})?")
+# InstanceStateName: nodes that may still be the environment's (the event's instance) and nodes that can run a
+# command now (the recipients).
+PRESENT_STATES = ("pending", "running", "stopping", "shutting-down")
+
+
+def environment_nodes(ec2: Any, environment: str) -> dict[str, str]:
+    """The environment's instances that are not stopped or gone: instance id -> state."""
+    filters = [
+        {"Name": f"tag:{ENVIRONMENT_TAG_KEY}", "Values": [environment]},
+        {"Name": "instance-state-name", "Values": list(PRESENT_STATES)},
+    ]
+    return {
+        instance["InstanceId"]: instance["State"]["Name"]
+        for page in ec2.get_paginator("describe_instances").paginate(Filters=filters)
+        for reservation in page["Reservations"]
+        for instance in reservation["Instances"]
+    }
+
+
+def fan_out(event: dict, ec2: Any, ssm: Any, environment: str, settings_file: str) -> dict[str, Any]:
+    detail_type = event.get("detail-type", "")
+    instance_id = str(event.get("detail", {}).get("instance-id", ""))
+    line: dict[str, Any] = {"event": "interruption-fanout", "detail_type": detail_type, "instance": instance_id}
+    notice_path = NOTICE_PATHS.get(detail_type)
+    if notice_path is None or not INSTANCE_ID.fullmatch(instance_id):
+        line["skipped"] = "not a spot interruption warning or rebalance recommendation with an instance id"
+        return line
+    nodes = environment_nodes(ec2, environment)
+    if instance_id not in nodes:
+        line["skipped"] = f"{instance_id} is not a node of {environment}"
+        return line
+    recipients = sorted(node for node, state in nodes.items() if state == "running" and node != instance_id)
+    commands = []
+    for start in range(0, len(recipients), SEND_COMMAND_BATCH):
+        batch = recipients[start : start + SEND_COMMAND_BATCH]
+        commands.append(
+            ssm.send_command(
+                InstanceIds=batch,
+                DocumentName=RUN_SHELL_SCRIPT,
+                # At most 97 characters (SendCommand takes 100): names have 24 at most, the detail-types 38.
+                Comment=f"gpufleet {environment}: {detail_type} for {instance_id}",
+                Parameters={"commands": [hook_command(settings_file, notice_path, instance_id)]},
+            )["Command"]["CommandId"]
+        )
+    line.update(notice_path=notice_path, nodes=recipients, commands=commands)
+    return line
+
+
+def on_notice(event: dict, context: Any, clients: dict[str, Any] | None = None) -> dict[str, Any]:
+    clients = clients or {service: boto3.client(service, config=CLIENT_CONFIG) for service in ("ec2", "ssm")}
+    line = fan_out(event, clients["ec2"], clients["ssm"], os.environ["ENVIRONMENT_NAME"], os.environ["SETTINGS_FILE"])
+    # Printed, not logged: one JSON document a line for CloudWatch Logs Insights, as the capacity fallback does.
+    print(json.dumps(line, sort_keys=True), flush=True)
+    return line
