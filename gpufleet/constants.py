@@ -187,3 +187,9 @@ INTERFACE_ENDPOINT_SERVICES = {
     # scripts/node/cluster-user.sh reads the cluster user's key from Secrets Manager at boot.
     "SecretsManager": "secretsmanager",
 }
+
+# Where `cdk deploy` publishes file assets: the bootstrap stack's bucket, cdk-QUALIFIER-assets-ACCOUNT-REGION, with
+# the default qualifier hnb659fds (aws-cdk's lib/api/bootstrap/bootstrap-template.yaml, Parameters.Qualifier and
+# StagingBucket; aws-cdk-lib's DefaultStackSynthesizer.DEFAULT_FILE_ASSETS_BUCKET_NAME). The nodes fetch the operator
+# scripts from it; stacks/constructs/operator_scripts.py fails synthesis if the app's synthesizer names another.
+CDK_ASSETS_BUCKET = "cdk-hnb659fds-assets-{account}-{region}"

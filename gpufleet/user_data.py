@@ -3,24 +3,31 @@
 The user data writes the settings to /etc/gpufleet/node.env (shell-quoted ``export`` lines, also read by the
 systemd units), installs the scripts' shared helpers as /opt/gpufleet/lib/helpers.sh (scripts/lib/helpers.sh, which
 every script sources from ../lib/ beside its own directory), the enabled scripts under /opt/gpufleet/node and their
-units, the operator scripts of scripts/ops/ under /opt/gpufleet/ops and the CloudWatch agent's configuration
-(gpufleet/monitoring.py), then starts the spot watcher and the node setup. A feature the environment turns off
-leaves its script out entirely. Running the user data again rewrites the same files and re-runs the idempotent
-setup; the setup unit repeats it at boot.
+units and the CloudWatch agent's configuration (gpufleet/monitoring.py), then starts the spot watcher and the node
+setup. A feature the environment turns off leaves its script out entirely. Running the user data again rewrites the
+same files and re-runs the idempotent setup; the setup unit repeats it at boot.
+
+The operator scripts of scripts/ops/ do not fit beside them: they travel as a gzip-compressed tar archive, a CDK file
+asset (operator_scripts_archive, operator_scripts_location), which the setup step operator-scripts.sh fetches and
+checks against the archive's SHA-256 at boot.
 
 The launch template carries the script gzip-compressed: cloud-init uncompresses gzip user data and then treats it
 "as if it were not compressed" (source: cloud-init doc/rtd/topics/format.rst, "Gzip Compressed Content", which gives
 EC2's ~16384-byte limit as the reason). The scripts go to the nodes without their comment-only lines; with every
-option on the compressed user data leaves 2 KiB of EC2's 16 KiB free (tests/gpufleet/test_user_data.py measures every
-catalog type); the operator scripts take about 5.5 KiB of it.
+option on the compressed user data leaves a quarter of EC2's 16 KiB free (tests/gpufleet/test_user_data.py measures
+every catalog type).
 """
 
 from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
+import io
 import json
 import shlex
+import tarfile
+from functools import cache
 from pathlib import Path
 
 from gpufleet import shipped_path
@@ -28,6 +35,7 @@ from gpufleet.ami import published_profile
 from gpufleet.catalog import InstanceType
 from gpufleet.constants import (
     BACKEND_AUTO_SCALING,
+    CDK_ASSETS_BUCKET,
     CLUSTER_USER_ID,
     CLUSTER_USER_NAME,
     READINESS_TAG_KEY,
@@ -41,10 +49,10 @@ from gpufleet.monitoring import agent_configuration
 
 SCRIPTS_DIR = shipped_path("scripts", "node")
 INSTALL_DIR = "/opt/gpufleet/node"
-# The operator scripts every node gets, beside the node scripts (the same helpers serve both): node-ready.sh runs
-# the health check at boot, and a user runs nccl-tests from a node. They need neither gpufleet nor AWS credentials.
+# The operator scripts every node gets, beside the node scripts (the same helpers serve both), installed under
+# /opt/gpufleet/ops by operator-scripts.sh: node-ready.sh runs the health check at boot, and a user runs nccl-tests
+# from a node. They need neither gpufleet nor AWS credentials.
 OPS_SCRIPTS_DIR = shipped_path("scripts", "ops")
-OPS_INSTALL_DIR = "/opt/gpufleet/ops"
 OPS_SCRIPTS = ("node-health-check", "run-nccl-tests")
 # run-nccl-tests.sh's floor on a node: the catalog's published all_reduce bus bandwidth less this margin.
 NCCL_BUSBW_TOLERANCE = 0.9
@@ -93,6 +101,7 @@ def setup_scripts(env: Environment, instance: InstanceType) -> list[str]:
         "cluster-user": True,
         "shared-storage": env.storage is not None,
         "cloudwatch-agent": True,
+        "operator-scripts": True,
         "node-ready": True,
     }
     return [name for name, on in enabled.items() if on]
@@ -170,10 +179,44 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         # shared-storage.sh; training code writes checkpoints under GPUFLEET_SHARED_DIR (empty: no shared storage).
         "GPUFLEET_SHARED_DIR": env.storage.mount_path if env.storage else "",
         "GPUFLEET_SHARED_STORAGE_TAG": SHARED_STORAGE_TAG_KEY if env.storage else "",
+        # operator-scripts.sh: the archive of scripts/ops it installs.
+        "GPUFLEET_OPERATOR_SCRIPTS": operator_scripts_location(env),
+        "GPUFLEET_OPERATOR_SCRIPTS_SHA256": operator_scripts_sha256(),
         # node-ready.sh: the instance tag that says whether the node is ready for jobs.
         "GPUFLEET_READINESS_TAG": READINESS_TAG_KEY,
         **auto_scaling_settings(env),
     }
+
+
+@cache
+def operator_scripts_archive() -> bytes:
+    """scripts/ops as the nodes get them: a gzip-compressed tar of the scripts, each 0755 and root's, byte for byte
+    the same on every synthesis (no timestamps, no names of the machine that made it)."""
+    buffer = io.BytesIO()
+    with (
+        gzip.GzipFile(filename="", mode="wb", fileobj=buffer, compresslevel=9, mtime=0) as compressed,
+        tarfile.open(fileobj=compressed, mode="w", format=tarfile.USTAR_FORMAT) as archive,
+    ):
+        for name in OPS_SCRIPTS:
+            content = (OPS_SCRIPTS_DIR / f"{name}.sh").read_bytes()
+            member = tarfile.TarInfo(f"{name}.sh")
+            member.size, member.mode, member.mtime = len(content), 0o755, 0
+            archive.addfile(member, io.BytesIO(content))
+    return buffer.getvalue()
+
+
+def operator_scripts_sha256() -> str:
+    return hashlib.sha256(operator_scripts_archive()).hexdigest()
+
+
+def operator_scripts_location(env: Environment) -> str:
+    """Where the environment's nodes fetch operator_scripts_archive: the object stacks/constructs/operator_scripts.py
+    publishes in the CDK assets bucket of the environment's account and region. Its asset hash is the archive's
+    SHA-256 (a custom hash), which aws-cdk-lib hashes once more with SHA-256 to name the object, then adds the file's
+    extension (aws-cdk-lib 2.275.0 core/lib/asset-staging.js calculateHash and renderAssetFilename); the construct
+    fails synthesis where the asset lands elsewhere."""
+    bucket = CDK_ASSETS_BUCKET.format(account=env.account, region=env.region)
+    return f"s3://{bucket}/{hashlib.sha256(operator_scripts_sha256().encode()).hexdigest()}.gz"
 
 
 def nccl_busbw_floor(instance: InstanceType) -> str:
@@ -223,7 +266,6 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
         "#!/bin/bash\n"
         f"# gpufleet node user data for environment {env.name} ({instance.name}), from gpufleet/user_data.py.\n"
         f"# Installs under {INSTALL_DIR}: {', '.join(installed) or 'nothing'}; with their systemd units.\n"
-        f"# Installs under {OPS_INSTALL_DIR}: {', '.join(OPS_SCRIPTS)}.\n"
         "# Runs them; safe to run again. GPUFLEET_ROOT (tests) prefixes every path it writes. The scripts'\n"
         "# commented sources are scripts/node/ in gpufleet; the launch template carries this file gzip-compressed.\n"
         "set -euo pipefail\n"
@@ -235,7 +277,6 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
     # Written before the scripts that source it, so no installed script is ever without it.
     parts.append(_install(HELPERS_PATH, "0644", HELPERS))
     parts += [_install(f"{INSTALL_DIR}/{name}.sh", "0755", SCRIPTS_DIR / f"{name}.sh") for name in installed]
-    parts += [_install(f"{OPS_INSTALL_DIR}/{name}.sh", "0755", OPS_SCRIPTS_DIR / f"{name}.sh") for name in OPS_SCRIPTS]
     parts += [_install(f"{UNIT_DIR}/{unit}", "0644", SCRIPTS_DIR / unit) for unit in units]
     # Every gpufleet unit's journal goes to CloudWatch.
     agent_config = json.dumps(agent_configuration(env, instance, units), separators=(",", ":"), sort_keys=True)

@@ -24,7 +24,7 @@ from gpufleet.constants import (
     SUBNET_OUTPUT_KEY,
 )
 from gpufleet.environment import Environment
-from gpufleet.user_data import launch_template_user_data
+from gpufleet.user_data import launch_template_user_data, operator_scripts_archive, operator_scripts_location
 from stacks.constructs.capacity_block_warning import CapacityBlockWarning
 from stacks.constructs.capacity_fallback.infrastructure import CapacityFallback
 from stacks.constructs.cluster_user.infrastructure import ClusterUser
@@ -34,6 +34,7 @@ from stacks.constructs.node_group import node_group
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
 from stacks.constructs.node_monitoring import NodeMonitoring
 from stacks.constructs.node_readiness import let_nodes_mark_their_readiness
+from stacks.constructs.operator_scripts import OperatorScripts
 from stacks.constructs.shared_storage_access import SharedFileSystem, SharedStorageAccess
 from stacks.constructs.spot_interruption_rehearsal import SpotInterruptionRehearsal
 from stacks.networking import import_network
@@ -105,6 +106,13 @@ class ClusterStack(cdk.Stack):
             node_role=launch_template.role,
             log_retention_days=environment.monitoring.log_retention_days,
             efa=environment.efa and instance.efa_supported,
+        )
+        OperatorScripts(
+            self,
+            "OperatorScripts",
+            archive=operator_scripts_archive(),
+            location=operator_scripts_location(environment),
+            node_role=launch_template.role,
         )
         if shared_file_system is not None:
             SharedStorageAccess(

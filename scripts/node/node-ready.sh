@@ -9,8 +9,8 @@
 #                          instance keeps the tags of its previous boot
 # It is the last setup step (gpufleet/user_data.py setup_scripts), so it runs after storage is mounted and the other
 # steps are done; run-setup.sh hands it the names of the steps that failed (GPUFLEET_FAILED_SETUP_STEPS). The health
-# check is scripts/ops/node-health-check.sh as the user data installs it (HEALTH_CHECK): exit status 0 is a pass, any
-# other a failure, whose "FAIL NAME: ..." lines name the failing checks.
+# check is scripts/ops/node-health-check.sh as operator-scripts.sh installs it (HEALTH_CHECK): exit status 0 is a
+# pass, any other a failure, whose "FAIL NAME: ..." lines name the failing checks.
 # Tagging needs the AWS CLI and the node role's permission to tag its instance with this key
 # (stacks/constructs/node_readiness.py); the instance id and region come from IMDSv2 (EC2 user guide,
 # instance-metadata-v2-how-it-works). Tag values keep to the characters every AWS service accepts in tags: letters,

@@ -3,8 +3,8 @@
 # output teed to a log, then judged (this script's exit status): by `gpufleet nccl-report LOG --min-busbw X` where
 # gpufleet is installed, else, as on a node (whose Python may be older than gpufleet needs), by the awk below on
 # the same rules for one table: no wrong elements, the run not cut short, the peak busbw at least the floor.
-# The user data installs it on every node as /opt/gpufleet/ops/run-nccl-tests.sh; `. /etc/gpufleet/node.env` sets
-# the instance type and the floor.
+# Every node has it as /opt/gpufleet/ops/run-nccl-tests.sh (scripts/node/operator-scripts.sh installs it at boot);
+# `. /etc/gpufleet/node.env` sets the instance type and the floor.
 #
 # Required: GPUFLEET_HOSTFILE (lines "IP slots=GPUS"; GPUs per node and node count come from it),
 #           GPUFLEET_INSTANCE_TYPE (e.g. p4d.24xlarge), GPUFLEET_MIN_BUSBW (GB/s floor; node.env has the catalog's

@@ -3,11 +3,14 @@ gzip-compressed, under EC2's 16 KiB limit."""
 
 import base64
 import gzip
+import hashlib
+import io
 import json
 import random
 import re
 import shlex
 import subprocess
+import tarfile
 
 import pytest
 
@@ -21,6 +24,7 @@ from gpufleet.user_data import (
     compressed_user_data,
     launch_template_user_data,
     node_settings,
+    operator_scripts_archive,
     render_user_data,
 )
 
@@ -37,6 +41,7 @@ ALL_SCRIPTS = {
     "cluster-address",
     "shared-storage",
     "cloudwatch-agent",
+    "operator-scripts",
     "node-ready",
     "run-setup",
     "spot-watcher",
@@ -187,6 +192,7 @@ def test_options_turned_off_leave_their_scripts_out(node, left_out):
             "cluster-user",
             "shared-storage",
             "cloudwatch-agent",
+            "operator-scripts",
             "node-ready",
         )
         if s not in left_out
@@ -231,12 +237,13 @@ def test_with_every_option_off_the_node_still_sets_up_its_cluster_user_agent_and
         "cluster-user",
         "cluster-address",
         "cloudwatch-agent",
+        "operator-scripts",
         "node-ready",
         "run-setup",
         "spot-watcher",
         "save-checkpoint",
     }
-    assert settings(user_data)["GPUFLEET_SETUP_SCRIPTS"] == "cluster-user cloudwatch-agent node-ready"
+    assert settings(user_data)["GPUFLEET_SETUP_SCRIPTS"] == "cluster-user cloudwatch-agent operator-scripts node-ready"
     assert "systemctl enable gpufleet-spot-watcher.service gpufleet-node-setup.service\n" in user_data
 
 
@@ -314,10 +321,19 @@ def test_a_spot_fleet_node_gets_no_auto_scaling_settings():
 
 def test_the_settings_of_the_dev_environment():
     """environments/dev.yaml (p4d, one spot node, a checkpoint hook, node defaults) on the catalog's p4d.24xlarge."""
-    assert node_settings(load_named_environment("dev"), load_catalog()["p4d.24xlarge"]) == {
+    found = node_settings(load_named_environment("dev"), load_catalog()["p4d.24xlarge"])
+    # The operator scripts' archive changes with every edit of scripts/ops (test_the_operator_scripts_archive...).
+    sha256 = hashlib.sha256(operator_scripts_archive()).hexdigest()
+    assert found.pop("GPUFLEET_OPERATOR_SCRIPTS_SHA256") == sha256
+    assert found.pop("GPUFLEET_OPERATOR_SCRIPTS") == (
+        f"s3://cdk-hnb659fds-assets-123456789012-us-east-1/{hashlib.sha256(sha256.encode()).hexdigest()}.gz"
+    )
+    assert found == {
         "GPUFLEET_ENVIRONMENT": "dev",
         "GPUFLEET_INSTANCE_TYPE": "p4d.24xlarge",
-        "GPUFLEET_SETUP_SCRIPTS": "raid0-nvme gpu-clocks efa-env cluster-user cloudwatch-agent node-ready",
+        "GPUFLEET_SETUP_SCRIPTS": (
+            "raid0-nvme gpu-clocks efa-env cluster-user cloudwatch-agent operator-scripts node-ready"
+        ),
         "GPUFLEET_RAID0_NVME": "1",
         "GPUFLEET_SCRATCH_MOUNT": "/scratch",
         "GPUFLEET_NVME_COUNT": "8",
@@ -350,7 +366,7 @@ def test_every_option_off_sets_every_flag_to_zero():
     env = env.model_copy(update={"efa": False})
     found = node_settings(env, load_catalog()["p5.48xlarge"])
 
-    assert found["GPUFLEET_SETUP_SCRIPTS"] == "cluster-user cloudwatch-agent node-ready"
+    assert found["GPUFLEET_SETUP_SCRIPTS"] == "cluster-user cloudwatch-agent operator-scripts node-ready"
     assert {key: found[key] for key in found if found[key] in ("0", "1", "")} == {
         "GPUFLEET_RAID0_NVME": "0",
         "GPUFLEET_MAX_CLOCKS": "0",
@@ -378,15 +394,14 @@ def test_raid0_needs_at_least_one_nvme_drive(nvme_count, striped):
 
 
 def test_the_user_data_header_says_what_it_installs_and_stops_on_the_first_error():
-    lines = render(load_named_environment("dev")).splitlines()[:9]
+    lines = render(load_named_environment("dev")).splitlines()[:8]
 
     assert lines == [
         "#!/bin/bash",
         "# gpufleet node user data for environment dev (p4d.24xlarge), from gpufleet/user_data.py.",
         "# Installs under /opt/gpufleet/node: raid0-nvme, gpu-clocks, efa-env, cluster-user, cloudwatch-agent, "
-        "node-ready, cluster-address, run-setup, spot-watcher, "
+        "operator-scripts, node-ready, cluster-address, run-setup, spot-watcher, "
         "save-checkpoint; with their systemd units.",
-        "# Installs under /opt/gpufleet/ops: node-health-check, run-nccl-tests.",
         "# Runs them; safe to run again. GPUFLEET_ROOT (tests) prefixes every path it writes. The scripts'",
         "# commented sources are scripts/node/ in gpufleet; the launch template carries this file gzip-compressed.",
         "set -euo pipefail",
@@ -400,8 +415,8 @@ def test_a_node_with_every_option_off_installs_the_cluster_user_and_agent_steps_
     user_data = render(env.model_copy(update={"efa": False}))
 
     assert (
-        "# Installs under /opt/gpufleet/node: cluster-user, cloudwatch-agent, node-ready, cluster-address, run-setup; with their systemd units.\n"
-        in user_data
+        "# Installs under /opt/gpufleet/node: cluster-user, cloudwatch-agent, operator-scripts, node-ready, "
+        "cluster-address, run-setup; with their systemd units.\n" in user_data
     )
     assert re.findall(r"^systemctl .*", user_data, re.MULTILINE)[-3:] == [
         "systemctl daemon-reload",
@@ -444,14 +459,13 @@ def test_the_user_data_writes_scripts_executable_and_the_rest_read_only_then_res
         "opt/gpufleet/node/shared-storage.sh": "0o755",
         "opt/gpufleet/node/cloudwatch-agent.sh": "0o755",
         "opt/gpufleet/node/cluster-address.sh": "0o755",
+        "opt/gpufleet/node/operator-scripts.sh": "0o755",
         "opt/gpufleet/node/node-ready.sh": "0o755",
         "opt/gpufleet/node/run-setup.sh": "0o755",
         "opt/gpufleet/node/spot-watcher.sh": "0o755",
         "opt/gpufleet/node/save-checkpoint.sh": "0o755",
         "usr/local/bin/save-checkpoint": "0o755",  # the link, followed
         "etc/tmpfiles.d/gpufleet-checkpoint.conf": "0o644",
-        "opt/gpufleet/ops/node-health-check.sh": "0o755",
-        "opt/gpufleet/ops/run-nccl-tests.sh": "0o755",
         "etc/systemd/system/gpufleet-spot-watcher.service": "0o644",
         "etc/systemd/system/gpufleet-node-setup.service": "0o644",
         "etc/gpufleet/cloudwatch-agent.json": "0o644",
@@ -477,19 +491,18 @@ def test_the_helpers_are_written_before_the_scripts_that_source_them():
         "/opt/gpufleet/node/cluster-user.sh",
         "/opt/gpufleet/node/shared-storage.sh",
         "/opt/gpufleet/node/cloudwatch-agent.sh",
+        "/opt/gpufleet/node/operator-scripts.sh",
         "/opt/gpufleet/node/node-ready.sh",
         "/opt/gpufleet/node/cluster-address.sh",
         "/opt/gpufleet/node/run-setup.sh",
         "/opt/gpufleet/node/spot-watcher.sh",
         "/opt/gpufleet/node/save-checkpoint.sh",
-        "/opt/gpufleet/ops/node-health-check.sh",
-        "/opt/gpufleet/ops/run-nccl-tests.sh",
     ]
 
 
-def test_a_node_with_every_option_off_still_gets_the_operator_scripts_and_their_helpers():
-    """h100 is all on-demand: with EFA and every node option off, the health check and run-nccl-tests are still on
-    the node, beside the agent's step, sourcing the helpers."""
+def test_a_node_with_every_option_off_still_gets_the_step_that_installs_the_operator_scripts():
+    """h100 is all on-demand: with EFA and every node option off, operator-scripts.sh still installs the health check
+    and run-nccl-tests at boot, beside the agent's step; the user data carries neither."""
     env = with_node(load_named_environment("h100"), raid0_nvme=False, max_clocks=False)
     user_data = render(env.model_copy(update={"efa": False}))
 
@@ -498,11 +511,10 @@ def test_a_node_with_every_option_off_still_gets_the_operator_scripts_and_their_
         "/opt/gpufleet/lib/helpers.sh",
         "/opt/gpufleet/node/cluster-user.sh",
         "/opt/gpufleet/node/cloudwatch-agent.sh",
+        "/opt/gpufleet/node/operator-scripts.sh",
         "/opt/gpufleet/node/node-ready.sh",
         "/opt/gpufleet/node/cluster-address.sh",
         "/opt/gpufleet/node/run-setup.sh",
-        "/opt/gpufleet/ops/node-health-check.sh",
-        "/opt/gpufleet/ops/run-nccl-tests.sh",
     ]
 
 
@@ -600,7 +612,7 @@ def test_shared_storage_is_mounted_last_before_readiness_where_training_code_fin
 
     assert (
         found["GPUFLEET_SETUP_SCRIPTS"]
-        == "raid0-nvme gpu-clocks efa-env cluster-user shared-storage cloudwatch-agent node-ready"
+        == "raid0-nvme gpu-clocks efa-env cluster-user shared-storage cloudwatch-agent operator-scripts node-ready"
     )
     assert found["GPUFLEET_SHARED_DIR"] == mount_path
     assert found["GPUFLEET_SHARED_STORAGE_TAG"] == "gpufleet:lustre-mount"
@@ -684,3 +696,28 @@ def test_another_hook_or_none_gets_no_default_hook(hook):
 
     assert "save-checkpoint" not in installed_scripts(user_data)
     assert "tmpfiles" not in user_data
+
+
+def test_the_operator_scripts_archive_holds_scripts_ops_as_written_executable_and_roots():
+    archive = operator_scripts_archive()
+
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as unpacked:
+        members = {
+            member.name: (oct(member.mode), member.uid, member.gid, member.uname, member.mtime)
+            for member in unpacked.getmembers()
+        }
+        contents = {name: unpacked.extractfile(name).read() for name in members}
+    assert members == {
+        "node-health-check.sh": ("0o755", 0, 0, "", 0),
+        "run-nccl-tests.sh": ("0o755", 0, 0, "", 0),
+    }
+    assert contents == {name: (SCRIPTS_DIR.parent / "ops" / name).read_bytes() for name in members}
+
+
+def test_the_operator_scripts_archive_is_the_same_on_every_synthesis():
+    """No timestamp or file name in the gzip header (RFC 1952: MTIME 0, no FNAME flag), so the asset's hash, and with
+    it every node's user data, changes only when scripts/ops does."""
+    archive = operator_scripts_archive.__wrapped__()
+
+    assert archive == operator_scripts_archive.__wrapped__()
+    assert archive[:10] == bytes([0x1F, 0x8B, 8, 0, 0, 0, 0, 0, 2, 255])

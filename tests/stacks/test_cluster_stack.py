@@ -203,10 +203,16 @@ def test_node_role_is_ssm_and_the_environments_cloudwatch_agent_only(assembly, n
     ]
     # Nodes read the cluster user's key (tests/stacks/test_cluster_user.py) run the CloudWatch agent
     # and set their readiness tag (tests/stacks/constructs/test_node_readiness.py)
-    # (tests/stacks/constructs/test_node_monitoring.py); prod's reach its shared file system's data repository prefix
+    # (tests/stacks/constructs/test_node_monitoring.py) and fetch the operator scripts
+    # (tests/stacks/constructs/test_operator_scripts.py); prod's reach its shared file system's data repository prefix
     # (tests/stacks/test_storage_stack.py); nodes of a group complete their own termination lifecycle action
     # (tests/stacks/test_auto_scaling_group.py).
-    expected = ["ClusterUserNodesReadTheKey9B7D92B9", "NodeMonitoringAgentPolicyF3A4C9C0", "NodeReadinessTag939A92B1"]
+    expected = [
+        "ClusterUserNodesReadTheKey9B7D92B9",
+        "NodeMonitoringAgentPolicyF3A4C9C0",
+        "NodeReadinessTag939A92B1",
+        "OperatorScriptsNodesReadTheArchive7617C101",
+    ]
     if name == "prod":
         expected.append("SharedStorageAccessDataRepositoryAccessEE56BB49")
     if ENVIRONMENTS[name].fleet.backend != BACKEND_SPOT_FLEET:

@@ -455,7 +455,21 @@ def aws(args: list[str], state: dict) -> int:
     """The AWS CLI: the call is logged; it succeeds unless the state says aws_exit. `secretsmanager get-secret-value
     --secret-id ID --query SecretString --output text` prints the state's secrets[ID] as the CLI's text output does
     (the string and a newline); a secret the state lacks is the service's ResourceNotFoundException. A successful
-    `ec2 create-tags --resources ID --tags JSON` sets the tags in the state's instance_tags ({id: {key: value}})."""
+    `ec2 create-tags --resources ID --tags JSON` sets the tags in the state's instance_tags ({id: {key: value}}).
+    `s3 cp s3://BUCKET/KEY FILE` copies the local file the state's s3_objects names for that URL; an object the state
+    lacks is S3's 404, as the CLI reports it (exit status 1)."""
+    if args[:2] == ["s3", "cp"]:
+        source, destination = args[-2:]
+        if source not in state.get("s3_objects", {}):
+            key = source.split("/", 3)[3]
+            print(
+                "fatal error: An error occurred (404) when calling the HeadObject operation: "
+                f'Key "{key}" does not exist',
+                file=sys.stderr,
+            )
+            return 1
+        shutil.copyfile(state["s3_objects"][source], destination)
+        return state.get("aws_exit", 0)
     if args[:2] == ["secretsmanager", "get-secret-value"]:
         secret_id = args[args.index("--secret-id") + 1]
         assert args[args.index("--query") + 1] == "SecretString" and args[args.index("--output") + 1] == "text"

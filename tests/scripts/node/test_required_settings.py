@@ -36,6 +36,15 @@ CASES = [
     ),
     ("efa-env.sh", {}, (), ["efa-env: error: GPUFLEET_EFA is not set (from /etc/gpufleet/node.env)"]),
     (
+        "operator-scripts.sh",
+        {"GPUFLEET_OPERATOR_SCRIPTS_SHA256": ""},
+        (),
+        [
+            "operator-scripts: error: GPUFLEET_OPERATOR_SCRIPTS is not set (from /etc/gpufleet/node.env)",
+            "operator-scripts: error: GPUFLEET_OPERATOR_SCRIPTS_SHA256 is not set (from /etc/gpufleet/node.env)",
+        ],
+    ),
+    (
         "efa-env.sh",
         {"GPUFLEET_EFA": "1", "GPUFLEET_GPUDIRECT_RDMA": ""},
         (),

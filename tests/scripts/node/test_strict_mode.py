@@ -4,12 +4,14 @@ node and names a later call that must not be made."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 from collections.abc import Callable
 
 import pytest
 
+from gpufleet.user_data import operator_scripts_archive
 from tests.scripts.efa_install import install_efa
 from tests.scripts.failing_step import FAILED_STATUS, Call, Case, StepProbe, accounted_for, scripts_in
 from tests.scripts.fake_bin import install_fakes
@@ -66,6 +68,12 @@ CASES = [
         fails=Call("mkdir", "-p {root}/fsx"),
         must_not_run=Call("mount", "-t lustre *"),
         why="a Lustre mount over a mount point that could not be made",
+    ),
+    Case(
+        "operator-scripts.sh",
+        fails=Call("mkdir", "-p {root}/opt/gpufleet/ops"),
+        must_not_run=Call("tar", "-xzf *"),
+        why="the archive unpacked where no folder could be made",
     ),
     Case(
         "save-checkpoint.sh",
@@ -159,6 +167,19 @@ def tagged_with_a_file_system(node: FakeNode) -> dict[str, str]:
     }
 
 
+def archive_in_its_bucket(node: FakeNode) -> dict[str, str]:
+    archive = node.root.parent / "operator-scripts.tar.gz"
+    archive.write_bytes(operator_scripts_archive())
+    install_fakes(node.bin_dir, FAKE_COMMANDS, ("aws",))
+    url = "s3://cdk-hnb659fds-assets-123456789012-eu-west-1/0123abcd.gz"
+    node.set_state(imds={"placement/region": [[200, "eu-west-1"]]}, s3_objects={url: str(archive)})
+    return {
+        "GPUFLEET_OPERATOR_SCRIPTS": url,
+        "GPUFLEET_OPERATOR_SCRIPTS_SHA256": hashlib.sha256(archive.read_bytes()).hexdigest(),
+        "GPUFLEET_IMDS_URL": "http://imds.test",
+    }
+
+
 def interruption_notice(node: FakeNode) -> dict[str, str]:
     node.set_state(imds={"spot/instance-action": [[200, '{"action": "terminate", "time": "2024-05-01T12:02:00Z"}']]})
     return {
@@ -178,6 +199,7 @@ PREPARE: dict[str, Callable[[FakeNode], dict[str, str]]] = {
     "efa-env.sh": efa_node,
     "mig.sh": ampere_gpu_without_mig,
     "node-ready.sh": healthy_node,
+    "operator-scripts.sh": archive_in_its_bucket,
     "raid0-nvme.sh": one_blank_drive,
     "shared-storage.sh": tagged_with_a_file_system,
     "save-checkpoint.sh": lambda node: {},

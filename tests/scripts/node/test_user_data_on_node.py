@@ -1,16 +1,19 @@
 """The rendered user data run on a fake node: it installs the scripts and units, and the installed setup works."""
 
+import hashlib
 import json
 import subprocess
+import tarfile
 
 from gpufleet.catalog import load_catalog
 from gpufleet.environment import Environment, Storage
 from gpufleet.loading import load_named_environment
-from gpufleet.user_data import render_user_data
+from gpufleet.user_data import operator_scripts_location, render_user_data
+from tests.gpufleet.test_user_data import EXISTING_FILE_SYSTEM
 from tests.scripts.efa_install import install_efa
 from tests.scripts.fake_bin import install_fakes
 from tests.scripts.node.conftest import CLUSTER_NODE_METADATA, FAKE_COMMANDS
-from tests.scripts.node.test_node_ready import INSTANCE, install_health_check
+from tests.scripts.node.test_node_ready import INSTANCE
 
 HOOK = """/usr/local/bin/save-checkpoint --tag "run 42" --note 'it'"'"'s urgent'"""
 A100_CLOCKS = "".join(f"1215, {graphics}\n" for graphics in range(1410, 209, -15))
@@ -49,6 +52,7 @@ def test_user_data_installs_scripts_units_and_settings(node, tmp_path):
         "gpu-clocks.sh",
         "mig.sh",
         "node-ready.sh",
+        "operator-scripts.sh",
         "raid0-nvme.sh",
         "run-setup.sh",
         "save-checkpoint.sh",
@@ -81,6 +85,20 @@ def test_running_the_user_data_again_changes_nothing(node, tmp_path):
     assert {path: path.read_bytes() for path in node.root.rglob("*") if path.is_file()} == before
 
 
+def publish_operator_scripts(tmp_path) -> tuple[dict[str, str], str]:
+    """The operator scripts' archive in the environment's assets bucket, as operator-scripts.sh fetches it, holding
+    the fake health check of fake_commands.py (which logs its call and answers from the state) in place of the real
+    one: the fake AWS CLI's s3_objects, and the archive's SHA-256 for the node's settings."""
+    fake = tmp_path / "fake-ops"
+    fake.mkdir()
+    install_fakes(fake, FAKE_COMMANDS, ("node-health-check",))
+    archive = tmp_path / "operator-scripts.tar.gz"
+    with tarfile.open(archive, "w:gz") as packed:
+        packed.add(fake / "node-health-check", arcname="node-health-check.sh")
+    objects = {operator_scripts_location(p4d_environment()): str(archive)}
+    return objects, hashlib.sha256(archive.read_bytes()).hexdigest()
+
+
 def boot(node, tmp_path, cluster_key, manifest='{"components": {"aws_ofi_nccl": "1.7.3-aws"}}', imds=None, **state):
     """The installed setup as gpufleet-node-setup.service starts it (settings from node.env, the scratch mount and the
     shared directory moved into tmp_path), on an on-demand p4d with its drives, GPUs, EFA, IMDS (and the items of
@@ -89,7 +107,7 @@ def boot(node, tmp_path, cluster_key, manifest='{"components": {"aws_ofi_nccl": 
     (node.root / "etc/gpufleet/versions.json").write_text(manifest)
     install_efa(node.root, "ubuntu")
     install_fakes(node.bin_dir, FAKE_COMMANDS, ("aws",))
-    install_health_check(node)
+    s3_objects, archive_sha256 = publish_operator_scripts(tmp_path)
     install_cloudwatch_agent(node, tmp_path)
     node.set_state(
         drives=[[f"nvme{i}n1", "Amazon EC2 NVMe Instance Storage"] for i in range(1, 9)],
@@ -103,6 +121,7 @@ def boot(node, tmp_path, cluster_key, manifest='{"components": {"aws_ofi_nccl": 
             **(imds or {}),
         },
         secrets={"gpufleet-dev-cluster-user-key": cluster_key[0]},
+        s3_objects=s3_objects,
         **state,
     )
     node.clear_log()
@@ -111,7 +130,8 @@ def boot(node, tmp_path, cluster_key, manifest='{"components": {"aws_ofi_nccl": 
             "bash",
             "-c",
             f'. "{node.root}/etc/gpufleet/node.env" && GPUFLEET_SCRATCH_MOUNT={tmp_path / "scratch"} '
-            f'GPUFLEET_SHARED_DIR={tmp_path / "fsx"} GPUFLEET_IMDS_URL=http://imds.test exec "{node.root}/opt/gpufleet/node/run-setup.sh"',
+            f"GPUFLEET_SHARED_DIR={tmp_path / 'fsx'} GPUFLEET_OPERATOR_SCRIPTS_SHA256={archive_sha256} "
+            f'GPUFLEET_IMDS_URL=http://imds.test exec "{node.root}/opt/gpufleet/node/run-setup.sh"',
         ],
         env={
             "PATH": f"{node.bin_dir}:/usr/bin:/bin",
@@ -147,7 +167,16 @@ def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path, clus
     assert setup.returncode == 0, setup.stderr
     ran = [line.split("running ")[1] for line in setup.stdout.splitlines() if line.startswith("run-setup: running")]
     # MIG first: enabling it resets the A100s, which would drop clocks locked before. Readiness last.
-    assert ran == ["raid0-nvme", "mig", "gpu-clocks", "efa-env", "cluster-user", "cloudwatch-agent", "node-ready"]
+    assert ran == [
+        "raid0-nvme",
+        "mig",
+        "gpu-clocks",
+        "efa-env",
+        "cluster-user",
+        "cloudwatch-agent",
+        "operator-scripts",
+        "node-ready",
+    ]
     assert milestones(node) == ["tag booting", "mount", "health check", "tag ready"]
     assert node.state["mounts"] == {str(tmp_path / "scratch"): "/dev/md/scratch"}
     assert ["-lgc", "1410,1410"] in node.calls("nvidia-smi")
@@ -209,15 +238,7 @@ def test_the_installed_setup_mounts_the_shared_storage_before_the_node_is_checke
     """dev with an existing file system (storage.existing): the user data installs shared-storage.sh, and the setup
     unit's run mounts the file system of the node's tag before the health check and the readiness tag."""
     source = "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com@tcp:/abcdefgh"
-    storage = {
-        "existing": {
-            "file_system_id": "fs-0123456789abcdef0",
-            "dns_name": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
-            "mount_name": "abcdefgh",
-            "security_group_id": "sg-0123456789abcdef0",
-        }
-    }
-    env = p4d_environment().model_copy(update={"storage": Storage.model_validate(storage)})
+    env = p4d_environment().model_copy(update={"storage": Storage.model_validate(EXISTING_FILE_SYSTEM)})
     run_user_data(node, tmp_path, env)
 
     setup = boot(
@@ -238,6 +259,7 @@ def test_the_installed_setup_mounts_the_shared_storage_before_the_node_is_checke
         "cluster-user",
         "shared-storage",
         "cloudwatch-agent",
+        "operator-scripts",
         "node-ready",
     ]
     assert milestones(node) == ["tag booting", "mount", "mount", "health check", "tag ready"]

@@ -3,15 +3,17 @@ the per-GPU verdicts (ok / reset / replace) from row remapping, ECC counters and
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
+import tarfile
 from pathlib import Path
 
 import pytest
 
 from gpufleet.catalog import load_catalog
 from gpufleet.loading import load_named_environment
-from gpufleet.user_data import render_user_data
+from gpufleet.user_data import operator_scripts_archive, render_user_data
 from tests.scripts.ops.conftest import HEALTHY, TOPOLOGY_CAPTURES
 
 NODE = {
@@ -383,8 +385,10 @@ def test_a_manifest_far_larger_than_one_is_not_read(run_script, versions_manifes
 def test_the_health_check_the_user_data_installs_runs_on_the_settings_of_node_env(
     stub_dir: Path, calls, tmp_path: Path
 ) -> None:
-    """environments/dev.yaml's user data on a fake root, then /opt/gpufleet/ops/node-health-check.sh as node-ready.sh
-    runs it: the settings from node.env alone, the helpers from /opt/gpufleet/lib, no gpufleet."""
+    """environments/dev.yaml's user data on a fake root and the operator scripts' archive unpacked where
+    operator-scripts.sh puts it (tests/scripts/node/test_operator_scripts.py runs that step), then
+    /opt/gpufleet/ops/node-health-check.sh as node-ready.sh runs it: the settings from node.env alone, the helpers
+    from /opt/gpufleet/lib, no gpufleet."""
     root = tmp_path / "root"
     installer_bin = tmp_path / "installer-bin"
     installer_bin.mkdir()
@@ -394,6 +398,8 @@ def test_the_health_check_the_user_data_installs_runs_on_the_settings_of_node_en
     user_data.write_text(render_user_data(load_named_environment("dev"), load_catalog()["p4d.24xlarge"]))
     base = {"HOME": str(tmp_path), "GPUFLEET_ROOT": str(root)}
     subprocess.run(["bash", str(user_data)], check=True, env={**base, "PATH": f"{installer_bin}:/usr/bin:/bin"})
+    with tarfile.open(fileobj=io.BytesIO(operator_scripts_archive()), mode="r:gz") as archive:
+        archive.extractall(root / "opt/gpufleet/ops", filter="data")
 
     stubs = {**HEALTHY, "STUB_LOG": str(tmp_path / "calls.log"), "STUB_DIR": str(tmp_path)}
     done = subprocess.run(
