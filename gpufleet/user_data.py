@@ -90,16 +90,16 @@ def _flag(enabled: bool) -> str:
 def setup_scripts(env: Environment, instance: InstanceType) -> list[str]:
     """The boot-time setup scripts this environment enables, in the order they run: mig before gpu-clocks, since
     enabling MIG on Ampere resets the GPU, which would drop clocks locked before it; shared-storage before the
-    readiness checks, which a node passes only with its storage mounted. Every node gets the cluster user, and runs
-    the CloudWatch agent, so that its journal outlives it; node-ready always last, since it judges the node the
-    others set up (scripts/node/node-ready.sh)."""
+    cluster user, whose home is on it, and before the readiness checks, which a node passes only with its storage
+    mounted. Every node gets the cluster user, and runs the CloudWatch agent, so that its journal outlives it;
+    node-ready always last, since it judges the node the others set up (scripts/node/node-ready.sh)."""
     enabled = {
         "raid0-nvme": env.node.raid0_nvme and instance.nvme.count > 0,
         "mig": env.node.mig_profile is not None,
         "gpu-clocks": env.node.max_clocks,
         "efa-env": env.efa and instance.efa_supported,
-        "cluster-user": True,
         "shared-storage": env.storage is not None,
+        "cluster-user": True,
         "cloudwatch-agent": True,
         "operator-scripts": True,
         "node-ready": True,
@@ -175,6 +175,8 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         # cluster-user.sh: the cluster user, and the secret with its key (stacks/constructs/cluster_user/).
         "GPUFLEET_CLUSTER_USER": CLUSTER_USER_NAME,
         "GPUFLEET_CLUSTER_UID": str(CLUSTER_USER_ID),
+        # Its home where every node sees it, the shared file system, where the environment has one.
+        "GPUFLEET_CLUSTER_HOME": f"{env.storage.mount_path if env.storage else ''}/home/{CLUSTER_USER_NAME}",
         "GPUFLEET_CLUSTER_KEY_SECRET": env.cluster_user_key_secret_name,
         # shared-storage.sh; training code writes checkpoints under GPUFLEET_SHARED_DIR (empty: no shared storage).
         "GPUFLEET_SHARED_DIR": env.storage.mount_path if env.storage else "",

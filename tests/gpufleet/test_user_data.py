@@ -189,8 +189,8 @@ def test_options_turned_off_leave_their_scripts_out(node, left_out):
             "mig",
             "gpu-clocks",
             "efa-env",
-            "cluster-user",
             "shared-storage",
+            "cluster-user",
             "cloudwatch-agent",
             "operator-scripts",
             "node-ready",
@@ -352,6 +352,7 @@ def test_the_settings_of_the_dev_environment():
         "GPUFLEET_AMI_PROFILE": "p4d-ubuntu1804-cuda11",
         "GPUFLEET_CLUSTER_USER": "gpufleet",
         "GPUFLEET_CLUSTER_UID": "2000",
+        "GPUFLEET_CLUSTER_HOME": "/home/gpufleet",
         "GPUFLEET_CLUSTER_KEY_SECRET": "gpufleet-dev-cluster-user-key",
         "GPUFLEET_SHARED_DIR": "",
         "GPUFLEET_SHARED_STORAGE_TAG": "",
@@ -488,8 +489,8 @@ def test_the_helpers_are_written_before_the_scripts_that_source_them():
         "/opt/gpufleet/node/mig.sh",
         "/opt/gpufleet/node/gpu-clocks.sh",
         "/opt/gpufleet/node/efa-env.sh",
-        "/opt/gpufleet/node/cluster-user.sh",
         "/opt/gpufleet/node/shared-storage.sh",
+        "/opt/gpufleet/node/cluster-user.sh",
         "/opt/gpufleet/node/cloudwatch-agent.sh",
         "/opt/gpufleet/node/operator-scripts.sh",
         "/opt/gpufleet/node/node-ready.sh",
@@ -612,9 +613,10 @@ def test_shared_storage_is_mounted_last_before_readiness_where_training_code_fin
 
     assert (
         found["GPUFLEET_SETUP_SCRIPTS"]
-        == "raid0-nvme gpu-clocks efa-env cluster-user shared-storage cloudwatch-agent operator-scripts node-ready"
+        == "raid0-nvme gpu-clocks efa-env shared-storage cluster-user cloudwatch-agent operator-scripts node-ready"
     )
     assert found["GPUFLEET_SHARED_DIR"] == mount_path
+    assert found["GPUFLEET_CLUSTER_HOME"] == f"{mount_path}/home/gpufleet"
     assert found["GPUFLEET_SHARED_STORAGE_TAG"] == "gpufleet:lustre-mount"
 
 

@@ -73,6 +73,7 @@ class Nodes:
             "cluster-user.sh",
             GPUFLEET_CLUSTER_USER="gpufleet",
             GPUFLEET_CLUSTER_UID="2000",
+            GPUFLEET_CLUSTER_HOME="/home/gpufleet",
             GPUFLEET_CLUSTER_KEY_SECRET=SECRET,
             GPUFLEET_IMDS_URL="http://imds.test",
         )

@@ -13,6 +13,7 @@ SECRET = "gpufleet-lab-cluster-user-key"
 SETTINGS = {
     "GPUFLEET_CLUSTER_USER": "gpufleet",
     "GPUFLEET_CLUSTER_UID": "2000",
+    "GPUFLEET_CLUSTER_HOME": "/home/gpufleet",
     "GPUFLEET_CLUSTER_KEY_SECRET": SECRET,
     "GPUFLEET_IMDS_URL": "http://imds.test",
 }
@@ -60,7 +61,7 @@ def test_installs_the_secrets_key_and_trusts_it_from_the_node_subnet_only(cluste
         "authorized_keys": "0o600",
         "config": "0o600",
     }
-    assert cluster_node.calls("chown") == [["-R", "2000:2000", str(ssh)]]
+    assert cluster_node.calls("chown") == [["2000:2000", str(ssh.parent)], ["-R", "2000:2000", str(ssh)]]
     assert cluster_node.calls("aws") == [
         [
             "secretsmanager",
@@ -207,3 +208,31 @@ def test_bad_settings_are_refused(cluster_node, setting, value, error):
 
     assert result.returncode == 1
     assert result.stderr == f"cluster-user: error: {error}\n"
+
+
+def test_a_home_on_shared_storage_is_made_once_and_found_by_every_other_node(cluster_node, cluster_key):
+    """GPUFLEET_CLUSTER_HOME on the shared file system (/fsx/home/gpufleet): the first node makes it; a second node,
+    whose own passwd has no user yet, finds it and writes the same SSH files into it, leaving the user's own files."""
+    home = cluster_node.root / "fsx/home/gpufleet"
+
+    set_up(cluster_node, GPUFLEET_CLUSTER_HOME="/fsx/home/gpufleet")
+    (home / "train.py").write_text("print('hello')\n")
+    first = {path.name: path.read_bytes() for path in (home / ".ssh").iterdir()}
+    (cluster_node.root / "etc/passwd").unlink()
+    (cluster_node.root / "etc/group").unlink()
+    set_up(cluster_node, GPUFLEET_CLUSTER_HOME="/fsx/home/gpufleet")
+
+    assert (cluster_node.root / "etc/passwd").read_text() == "gpufleet:x:2000:2000::/fsx/home/gpufleet:/bin/bash\n"
+    assert oct(home.stat().st_mode & 0o777) == "0o750"
+    assert sorted(path.name for path in home.iterdir()) == [".ssh", "train.py"]
+    assert {path.name: path.read_bytes() for path in (home / ".ssh").iterdir()} == first
+    assert sorted(first) == ["authorized_keys", "config", "id_ed25519", "id_ed25519.pub"]
+
+
+def test_a_home_that_is_no_absolute_path_is_refused(cluster_node):
+    result = set_up(cluster_node, check=False, GPUFLEET_CLUSTER_HOME="fsx/home/gpufleet")
+
+    assert result.returncode == 1
+    assert result.stderr == (
+        "cluster-user: error: GPUFLEET_CLUSTER_HOME must be an absolute path, got 'fsx/home/gpufleet'\n"
+    )

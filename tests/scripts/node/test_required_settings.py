@@ -31,6 +31,7 @@ CASES = [
         (),
         [
             "cluster-user: error: GPUFLEET_CLUSTER_USER is not set (from /etc/gpufleet/node.env)",
+            "cluster-user: error: GPUFLEET_CLUSTER_HOME is not set (from /etc/gpufleet/node.env)",
             "cluster-user: error: GPUFLEET_CLUSTER_KEY_SECRET is not set (from /etc/gpufleet/node.env)",
         ],
     ),

@@ -121,6 +121,7 @@ def cluster_user_node(node: FakeNode) -> dict[str, str]:
     return {
         "GPUFLEET_CLUSTER_USER": "gpufleet",
         "GPUFLEET_CLUSTER_UID": "2000",
+        "GPUFLEET_CLUSTER_HOME": "/home/gpufleet",
         "GPUFLEET_CLUSTER_KEY_SECRET": "gpufleet-lab-cluster-user-key",
         "GPUFLEET_IMDS_URL": "http://imds.test",
     }
