@@ -22,9 +22,10 @@ SYSTEM_DIRECTORIES = frozenset(
     | {"/usr", "/var"}
 )
 # Tag keys EC2 can show in the instance metadata, which the nodes read the mount source from (SHARED_STORAGE_TAG_KEY):
-# EC2 user guide, "View tags for your EC2 instances from instance metadata" (work-with-tags-in-IMDS.html): with tags
-# in the metadata allowed, a key may hold only letters, digits and + - = . , _ : @, and may not be "." or ".." or
-# "_index" (the wording is unconfirmed: checked against no primary page here).
+# EC2 user guide, "View tags for your EC2 instances using instance metadata" (work-with-tags-in-IMDS.html): with tags
+# in the metadata allowed, "instance tag keys are subject to specific restrictions. Non-compliance will result in
+# failed launches for new instances": only letters, numbers and + - = . , _ : @, no spaces or /, not only "." or
+# ".." or "_index".
 METADATA_TAG_KEY = re.compile(r"(?!\.{1,2}$|_index$)[A-Za-z0-9+=.,_:@-]+")
 
 
