@@ -15,6 +15,14 @@
 readonly NODE_SETTINGS="from /etc/gpufleet/node.env"
 readonly PIPELINE_SETTINGS="set by the AMI pipeline's CodeBuild project, or by start-build --environment-variables-override"
 
+# The instance metadata service, IMDSv2 (EC2 user guide, instance-metadata-v2-how-it-works: a PUT to api/token gives a
+# session token, each GET carries it): GPUFLEET_IMDS_URL in tests, else the link-local endpoint. Two seconds a call:
+# it answers at once or not at all. imds_token prints a token good for 60 seconds; imds_get TOKEN ITEM prints
+# meta-data/ITEM and fails on an HTTP error (curl -f).
+IMDS_URL=${GPUFLEET_IMDS_URL:-http://169.254.169.254}
+imds_token() { curl -fsS --max-time 2 -X PUT -H "X-aws-ec2-metadata-token-ttl-seconds: 60" "$IMDS_URL/latest/api/token"; }
+imds_get() { curl -fsS --max-time 2 -H "X-aws-ec2-metadata-token: $1" "$IMDS_URL/latest/meta-data/$2"; }
+
 SCRIPT_NAME=${0##*/}
 SCRIPT_NAME=${SCRIPT_NAME%.sh}
 # The exit status of die and require_settings; a script whose exit statuses say more sets its own after sourcing.

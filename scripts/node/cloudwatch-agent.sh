@@ -16,15 +16,13 @@ readonly AGENT_CTL=/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-
 # The agent's own configuration directory, which fetch-config reads the file from.
 readonly AGENT_CONFIG=/opt/aws/amazon-cloudwatch-agent/etc/gpufleet.json
 root=${GPUFLEET_ROOT:-}
-imds=${GPUFLEET_IMDS_URL:-http://169.254.169.254}
 
 [[ -r $root$CONFIG ]] || die "no agent configuration at $CONFIG (the user data writes it): run the user data again"
 [[ -x $root$AGENT_CTL ]] ||
   die "no CloudWatch agent on this image ($AGENT_CTL): use an image of a gpufleet AMI profile, which installs it"
-token=$(curl -fsS --max-time 2 -X PUT -H "X-aws-ec2-metadata-token-ttl-seconds: 60" "$imds/latest/api/token") ||
-  die "cannot get an IMDSv2 token from $imds"
+token=$(imds_token) || die "cannot get an IMDSv2 token from $IMDS_URL"
 response=$(curl -sS --max-time 2 -H "X-aws-ec2-metadata-token: $token" -w '\n%{http_code}' \
-  "$imds/latest/meta-data/instance-life-cycle") || die "cannot reach $imds"
+  "$IMDS_URL/latest/meta-data/instance-life-cycle") || die "cannot reach $IMDS_URL"
 [[ ${response##*$'\n'} == 200 ]] ||
   die "IMDS answered meta-data/instance-life-cycle with HTTP ${response##*$'\n'}"
 market=${response%$'\n'*}

@@ -29,12 +29,8 @@ readonly TAG_VALUE_MAX=256
 require_settings "$NODE_SETTINGS" GPUFLEET_READINESS_TAG
 mode=${1:-check}
 [[ $mode == check || $mode == --booting ]] || die "usage: node-ready.sh [--booting]"
-imds=${GPUFLEET_IMDS_URL:-http://169.254.169.254}
 failed_steps=${GPUFLEET_FAILED_SETUP_STEPS:-}
 health_check=${GPUFLEET_ROOT:-}$HEALTH_CHECK
-
-# Prints IMDS metadata item $1 with token $2.
-metadata() { curl -fsS --max-time 2 -H "X-aws-ec2-metadata-token: $2" "$imds/latest/meta-data/$1"; }
 
 # Sets the readiness tag to $1, a tag value. Fails, saying why, when it cannot.
 mark() {
@@ -43,9 +39,9 @@ mark() {
     error "no AWS CLI on this node (aws is not on PATH): cannot set $GPUFLEET_READINESS_TAG=$value"
     return 1
   fi
-  if ! token=$(curl -fsS --max-time 2 -X PUT -H "X-aws-ec2-metadata-token-ttl-seconds: 60" "$imds/latest/api/token") ||
-    ! instance_id=$(metadata instance-id "$token") || ! region=$(metadata placement/region "$token"); then
-    error "cannot read the instance id and region from $imds: cannot set $GPUFLEET_READINESS_TAG=$value"
+  if ! token=$(imds_token) || ! instance_id=$(imds_get "$token" instance-id) ||
+    ! region=$(imds_get "$token" placement/region); then
+    error "cannot read the instance id and region from $IMDS_URL: cannot set $GPUFLEET_READINESS_TAG=$value"
     return 1
   fi
   # Standard retries (the AWS CLI's default mode) with more attempts: a boot may come before the network settles.

@@ -22,14 +22,11 @@ url=$GPUFLEET_OPERATOR_SCRIPTS
 sha256=$GPUFLEET_OPERATOR_SCRIPTS_SHA256
 [[ $url =~ ^s3://[a-z0-9.-]+/[^[:space:]]+$ ]] || die "GPUFLEET_OPERATOR_SCRIPTS must be s3://BUCKET/KEY, got '$url'"
 [[ $sha256 =~ ^[0-9a-f]{64}$ ]] || die "GPUFLEET_OPERATOR_SCRIPTS_SHA256 must be 64 hex digits, got '$sha256'"
-imds=${GPUFLEET_IMDS_URL:-http://169.254.169.254}
 target=${GPUFLEET_ROOT:-}$OPS_DIR
 
 command -v aws >/dev/null || die "no AWS CLI on this node (aws is not on PATH) to fetch the operator scripts from $url"
-token=$(curl -fsS --max-time 2 -X PUT -H "X-aws-ec2-metadata-token-ttl-seconds: 60" "$imds/latest/api/token") ||
-  die "no IMDSv2 token from $imds"
-region=$(curl -fsS --max-time 2 -H "X-aws-ec2-metadata-token: $token" "$imds/latest/meta-data/placement/region") ||
-  die "cannot read the region from $imds"
+token=$(imds_token) || die "no IMDSv2 token from $IMDS_URL"
+region=$(imds_get "$token" placement/region) || die "cannot read the region from $IMDS_URL"
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

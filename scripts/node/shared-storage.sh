@@ -23,7 +23,6 @@ readonly SHARED_MODE=1777
 require_settings "$NODE_SETTINGS" GPUFLEET_SHARED_DIR GPUFLEET_SHARED_STORAGE_TAG
 dir=$GPUFLEET_SHARED_DIR
 tag=$GPUFLEET_SHARED_STORAGE_TAG
-imds=${GPUFLEET_IMDS_URL:-http://169.254.169.254}
 attempts=3
 pause=${GPUFLEET_SHARED_MOUNT_RETRY_SECONDS:-10}
 [[ $pause =~ ^[0-9]+$ ]] || die "GPUFLEET_SHARED_MOUNT_RETRY_SECONDS must be a number of seconds, got '$pause'"
@@ -35,10 +34,9 @@ fi
 # mount -t lustre runs mount.lustre (lustre-client-utils on Ubuntu, lustre-client on Amazon Linux).
 command -v mount.lustre >/dev/null || die "no Lustre client (mount.lustre) on this image"
 
-token=$(curl -fsS --max-time 2 -X PUT -H "X-aws-ec2-metadata-token-ttl-seconds: 60" "$imds/latest/api/token") ||
-  die "no IMDSv2 token from $imds"
+token=$(imds_token) || die "no IMDSv2 token from $IMDS_URL"
 reply=$(curl -sS --max-time 2 -H "X-aws-ec2-metadata-token: $token" -w '\n%{http_code}' \
-  "$imds/latest/meta-data/tags/instance/$tag") || die "no instance metadata at $imds"
+  "$IMDS_URL/latest/meta-data/tags/instance/$tag") || die "no instance metadata at $IMDS_URL"
 source=${reply%$'\n'*} status=${reply##*$'\n'}
 [[ $status == 200 && $source =~ ^[A-Za-z0-9.-]+@tcp:/[A-Za-z0-9_-]{1,8}$ ]] ||
   die "instance tag $tag holds no Lustre mount source (HTTP $status)"
