@@ -7,6 +7,17 @@ group_capacity/ carry a link to this file in runtime/gpufleet/). The import cont
 ([tool.importlinter]) keep it a leaf.
 """
 
+# flavour: how an environment runs its nodes. fleet: gpufleet's own node group (a Spot Fleet or an Auto Scaling group,
+# fleet.backend) booting a gpufleet image with gpufleet's node scripts; eks: an EKS cluster whose GPU managed node
+# groups boot EKS's AL2023 NVIDIA image, jobs running as Kubernetes MPIJobs (NOTES-issue22.md, "Design").
+FLAVOUR_FLEET = "fleet"
+FLAVOUR_EKS = "eks"
+FLAVOURS = (FLAVOUR_FLEET, FLAVOUR_EKS)
+# eks.kubernetes_version: the versions gpufleet pins a kubectl Lambda layer for. aws-cdk-lib 2.275's
+# aws_eks_v2.KubernetesVersion.V1_35 asks for "a KubectlV35Layer from @aws-cdk/lambda-layer-kubectl-v35" (its
+# docstring); EKS has offered 1.35 since 2026-01-28, in standard support until 2027-03-27 (endoflife.date/amazon-eks).
+EKS_KUBERNETES_VERSIONS = ("1.35",)
+
 # fleet.backend: what keeps the nodes running, an EC2 Spot Fleet request or an EC2 Auto Scaling group.
 BACKEND_SPOT_FLEET = "spot-fleet"
 BACKEND_AUTO_SCALING = "auto-scaling"

@@ -20,8 +20,11 @@ from gpufleet.constants import (
     ALLOCATION_STRATEGIES,
     BACKEND_SPOT_FLEET,
     DATA_REPOSITORY_EVENTS,
+    EKS_KUBERNETES_VERSIONS,
     ENVIRONMENT_TAG_KEY,
     FALLBACK_CHECK_INTERVAL_MINUTES,
+    FLAVOUR_FLEET,
+    FLAVOURS,
     FLEET_BACKENDS,
     FLEET_TYPE_MAINTAIN,
     FLEET_TYPE_REQUEST,
@@ -560,9 +563,102 @@ class Storage(_Section):
     existing: ExistingFileSystem | None = Field(None, description="An existing file system instead of lustre.")
 
 
+# An IAM role or user ARN, as an EKS access entry takes one (EKS API reference, CreateAccessEntry principalArn: "The
+# ARN of the IAM principal for the AccessEntry"; IAM user guide, reference_identifiers, for the name characters).
+# An assumed-role session ARN (arn:aws:sts::...) names no principal an access entry can hold (unconfirmed).
+IAM_PRINCIPAL_ARN = re.compile(r"arn:aws(-[a-z]+)*:iam::\d{12}:(role|user)/[A-Za-z0-9+=,.@_/-]{1,512}")
+# A node group's instance type, as EC2 spells one (family, generation and options, a dot, a size), e.g. m6i.large.
+INSTANCE_TYPE_NAME = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9-]+")
+# Nodes in one managed node group: EKS's quota "Nodes per managed node group", 450 (EKS user guide, service-quotas)
+# (unconfirmed).
+MANAGED_NODE_GROUP_MAX_NODES = 450
+
+
+def _admin_principals_problem(arns: tuple[str, ...]) -> str | None:
+    # The cluster is made without the creator's admin entry (aws_eks_v2 access entries only), so these principals are
+    # the only way in; CreateAccessEntry refuses a principal that already has an entry (EKS API reference).
+    if not arns:
+        return "no principal (name at least one IAM role or user ARN: without one no one can reach the cluster)"
+    if len(set(arns)) != len(arns):
+        return f"{list(arns)} names a principal twice (an access entry per principal: list each once)"
+    return None
+
+
+def _system_node_count_problem(count: int) -> str | None:
+    if not 1 <= count <= MANAGED_NODE_GROUP_MAX_NODES:
+        return (
+            f"{count} is out of range (1 to {MANAGED_NODE_GROUP_MAX_NODES}: CoreDNS and the operators need a node, and "
+            f"a managed node group holds at most {MANAGED_NODE_GROUP_MAX_NODES})"
+        )
+    return None
+
+
+IamPrincipalArn = Annotated[
+    StrictStr, _matching("an IAM role or user ARN", IAM_PRINCIPAL_ARN, "arn:aws:iam::123456789012:role/Admin")
+]
+SubnetId = Annotated[StrictStr, checked(_resource_id_problem("subnet"))]
+
+
+class SystemNodes(_Section):
+    """The small managed node group that runs what is not a GPU job: CoreDNS, the MPI operator, the controllers."""
+
+    instance_type: Annotated[StrictStr, _matching("an EC2 instance type", INSTANCE_TYPE_NAME, "m6i.large")] = Field(
+        "m6i.large", description="Instance type of the system nodes."
+    )
+    count: Annotated[StrictInt, checked(_system_node_count_problem)] = Field(
+        2, description=f"How many system nodes (1 to {MANAGED_NODE_GROUP_MAX_NODES})."
+    )
+
+
+class EksAddOns(_Section):
+    """What gpufleet installs into the cluster, each at a pinned version."""
+
+    efa_device_plugin: StrictBool = Field(
+        True, description="The AWS EFA Kubernetes device plugin: the GPU nodes advertise vpc.amazonaws.com/efa."
+    )
+    nvidia_device_plugin: StrictBool = Field(
+        True, description="The NVIDIA device plugin (MOFED off, so it leaves the EFA devices to the EFA plugin)."
+    )
+    mpi_operator: StrictBool = Field(True, description="The Kubeflow MPI operator, which runs MPIJobs.")
+    fsx_csi_driver: StrictBool = Field(
+        True, description="The FSx for Lustre CSI driver, where the environment has storage."
+    )
+
+
+class Eks(_Section):
+    """The EKS cluster of an environment with flavour: eks."""
+
+    kubernetes_version: Annotated[StrictStr, one_of("a Kubernetes version gpufleet pins", EKS_KUBERNETES_VERSIONS)] = (
+        Field(
+            description='The cluster\'s Kubernetes version, quoted ("1.35"); written in the file because EKS upgrades '
+            "a cluster one way only."
+        )
+    )
+    admin_principal_arns: Annotated[tuple[IamPrincipalArn, ...], checked(_admin_principals_problem)] = Field(
+        description="IAM roles or users that get a cluster-admin access entry (at least one)."
+    )
+    control_plane_availability_zones: tuple[StrictStr, ...] | None = Field(
+        None,
+        description="A new VPC (network.cidr): two or more availability zones of the region; the network stack adds "
+        "a small control-plane subnet in each (EKS needs subnets in two AZs).",
+    )
+    control_plane_subnet_ids: tuple[SubnetId, ...] | None = Field(
+        None,
+        description="An existing VPC (network.vpc_id): two or more subnets in different availability zones for the "
+        "control plane's network interfaces.",
+    )
+    system_nodes: SystemNodes = Field(SystemNodes(), description="The node group for everything but GPU jobs.")
+    add_ons: EksAddOns = Field(EksAddOns(), description="What gpufleet installs into the cluster.")
+
+
 class Environment(_Section):
     name: Annotated[StrictStr, checked(_name_problem)] = Field(
         description="Environment name; must equal the file name without .yaml."
+    )
+    flavour: Annotated[StrictStr, one_of("a flavour", FLAVOURS)] = Field(
+        FLAVOUR_FLEET,
+        description="fleet: gpufleet's own node group booting a gpufleet image | eks: an EKS cluster with GPU managed "
+        "node groups on EKS's NVIDIA image (the eks section).",
     )
     account: AccountId = Field(description='AWS account id, 12 digits, quoted ("123456789012").')
     region: RegionName = Field(description="AWS region (one the pinned botocore lists), e.g. us-east-1.")
@@ -574,9 +670,13 @@ class Environment(_Section):
     efa: StrictBool = Field(True, description="One EFA interface per network card.")
     capacity: Capacity = Field(description="How many nodes, and how many of them on-demand.")
     fleet: Fleet = Field(
-        Fleet(), description="How the node group (a Spot Fleet or an Auto Scaling group) keeps the nodes running."
+        Fleet(),
+        description="How the node group (a Spot Fleet or an Auto Scaling group) keeps the nodes running (fleet "
+        "flavour).",
     )
-    ami: Ami = Field(description="The node image: exactly one of ssm_parameter and id.")
+    ami: Ami | None = Field(
+        None, description="The node image, required by the fleet flavour: exactly one of ssm_parameter and id."
+    )
     root_volume_gib: Annotated[StrictInt, checked(_root_volume_problem)] = Field(
         200, description="Size of the encrypted gp3 root volume."
     )
@@ -586,13 +686,29 @@ class Environment(_Section):
     tags: dict[Annotated[StrictStr, checked(_tag_key_problem)], Annotated[StrictStr, checked(_tag_value_problem)]] = (
         Field(default_factory=dict, description="Tags on every resource and node.")
     )
-    node: Node = Field(Node(), description="What the node does at boot (user data).")
+    node: Node = Field(
+        Node(), description="What the node does at boot (user data; on the eks flavour only raid0_nvme, by nodeadm)."
+    )
     monitoring: Monitoring = Field(
-        Monitoring(), description="The CloudWatch agent on every node: its log group, metrics and dashboard."
+        Monitoring(),
+        description="The CloudWatch agent on every node: its log group, metrics and dashboard (fleet flavour).",
     )
     storage: Storage | None = Field(
         None, description="Shared storage every node mounts at boot (FSx for Lustre), kept apart from the cluster."
     )
+    eks: Eks | None = Field(None, description="The EKS cluster, required by the eks flavour.")
+
+    @property
+    def fleet_ami(self) -> Ami:
+        """The fleet flavour's node image (gpufleet.validators.image.AmiSourceValidator makes it required there)."""
+        assert self.ami is not None, "the environment's validation: the fleet flavour has ami"
+        return self.ami
+
+    @property
+    def image_parameter(self) -> str | None:
+        """The SSM parameter the nodes' image id comes from; None for an ami.id, and on the eks flavour (EKS's own
+        image)."""
+        return self.ami.ssm_parameter if self.ami is not None else None
 
     @property
     def stack_prefix(self) -> str:

@@ -171,7 +171,7 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         "GPUFLEET_CAPACITY_BLOCK": env.capacity.capacity_block.reservation_id if env.capacity.capacity_block else "",
         # scripts/ops/node-health-check.sh: the profile the node's image must be built from (its versions.json);
         # empty for an image given by ami.id or by a parameter the AMI pipeline does not write.
-        "GPUFLEET_AMI_PROFILE": published_profile(env.ami.ssm_parameter) or "",
+        "GPUFLEET_AMI_PROFILE": published_profile(env.image_parameter) or "",
         # cluster-user.sh: the cluster user, and the secret with its key (stacks/constructs/cluster_user/).
         "GPUFLEET_CLUSTER_USER": CLUSTER_USER_NAME,
         "GPUFLEET_CLUSTER_UID": str(CLUSTER_USER_ID),

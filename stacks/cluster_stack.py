@@ -72,7 +72,7 @@ class ClusterStack(cdk.Stack):
             environment_name=environment.name,
             instance=instance,
             efa=environment.efa,
-            ami=environment.ami,
+            ami=environment.fleet_ami,
             root_volume_gib=environment.root_volume_gib,
             key_pair=environment.key_pair,
             backend=environment.fleet.backend,

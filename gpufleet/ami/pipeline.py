@@ -131,7 +131,7 @@ def publish_regions(pipeline: Pipeline, environments: list[Environment]) -> dict
     or reading an unlisted profile gets nothing here; gpufleet.validators.image.PublishedImageValidator reports it."""
     regions = {profile: [pipeline.region] for profile in pipeline.profiles}
     for environment in environments:
-        profile = published_profile(environment.ami.ssm_parameter)
+        profile = published_profile(environment.image_parameter)
         if profile not in regions or environment.account != pipeline.account:
             continue
         if environment.region not in regions[profile]:

@@ -216,12 +216,17 @@ def check_vcpu_quota(ec2: Any, quotas: Any, env: Environment, spec: InstanceType
 
 
 def check_ami(ssm: Any, ec2: Any, env: Environment) -> Check:
+    if env.ami is None:
+        return Check(
+            "ami", "pass", "no gpufleet image to check: the eks flavour's nodes boot EKS's AL2023 NVIDIA image"
+        )
     source = ""
-    image_id = env.ami.id
+    ami = env.ami
+    image_id = ami.id
     try:
-        if env.ami.ssm_parameter:
-            source = f" (from {env.ami.ssm_parameter})"
-            image_id = ssm.get_parameter(Name=env.ami.ssm_parameter)["Parameter"]["Value"]
+        if ami.ssm_parameter:
+            source = f" (from {ami.ssm_parameter})"
+            image_id = ssm.get_parameter(Name=ami.ssm_parameter)["Parameter"]["Value"]
         images = ec2.describe_images(ImageIds=[image_id])["Images"]
     except ClientError as error:
         code = error_code(error)
@@ -229,7 +234,7 @@ def check_ami(ssm: Any, ec2: Any, env: Environment) -> Check:
             return Check(
                 "ami",
                 "fail",
-                f"SSM parameter {env.ami.ssm_parameter} not found in {env.region}: "
+                f"SSM parameter {ami.ssm_parameter} not found in {env.region}: "
                 "build the image (AMI pipeline) or fix ami.ssm_parameter",
             )
         if code.startswith("InvalidAMIID"):

@@ -1,6 +1,7 @@
 """One small validator per rule an environment must satisfy that needs more than one field or outside knowledge
 (the instance catalog, the AMI pipeline, the node scripts, the clock), one module per domain: naming, network, node,
-capacity, fleet, fallback, image, storage; and the rules of the AMI pipeline's file (pipeline).
+capacity, fleet, fallback, image, storage, eks; and the rules of the AMI pipeline's file (pipeline). A validator
+applies to the flavours it names (EnvironmentValidator.flavours): the fleet flavour's own rules are skipped on eks.
 
 Each validator returns Problems naming the field and saying what is wrong and what is allowed; the caller
 prefixes the file name. validate_environment runs them all so a user sees every problem at once, once the file
@@ -36,6 +37,12 @@ from gpufleet.validators.capacity import (
     ReservationPreferenceValidator,
     ReservationTargetValidator,
     ReservedInstanceTypeValidator,
+)
+from gpufleet.validators.eks import (
+    ControlPlaneSubnetsValidator,
+    EksSectionValidator,
+    FleetOnlyOptionsValidator,
+    ImageEgressValidator,
 )
 from gpufleet.validators.fallback import (
     FallbackCapacityBlockValidator,
@@ -77,9 +84,13 @@ from gpufleet.validators.storage import (
 # In the order `gpufleet validate` reports their problems.
 VALIDATORS: tuple[EnvironmentValidator, ...] = (
     EnvironmentNameValidator(),
+    EksSectionValidator(),
+    FleetOnlyOptionsValidator(),
     AvailabilityZoneValidator(),
     NetworkChoiceValidator(),
     NodeSubnetCapacityValidator(),
+    ControlPlaneSubnetsValidator(),
+    ImageEgressValidator(),
     InstanceTypeValidator(),
     EfaSupportValidator(),
     OnDemandCapacityValidator(),
@@ -124,4 +135,9 @@ def validate_environment(
     env: Environment, path: Path, now: dt.datetime | None = None, ami_pipeline: Pipeline | None = None
 ) -> list[Problem]:
     context = ValidationContext(path=path, now=now or dt.datetime.now(dt.UTC), ami_pipeline=ami_pipeline)
-    return [problem for validator in VALIDATORS for problem in validator.check(env, context)]
+    return [
+        problem
+        for validator in VALIDATORS
+        if env.flavour in validator.flavours
+        for problem in validator.check(env, context)
+    ]

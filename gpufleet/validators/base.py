@@ -5,8 +5,10 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from gpufleet.ami.pipeline import Pipeline
+from gpufleet.constants import FLAVOUR_FLEET, FLAVOURS
 from gpufleet.environment import Environment
 from gpufleet.rules import Validator
 
@@ -20,4 +22,13 @@ class ValidationContext:
 
 
 class EnvironmentValidator(Validator[Environment, ValidationContext]):
-    """A rule of an environment file."""
+    """A rule of an environment file, checked for the flavours it names (gpufleet.constants.FLAVOURS)."""
+
+    flavours: ClassVar[tuple[str, ...]] = FLAVOURS
+
+
+class FleetFlavourValidator(EnvironmentValidator):
+    """A rule about what only the fleet flavour has: gpufleet's node group (fleet), its node image and its node
+    scripts (the user data)."""
+
+    flavours = (FLAVOUR_FLEET,)

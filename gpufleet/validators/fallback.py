@@ -5,10 +5,10 @@ from __future__ import annotations
 from gpufleet.constants import BACKEND_SPOT_FLEET, FLEET_TYPE_MAINTAIN
 from gpufleet.environment import Environment
 from gpufleet.rules import Problem
-from gpufleet.validators.base import EnvironmentValidator, ValidationContext
+from gpufleet.validators.base import FleetFlavourValidator, ValidationContext
 
 
-class FallbackNeedsSpotValidator(EnvironmentValidator):
+class FallbackNeedsSpotValidator(FleetFlavourValidator):
     field = "fleet.fallback"
 
     def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
@@ -20,7 +20,7 @@ class FallbackNeedsSpotValidator(EnvironmentValidator):
         return []
 
 
-class FallbackNeedsMaintainValidator(EnvironmentValidator):
+class FallbackNeedsMaintainValidator(FleetFlavourValidator):
     field = "fleet.fallback"
 
     def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
@@ -35,7 +35,7 @@ class FallbackNeedsMaintainValidator(EnvironmentValidator):
         return []
 
 
-class FallbackCeilingValidator(EnvironmentValidator):
+class FallbackCeilingValidator(FleetFlavourValidator):
     field = "fleet.fallback.max_extra_on_demand"
 
     def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
@@ -51,7 +51,7 @@ class FallbackCeilingValidator(EnvironmentValidator):
         return []
 
 
-class FallbackCapacityBlockValidator(EnvironmentValidator):
+class FallbackCapacityBlockValidator(FleetFlavourValidator):
     field = "fleet.fallback"
 
     def check(self, env: Environment, context: ValidationContext) -> list[Problem]:

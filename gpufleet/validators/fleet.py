@@ -16,10 +16,10 @@ from gpufleet.constants import (
 )
 from gpufleet.environment import Environment, Fleet
 from gpufleet.rules import Problem
-from gpufleet.validators.base import EnvironmentValidator, ValidationContext
+from gpufleet.validators.base import FleetFlavourValidator, ValidationContext
 
 
-class RolloutValidator(EnvironmentValidator):
+class RolloutValidator(FleetFlavourValidator):
     field = "fleet.rollout"
 
     def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
@@ -33,7 +33,7 @@ class RolloutValidator(EnvironmentValidator):
         return []
 
 
-class CapacityRebalanceValidator(EnvironmentValidator):
+class CapacityRebalanceValidator(FleetFlavourValidator):
     field = "fleet.capacity_rebalance"
 
     def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
@@ -68,7 +68,7 @@ def valid_until_problem(valid_until: dt.datetime | None, now: dt.datetime) -> st
     return None
 
 
-class ValidUntilValidator(EnvironmentValidator):
+class ValidUntilValidator(FleetFlavourValidator):
     """A warning: the date passes with no edit to the file, and the cluster must still be possible to destroy."""
 
     field = "fleet.valid_until"
@@ -78,7 +78,7 @@ class ValidUntilValidator(EnvironmentValidator):
         return self.problem_if(valid_until_problem(env.fleet.valid_until, context.now))
 
 
-class AutoScalingValidator(EnvironmentValidator):
+class AutoScalingValidator(FleetFlavourValidator):
     """A rule of fleet.backend auto-scaling: what a Spot Fleet offers and an Auto Scaling group does not."""
 
     def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
@@ -129,7 +129,7 @@ class AutoScalingReplaceUnhealthyValidator(AutoScalingValidator):
         return None
 
 
-class AutoScalingReplacementStrategyValidator(EnvironmentValidator):
+class AutoScalingReplacementStrategyValidator(FleetFlavourValidator):
     """An Auto Scaling group's CapacityRebalance is on or off: it launches the replacement, then terminates the old
     node itself, with no launch-before-terminate strategy and no termination delay. source: cfn-lint 1.58's bundled
     AWS::AutoScaling::AutoScalingGroup schema, properties.CapacityRebalance ("type": "boolean": "After launching a

@@ -5,14 +5,18 @@ from __future__ import annotations
 from gpufleet.ami import published_profile
 from gpufleet.environment import Environment
 from gpufleet.rules import Problem
-from gpufleet.validators.base import EnvironmentValidator, ValidationContext
+from gpufleet.validators.base import FleetFlavourValidator, ValidationContext
 
 
-class AmiSourceValidator(EnvironmentValidator):
+class AmiSourceValidator(FleetFlavourValidator):
     field = "ami"
 
     def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
         ami = env.ami
+        if ami is None:
+            return self.problem(
+                "required key is missing (the fleet flavour's nodes boot the image it names: set ssm_parameter or id)"
+            )
         if (ami.ssm_parameter is None) == (ami.id is None):
             return self.problem(
                 "set exactly one of ssm_parameter and id (e.g. ssm_parameter: /gpufleet/ami/p4d-ubuntu2204)"
@@ -20,7 +24,7 @@ class AmiSourceValidator(EnvironmentValidator):
         return []
 
 
-class PublishedImageValidator(EnvironmentValidator):
+class PublishedImageValidator(FleetFlavourValidator):
     """An environment that reads /gpufleet/ami/PROFILE needs that parameter, and the image it names, in its own
     account and region: SSM parameters and AMIs are regional. The AMI pipeline builds its profiles in its region and
     copies each new image to the region of every environment in environments/ that reads the profile
@@ -32,17 +36,17 @@ class PublishedImageValidator(EnvironmentValidator):
 
     def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
         pipeline = context.ami_pipeline
-        profile = published_profile(env.ami.ssm_parameter)
+        profile = published_profile(env.image_parameter)
         if pipeline is None or profile is None:
             return []
         if profile not in pipeline.profiles:
             return self.problem(
-                f"{env.ami.ssm_parameter} is not published in {env.region}: the AMI pipeline builds "
+                f"{env.image_parameter} is not published in {env.region}: the AMI pipeline builds "
                 f"{', '.join(pipeline.profiles)} (add {profile} to profiles in ami/pipeline.yaml)"
             )
         if env.account != pipeline.account:
             return self.problem(
-                f"{env.ami.ssm_parameter} is published in account {pipeline.account}, not in {env.account} "
+                f"{env.image_parameter} is published in account {pipeline.account}, not in {env.account} "
                 f"(deploy in {pipeline.account}, or set ami.id to an image shared with {env.account})"
             )
         return []

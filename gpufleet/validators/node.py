@@ -11,7 +11,7 @@ from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
 from gpufleet.rules import Problem, choice_problem
 from gpufleet.user_data import DEFAULT_CHECKPOINT_HOOK, user_data_size_problem
-from gpufleet.validators.base import EnvironmentValidator, ValidationContext
+from gpufleet.validators.base import EnvironmentValidator, FleetFlavourValidator, ValidationContext
 
 
 class InstanceTypeValidator(EnvironmentValidator):
@@ -39,7 +39,7 @@ class EfaSupportValidator(EnvironmentValidator):
         return []
 
 
-class MigProfileValidator(EnvironmentValidator):
+class MigProfileValidator(FleetFlavourValidator):
     field = "node.mig_profile"
 
     def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
@@ -63,7 +63,7 @@ class MigProfileValidator(EnvironmentValidator):
         return []
 
 
-class MigPurposeValidator(EnvironmentValidator):
+class MigPurposeValidator(FleetFlavourValidator):
     field = "node.mig_purpose"
 
     def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
@@ -74,7 +74,7 @@ class MigPurposeValidator(EnvironmentValidator):
         return self.problem_if(choice_problem(env.node.mig_purpose, "a MIG purpose", MIG_PURPOSES))
 
 
-class UserDataSizeValidator(EnvironmentValidator):
+class UserDataSizeValidator(FleetFlavourValidator):
     """EC2's user-data limit, checked on the compressed user data this environment's nodes get, so that
     `gpufleet validate` refuses what a deploy would."""
 
@@ -90,7 +90,7 @@ class UserDataSizeValidator(EnvironmentValidator):
             return [Problem(self.field, line) for line in error.problems]
 
 
-class CheckpointHookValidator(EnvironmentValidator):
+class CheckpointHookValidator(FleetFlavourValidator):
     """A hook the nodes cannot run fails only when it is needed, on the node being reclaimed (exit status 127, in that
     node's journal): its program must be one the user data installs (DEFAULT_CHECKPOINT_HOOK, whose arguments are
     checked as scripts/node/save-checkpoint.sh reads them), or an absolute path on an image gpufleet does not build
@@ -115,7 +115,7 @@ class CheckpointHookValidator(EnvironmentValidator):
                     f"{DEFAULT_CHECKPOINT_HOOK} takes only --wait SECONDS, got '{shlex.join(arguments)}'"
                 )
             return []
-        if published_profile(env.ami.ssm_parameter) is not None:
+        if published_profile(env.image_parameter) is not None:
             return self.problem(
                 f"{program} is not on the nodes: the AMI pipeline's images carry no checkpoint hook and the user data "
                 f"installs only {DEFAULT_CHECKPOINT_HOOK} (use it, or set ami.id to an image of your own that has "

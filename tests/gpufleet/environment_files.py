@@ -24,9 +24,22 @@ VALID = {
 }
 
 
-def changed(changes: dict[str, object]) -> dict:
-    """VALID with dotted keys set (a value of None removes the key)."""
-    document = copy.deepcopy(VALID)
+# The lab environment on the eks flavour: a new VPC with its NAT gateway, control-plane subnets in two AZs, no image.
+VALID_EKS = {
+    **{key: value for key, value in VALID.items() if key != "ami"},
+    "flavour": "eks",
+    "network": {"cidr": "10.40.0.0/16", "nat_gateway": True},
+    "eks": {
+        "kubernetes_version": "1.35",
+        "admin_principal_arns": ["arn:aws:iam::123456789012:role/Admin"],
+        "control_plane_availability_zones": ["us-east-1a", "us-east-1b"],
+    },
+}
+
+
+def changed(changes: dict[str, object], base: dict | None = None) -> dict:
+    """VALID (or base) with dotted keys set (a value of None removes the key)."""
+    document = copy.deepcopy(VALID if base is None else base)
     for path, value in changes.items():
         *parents, leaf = path.split(".")
         node = document

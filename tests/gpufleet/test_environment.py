@@ -368,8 +368,9 @@ def test_one_field_rules_on_both_sides_of_their_bounds(tmp_path, changes, expect
         (
             "colour",
             "blue",
-            "colour: unknown key (allowed here: name, account, region, availability_zone, network, "
-            "instance_type, efa, capacity, fleet, ami, root_volume_gib, key_pair, tags, node, monitoring, storage)",
+            "colour: unknown key (allowed here: name, flavour, account, region, availability_zone, network, "
+            "instance_type, efa, capacity, fleet, ami, root_volume_gib, key_pair, tags, node, monitoring, storage, "
+            "eks)",
         ),
         (
             "capacity.spot",

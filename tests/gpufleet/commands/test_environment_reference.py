@@ -43,7 +43,7 @@ def test_reference_rows_state_the_model():
     for row in expected_rows:
         assert row in lines, row
     keys = [line.split("`")[1] for line in lines if line.startswith("| `")]
-    assert keys[:5] == ["name", "account", "region", "availability_zone", "network"]
+    assert keys[:6] == ["name", "flavour", "account", "region", "availability_zone", "network"]
     assert keys[keys.index("capacity.reservation") + 1 : keys.index("capacity.reservation") + 4] == [
         "capacity.reservation.ids",
         "capacity.reservation.resource_group_arn",

@@ -19,8 +19,9 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from gpufleet.catalog import load_catalog
-from gpufleet.loading import environments_dir, load_named_environment
+from gpufleet.loading import environments_dir, load_environment, load_named_environment
 from gpufleet.ops import preflight
+from tests.gpufleet.environment_files import VALID_EKS, write
 from tests.gpufleet.ops.variants import with_fleet
 
 P4D = load_catalog()["p4d.24xlarge"]
@@ -703,3 +704,14 @@ def test_missing_spot_role_in_the_table(node_image: str, scores: dict[str, int],
         f"AWSServiceRoleForEC2Spot is missing: run `{SPOT_ROLE_COMMAND}`" in lines
     )
     assert lines[-1] == "preflight failed"
+
+
+def test_an_eks_environment_has_no_gpufleet_image_to_check(tmp_path) -> None:
+    """No SSM or EC2 call: the eks flavour's nodes boot EKS's image (passing None for both clients proves it)."""
+    env = load_environment(write(tmp_path, VALID_EKS))
+    check = preflight.check_ami(None, None, env)
+    assert (check.name, check.status, check.detail) == (
+        "ami",
+        "pass",
+        "no gpufleet image to check: the eks flavour's nodes boot EKS's AL2023 NVIDIA image",
+    )

@@ -1,0 +1,260 @@
+"""The eks flavour's rules (gpufleet/validators/eks.py and the eks branches of the capacity rules) and its section's
+one-field rules (gpufleet/environment.py), each with the exact line `gpufleet validate` prints; and the fleet
+flavour's own rules, which an eks file does not meet."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.constants import FLAVOUR_EKS
+from gpufleet.loading import load_environment
+from tests.gpufleet.environment_files import VALID, VALID_EKS, changed, problems_of, write
+
+
+def eks_with(changes: dict[str, object]) -> dict:
+    return changed(changes, base=VALID_EKS)
+
+
+def test_the_valid_eks_document_loads(tmp_path):
+    env = load_environment(write(tmp_path, VALID_EKS))
+    assert env.flavour == FLAVOUR_EKS
+    assert env.ami is None
+    assert env.eks is not None and env.eks.kubernetes_version == "1.35"
+
+
+def test_the_flavour_is_fleet_unless_the_file_says_otherwise(tmp_path):
+    assert load_environment(write(tmp_path, VALID)).flavour == "fleet"
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        ({"flavour": "k8s"}, "flavour: 'k8s' is not a flavour (allowed: fleet, eks)"),
+        (
+            {"eks": None},
+            "eks: required key is missing (the eks flavour needs at least kubernetes_version and admin_principal_arns)",
+        ),
+        (
+            {"eks.kubernetes_version": "1.34"},
+            "eks.kubernetes_version: '1.34' is not a Kubernetes version gpufleet pins (allowed: 1.35)",
+        ),
+        ({"eks.kubernetes_version": None}, "eks.kubernetes_version: required key is missing"),
+        (
+            {"eks.admin_principal_arns": []},
+            "eks.admin_principal_arns: no principal (name at least one IAM role or user ARN: without one no one can "
+            "reach the cluster)",
+        ),
+        (
+            {"eks.admin_principal_arns": ["arn:aws:iam::123456789012:role/A", "arn:aws:iam::123456789012:role/A"]},
+            "eks.admin_principal_arns: ['arn:aws:iam::123456789012:role/A', 'arn:aws:iam::123456789012:role/A'] "
+            "names a principal twice (an access entry per principal: list each once)",
+        ),
+        (
+            {"eks.admin_principal_arns": ["arn:aws:sts::123456789012:assumed-role/Admin/me"]},
+            "eks.admin_principal_arns.0: 'arn:aws:sts::123456789012:assumed-role/Admin/me' is not an IAM role or "
+            "user ARN (e.g. arn:aws:iam::123456789012:role/Admin)",
+        ),
+        (
+            {"eks.system_nodes.count": 0},
+            "eks.system_nodes.count: 0 is out of range (1 to 450: CoreDNS and the operators need a node, and a "
+            "managed node group holds at most 450)",
+        ),
+        (
+            {"eks.system_nodes.count": 451},
+            "eks.system_nodes.count: 451 is out of range (1 to 450: CoreDNS and the operators need a node, and a "
+            "managed node group holds at most 450)",
+        ),
+        (
+            {"eks.system_nodes.instance_type": "large"},
+            "eks.system_nodes.instance_type: 'large' is not an EC2 instance type (e.g. m6i.large)",
+        ),
+        (
+            {"eks.add_ons.kueue": True},
+            "eks.add_ons.kueue: unknown key (allowed here: efa_device_plugin, nvidia_device_plugin, mpi_operator, "
+            "fsx_csi_driver)",
+        ),
+        (
+            {"eks.control_plane_subnet_ids": ["subnet-12"]},
+            "eks.control_plane_subnet_ids.0: 'subnet-12' is not a subnet id (subnet- followed by 8 or 17 hex digits)",
+        ),
+    ],
+)
+def test_the_eks_section_rules(tmp_path, changes, expected):
+    assert problems_of(tmp_path, eks_with(changes)) == [expected]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"eks.system_nodes.count": 1},
+        {"eks.system_nodes.count": 450},
+        {"eks.admin_principal_arns": ["arn:aws:iam::123456789012:user/ops", "arn:aws-cn:iam::123456789012:role/a/b"]},
+        {"eks.control_plane_availability_zones": ["us-east-1a", "us-east-1b", "us-east-1c"]},
+    ],
+)
+def test_values_at_and_inside_the_bounds_load(tmp_path, changes):
+    load_environment(write(tmp_path, eks_with(changes)))
+
+
+def test_an_eks_section_on_the_fleet_flavour_is_refused(tmp_path):
+    document = changed({"eks": VALID_EKS["eks"]})
+    assert problems_of(tmp_path, document) == ["eks: set, but flavour is fleet (set flavour: eks, or remove eks)"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {"eks.control_plane_availability_zones": None},
+            [
+                "eks.control_plane_availability_zones: required key is missing with network.cidr (EKS needs "
+                "control-plane subnets in 2 availability zones: name them, e.g. [us-east-1a, us-east-1b])"
+            ],
+        ),
+        (
+            {"eks.control_plane_availability_zones": ["us-east-1a", "us-east-1a"]},
+            [
+                "eks.control_plane_availability_zones: 1 distinct availability zones, but EKS needs control-plane "
+                "subnets in at least 2 (e.g. [us-east-1a, us-east-1b])"
+            ],
+        ),
+        (
+            {"eks.control_plane_availability_zones": ["us-east-1a", "us-west-2b"]},
+            [
+                "eks.control_plane_availability_zones: 'us-west-2b' is not an availability zone of us-east-1 (the "
+                "region name followed by one letter, e.g. us-east-1a)"
+            ],
+        ),
+        (
+            {"eks.control_plane_subnet_ids": ["subnet-0a1b2c3d", "subnet-0a1b2c3e"]},
+            [
+                "eks.control_plane_subnet_ids: only an existing VPC takes subnet ids (network.cidr creates the VPC and "
+                "its subnets: name control_plane_availability_zones instead)"
+            ],
+        ),
+    ],
+)
+def test_a_new_vpc_gets_control_plane_subnets_in_two_zones(tmp_path, changes, expected):
+    assert problems_of(tmp_path, eks_with(changes)) == expected
+
+
+EXISTING_VPC = {
+    "network": {"vpc_id": "vpc-0a1b2c3d", "subnet_id": "subnet-0a1b2c3d"},
+    "eks.control_plane_availability_zones": None,
+}
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {},
+            "eks.control_plane_subnet_ids: 0 distinct subnets, but EKS needs subnets in at least 2 availability zones "
+            "(name two or more subnets of vpc-0a1b2c3d in different availability zones)",
+        ),
+        (
+            {"eks.control_plane_subnet_ids": ["subnet-0a1b2c3d", "subnet-0a1b2c3d"]},
+            "eks.control_plane_subnet_ids: 1 distinct subnets, but EKS needs subnets in at least 2 availability zones "
+            "(name two or more subnets of vpc-0a1b2c3d in different availability zones)",
+        ),
+        (
+            {
+                "eks.control_plane_subnet_ids": ["subnet-0a1b2c3d", "subnet-0a1b2c3e"],
+                "eks.control_plane_availability_zones": ["us-east-1a", "us-east-1b"],
+            },
+            "eks.control_plane_availability_zones: only a new VPC (network.cidr) gets control-plane subnets from "
+            "gpufleet (in an existing VPC name control_plane_subnet_ids instead)",
+        ),
+    ],
+)
+def test_an_existing_vpc_names_its_control_plane_subnets(tmp_path, changes, expected):
+    assert problems_of(tmp_path, eks_with({**EXISTING_VPC, **changes})) == [expected]
+
+
+def test_an_existing_vpc_with_two_control_plane_subnets_loads(tmp_path):
+    document = eks_with({**EXISTING_VPC, "eks.control_plane_subnet_ids": ["subnet-0a1b2c3d", "subnet-0a1b2c3e"]})
+    load_environment(write(tmp_path, document))
+
+
+def test_a_new_vpc_needs_its_nat_gateway(tmp_path):
+    assert problems_of(tmp_path, eks_with({"network.nat_gateway": False})) == [
+        "network.nat_gateway: the eks flavour pulls images from registries outside AWS (nvcr.io, Docker Hub) and "
+        "charts from their repositories; the VPC endpoints reach AWS services only (set nat_gateway: true)"
+    ]
+
+
+def test_fleet_options_written_in_an_eks_file_are_refused_one_line_each(tmp_path):
+    document = eks_with(
+        {
+            "ami": {"id": "ami-0123456789abcdef0"},
+            "fleet": {"type": "maintain"},
+            "monitoring": {"log_retention_days": 30},
+            "node.max_clocks": True,
+            "node.scratch_mount": "/data",
+            "node.raid0_nvme": False,
+        }
+    )
+    node_reason = "not an eks option: gpufleet's node scripts do it, and the eks nodes do not run them (remove it)"
+    assert problems_of(tmp_path, document) == [
+        "ami: not an eks option: the GPU nodes boot EKS's AL2023 NVIDIA image (a custom image in a managed node "
+        "group's launch template gets no EKS bootstrap: EKS user guide, launch-templates) (remove it)",
+        "fleet: not an eks option: EKS managed node groups keep the nodes running (no Spot Fleet or gpufleet Auto "
+        "Scaling group) (remove it)",
+        "monitoring: not an eks option: its CloudWatch agent configuration travels in gpufleet's node scripts, "
+        "which the eks nodes do not run (remove it)",
+        f"node.max_clocks: {node_reason}",
+        f"node.scratch_mount: {node_reason}",
+    ]
+
+
+def test_the_fleet_flavours_own_rules_are_not_checked_on_eks(tmp_path):
+    """A fleet file with these values fails the request-fleet rollout rule and the MIG-on-EFA rule; on eks the
+    options are refused as fleet options, and those rules say nothing."""
+    fleet_problems = problems_of(
+        tmp_path, changed({"fleet.type": "request", "fleet.rollout": "manual", "node.mig_profile": "3g.20gb"})
+    )
+    assert any(line.startswith("fleet.rollout:") for line in fleet_problems)
+    assert any(line.startswith("node.mig_profile: MIG on an EFA cluster") for line in fleet_problems)
+    eks_problems = problems_of(
+        tmp_path, eks_with({"fleet.type": "request", "fleet.rollout": "manual", "node.mig_profile": "3g.20gb"})
+    )
+    assert [line.split(":")[0] for line in eks_problems] == ["fleet", "node.mig_profile"]
+
+
+def test_the_fleet_flavour_needs_an_image(tmp_path):
+    assert problems_of(tmp_path, changed({"ami": None})) == [
+        "ami: required key is missing (the fleet flavour's nodes boot the image it names: set ssm_parameter or id)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("changes", "expected"),
+    [
+        (
+            {
+                **{"capacity.target": 2, "capacity.on_demand": 2},
+                "capacity.reservation": {"ids": ["cr-0123456789abcdef0", "cr-0123456789abcdef1"]},
+            },
+            "capacity.reservation.ids: 2 reservations, but an EKS managed node group's launch template targets one "
+            "(list one id, or put the reservations in a resource group and set resource_group_arn)",
+        ),
+        (
+            {"capacity.reservation": {"ids": ["cr-0123456789abcdef0"], "preference": "first"}},
+            "capacity.reservation.preference: first needs an Auto Scaling group of gpufleet's own: an EKS managed "
+            "node group launches from a launch template, which cannot launch into reservations first and then into "
+            "plain on-demand capacity (set preference: only)",
+        ),
+    ],
+)
+def test_a_managed_node_groups_launch_template_targets_one_reservation(tmp_path, changes, expected):
+    assert problems_of(tmp_path, eks_with(changes)) == [expected]
+
+
+def test_a_capacity_block_needs_no_auto_scaling_backend_on_eks(tmp_path):
+    block = {
+        "reservation_id": "cr-0123456789abcdef0",
+        "start": "2027-01-11T11:30:00Z",
+        "end": "2027-01-18T11:30:00Z",
+    }
+    document = eks_with({"capacity.target": 2, "capacity.on_demand": 2, "capacity.capacity_block": block})
+    assert load_environment(write(tmp_path, document)).capacity.capacity_block is not None
