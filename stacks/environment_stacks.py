@@ -9,10 +9,11 @@ import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
 from gpufleet.catalog import load_catalog
-from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET, ENVIRONMENT_TAG_KEY
+from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET, ENVIRONMENT_TAG_KEY, FLAVOUR_EKS
 from gpufleet.environment import Environment
 from stacks.cluster_stack import ClusterStack
 from stacks.constructs.shared_storage_access import SharedFileSystem, lustre_mount_source
+from stacks.eks_cluster_stack import EksClusterStack
 from stacks.network_stack import NetworkStack
 from stacks.storage_stack import StorageStack
 
@@ -70,6 +71,23 @@ def add_environment_stacks(app: cdk.App, environment: Environment, now: dt.datet
             mount_source=lustre_mount_source(existing.dns_name, existing.mount_name),
             security_group_id=existing.security_group_id,
         )
+    if environment.flavour == FLAVOUR_EKS:
+        stacks.append(
+            EksClusterStack(
+                app,
+                f"{environment.stack_prefix}-eks",
+                environment=environment,
+                instance=instance,
+                vpc=vpc,
+                node_subnet=node_subnet,
+                control_plane_subnets=network_stack.control_plane_subnets if network_stack else None,
+                env=aws_env,
+                description=f"gpufleet {environment.name}: EKS cluster with {environment.capacity.target} x "
+                f"{environment.instance_type} in GPU managed node groups (EFA, placement group)",
+            )
+        )
+        _tag(stacks, environment)
+        return stacks
     cluster = ClusterStack(
         app,
         f"{environment.stack_prefix}-cluster",
@@ -84,6 +102,11 @@ def add_environment_stacks(app: cdk.App, environment: Environment, now: dt.datet
         f"EFA cluster (placement group, launch template, {NODE_GROUP_NAMES[environment.fleet.backend]})",
     )
     stacks.append(cluster)
+    _tag(stacks, environment)
+    return stacks
+
+
+def _tag(stacks: list[cdk.Stack], environment: Environment) -> None:
     # An Auto Scaling group keeps its tags to itself (PropagateAtLaunch false): the launch template tags the nodes.
     for stack in stacks:
         for key, value in environment.tags.items():
@@ -91,4 +114,3 @@ def add_environment_stacks(app: cdk.App, environment: Environment, now: dt.datet
                 key, value, exclude_resource_types=TAGS_CREATE_ONLY, apply_to_launched_instances=False
             )
         cdk.Tags.of(stack).add(ENVIRONMENT_TAG_KEY, environment.name, apply_to_launched_instances=False)
-    return stacks

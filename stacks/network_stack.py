@@ -3,14 +3,30 @@ so nodes work without a NAT gateway, optional NAT, and flow logs."""
 
 from __future__ import annotations
 
+import ipaddress
+
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from gpufleet.constants import INTERFACE_ENDPOINT_SERVICES
+from gpufleet.constants import FLAVOUR_EKS, INTERFACE_ENDPOINT_SERVICES
 from gpufleet.environment import Environment
 from gpufleet.rules import LOG_RETENTION_DAYS
+
+# The eks flavour's control-plane subnets: /28, the size EKS recommends as the least ("at least six IP addresses for
+# use by Amazon EKS. However, we recommend at least 16", EKS user guide, network-reqs), taken from the top of the VPC,
+# above every subnet the Vpc construct allocates from the bottom (the node subnet takes the lower half, the public
+# subnet a quarter of the upper half).
+CONTROL_PLANE_SUBNET_PREFIX = 28
+
+
+def control_plane_subnet_cidrs(vpc_cidr: str, count: int) -> list[str]:
+    """The last ``count`` /28 blocks of the VPC, lowest first."""
+    top = ipaddress.IPv4Network(vpc_cidr).broadcast_address + 1
+    size = 2 ** (32 - CONTROL_PLANE_SUBNET_PREFIX)
+    return [f"{top - size * (count - index)}/{CONTROL_PLANE_SUBNET_PREFIX}" for index in range(count)]
+
 
 INTERFACE_ENDPOINTS = {
     construct_id: ec2.InterfaceVpcEndpointAwsService(name) for construct_id, name in INTERFACE_ENDPOINT_SERVICES.items()
@@ -88,6 +104,25 @@ class NetworkStack(cdk.Stack):
                 open=False,
                 security_groups=[endpoint_security_group],
             )
+        # The control-plane interfaces need no route beyond the VPC: the nodes and the kubectl handler reach them.
+        self.control_plane_subnets: list[ec2.ISubnet] = []
+        if environment.flavour == FLAVOUR_EKS:
+            assert environment.eks is not None and environment.eks.control_plane_availability_zones is not None, (
+                "the environment's validation: an eks environment with network.cidr names its control-plane AZs"
+            )
+            zones = environment.eks.control_plane_availability_zones
+            for index, (zone, block) in enumerate(
+                zip(zones, control_plane_subnet_cidrs(cidr, len(zones)), strict=True)
+            ):
+                self.control_plane_subnets.append(
+                    ec2.Subnet(
+                        self,
+                        f"ControlPlaneSubnet{index + 1}",
+                        vpc_id=self.vpc.vpc_id,
+                        availability_zone=zone,
+                        cidr_block=block,
+                    )
+                )
 
     @property
     def availability_zones(self) -> list[str]:

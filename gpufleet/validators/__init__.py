@@ -40,6 +40,7 @@ from gpufleet.validators.capacity import (
 )
 from gpufleet.validators.eks import (
     ControlPlaneSubnetsValidator,
+    EksCapacityBlockValidator,
     EksSectionValidator,
     FleetOnlyOptionsValidator,
     ImageEgressValidator,
@@ -104,6 +105,7 @@ VALIDATORS: tuple[EnvironmentValidator, ...] = (
     CapacityBlockWindowValidator(),
     CapacityBlockEndedValidator(),
     CapacityBlockRolloutValidator(),
+    EksCapacityBlockValidator(),
     ReservedInstanceTypeValidator(),
     ValidUntilValidator(),
     AutoScalingFleetTypeValidator(),

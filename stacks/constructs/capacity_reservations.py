@@ -63,7 +63,14 @@ def launch_template_capacity_reservation(
         )
     if reservation is None or backend != BACKEND_SPOT_FLEET:
         return None
-    # gpufleet.validators leaves the spot-fleet backend preference only, with one id or a group.
+    return launch_template_reservations_only(reservation)
+
+
+def launch_template_reservations_only(
+    reservation: CapacityReservation,
+) -> ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty:
+    """A launch template that every node launches from into the reservations: the spot-fleet backend's, and an EKS
+    managed node group's. gpufleet.validators leaves them preference only, with one id or a group."""
     return ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
         capacity_reservation_preference=LAUNCH_TEMPLATE_RESERVATIONS_ONLY,
         capacity_reservation_target=ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(

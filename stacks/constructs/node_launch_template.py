@@ -92,7 +92,7 @@ class NodeLaunchTemplate(Construct):
                     instance=instance,
                     efa=efa,
                     subnet_id=subnet.subnet_id,
-                    security_group_id=security_group.security_group_id,
+                    security_group_ids=[security_group.security_group_id],
                 ),
                 placement=self._placement(capacity_block_id, placement_group),
                 instance_market_options=launch_template_market_options(capacity_block_id),

@@ -12,6 +12,7 @@ NEW_VPC_ENVIRONMENTS = {env.name: env for env in load_environments(environment_f
 NEW_VPCS = {
     "dev": ("us-east-1", "us-east-1a", "10.40.0.0/16", 30),
     "p5-block": ("us-east-2", "us-east-2a", "10.60.0.0/16", 30),
+    "p5-eks": ("us-west-2", "us-west-2d", "10.50.0.0/16", 90),
     "prod": ("us-east-1", "us-east-1b", "10.50.0.0/16", 365),
 }
 INTERFACE_SERVICES = [
@@ -41,7 +42,13 @@ def test_vpc_and_node_subnet_in_the_cluster_az(assembly, name):
     _, zone, cidr, _ = NEW_VPCS[name]
     template = network(assembly, name)
     template.has_resource_properties("AWS::EC2::VPC", {"CidrBlock": cidr})
-    subnets = template.find_resources("AWS::EC2::Subnet")
+    # The Vpc construct's subnets (tagged with their group name); the eks control-plane subnets are elsewhere
+    # (test_eks_cluster_stack.py).
+    subnets = {
+        name: subnet
+        for name, subnet in template.find_resources("AWS::EC2::Subnet").items()
+        if any(tag["Key"] == "aws-cdk:subnet-name" for tag in subnet["Properties"]["Tags"])
+    }
     assert {s["Properties"]["AvailabilityZone"] for s in subnets.values()} == {zone}
     nodes = [s for s in subnets.values() if {"Key": "aws-cdk:subnet-name", "Value": "nodes"} in s["Properties"]["Tags"]]
     assert len(nodes) == 1
@@ -89,7 +96,7 @@ def test_endpoint_security_group_admits_only_https_from_the_vpc(assembly, name):
     )
 
 
-@pytest.mark.parametrize(("name", "nat_gateways"), [("dev", 0), ("prod", 1)])
+@pytest.mark.parametrize(("name", "nat_gateways"), [("dev", 0), ("prod", 1), ("p5-eks", 1)])
 def test_nat_gateway_is_optional(assembly, name, nat_gateways):
     template = network(assembly, name)
     template.resource_count_is("AWS::EC2::NatGateway", nat_gateways)

@@ -250,11 +250,16 @@ def test_a_managed_node_groups_launch_template_targets_one_reservation(tmp_path,
     assert problems_of(tmp_path, eks_with(changes)) == [expected]
 
 
-def test_a_capacity_block_needs_no_auto_scaling_backend_on_eks(tmp_path):
+def test_a_capacity_block_is_refused_on_eks_in_one_line(tmp_path):
+    """One line: the fleet rule that asks for fleet.backend auto-scaling says nothing on eks."""
     block = {
         "reservation_id": "cr-0123456789abcdef0",
         "start": "2027-01-11T11:30:00Z",
         "end": "2027-01-18T11:30:00Z",
     }
     document = eks_with({"capacity.target": 2, "capacity.on_demand": 2, "capacity.capacity_block": block})
-    assert load_environment(write(tmp_path, document)).capacity.capacity_block is not None
+    assert problems_of(tmp_path, document) == [
+        "capacity.capacity_block: the eks flavour has no Capacity Block node group: its size must follow the "
+        "block's start and end, which gpufleet schedules on the fleet flavour only (use flavour: fleet with "
+        "fleet.backend: auto-scaling, or on-demand capacity)"
+    ]

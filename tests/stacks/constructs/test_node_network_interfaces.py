@@ -7,7 +7,7 @@ from stacks.constructs.node_network_interfaces import node_network_interfaces
 
 
 def layout(instance, efa):
-    interfaces = node_network_interfaces(instance=instance, efa=efa, subnet_id="subnet-1", security_group_id="sg-1")
+    interfaces = node_network_interfaces(instance=instance, efa=efa, subnet_id="subnet-1", security_group_ids=["sg-1"])
     return [(i.network_card_index, i.device_index, i.interface_type, i.associate_public_ip_address) for i in interfaces]
 
 
@@ -35,7 +35,7 @@ def test_every_interface_sits_in_the_node_subnet_and_group_and_goes_with_its_nod
     """The subnet and security group are the EFA ones (EFA traffic stays inside one subnet and the group that allows
     it); an interface left behind by a terminated node would keep its address and count against the account."""
     interfaces = node_network_interfaces(
-        instance=load_catalog()["p5.48xlarge"], efa=True, subnet_id="subnet-1", security_group_id="sg-1"
+        instance=load_catalog()["p5.48xlarge"], efa=True, subnet_id="subnet-1", security_group_ids=["sg-1"]
     )
     assert {(i.subnet_id, tuple(i.groups), i.delete_on_termination) for i in interfaces} == {
         ("subnet-1", ("sg-1",), True)
@@ -49,7 +49,7 @@ def test_every_interface_sits_in_the_node_subnet_and_group_and_goes_with_its_nod
 
 def test_a_plain_interface_is_described_by_its_card():
     (plain,) = node_network_interfaces(
-        instance=load_catalog()["g5.8xlarge"], efa=False, subnet_id="subnet-1", security_group_id="sg-1"
+        instance=load_catalog()["g5.8xlarge"], efa=False, subnet_id="subnet-1", security_group_ids=["sg-1"]
     )
     assert (plain.description, plain.subnet_id, plain.groups, plain.delete_on_termination) == (
         "gpufleet node network card 0",
@@ -57,3 +57,13 @@ def test_a_plain_interface_is_described_by_its_card():
         ["sg-1"],
         True,
     )
+
+
+def test_an_eks_node_group_layout_names_no_subnet_and_both_groups_on_every_interface():
+    """An EKS managed node group's launch template may not name a subnet on an interface, and with security groups on
+    the interfaces EKS adds no cluster security group: every interface carries the EFA group and the cluster's (EKS
+    user guide, launch-templates)."""
+    interfaces = node_network_interfaces(
+        instance=load_catalog()["p5.48xlarge"], efa=True, subnet_id=None, security_group_ids=["sg-efa", "sg-cluster"]
+    )
+    assert {(i.subnet_id, tuple(i.groups)) for i in interfaces} == {(None, ("sg-efa", "sg-cluster"))}

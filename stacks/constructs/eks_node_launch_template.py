@@ -1,0 +1,127 @@
+"""The launch template of an EKS managed node group of GPU nodes, held to the rules EKS sets for one (EKS user guide,
+launch-templates; NOTES-issue22.md "EKS"): no subnet on the interfaces (the node group names it), no instance profile
+(the node group's role), no spot market options (the node group's capacity type), security groups on the interfaces
+only (the EFA group and the cluster security group on every one: with groups in the template EKS adds no cluster
+security group itself), the instance type here and not in the node group (aws_eks_v2 2.275 would refuse the NVIDIA
+AMI type for p4d/p5/g5: its GPU list stops at g4), no image (EKS's AL2023 NVIDIA image and EKS's bootstrap, merged
+with the user data here), IMDSv2 with the hop limit containers need."""
+
+from __future__ import annotations
+
+import base64
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from constructs import Construct
+
+from gpufleet.catalog import InstanceType
+from gpufleet.constants import (
+    NODE_METADATA_HOP_LIMIT,
+    NODE_METADATA_HTTP_ENDPOINT,
+    NODE_METADATA_HTTP_TOKENS,
+    NODE_ROOT_VOLUME_ENCRYPTED,
+    NODE_ROOT_VOLUME_TYPE,
+)
+from gpufleet.environment import CapacityReservation
+from stacks.constructs.capacity_reservations import launch_template_reservations_only
+from stacks.constructs.node_launch_template import ROOT_VOLUME_IOPS, ROOT_VOLUME_THROUGHPUT_MIBPS
+from stacks.constructs.node_network_interfaces import node_network_interfaces
+
+# The root device of EKS's AL2023 images (unconfirmed: the AL2023 AMIs' RootDeviceName, not read here).
+AL2023_ROOT_DEVICE = "/dev/xvda"
+# nodeadm reads NodeConfig documents of this MIME type from the user data, which EKS merges with its own (EKS user
+# guide, launch-templates, "Amazon Linux 2023 user data"); localStorage strategy RAID0 stripes the instance-store
+# drives for kubelet and containerd (amazon-eks-ami nodeadm/api/v1alpha1/nodeconfig_types.go, LocalStorageOptions).
+NODE_CONFIG_MIME_TYPE = "application/node.eks.aws"
+MIME_BOUNDARY = "GPUFLEET"
+
+
+def node_config_user_data(*, raid0_nvme: bool) -> str | None:
+    """The launch template's user data, base64 as EC2 takes it: a MIME multi-part archive with one NodeConfig, or
+    None where there is nothing to add to EKS's bootstrap."""
+    if not raid0_nvme:
+        return None
+    document = "\n".join(
+        [
+            "MIME-Version: 1.0",
+            f'Content-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"',
+            "",
+            f"--{MIME_BOUNDARY}",
+            f"Content-Type: {NODE_CONFIG_MIME_TYPE}",
+            "",
+            "---",
+            "apiVersion: node.eks.aws/v1alpha1",
+            "kind: NodeConfig",
+            "spec:",
+            "  instance:",
+            "    localStorage:",
+            "      strategy: RAID0",
+            "",
+            f"--{MIME_BOUNDARY}--",
+            "",
+        ]
+    )
+    return base64.b64encode(document.encode()).decode()
+
+
+class EksNodeLaunchTemplate(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        instance: InstanceType,
+        efa: bool,
+        raid0_nvme: bool,
+        root_volume_gib: int,
+        key_pair: str | None,
+        security_group_ids: list[str],
+        placement_group: ec2.IPlacementGroup | None,
+        reservation: CapacityReservation | None,
+        node_tags: dict[str, str],
+    ) -> None:
+        """reservation: the On-Demand Capacity Reservations this group's nodes launch into (preference only, one id or
+        a resource group: gpufleet.validators), None for none."""
+        super().__init__(scope, construct_id)
+        tags = [cdk.CfnTag(key=key, value=value) for key, value in sorted(node_tags.items())]
+        self.launch_template = ec2.CfnLaunchTemplate(
+            self,
+            "Resource",
+            launch_template_data=ec2.CfnLaunchTemplate.LaunchTemplateDataProperty(
+                instance_type=instance.name,
+                key_name=key_pair,
+                ebs_optimized=True,
+                network_interfaces=node_network_interfaces(
+                    instance=instance, efa=efa, subnet_id=None, security_group_ids=security_group_ids
+                ),
+                placement=ec2.CfnLaunchTemplate.PlacementProperty(group_name=placement_group.placement_group_name)
+                if placement_group is not None
+                else None,
+                capacity_reservation_specification=launch_template_reservations_only(reservation)
+                if reservation is not None
+                else None,
+                metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
+                    http_endpoint=NODE_METADATA_HTTP_ENDPOINT,
+                    http_tokens=NODE_METADATA_HTTP_TOKENS,
+                    http_put_response_hop_limit=NODE_METADATA_HOP_LIMIT,
+                ),
+                block_device_mappings=[
+                    ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(
+                        device_name=AL2023_ROOT_DEVICE,
+                        ebs=ec2.CfnLaunchTemplate.EbsProperty(
+                            volume_size=root_volume_gib,
+                            volume_type=NODE_ROOT_VOLUME_TYPE,
+                            iops=ROOT_VOLUME_IOPS,
+                            throughput=ROOT_VOLUME_THROUGHPUT_MIBPS,
+                            encrypted=NODE_ROOT_VOLUME_ENCRYPTED,
+                            delete_on_termination=True,
+                        ),
+                    )
+                ],
+                tag_specifications=[
+                    ec2.CfnLaunchTemplate.TagSpecificationProperty(resource_type=resource_type, tags=tags)
+                    for resource_type in ("instance", "volume", "network-interface")
+                ],
+                user_data=node_config_user_data(raid0_nvme=raid0_nvme and instance.nvme.count > 0),
+            ),
+        )

@@ -1,0 +1,169 @@
+"""The EKS cluster of an environment with flavour: eks: the cluster (aws_eks_v2, access entries only), a small system
+node group, and one GPU managed node group per capacity type, each from its own launch template
+(stacks/constructs/eks_node_launch_template.py) with EFA interfaces in the environment's placement group. The
+add-ons (device plugins, MPI operator, FSx CSI driver) come next: NOTES-issue22.md, "Next"."""
+
+from __future__ import annotations
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
+from constructs import Construct
+
+from gpufleet.catalog import InstanceType
+from gpufleet.environment import Environment
+from stacks.constructs.efa_security_group import EfaSecurityGroup
+from stacks.constructs.eks_node_launch_template import EksNodeLaunchTemplate
+from stacks.networking import import_network
+
+# eks.kubernetes_version to the aws_eks_v2 version (gpufleet.constants.EKS_KUBERNETES_VERSIONS).
+KUBERNETES_VERSIONS = {"1.35": eks.KubernetesVersion.V1_35}
+# The access policy of a cluster administrator (EKS user guide, access-policy-permissions:
+# AmazonEKSClusterAdminPolicy, cluster scope) (unconfirmed: not read this round).
+CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
+# What marks and keeps the GPU nodes, as the lab does (terraform-aws-eks-blueprints patterns/nvidia-gpu-efa/eks.tf):
+# the NVIDIA device plugin's chart runs on nodes labelled nvidia.com/gpu.present, the EFA plugin is to select
+# vpc.amazonaws.com/efa.present, and only pods that tolerate nvidia.com/gpu land on them.
+GPU_NODE_LABELS = {"nvidia.com/gpu.present": "true", "vpc.amazonaws.com/efa.present": "true"}
+GPU_NODE_TAINT = eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key="nvidia.com/gpu", value="true")
+# Every control-plane log type, so that the API server's and the authenticator's decisions are kept (cdk-nag
+# AwsSolutions-EKS2).
+# What every managed node needs, the policies aws_eks_v2 2.275 gives the role it makes for a node group
+# (managed-nodegroup.js): joining the cluster, the VPC CNI's interfaces and addresses, pulling images from ECR.
+NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
+CLUSTER_LOGGING = [
+    eks.ClusterLoggingTypes.API,
+    eks.ClusterLoggingTypes.AUDIT,
+    eks.ClusterLoggingTypes.AUTHENTICATOR,
+    eks.ClusterLoggingTypes.CONTROLLER_MANAGER,
+    eks.ClusterLoggingTypes.SCHEDULER,
+]
+
+
+class EksClusterStack(cdk.Stack):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        environment: Environment,
+        instance: InstanceType,
+        vpc: ec2.IVpc | None = None,
+        node_subnet: ec2.ISubnet | None = None,
+        control_plane_subnets: list[ec2.ISubnet] | None = None,
+        **kwargs,
+    ) -> None:
+        """vpc, node_subnet and control_plane_subnets come from the environment's NetworkStack; without them the
+        environment's existing VPC, node subnet and eks.control_plane_subnet_ids are imported by id."""
+        super().__init__(scope, construct_id, **kwargs)
+        settings = environment.eks
+        assert settings is not None, "the environment's validation: the eks flavour has an eks section"
+        if vpc is None or node_subnet is None or control_plane_subnets is None:
+            vpc, node_subnet = import_network(self, environment)
+            control_plane_subnets = [
+                ec2.Subnet.from_subnet_id(self, f"ExistingControlPlaneSubnet{index + 1}", subnet_id)
+                for index, subnet_id in enumerate(settings.control_plane_subnet_ids or ())
+            ]
+        node_subnets = ec2.SubnetSelection(subnets=[node_subnet])
+
+        self.cluster = eks.Cluster(
+            self,
+            "Cluster",
+            version=KUBERNETES_VERSIONS[settings.kubernetes_version],
+            vpc=vpc,
+            vpc_subnets=[ec2.SubnetSelection(subnets=control_plane_subnets)],
+            default_capacity_type=eks.DefaultCapacityType.NODEGROUP,
+            default_capacity=0,
+            # The nodes have no public address either; the operator reaches the API from inside the VPC.
+            endpoint_access=eks.EndpointAccess.PRIVATE,
+            # Who administers the cluster is the file's choice (eks.admin_principal_arns), not whoever deployed it.
+            bootstrap_cluster_creator_admin_permissions=False,
+            cluster_logging=CLUSTER_LOGGING,
+        )
+        for index, principal in enumerate(settings.admin_principal_arns):
+            self.cluster.grant_access(
+                f"Admin{index + 1}",
+                principal,
+                [
+                    eks.AccessPolicy.from_access_policy_name(
+                        CLUSTER_ADMIN_POLICY, access_scope_type=eks.AccessScopeType.CLUSTER
+                    )
+                ],
+            )
+        cdk.Validations.of(self.cluster.role).acknowledge(
+            cdk.Acknowledgment(
+                id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEKSClusterPolicy]",
+                reason="The policy EKS documents for a cluster's service role, maintained by AWS as EKS changes",
+            )
+        )
+        # One role for every node group: the nodes of an environment need the same, and access entries follow it.
+        node_role = iam.Role(
+            self,
+            "NodeRole",
+            assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
+            description=f"gpufleet {environment.name} EKS nodes: join the cluster, VPC CNI, ECR images",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(name) for name in NODE_MANAGED_POLICIES],
+        )
+        for policy in NODE_MANAGED_POLICIES:
+            cdk.Validations.of(node_role).acknowledge(
+                cdk.Acknowledgment(
+                    id=f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{policy}]",
+                    reason="A policy EKS documents for managed nodes (joining the cluster, the VPC CNI, pulling from "
+                    "ECR), maintained by AWS as EKS changes",
+                )
+            )
+        system = settings.system_nodes
+        self.cluster.add_nodegroup_capacity(
+            "SystemNodes",
+            instance_types=[ec2.InstanceType(system.instance_type)],
+            ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
+            min_size=system.count,
+            max_size=system.count,
+            desired_size=system.count,
+            subnets=node_subnets,
+            node_role=node_role,
+        )
+
+        efa_security_group = EfaSecurityGroup(self, "EfaSecurityGroup", vpc=vpc)
+        placement_group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
+        node_tags = {**environment.resource_tags, "Name": f"{environment.stack_prefix}-node"}
+        capacity = environment.capacity
+        groups = [
+            ("OnDemand", eks.CapacityType.ON_DEMAND, capacity.on_demand),
+            ("Spot", eks.CapacityType.SPOT, capacity.spot),
+        ]
+        for name, capacity_type, size in groups:
+            if size == 0:
+                continue
+            launch_template = EksNodeLaunchTemplate(
+                self,
+                f"{name}LaunchTemplate",
+                instance=instance,
+                efa=environment.efa,
+                raid0_nvme=environment.node.raid0_nvme,
+                root_volume_gib=environment.root_volume_gib,
+                key_pair=environment.key_pair,
+                security_group_ids=[
+                    efa_security_group.security_group.security_group_id,
+                    self.cluster.cluster_security_group_id,
+                ],
+                placement_group=placement_group,
+                reservation=capacity.reservation if capacity_type == eks.CapacityType.ON_DEMAND else None,
+                node_tags=node_tags,
+            ).launch_template
+            self.cluster.add_nodegroup_capacity(
+                f"{name}GpuNodes",
+                ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
+                capacity_type=capacity_type,
+                launch_template_spec=eks.LaunchTemplateSpec(
+                    id=launch_template.ref, version=launch_template.attr_latest_version_number
+                ),
+                min_size=size,
+                max_size=size,
+                desired_size=size,
+                subnets=node_subnets,
+                labels=GPU_NODE_LABELS,
+                taints=[GPU_NODE_TAINT],
+                node_role=node_role,
+            )

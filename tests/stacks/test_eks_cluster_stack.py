@@ -1,0 +1,172 @@
+"""The EKS cluster stack of the shipped eks environment (environments/p5-eks.yaml): the cluster, its access entries,
+the node groups, and the GPU launch templates held to the rules EKS sets for a managed node group's template, which
+cfn-lint does not check (EKS user guide, launch-templates; NOTES-issue22.md)."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from aws_cdk.assertions import Match
+
+STACK = "gpufleet-p5-eks-eks"
+
+
+@pytest.fixture(scope="module")
+def template(assembly):
+    return assembly.template(STACK)
+
+
+@pytest.fixture(scope="module")
+def launch_templates(assembly) -> dict[str, dict]:
+    resources = assembly.template_json(STACK)["Resources"]
+    return {
+        name: resource["Properties"]["LaunchTemplateData"]
+        for name, resource in resources.items()
+        if resource["Type"] == "AWS::EC2::LaunchTemplate"
+    }
+
+
+def test_the_cluster_is_private_logged_and_administered_by_the_files_principals(template):
+    template.has_resource_properties(
+        "AWS::EKS::Cluster",
+        {
+            "Version": "1.35",
+            "AccessConfig": {"AuthenticationMode": "API", "BootstrapClusterCreatorAdminPermissions": False},
+            "ResourcesVpcConfig": Match.object_like({"EndpointPrivateAccess": True, "EndpointPublicAccess": False}),
+            "Logging": {
+                "ClusterLogging": {
+                    "EnabledTypes": [
+                        {"Type": "api"},
+                        {"Type": "audit"},
+                        {"Type": "authenticator"},
+                        {"Type": "controllerManager"},
+                        {"Type": "scheduler"},
+                    ]
+                }
+            },
+        },
+    )
+    template.resource_count_is("AWS::EKS::AccessEntry", 1)
+    template.has_resource_properties(
+        "AWS::EKS::AccessEntry",
+        {
+            "PrincipalArn": "arn:aws:iam::123456789012:role/Admin",
+            "AccessPolicies": [
+                {
+                    "AccessScope": {"Type": "cluster"},
+                    "PolicyArn": Match.any_value(),
+                }
+            ],
+        },
+    )
+
+
+def test_the_control_plane_sits_in_the_two_subnets_of_the_network_stack(assembly):
+    network = assembly.template("gpufleet-p5-eks-network")
+    network.has_resource_properties(
+        "AWS::EC2::Subnet", {"AvailabilityZone": "us-west-2a", "CidrBlock": "10.50.255.224/28"}
+    )
+    network.has_resource_properties(
+        "AWS::EC2::Subnet", {"AvailabilityZone": "us-west-2b", "CidrBlock": "10.50.255.240/28"}
+    )
+    cluster = next(
+        resource
+        for resource in assembly.template_json(STACK)["Resources"].values()
+        if resource["Type"] == "AWS::EKS::Cluster"
+    )
+    subnets = cluster["Properties"]["ResourcesVpcConfig"]["SubnetIds"]
+    assert [subnet["Fn::ImportValue"].split("ExportsOutputRef")[1][:19] for subnet in subnets] == [
+        "ControlPlaneSubnet1",
+        "ControlPlaneSubnet2",
+    ]
+
+
+def test_one_system_group_and_one_gpu_group_per_capacity_type(template):
+    template.resource_count_is("AWS::EKS::Nodegroup", 3)
+    template.has_resource_properties(
+        "AWS::EKS::Nodegroup",
+        {
+            "AmiType": "AL2023_x86_64_STANDARD",
+            "InstanceTypes": ["m6i.large"],
+            "ScalingConfig": {"DesiredSize": 2, "MaxSize": 2, "MinSize": 2},
+        },
+    )
+    for capacity_type in ("ON_DEMAND", "SPOT"):
+        template.has_resource_properties(
+            "AWS::EKS::Nodegroup",
+            {
+                "AmiType": "AL2023_x86_64_NVIDIA",
+                "CapacityType": capacity_type,
+                "ScalingConfig": {"DesiredSize": 1, "MaxSize": 1, "MinSize": 1},
+                "Labels": {"nvidia.com/gpu.present": "true", "vpc.amazonaws.com/efa.present": "true"},
+                "Taints": [{"Effect": "NO_SCHEDULE", "Key": "nvidia.com/gpu", "Value": "true"}],
+                "LaunchTemplate": Match.object_like({"Id": Match.any_value()}),
+                # The instance type is in the launch template: a group that names one too fails to create.
+                "InstanceTypes": Match.absent(),
+                "DiskSize": Match.absent(),
+                "RemoteAccess": Match.absent(),
+            },
+        )
+
+
+def test_gpu_launch_templates_keep_the_managed_node_group_rules(launch_templates):
+    assert len(launch_templates) == 2
+    for data in launch_templates.values():
+        assert "IamInstanceProfile" not in data
+        assert "InstanceMarketOptions" not in data
+        assert "SecurityGroupIds" not in data and "SecurityGroups" not in data
+        assert "ImageId" not in data
+        assert data["InstanceType"] == "p5.48xlarge"
+        assert data["MetadataOptions"] == {
+            "HttpEndpoint": "enabled",
+            "HttpPutResponseHopLimit": 2,
+            "HttpTokens": "required",
+        }
+        placement_group, attribute = data["Placement"]["GroupName"]["Fn::GetAtt"]
+        assert placement_group.startswith("PlacementGroup") and attribute == "GroupName"
+        interfaces = data["NetworkInterfaces"]
+        assert len(interfaces) == 32
+        for interface in interfaces:
+            assert "SubnetId" not in interface
+            efa_group, cluster_group = (group["Fn::GetAtt"] for group in interface["Groups"])
+            assert efa_group[0].startswith("EfaSecurityGroup") and efa_group[1] == "GroupId"
+            assert cluster_group == ["ClusterEB0386A7", "ClusterSecurityGroupId"]
+        assert [interface["InterfaceType"] for interface in interfaces] == ["efa"] + ["efa-only"] * 31
+
+
+def test_the_nvme_drives_become_one_raid0_volume_through_nodeadm(launch_templates):
+    user_data = {base64.b64decode(data["UserData"]).decode() for data in launch_templates.values()}
+    assert user_data == {
+        "MIME-Version: 1.0\n"
+        'Content-Type: multipart/mixed; boundary="GPUFLEET"\n'
+        "\n"
+        "--GPUFLEET\n"
+        "Content-Type: application/node.eks.aws\n"
+        "\n"
+        "---\n"
+        "apiVersion: node.eks.aws/v1alpha1\n"
+        "kind: NodeConfig\n"
+        "spec:\n"
+        "  instance:\n"
+        "    localStorage:\n"
+        "      strategy: RAID0\n"
+        "\n"
+        "--GPUFLEET--\n"
+    }
+
+
+def test_every_node_group_shares_one_node_role(assembly):
+    resources = assembly.template_json(STACK)["Resources"]
+    roles = {
+        resource["Properties"]["NodeRole"]["Fn::GetAtt"][0]
+        for resource in resources.values()
+        if resource["Type"] == "AWS::EKS::Nodegroup"
+    }
+    assert len(roles) == 1
+    (role,) = roles
+    assert [arn["Fn::Join"][1][-1] for arn in resources[role]["Properties"]["ManagedPolicyArns"]] == [
+        ":iam::aws:policy/AmazonEKSWorkerNodePolicy",
+        ":iam::aws:policy/AmazonEKS_CNI_Policy",
+        ":iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+    ]
