@@ -94,7 +94,8 @@ class EksClusterStack(cdk.Stack):
         cdk.Validations.of(self.cluster.role).acknowledge(
             cdk.Acknowledgment(
                 id="AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/AmazonEKSClusterPolicy]",
-                reason="The policy EKS documents for a cluster's service role, maintained by AWS as EKS changes",
+                reason="The policy EKS documents for the EKS cluster's service role (it manages the cluster's "
+                "interfaces and security groups), maintained by AWS as EKS changes",
             )
         )
         # One role for every node group: the nodes of an environment need the same, and access entries follow it.

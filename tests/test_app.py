@@ -33,7 +33,7 @@ def run_app(tmp_path: Path, context: dict, environments_dir: Path | None = None)
 def test_unknown_environment_stops_synthesis_with_one_line(tmp_path):
     result = run_app(tmp_path, {"env": "staging"})
     assert result.returncode == 1
-    assert result.stderr.strip().endswith("unknown environment 'staging' (known: dev, h100, p5-block, prod)")
+    assert result.stderr.strip().endswith("unknown environment 'staging' (known: dev, h100, p5-block, p5-eks, prod)")
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "cdk.out/manifest.json").exists()
 

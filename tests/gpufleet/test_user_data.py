@@ -18,7 +18,7 @@ import gpufleet.user_data as user_data
 from gpufleet.catalog import load_catalog
 from gpufleet.environment import CapacityBlock, Storage
 from gpufleet.errors import GpufleetError
-from gpufleet.loading import environment_files, load_named_environment
+from gpufleet.loading import environment_files, load_environments, load_named_environment
 from gpufleet.user_data import (
     SCRIPTS_DIR,
     compressed_user_data,
@@ -28,7 +28,8 @@ from gpufleet.user_data import (
     render_user_data,
 )
 
-SHIPPED = [path.stem for path in environment_files()]
+# The shipped environments whose nodes run this user data: the fleet flavour's (eks nodes boot EKS's image).
+SHIPPED = [env.name for env in load_environments(environment_files()) if env.flavour == "fleet"]
 # EC2's limit on user data "in raw form, before it is base64-encoded": 16 KB
 # (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/instancedata-add-user-data.html).
 EC2_USER_DATA_LIMIT = 16384

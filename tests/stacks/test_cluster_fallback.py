@@ -98,7 +98,7 @@ def test_on_the_auto_scaling_backend_the_fallback_may_update_the_stacks_group_on
 
 def test_shipped_environments_without_fallback_have_none(assembly):
     for environment in load_environments(environment_files()):
-        if environment.fleet.fallback is None:
+        if environment.flavour == "fleet" and environment.fleet.fallback is None:
             template = assembly.template_json(f"{environment.stack_prefix}-cluster")
             assert not [logical_id for logical_id in template["Resources"] if logical_id.startswith("CapacityFallback")]
 

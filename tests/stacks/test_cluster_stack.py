@@ -17,7 +17,8 @@ from stacks.constructs.fleet_teardown.infrastructure import TOTAL_TIMEOUT
 from stacks.environment_stacks import add_compliance_checks, add_environment_stacks
 from tests.conftest import CDK_CONTEXT
 
-ENVIRONMENTS = {env.name: env for env in load_environments(environment_files())}
+# The shipped environments of the fleet flavour (p5-eks has its own stack: tests/stacks/test_eks_cluster_stack.py).
+ENVIRONMENTS = {env.name: env for env in load_environments(environment_files()) if env.flavour == "fleet"}
 SPOT_FLEET_ENVIRONMENTS = [name for name, env in ENVIRONMENTS.items() if env.fleet.backend == BACKEND_SPOT_FLEET]
 # What environments/NAME.yaml says: region, instance_type and tags.
 SHIPPED = {
@@ -60,7 +61,7 @@ def logical_id(template, resource_type):
 
 def test_every_environment_has_a_cluster_stack_named_after_it(assembly):
     assert {f"gpufleet-{name}-cluster" for name in ENVIRONMENTS} <= set(assembly.stack_names)
-    networks = {name for name, env in ENVIRONMENTS.items() if env.network.creates_vpc}
+    networks = {env.name for env in load_environments(environment_files()) if env.network.creates_vpc}
     assert {n for n in assembly.stack_names if n.endswith("-network")} == {f"gpufleet-{n}-network" for n in networks}
 
 

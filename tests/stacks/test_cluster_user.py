@@ -12,7 +12,7 @@ from gpufleet.catalog import load_catalog
 from gpufleet.loading import environment_files, load_environments
 from gpufleet.user_data import render_user_data
 
-SHIPPED = {env.name: env for env in load_environments(environment_files())}
+SHIPPED = {env.name: env for env in load_environments(environment_files()) if env.flavour == "fleet"}
 
 
 def cluster(assembly, name):

@@ -70,7 +70,9 @@ def test_every_acknowledgement_has_a_project_specific_reason(assembly):
     }
     for stack, logical_id, rule in found:
         assert len(rule["reason"]) >= 60, (stack, logical_id, rule)
-        assert any(word in rule["reason"].lower() for word in ("gpufleet", "fleet", "node", "environment")), rule
+        assert any(
+            word in rule["reason"].lower() for word in ("gpufleet", "fleet", "node", "environment", "eks cluster")
+        ), rule
 
 
 # Rules whose findings carry no id (one finding per resource): acknowledged on that one resource only.
