@@ -9,6 +9,9 @@ import base64
 import pytest
 from aws_cdk.assertions import Match
 
+from tests.conftest import synthesize
+from tests.gpufleet.environment_files import VALID_EKS, write
+
 STACK = "gpufleet-p5-eks-eks"
 
 
@@ -170,3 +173,29 @@ def test_every_node_group_shares_one_node_role(assembly):
         ":iam::aws:policy/AmazonEKS_CNI_Policy",
         ":iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
     ]
+
+
+def test_an_existing_vpc_gives_the_cluster_its_named_control_plane_subnets(tmp_path):
+    """No network stack: the node subnet and the control-plane subnets are the file's, imported by id."""
+    document = {
+        **{key: value for key, value in VALID_EKS.items() if key != "network"},
+        "name": "existing",
+        "network": {"vpc_id": "vpc-0a1b2c3d", "subnet_id": "subnet-0a1b2c3d"},
+        "eks": {
+            **{key: value for key, value in VALID_EKS["eks"].items() if key != "control_plane_availability_zones"},
+            "control_plane_subnet_ids": ["subnet-0a1b2c3e", "subnet-0a1b2c3f"],
+        },
+    }
+    environments = tmp_path / "environments"
+    environments.mkdir()
+    write(environments, document, "existing")
+    assembly = synthesize(tmp_path / "cdk.out", environments)
+    assert assembly.stack_names == ["gpufleet-existing-eks"]
+    template = assembly.template("gpufleet-existing-eks")
+    template.has_resource_properties(
+        "AWS::EKS::Cluster",
+        {"ResourcesVpcConfig": Match.object_like({"SubnetIds": ["subnet-0a1b2c3e", "subnet-0a1b2c3f"]})},
+    )
+    template.has_resource_properties(
+        "AWS::EKS::Nodegroup", {"CapacityType": "ON_DEMAND", "Subnets": ["subnet-0a1b2c3d"]}
+    )
