@@ -1,0 +1,260 @@
+"""`gpufleet run`: a process started on every ready node through SSM Run Command, kept alive by systemd.
+
+The plan (plan_run) puts the ready nodes in job order (gpufleet.ops.fleet.job_order: on-demand before spot), so
+rank 0 and the head address are a node EC2 cannot reclaim when there is one. Every node gets the same command text
+(node_script), so one SendCommand reaches 50 nodes: the text lists the instance ids in rank order and each node finds
+its rank by its own id, read from IMDSv2. The command only starts a transient systemd service as the cluster user and
+returns: the process belongs to systemd, not to the SSM agent, so neither Run Command's timeouts nor a closed laptop
+end it. Decisions and sources: NOTES-issue21-run.md.
+
+Outside facts (botocore 1.44.5's ssm model): SendCommand takes at most 50 InstanceIds; its TimeoutSeconds (30 to
+2592000) is the time a command may wait to start ("If this time is reached and the command hasn't already started
+running, it won't run"); ListCommandInvocations answers at most 50 invocations a page (MaxResults 1..50);
+CommandPlugin.Output holds at most 2500 characters. aws:runShellScript runs the commands with `sh -c`
+(aws/amazon-ssm-agent, the runshellscript plugin's test: ShellCommand "sh", ShellArguments ["-c"]), so the text is
+POSIX sh.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from gpufleet.aws import error_code
+from gpufleet.constants import CLUSTER_USER_NAME
+from gpufleet.errors import GpufleetError
+from gpufleet.ops.fleet import FleetInstance, job_order
+
+RUN_SHELL_SCRIPT = "AWS-RunShellScript"
+SEND_COMMAND_MAX_INSTANCES = 50  # botocore ssm model: SendCommandRequest.InstanceIds max 50
+LIST_INVOCATIONS_MAX_RESULTS = 50  # botocore ssm model: ListCommandInvocationsRequest.MaxResults max 50
+# How long a node may take to pick the start up (SendCommand TimeoutSeconds, 30..2592000): a node whose agent is
+# offline that long is reported, and the run goes on without it.
+DELIVERY_TIMEOUT_SECONDS = 600
+# How long the start itself may run on a node (AWS-RunShellScript's executionTimeout parameter, seconds, as a
+# string): it only starts a unit, so two minutes are plenty; the unit is not bound by it.
+START_TIMEOUT_SECONDS = 120
+POLL_SECONDS = 5
+# CommandInvocationStatus values of an invocation that is over (botocore ssm model).
+FINISHED_STATUSES = ("Success", "Cancelled", "TimedOut", "Failed")
+# The IMDSv2 endpoint every node script uses (scripts/node/node-ready.sh).
+IMDS_URL = "http://169.254.169.254"
+# The EFA environment of the image for shells (scripts/node/efa-env.sh writes it): the FI_/NCCL_ variables and the
+# library path prepended to LD_LIBRARY_PATH.
+EFA_PROFILE = "/etc/profile.d/gpufleet-efa.sh"
+RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{4}")
+
+
+def new_run_id(now: dt.datetime, token: str) -> str:
+    """A run id: the UTC start time and four hex digits (TOKEN, e.g. secrets.token_hex(2)), e.g. 20261126-210500-3fa2.
+    It names the systemd unit (gpufleet-run-RUNID), so it keeps to letters, digits and dashes."""
+    run_id = f"{now.astimezone(dt.UTC):%Y%m%d-%H%M%S}-{token}"
+    if not RUN_ID.fullmatch(run_id):
+        raise ValueError(f"not a run id: {run_id}")
+    return run_id
+
+
+def unit_name(run_id: str) -> str:
+    return f"gpufleet-run-{run_id}"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What one run starts where: the nodes in rank order and what each node runs."""
+
+    run_id: str
+    environment: str
+    nodes: tuple[FleetInstance, ...]
+    gpus_per_node: int
+    command: tuple[str, ...]  # the argv run on every node
+    setup: str = ""  # a shell command run first on every node, in the working directory
+    workdir: str = ""  # the node's working directory; empty: the cluster user's home
+
+    @property
+    def head_address(self) -> str:
+        return self.nodes[0].private_ip
+
+    @property
+    def instance_ids(self) -> list[str]:
+        return [node.instance_id for node in self.nodes]
+
+    @property
+    def comment(self) -> str:
+        """SendCommand's Comment (at most 100 characters): environment names have at most 24, run ids 20."""
+        return f"gpufleet {self.environment} run {self.run_id}"
+
+
+def plan_run(
+    run_id: str,
+    environment: str,
+    ready: list[FleetInstance],
+    gpus_per_node: int,
+    command: list[str],
+    setup: str = "",
+    workdir: str = "",
+) -> RunPlan:
+    """The plan of a run on READY (the nodes that say they are ready), ranked in job order."""
+    if not ready:
+        raise GpufleetError(f"{environment} has no node ready for jobs: see `gpufleet status {environment}`")
+    if not command:
+        raise GpufleetError("gpufleet run: no command: put it after --, e.g. `gpufleet run ENV -- python train.py`")
+    nodes = tuple(sorted(ready, key=job_order))
+    return RunPlan(run_id, environment, nodes, gpus_per_node, tuple(command), setup, workdir)
+
+
+def _unit_body(plan: RunPlan) -> str:
+    """What the unit's bash runs: the EFA environment, the working directory, the setup, then the command."""
+    directory = shlex.quote(plan.workdir) if plan.workdir else f"~{CLUSTER_USER_NAME}"
+    steps = [f"if [ -r {EFA_PROFILE} ]; then . {EFA_PROFILE}; fi", f"cd {directory}"]
+    if plan.setup:
+        steps.append(plan.setup)
+    steps.append("exec " + shlex.join(plan.command))
+    return "set -e\n" + "\n".join(steps)
+
+
+def node_script(plan: RunPlan) -> str:
+    """The command text Run Command runs on every node of PLAN (POSIX sh): find this node's rank, then start the unit
+    as the cluster user with the run's environment. Exit 0: started, or already running; 3: this node is not in the
+    plan; otherwise IMDS or systemd-run failed (their own message is in the invocation's output)."""
+    unit = unit_name(plan.run_id)
+    count = len(plan.nodes)
+    settings = {
+        "GPUFLEET_RUN_ID": plan.run_id,
+        "GPUFLEET_NODE_COUNT": str(count),
+        "GPUFLEET_GPUS_PER_NODE": str(plan.gpus_per_node),
+        "GPUFLEET_HEAD_ADDRESS": plan.head_address,
+    }
+    setenv = " ".join(f"--setenv={name}={value}" for name, value in settings.items())
+    return "\n".join(
+        [
+            "set -eu",
+            f"token=$(curl -fsS --max-time 2 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' "
+            f"{IMDS_URL}/latest/api/token)",
+            'self=$(curl -fsS --max-time 2 -H "X-aws-ec2-metadata-token: $token" '
+            f"{IMDS_URL}/latest/meta-data/instance-id)",
+            "rank=0",
+            f"for node in {' '.join(plan.instance_ids)}; do",
+            '  if [ "$node" = "$self" ]; then break; fi',
+            "  rank=$((rank + 1))",
+            "done",
+            f'if [ "$rank" -ge {count} ]; then',
+            f'  echo "gpufleet run {plan.run_id}: $self is not one of its nodes" >&2',
+            "  exit 3",
+            "fi",
+            f"if systemctl is-active --quiet {unit}; then",
+            f'  echo "gpufleet run {plan.run_id}: already running on $self"',
+            "  exit 0",
+            "fi",
+            f"systemd-run --unit={unit} --description='gpufleet run {plan.run_id}' "
+            f"--uid={CLUSTER_USER_NAME} --gid={CLUSTER_USER_NAME} {setenv} "
+            '--setenv=GPUFLEET_NODE_RANK="$rank" /bin/bash -c ' + shlex.quote(_unit_body(plan)),
+            f'echo "gpufleet run {plan.run_id}: started {unit} on $self as rank $rank of {count}"',
+        ]
+    )
+
+
+def send_batches(instance_ids: list[str]) -> list[list[str]]:
+    """INSTANCE_IDS in SendCommand's chunks of at most 50, in order."""
+    step = SEND_COMMAND_MAX_INSTANCES
+    return [instance_ids[start : start + step] for start in range(0, len(instance_ids), step)]
+
+
+@dataclass(frozen=True)
+class NodeStart:
+    """How the start went on one node: the invocation's status, its detail (Undeliverable, DeliveryTimedOut, ...) and
+    the first 2500 characters of its output."""
+
+    instance_id: str
+    status: str
+    detail: str
+    output: str = ""
+
+    @property
+    def started(self) -> bool:
+        return self.status == "Success"
+
+    def line(self) -> str:
+        if self.started:
+            return f"{self.instance_id}: started"
+        last = self.output.strip().splitlines()[-1] if self.output.strip() else ""
+        return f"{self.instance_id}: not started ({self.detail or self.status}){': ' + last if last else ''}"
+
+
+def start_run(ssm: Any, plan: RunPlan) -> tuple[dict[str, list[str]], list[NodeStart]]:
+    """Send the start to every node of PLAN, 50 to a call: (command id -> its nodes, the nodes of every call SSM
+    refused, each with the error code). SSM refuses a whole call when one of its ids is not a node it manages
+    (InvalidInstanceId: the agent not running or not registered, or the instance shutting down; botocore ssm model)."""
+    script = node_script(plan)
+    commands: dict[str, list[str]] = {}
+    refused: list[NodeStart] = []
+    for batch in send_batches(plan.instance_ids):
+        try:
+            command = ssm.send_command(
+                InstanceIds=batch,
+                DocumentName=RUN_SHELL_SCRIPT,
+                Comment=plan.comment,
+                TimeoutSeconds=DELIVERY_TIMEOUT_SECONDS,
+                Parameters={"commands": [script], "executionTimeout": [str(START_TIMEOUT_SECONDS)]},
+            )["Command"]
+        except ClientError as error:
+            if error_code(error) != "InvalidInstanceId":
+                raise
+            refused += [NodeStart(node, "Refused", error_code(error)) for node in batch]
+            continue
+        commands[command["CommandId"]] = batch
+    return commands, refused
+
+
+def _invocations(ssm: Any, command_id: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    arguments: dict[str, Any] = {"CommandId": command_id, "Details": True, "MaxResults": LIST_INVOCATIONS_MAX_RESULTS}
+    while True:
+        page = ssm.list_command_invocations(**arguments)
+        found += page["CommandInvocations"]
+        if not page.get("NextToken"):
+            return found
+        arguments["NextToken"] = page["NextToken"]
+
+
+def start_results(
+    ssm: Any,
+    commands: dict[str, list[str]],
+    wait_seconds: float,
+    progress: Callable[[NodeStart], None] = lambda _: None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[NodeStart]:
+    """Wait until every node's start is over, or WAIT_SECONDS have passed; PROGRESS hears each node once, when its
+    start is over. A node still pending at the end is reported with its last status."""
+    deadline = clock() + wait_seconds
+    over: dict[str, NodeStart] = {}
+    latest: dict[str, NodeStart] = {}
+    while True:
+        for command_id, nodes in commands.items():
+            if all(node in over for node in nodes):
+                continue
+            for invocation in _invocations(ssm, command_id):
+                plugins = invocation.get("CommandPlugins", [])
+                start = NodeStart(
+                    invocation["InstanceId"],
+                    invocation["Status"],
+                    invocation.get("StatusDetails", ""),
+                    plugins[0].get("Output", "") if plugins else "",
+                )
+                latest[start.instance_id] = start
+                if start.status in FINISHED_STATUSES and start.instance_id not in over:
+                    over[start.instance_id] = start
+                    progress(start)
+        wanted = [node for nodes in commands.values() for node in nodes]
+        if all(node in over for node in wanted) or clock() >= deadline:
+            return [
+                over.get(node) or latest.get(node) or NodeStart(node, "Pending", "no invocation yet") for node in wanted
+            ]
+        sleep(POLL_SECONDS)

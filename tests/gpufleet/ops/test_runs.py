@@ -1,0 +1,330 @@
+"""`gpufleet run`'s plan and start: ranks, the node's command text (run by the real sh against fake curl and
+systemd-run), SendCommand batches, and the SSM side on botocore clients checked against its ssm model."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gpufleet.errors import GpufleetError
+from gpufleet.ops.fleet import FleetInstance
+from gpufleet.ops.runs import (
+    NodeStart,
+    RunPlan,
+    new_run_id,
+    node_script,
+    plan_run,
+    send_batches,
+    start_results,
+    start_run,
+)
+from tests.answering import answering_client, client_error
+
+LAUNCHED = dt.datetime(2026, 11, 26, 20, 0, tzinfo=dt.UTC)
+RUN_ID = "20261126-210500-3fa2"
+COMMAND_ID = "11111111-2222-3333-4444-{:012d}"
+
+
+def node(instance_id: str, ip: str, lifecycle: str = "on-demand", minute: int = 0) -> FleetInstance:
+    return FleetInstance(
+        instance_id,
+        lifecycle,
+        "us-east-1a",
+        "pg",
+        ip,
+        LAUNCHED + dt.timedelta(minutes=minute),
+        "running",
+        "ami-1",
+        "ready",
+    )
+
+
+def two_node_plan(**options: str) -> RunPlan:
+    nodes = [node("i-0000000000000000b", "10.40.0.9", "spot"), node("i-0000000000000000a", "10.40.0.4", minute=5)]
+    return plan_run(RUN_ID, "dev", nodes, 8, ["python", "train.py", "--epochs", "2"], **options)
+
+
+def test_the_run_id_is_the_utc_start_time_and_a_token():
+    start = dt.datetime(2026, 11, 26, 22, 5, 0, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    assert new_run_id(start, "3fa2") == "20261126-210500-3fa2"
+
+
+def test_a_token_that_would_break_the_unit_name_is_refused():
+    with pytest.raises(ValueError, match="not a run id"):
+        new_run_id(LAUNCHED, "a b;")
+
+
+def test_the_on_demand_node_is_rank_0_and_the_head_even_when_launched_later():
+    plan = two_node_plan()
+    assert plan.instance_ids == ["i-0000000000000000a", "i-0000000000000000b"]
+    assert plan.head_address == "10.40.0.4"
+    assert plan.comment == "gpufleet dev run 20261126-210500-3fa2"
+
+
+def test_a_run_without_ready_nodes_or_command_is_refused_with_what_to_do():
+    with pytest.raises(GpufleetError, match=r"^dev has no node ready for jobs: see `gpufleet status dev`$"):
+        plan_run(RUN_ID, "dev", [], 8, ["true"])
+    with pytest.raises(GpufleetError, match="no command: put it after --"):
+        plan_run(RUN_ID, "dev", [node("i-0000000000000000a", "10.40.0.4")], 8, [])
+
+
+def test_the_node_script_is_the_rank_lookup_then_one_transient_unit():
+    plan = two_node_plan(setup="pip install -r requirements.txt", workdir="/fsx/runs/r1")
+    assert node_script(plan) == "\n".join(
+        [
+            "set -eu",
+            "token=$(curl -fsS --max-time 2 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' "
+            "http://169.254.169.254/latest/api/token)",
+            'self=$(curl -fsS --max-time 2 -H "X-aws-ec2-metadata-token: $token" '
+            "http://169.254.169.254/latest/meta-data/instance-id)",
+            "rank=0",
+            "for node in i-0000000000000000a i-0000000000000000b; do",
+            '  if [ "$node" = "$self" ]; then break; fi',
+            "  rank=$((rank + 1))",
+            "done",
+            'if [ "$rank" -ge 2 ]; then',
+            '  echo "gpufleet run 20261126-210500-3fa2: $self is not one of its nodes" >&2',
+            "  exit 3",
+            "fi",
+            "if systemctl is-active --quiet gpufleet-run-20261126-210500-3fa2; then",
+            '  echo "gpufleet run 20261126-210500-3fa2: already running on $self"',
+            "  exit 0",
+            "fi",
+            "systemd-run --unit=gpufleet-run-20261126-210500-3fa2 --description='gpufleet run 20261126-210500-3fa2' "
+            "--uid=gpufleet --gid=gpufleet --setenv=GPUFLEET_RUN_ID=20261126-210500-3fa2 "
+            "--setenv=GPUFLEET_NODE_COUNT=2 "
+            "--setenv=GPUFLEET_GPUS_PER_NODE=8 --setenv=GPUFLEET_HEAD_ADDRESS=10.40.0.4 "
+            '--setenv=GPUFLEET_NODE_RANK="$rank" /bin/bash -c \'set -e\n'
+            "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
+            "cd /fsx/runs/r1\n"
+            "pip install -r requirements.txt\n"
+            "exec python train.py --epochs 2'",
+            'echo "gpufleet run 20261126-210500-3fa2: started gpufleet-run-20261126-210500-3fa2 on $self as rank $rank '
+            'of 2"',
+        ]
+    )
+
+
+def fake_node(tmp_path: Path, instance_id: str, active: bool = False) -> dict[str, str]:
+    """PATH with fake curl (IMDSv2: a token, then the instance id), systemctl (is-active answers ACTIVE) and
+    systemd-run (records its arguments, one a line)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scripts = {
+        "curl": f'case "$*" in *api/token*) echo TOKEN ;; *instance-id*) echo {instance_id} ;; *) exit 22 ;; esac',
+        "systemctl": f"exit {0 if active else 3}",
+        "systemd-run": f'printf "%s\\n" "$@" > {tmp_path}/systemd-run.args',
+    }
+    for name, body in scripts.items():
+        path = bin_dir / name
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def run_on_node(tmp_path: Path, instance_id: str, active: bool = False) -> subprocess.CompletedProcess:
+    """The node script as aws:runShellScript runs it: `sh -c TEXT`."""
+    plan = two_node_plan(setup="make data")
+    return subprocess.run(
+        ["sh", "-c", node_script(plan)],
+        env=fake_node(tmp_path, instance_id, active),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_each_node_starts_the_unit_with_its_own_rank(tmp_path):
+    result = run_on_node(tmp_path, "i-0000000000000000b")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (
+        "gpufleet run 20261126-210500-3fa2: started gpufleet-run-20261126-210500-3fa2 on i-0000000000000000b "
+        "as rank 1 of 2\n"
+    )
+    arguments = (tmp_path / "systemd-run.args").read_text().split("\n")
+    assert arguments[:8] == [
+        "--unit=gpufleet-run-20261126-210500-3fa2",
+        "--description=gpufleet run 20261126-210500-3fa2",
+        "--uid=gpufleet",
+        "--gid=gpufleet",
+        "--setenv=GPUFLEET_RUN_ID=20261126-210500-3fa2",
+        "--setenv=GPUFLEET_NODE_COUNT=2",
+        "--setenv=GPUFLEET_GPUS_PER_NODE=8",
+        "--setenv=GPUFLEET_HEAD_ADDRESS=10.40.0.4",
+    ]
+    assert arguments[8:11] == ["--setenv=GPUFLEET_NODE_RANK=1", "/bin/bash", "-c"]
+
+
+def test_the_unit_body_runs_the_setup_then_execs_the_command_under_bash(tmp_path):
+    run_on_node(tmp_path, "i-0000000000000000a")
+    body = (tmp_path / "systemd-run.args").read_text().split("\n", 11)[11]
+    assert body == (
+        "set -e\n"
+        "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
+        "cd ~gpufleet\n"
+        "make data\n"
+        "exec python train.py --epochs 2\n"
+    )
+    assert "--setenv=GPUFLEET_NODE_RANK=0" in (tmp_path / "systemd-run.args").read_text()
+
+
+def test_a_node_outside_the_plan_starts_nothing_and_says_so(tmp_path):
+    result = run_on_node(tmp_path, "i-0000000000000000c")
+    assert result.returncode == 3
+    assert result.stderr == "gpufleet run 20261126-210500-3fa2: i-0000000000000000c is not one of its nodes\n"
+    assert not (tmp_path / "systemd-run.args").exists()
+
+
+def test_a_repeated_start_leaves_the_running_unit_alone(tmp_path):
+    result = run_on_node(tmp_path, "i-0000000000000000a", active=True)
+    assert (result.returncode, result.stdout) == (
+        0,
+        "gpufleet run 20261126-210500-3fa2: already running on i-0000000000000000a\n",
+    )
+    assert not (tmp_path / "systemd-run.args").exists()
+
+
+def test_sendcommand_batches_hold_at_most_50_ids_in_order():
+    ids = [f"i-{n:017x}" for n in range(101)]
+    batches = send_batches(ids)
+    assert [len(batch) for batch in batches] == [50, 50, 1]
+    assert batches[2] == ["i-00000000000000064"]
+    assert batches[0][0] == "i-00000000000000000"
+
+
+def modelled_fleet(count: int) -> list[FleetInstance]:
+    return [
+        node(f"i-{n:017x}", f"10.40.{n // 250}.{n % 250 + 4}", "spot" if n % 2 else "on-demand") for n in range(count)
+    ]
+
+
+class FakeSsm:
+    """Answers SendCommand and ListCommandInvocations as Run Command does: each command's invocations move from
+    Pending to InProgress to a result, one step per ListCommandInvocations; UNDELIVERABLE nodes end as SSM ends a node
+    whose agent is offline (Status Failed, StatusDetails Undeliverable, in the documented meaning: "The node might
+    not exist or might not be responding")."""
+
+    def __init__(self, undeliverable=(), timed_out=(), unmanaged=()):
+        self.undeliverable, self.timed_out, self.unmanaged = set(undeliverable), set(timed_out), set(unmanaged)
+        self.commands: dict[str, list[str]] = {}
+        self.polls: dict[str, int] = {}
+
+    def send_command(self, params):
+        if self.unmanaged & set(params["InstanceIds"]):
+            return client_error("InvalidInstanceId", "Instances not in a valid state for account")
+        command_id = COMMAND_ID.format(len(self.commands))
+        self.commands[command_id] = list(params["InstanceIds"])
+        self.polls[command_id] = 0
+        return {"Command": {"CommandId": command_id, "InstanceIds": params["InstanceIds"]}}
+
+    def result(self, instance_id: str, step: int) -> tuple[str, str, str]:
+        if step == 0:
+            return "Pending", "Pending", ""
+        if step == 1:
+            return "InProgress", "InProgress", ""
+        if instance_id in self.undeliverable:
+            return "Failed", "Undeliverable", ""
+        if instance_id in self.timed_out:
+            return "TimedOut", "ExecutionTimedOut", "Job for gpufleet-run-x.service failed\n"
+        return "Success", "Success", f"started on {instance_id}\n"
+
+    def list_command_invocations(self, params):
+        command_id = params["CommandId"]
+        step = self.polls[command_id]
+        self.polls[command_id] += 1
+        invocations = []
+        for instance_id in self.commands[command_id]:
+            status, detail, output = self.result(instance_id, step)
+            plugin = {"Name": "aws:runShellScript", "Status": status, "Output": output}
+            invocations.append(
+                {
+                    "CommandId": command_id,
+                    "InstanceId": instance_id,
+                    "Status": status,
+                    "StatusDetails": detail,
+                    "CommandPlugins": [plugin],
+                }
+            )
+        return {"CommandInvocations": invocations}
+
+
+def ssm_client(fake: FakeSsm):
+    return answering_client(
+        "ssm",
+        {"SendCommand": fake.send_command, "ListCommandInvocations": fake.list_command_invocations},
+        region_name="us-east-1",
+    )
+
+
+def start(fleet, fake, wait_seconds=60.0):
+    plan = plan_run(RUN_ID, "dev", fleet, 8, ["python", "train.py"])
+    ssm, calls = ssm_client(fake)
+    commands, refused = start_run(ssm, plan)
+    heard: list[str] = []
+    results = start_results(
+        ssm, commands, wait_seconds, progress=lambda started: heard.append(started.line()), sleep=lambda _: None
+    )
+    return refused + results, calls, heard
+
+
+def test_a_256_node_run_takes_6_sendcommands_and_6_listings_per_poll():
+    results, calls, heard = start(modelled_fleet(256), FakeSsm())
+    operations = [operation for operation, _ in calls]
+    # 256 = 5 x 50 + 6: six SendCommand calls; the invocations are over on the third poll of each command.
+    assert operations.count("SendCommand") == 6
+    assert operations.count("ListCommandInvocations") == 18
+    assert len(calls) == 24
+    assert [len(params["InstanceIds"]) for name, params in calls if name == "SendCommand"] == [50, 50, 50, 50, 50, 6]
+    assert all(result.started for result in results) and len(results) == 256
+    assert len(heard) == 256
+
+
+def test_every_sendcommand_carries_the_same_script_and_the_start_timeouts():
+    _, calls, _ = start(modelled_fleet(60), FakeSsm())
+    sent = [params for name, params in calls if name == "SendCommand"]
+    assert sent[0]["DocumentName"] == "AWS-RunShellScript"
+    assert sent[0]["TimeoutSeconds"] == 600
+    assert sent[0]["Parameters"]["executionTimeout"] == ["120"]
+    assert sent[0]["Comment"] == "gpufleet dev run 20261126-210500-3fa2"
+    assert sent[0]["Parameters"] == sent[1]["Parameters"]
+    # The command lists every node of the run, so each node can find its rank whatever batch it is in.
+    assert "i-0000000000000003b" in sent[0]["Parameters"]["commands"][0]
+
+
+def test_an_offline_node_and_a_timed_out_start_are_reported_and_the_others_start():
+    fleet = modelled_fleet(3)
+    offline, slow = fleet[1].instance_id, fleet[2].instance_id
+    results, _, _ = start(fleet, FakeSsm(undeliverable=[offline], timed_out=[slow]))
+    assert [result.line() for result in results] == [
+        "i-00000000000000000: started",
+        "i-00000000000000002: not started (ExecutionTimedOut): Job for gpufleet-run-x.service failed",
+        "i-00000000000000001: not started (Undeliverable)",
+    ]
+
+
+def test_a_batch_ssm_refuses_is_reported_node_by_node_and_the_other_batches_go_on():
+    fleet = modelled_fleet(51)
+    # Job order puts the 26 on-demand nodes (even numbers) first: the last spot node, i-...31 (49), is rank 50,
+    # alone in the second batch.
+    unmanaged = "i-00000000000000031"
+    results, calls, _ = start(fleet, FakeSsm(unmanaged=[unmanaged]))
+    assert [name for name, _ in calls].count("SendCommand") == 2
+    refused = [result for result in results if not result.started]
+    assert [result.line() for result in refused] == [f"{unmanaged}: not started (InvalidInstanceId)"]
+    assert sum(result.started for result in results) == 50
+
+
+def test_a_start_still_pending_at_the_deadline_is_reported_with_its_last_status():
+    fleet = modelled_fleet(1)
+    plan = plan_run(RUN_ID, "dev", fleet, 8, ["true"])
+    fake = FakeSsm()
+    ssm, _ = ssm_client(fake)
+    commands, _ = start_run(ssm, plan)
+    moments = iter([0.0, 0.0, 10.0])
+    results = start_results(ssm, commands, 5.0, clock=lambda: next(moments), sleep=lambda _: None)
+    assert results == [NodeStart("i-00000000000000000", "InProgress", "InProgress", "")]
