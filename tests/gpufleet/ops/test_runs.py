@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import stat
 import subprocess
 from pathlib import Path
@@ -24,6 +25,7 @@ from gpufleet.ops.runs import (
     start_run,
 )
 from tests.answering import answering_client, client_error
+from tests.gpufleet.ops.conftest import fleet_nodes, make_on_demand, mark_readiness
 
 LAUNCHED = dt.datetime(2026, 11, 26, 20, 0, tzinfo=dt.UTC)
 RUN_ID = "20261126-210500-3fa2"
@@ -328,3 +330,87 @@ def test_a_start_still_pending_at_the_deadline_is_reported_with_its_last_status(
     moments = iter([0.0, 0.0, 10.0])
     results = start_results(ssm, commands, 5.0, clock=lambda: next(moments), sleep=lambda _: None)
     assert results == [NodeStart("i-00000000000000000", "InProgress", "InProgress", "")]
+
+
+@pytest.fixture
+def answered_ssm(answered, monkeypatch):
+    """`gpufleet run`'s SSM client answered by FAKE; no wait between polls."""
+    from gpufleet.ops import runs
+
+    monkeypatch.setattr(runs, "POLL_SECONDS", 0)
+
+    def answer(fake: FakeSsm) -> list[tuple[str, dict]]:
+        return answered(
+            "ssm", {"SendCommand": fake.send_command, "ListCommandInvocations": fake.list_command_invocations}
+        )
+
+    return answer
+
+
+def test_gpufleet_run_starts_on_every_ready_node_head_on_demand(spot_fleet, answered_ssm, run_cli) -> None:
+    fleet_id = spot_fleet(3)
+    first, second, third = fleet_nodes(fleet_id)
+    mark_readiness([first, second, third])
+    make_on_demand(third)
+    calls = answered_ssm(FakeSsm())
+
+    code, out, err = run_cli("run", "dev", "--fleet-id", fleet_id, "--setup", "make", "--", "python", "train.py")
+
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert re.fullmatch(rf"run [0-9]{{8}}-[0-9]{{6}}-[0-9a-f]{{4}}: 3 nodes, head {third} \(10\.40\.0\.6\)", lines[0])
+    assert lines[1:4] == [f"{third}: started", f"{first}: started", f"{second}: started"]
+    assert re.fullmatch(r"run \S+: started on 3 of 3 nodes \(unit gpufleet-run-\S+\)", lines[4])
+    (sent,) = [params for name, params in calls if name == "SendCommand"]
+    assert sent["InstanceIds"] == [third, first, second]
+    script = sent["Parameters"]["commands"][0]
+    assert "--setenv=GPUFLEET_HEAD_ADDRESS=10.40.0.6 " in script
+    assert "\nmake\nexec python train.py'\n" in script
+
+
+def test_gpufleet_run_names_each_node_that_did_not_start_and_exits_3(spot_fleet, answered_ssm, run_cli) -> None:
+    fleet_id = spot_fleet(2)
+    first, second = fleet_nodes(fleet_id)
+    mark_readiness([first, second])
+    answered_ssm(FakeSsm(undeliverable=[second]))
+
+    code, out, err = run_cli("run", "dev", "--fleet-id", fleet_id, "--", "true")
+
+    assert code == 3
+    assert (
+        err.splitlines()[0] == f"warning: no ready on-demand node: the head is spot node {first}, which EC2 can reclaim"
+    )
+    assert re.fullmatch(rf"dev: run \S+: {second}: not started \(Undeliverable\)", err.splitlines()[1])
+    assert re.fullmatch(r"run \S+: started on 1 of 2 nodes \(unit gpufleet-run-\S+\)", out.splitlines()[-1])
+
+
+def test_gpufleet_run_without_a_ready_node_sends_nothing(spot_fleet, answered_ssm, run_cli) -> None:
+    fleet_id = spot_fleet(1)
+    calls = answered_ssm(FakeSsm())
+
+    code, out, err = run_cli("run", "dev", "--fleet-id", fleet_id, "--", "true")
+
+    assert (code, out, calls) == (1, "", [])
+    assert err == "dev has no node ready for jobs: see `gpufleet status dev`\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "setup", "command"),
+    [
+        (
+            ["dev", "--setup", "make", "--", "python", "-u", "t.py", "--", "x"],
+            "make",
+            ["python", "-u", "t.py", "--", "x"],
+        ),
+        (["--setup", "make", "dev", "--", "python", "t.py", "--", "x"], "make", ["python", "t.py", "--", "x"]),
+        (["dev", "--", "python", "t.py"], "", ["python", "t.py"]),
+        (["dev", "--setup", "make"], "make", []),
+    ],
+    ids=["options-after-env", "options-before-env", "no-options", "no-command"],
+)
+def test_the_command_is_what_follows_the_first_double_dash_after_the_options(argv, setup, command):
+    from gpufleet.cli import build_parser
+    from gpufleet.commands.run import split_command
+
+    args = build_parser().parse_args(["run", *argv])
+    assert (split_command(args), args.setup, args.env) == (command, setup, "dev")
