@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "gpufleet.commands.status",
     "gpufleet.commands.hosts",
     "gpufleet.commands.run",
+    "gpufleet.commands.runs",
     "gpufleet.commands.nccl_report",
     "gpufleet.commands.topo_check",
 )

@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from gpufleet.catalog import load_catalog
     from gpufleet.loading import load_named_environment
     from gpufleet.ops.fleet import find_node_group, group_id_option
-    from gpufleet.ops.runs import new_run_id, plan_run, start_results, start_run, unit_name
+    from gpufleet.ops.runs import new_run_id, node_results, plan_run, start_run, unit_name
 
     env = load_named_environment(args.env)
     command = split_command(args)
@@ -87,10 +87,10 @@ def run(args: argparse.Namespace) -> int:
             )
         ssm = aws.client("ssm")
         commands, refused = start_run(ssm, plan)
-        results = refused + start_results(
+        results = refused + node_results(
             ssm, commands, args.wait, progress=lambda start: print(start.line(), flush=True)
         )
-    failed = [result for result in results if not result.started]
+    failed = [result for result in results if not result.ok]
     for result in failed:
         print(f"{env.name}: run {run_id}: {result.line()}", file=sys.stderr)
     started = len(results) - len(failed)

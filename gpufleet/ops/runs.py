@@ -167,8 +167,8 @@ def send_batches(instance_ids: list[str]) -> list[list[str]]:
 
 
 @dataclass(frozen=True)
-class NodeStart:
-    """How the start went on one node: the invocation's status, its detail (Undeliverable, DeliveryTimedOut, ...) and
+class NodeResult:
+    """How a command went on one node: the invocation's status, its detail (Undeliverable, DeliveryTimedOut, ...) and
     the first 2500 characters of its output."""
 
     instance_id: str
@@ -177,39 +177,45 @@ class NodeStart:
     output: str = ""
 
     @property
-    def started(self) -> bool:
+    def ok(self) -> bool:
         return self.status == "Success"
 
-    def line(self) -> str:
-        if self.started:
-            return f"{self.instance_id}: started"
+    def line(self, done: str = "started") -> str:
+        if self.ok:
+            return f"{self.instance_id}: {done}"
         last = self.output.strip().splitlines()[-1] if self.output.strip() else ""
-        return f"{self.instance_id}: not started ({self.detail or self.status}){': ' + last if last else ''}"
+        return f"{self.instance_id}: not {done} ({self.detail or self.status}){': ' + last if last else ''}"
 
 
-def start_run(ssm: Any, plan: RunPlan) -> tuple[dict[str, list[str]], list[NodeStart]]:
-    """Send the start to every node of PLAN, 50 to a call: (command id -> its nodes, the nodes of every call SSM
-    refused, each with the error code). SSM refuses a whole call when one of its ids is not a node it manages
-    (InvalidInstanceId: the agent not running or not registered, or the instance shutting down; botocore ssm model)."""
-    script = node_script(plan)
+def send_to_nodes(
+    ssm: Any, instance_ids: list[str], script: str, comment: str
+) -> tuple[dict[str, list[str]], list[NodeResult]]:
+    """Send SCRIPT to INSTANCE_IDS, 50 to a call: (command id -> its nodes, the nodes of every call SSM refused, each
+    with the error code). SSM refuses a whole call when one of its ids is not a node it manages (InvalidInstanceId:
+    the agent not running or not registered, or the instance shutting down; botocore ssm model)."""
     commands: dict[str, list[str]] = {}
-    refused: list[NodeStart] = []
-    for batch in send_batches(plan.instance_ids):
+    refused: list[NodeResult] = []
+    for batch in send_batches(instance_ids):
         try:
             command = ssm.send_command(
                 InstanceIds=batch,
                 DocumentName=RUN_SHELL_SCRIPT,
-                Comment=plan.comment,
+                Comment=comment,
                 TimeoutSeconds=DELIVERY_TIMEOUT_SECONDS,
                 Parameters={"commands": [script], "executionTimeout": [str(START_TIMEOUT_SECONDS)]},
             )["Command"]
         except ClientError as error:
             if error_code(error) != "InvalidInstanceId":
                 raise
-            refused += [NodeStart(node, "Refused", error_code(error)) for node in batch]
+            refused += [NodeResult(node, "Refused", error_code(error)) for node in batch]
             continue
         commands[command["CommandId"]] = batch
     return commands, refused
+
+
+def start_run(ssm: Any, plan: RunPlan) -> tuple[dict[str, list[str]], list[NodeResult]]:
+    """Send PLAN's start to its nodes (send_to_nodes)."""
+    return send_to_nodes(ssm, plan.instance_ids, node_script(plan), plan.comment)
 
 
 def _invocations(ssm: Any, command_id: str) -> list[dict[str, Any]]:
@@ -223,26 +229,26 @@ def _invocations(ssm: Any, command_id: str) -> list[dict[str, Any]]:
         arguments["NextToken"] = page["NextToken"]
 
 
-def start_results(
+def node_results(
     ssm: Any,
     commands: dict[str, list[str]],
     wait_seconds: float,
-    progress: Callable[[NodeStart], None] = lambda _: None,
+    progress: Callable[[NodeResult], None] = lambda _: None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-) -> list[NodeStart]:
-    """Wait until every node's start is over, or WAIT_SECONDS have passed; PROGRESS hears each node once, when its
-    start is over. A node still pending at the end is reported with its last status."""
+) -> list[NodeResult]:
+    """Wait until every node's invocation of COMMANDS is over, or WAIT_SECONDS have passed; PROGRESS hears each node
+    once, when its invocation is over. A node still pending at the end is reported with its last status."""
     deadline = clock() + wait_seconds
-    over: dict[str, NodeStart] = {}
-    latest: dict[str, NodeStart] = {}
+    over: dict[str, NodeResult] = {}
+    latest: dict[str, NodeResult] = {}
     while True:
         for command_id, nodes in commands.items():
             if all(node in over for node in nodes):
                 continue
             for invocation in _invocations(ssm, command_id):
                 plugins = invocation.get("CommandPlugins", [])
-                start = NodeStart(
+                start = NodeResult(
                     invocation["InstanceId"],
                     invocation["Status"],
                     invocation.get("StatusDetails", ""),
@@ -255,6 +261,44 @@ def start_results(
         wanted = [node for nodes in commands.values() for node in nodes]
         if all(node in over for node in wanted) or clock() >= deadline:
             return [
-                over.get(node) or latest.get(node) or NodeStart(node, "Pending", "no invocation yet") for node in wanted
+                over.get(node) or latest.get(node) or NodeResult(node, "Pending", "no invocation yet")
+                for node in wanted
             ]
         sleep(POLL_SECONDS)
+
+
+def stop_script(run_id: str) -> str:
+    """What `gpufleet stop` runs on every running node: stop the run's unit where it is active (systemd sends
+    SIGTERM to every process of the unit, then SIGKILL after its stop timeout)."""
+    unit = unit_name(run_id)
+    return "\n".join(
+        [
+            f"if systemctl is-active --quiet {unit}; then",
+            f"  systemctl stop {unit}",
+            "  echo stopped",
+            "else",
+            "  echo not running",
+            "fi",
+        ]
+    )
+
+
+# `systemctl list-units` takes glob patterns since systemd 209 (systemd NEWS 209: "systemctl now supports globbing on
+# the various list-xyz commands"); --plain drops the tree marks (NEWS 203). Its columns: UNIT LOAD ACTIVE SUB ...
+LIST_RUNS_SCRIPT = (
+    "systemctl list-units --all --plain 'gpufleet-run-*' | awk '$1 ~ /^gpufleet-run-.*[.]service$/ {print $1, $3, $4}'"
+)
+UNIT_LINE = re.compile(r"gpufleet-run-(?P<run>[0-9]{8}-[0-9]{6}-[0-9a-f]{4})\.service (?P<active>\S+) (?P<sub>\S+)")
+
+
+def runs_on_nodes(results: list[NodeResult]) -> dict[str, dict[str, str]]:
+    """The runs the nodes' answers to LIST_RUNS_SCRIPT name: run id -> {instance id: "ACTIVE/SUB"}, runs in id order
+    (their start time). A unit that ended well is gone from systemd's list (transient units are unloaded); one that
+    failed stays, as failed, until it is reset."""
+    runs: dict[str, dict[str, str]] = {}
+    for result in results:
+        for line in result.output.splitlines():
+            match = UNIT_LINE.fullmatch(line.strip())
+            if match:
+                runs.setdefault(match["run"], {})[result.instance_id] = f"{match['active']}/{match['sub']}"
+    return dict(sorted(runs.items()))

@@ -40,6 +40,8 @@ def test_every_command_and_sub_command_has_a_section_in_help_order():
         "## gpufleet status",
         "## gpufleet hosts",
         "## gpufleet run",
+        "## gpufleet runs",
+        "## gpufleet stop",
         "## gpufleet nccl-report",
         "## gpufleet topo-check",
     ]

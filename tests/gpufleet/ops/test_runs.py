@@ -9,20 +9,24 @@ import re
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gpufleet.errors import GpufleetError
 from gpufleet.ops.fleet import FleetInstance
 from gpufleet.ops.runs import (
-    NodeStart,
+    LIST_RUNS_SCRIPT,
+    NodeResult,
     RunPlan,
     new_run_id,
+    node_results,
     node_script,
     plan_run,
+    runs_on_nodes,
     send_batches,
-    start_results,
     start_run,
+    stop_script,
 )
 from tests.answering import answering_client, client_error
 from tests.gpufleet.ops.conftest import fleet_nodes, make_on_demand, mark_readiness
@@ -211,8 +215,9 @@ class FakeSsm:
     whose agent is offline (Status Failed, StatusDetails Undeliverable, in the documented meaning: "The node might
     not exist or might not be responding")."""
 
-    def __init__(self, undeliverable=(), timed_out=(), unmanaged=()):
+    def __init__(self, undeliverable=(), timed_out=(), unmanaged=(), outputs=None):
         self.undeliverable, self.timed_out, self.unmanaged = set(undeliverable), set(timed_out), set(unmanaged)
+        self.outputs = outputs or {}  # instance id -> what its command prints
         self.commands: dict[str, list[str]] = {}
         self.polls: dict[str, int] = {}
 
@@ -233,7 +238,7 @@ class FakeSsm:
             return "Failed", "Undeliverable", ""
         if instance_id in self.timed_out:
             return "TimedOut", "ExecutionTimedOut", "Job for gpufleet-run-x.service failed\n"
-        return "Success", "Success", f"started on {instance_id}\n"
+        return "Success", "Success", self.outputs.get(instance_id, f"started on {instance_id}\n")
 
     def list_command_invocations(self, params):
         command_id = params["CommandId"]
@@ -268,7 +273,7 @@ def start(fleet, fake, wait_seconds=60.0):
     ssm, calls = ssm_client(fake)
     commands, refused = start_run(ssm, plan)
     heard: list[str] = []
-    results = start_results(
+    results = node_results(
         ssm, commands, wait_seconds, progress=lambda started: heard.append(started.line()), sleep=lambda _: None
     )
     return refused + results, calls, heard
@@ -282,7 +287,7 @@ def test_a_256_node_run_takes_6_sendcommands_and_6_listings_per_poll():
     assert operations.count("ListCommandInvocations") == 18
     assert len(calls) == 24
     assert [len(params["InstanceIds"]) for name, params in calls if name == "SendCommand"] == [50, 50, 50, 50, 50, 6]
-    assert all(result.started for result in results) and len(results) == 256
+    assert all(result.ok for result in results) and len(results) == 256
     assert len(heard) == 256
 
 
@@ -316,9 +321,9 @@ def test_a_batch_ssm_refuses_is_reported_node_by_node_and_the_other_batches_go_o
     unmanaged = "i-00000000000000031"
     results, calls, _ = start(fleet, FakeSsm(unmanaged=[unmanaged]))
     assert [name for name, _ in calls].count("SendCommand") == 2
-    refused = [result for result in results if not result.started]
+    refused = [result for result in results if not result.ok]
     assert [result.line() for result in refused] == [f"{unmanaged}: not started (InvalidInstanceId)"]
-    assert sum(result.started for result in results) == 50
+    assert sum(result.ok for result in results) == 50
 
 
 def test_a_start_still_pending_at_the_deadline_is_reported_with_its_last_status():
@@ -328,8 +333,8 @@ def test_a_start_still_pending_at_the_deadline_is_reported_with_its_last_status(
     ssm, _ = ssm_client(fake)
     commands, _ = start_run(ssm, plan)
     moments = iter([0.0, 0.0, 10.0])
-    results = start_results(ssm, commands, 5.0, clock=lambda: next(moments), sleep=lambda _: None)
-    assert results == [NodeStart("i-00000000000000000", "InProgress", "InProgress", "")]
+    results = node_results(ssm, commands, 5.0, clock=lambda: next(moments), sleep=lambda _: None)
+    assert results == [NodeResult("i-00000000000000000", "InProgress", "InProgress", "")]
 
 
 @pytest.fixture
@@ -339,7 +344,7 @@ def answered_ssm(answered, monkeypatch):
 
     monkeypatch.setattr(runs, "POLL_SECONDS", 0)
 
-    def answer(fake: FakeSsm) -> list[tuple[str, dict]]:
+    def answer(fake: FakeSsm) -> list[tuple[str, dict[str, Any]]]:
         return answered(
             "ssm", {"SendCommand": fake.send_command, "ListCommandInvocations": fake.list_command_invocations}
         )
@@ -414,3 +419,83 @@ def test_the_command_is_what_follows_the_first_double_dash_after_the_options(arg
 
     args = build_parser().parse_args(["run", *argv])
     assert (split_command(args), args.setup, args.env) == (command, setup, "dev")
+
+
+def test_stop_stops_the_unit_where_it_is_active():
+    assert stop_script(RUN_ID) == (
+        "if systemctl is-active --quiet gpufleet-run-20261126-210500-3fa2; then\n"
+        "  systemctl stop gpufleet-run-20261126-210500-3fa2\n"
+        "  echo stopped\n"
+        "else\n"
+        "  echo not running\n"
+        "fi"
+    )
+
+
+def test_the_runs_listing_reads_systemctls_columns_on_a_real_sh(tmp_path):
+    """LIST_RUNS_SCRIPT against a fake systemctl printing what `systemctl list-units --all --plain` prints."""
+    listing = (
+        "  UNIT                                        LOAD   ACTIVE SUB     DESCRIPTION\n"
+        "  gpufleet-run-20261126-210500-3fa2.service loaded active running gpufleet run 20261126-210500-3fa2\n"
+        "  gpufleet-run-20261125-080000-0001.service loaded failed failed  gpufleet run 20261125-080000-0001\n"
+        "\n"
+        "LOAD   = Reflects whether the unit definition was properly loaded.\n"
+        "2 loaded units listed.\n"
+    )
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(f"#!/bin/sh\ncat <<'LIST'\n{listing}LIST\n")
+    (bin_dir / "systemctl").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    output = subprocess.run(["sh", "-c", LIST_RUNS_SCRIPT], env=env, capture_output=True, text=True, check=True).stdout
+    assert output == (
+        "gpufleet-run-20261126-210500-3fa2.service active running\n"
+        "gpufleet-run-20261125-080000-0001.service failed failed\n"
+    )
+    answers = [
+        NodeResult("i-0000000000000000a", "Success", "Success", output),
+        NodeResult("i-0000000000000000b", "Success", "Success", output.splitlines()[0] + "\n"),
+        NodeResult("i-0000000000000000c", "Failed", "Undeliverable"),
+    ]
+    assert runs_on_nodes(answers) == {
+        "20261125-080000-0001": {"i-0000000000000000a": "failed/failed"},
+        "20261126-210500-3fa2": {"i-0000000000000000a": "active/running", "i-0000000000000000b": "active/running"},
+    }
+
+
+def test_gpufleet_runs_counts_each_runs_unit_states_and_names_a_silent_node(spot_fleet, answered_ssm, run_cli) -> None:
+    fleet_id = spot_fleet(3)
+    first, second, third = fleet_nodes(fleet_id)
+    running = "gpufleet-run-20261126-210500-3fa2.service active running\n"
+    failed = "gpufleet-run-20261125-080000-0001.service failed failed\n"
+    calls = answered_ssm(FakeSsm(undeliverable=[third], outputs={first: running + failed, second: running}))
+
+    code, out, err = run_cli("runs", "dev", "--fleet-id", fleet_id)
+
+    assert code == 3
+    assert out == "20261125-080000-0001: 1 failed/failed\n20261126-210500-3fa2: 2 active/running\n"
+    assert err == f"dev: {third}: not answered (Undeliverable)\n"
+    (sent,) = [params for name, params in calls if name == "SendCommand"]
+    # Every running node is asked, ready or not: a run outlives its nodes' readiness.
+    assert sorted(sent["InstanceIds"]) == sorted([first, second, third])
+    assert sent["Comment"] == "gpufleet dev runs"
+
+
+def test_gpufleet_stop_stops_the_unit_on_every_running_node(spot_fleet, answered_ssm, run_cli) -> None:
+    fleet_id = spot_fleet(2)
+    first, second = fleet_nodes(fleet_id)
+    calls = answered_ssm(FakeSsm(outputs={first: "stopped\n", second: "not running\n"}))
+
+    code, out, err = run_cli("stop", "dev", RUN_ID, "--fleet-id", fleet_id)
+
+    assert (code, out, err) == (0, "run 20261126-210500-3fa2: stopped on 1 nodes, not running on 1\n", "")
+    (sent,) = [params for name, params in calls if name == "SendCommand"]
+    assert sent["Parameters"]["commands"] == [stop_script(RUN_ID)]
+    assert sent["Comment"] == "gpufleet dev stop 20261126-210500-3fa2"
+
+
+def test_gpufleet_stop_refuses_what_is_not_a_run_id(answered_ssm, run_cli) -> None:
+    calls = answered_ssm(FakeSsm())
+    code, out, err = run_cli("stop", "dev", "x; reboot")
+    assert (code, out, calls) == (1, "", [])
+    assert err == "RUN: 'x; reboot' is not a run id (such as 20261126-210500-3fa2): see `gpufleet runs`\n"

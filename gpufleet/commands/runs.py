@@ -1,0 +1,92 @@
+"""gpufleet runs ENV and gpufleet stop ENV RUN: the runs `gpufleet run` started, as systemd sees them on every running
+node, and stopping one (gpufleet.ops.runs). Both ask every running node, ready or not, through Run Command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+WAIT_SECONDS = 720  # as gpufleet run: SendCommand's 600 s delivery timeout and the script's 120 s
+NOT_EVERY_NODE = 3
+EXIT_CODES = (
+    "exit codes: 0 every running node answered; 3 some did not (one line each on stderr: the answer is incomplete); "
+    "1 nothing was sent (no running node, an AWS error)"
+)
+
+
+def _add_group_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("env", metavar="ENV", help="environment name (environments/ENV.yaml)")
+    parser.add_argument("--fleet-id", help="Spot Fleet request id (default: output FleetRequestId of the stack)")
+    parser.add_argument(
+        "--group-name",
+        help="Auto Scaling group name (fleet.backend auto-scaling; default: output AutoScalingGroupName)",
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    runs = subparsers.add_parser(
+        "runs", help="the runs on the nodes: per run, each node's unit state", epilog=EXIT_CODES
+    )
+    _add_group_options(runs)
+    runs.set_defaults(handler=list_runs)
+    stop = subparsers.add_parser("stop", help="stop a run on every node", epilog=EXIT_CODES)
+    _add_group_options(stop)
+    stop.add_argument("run", metavar="RUN", help="the run id gpufleet run printed (gpufleet runs lists them)")
+    stop.set_defaults(handler=stop_run)
+
+
+def _ask_running_nodes(args: argparse.Namespace, script: str, comment: str, done: str) -> tuple[str, list]:
+    """SCRIPT on every running node of the environment: (its name, each node's NodeResult); one stderr line for each
+    node that did not answer."""
+    from gpufleet.aws import Aws, aws_errors
+    from gpufleet.errors import GpufleetError
+    from gpufleet.loading import load_named_environment
+    from gpufleet.ops.fleet import find_node_group, group_id_option
+    from gpufleet.ops.runs import node_results, send_to_nodes
+
+    env = load_named_environment(args.env)
+    aws = Aws(env.region)
+    with aws_errors(env.region):
+        group = find_node_group(aws, env, group_id_option(args, env))
+        nodes = [instance.instance_id for instance in group.running]
+        if not nodes:
+            raise GpufleetError(
+                f"{group.label} ({env.name}) has no running instances: see `gpufleet status {env.name}`"
+            )
+        ssm = aws.client("ssm")
+        commands, refused = send_to_nodes(ssm, nodes, script, f"gpufleet {env.name} {comment}")
+        results = refused + node_results(ssm, commands, WAIT_SECONDS)
+    for result in results:
+        if not result.ok:
+            print(f"{env.name}: {result.line(done)}", file=sys.stderr)
+    return env.name, results
+
+
+def list_runs(args: argparse.Namespace) -> int:
+    from gpufleet.ops.runs import LIST_RUNS_SCRIPT, runs_on_nodes
+
+    _, results = _ask_running_nodes(args, LIST_RUNS_SCRIPT, "runs", "answered")
+    runs = runs_on_nodes([result for result in results if result.ok])
+    if not runs:
+        print("no run on any node (a run whose processes all ended well leaves no unit behind)")
+    for run_id, states in runs.items():
+        counts: dict[str, int] = {}
+        for state in states.values():
+            counts[state] = counts.get(state, 0) + 1
+        summary = ", ".join(f"{count} {state}" for state, count in sorted(counts.items()))
+        print(f"{run_id}: {summary}")
+    return NOT_EVERY_NODE if any(not result.ok for result in results) else 0
+
+
+def stop_run(args: argparse.Namespace) -> int:
+    from gpufleet.errors import GpufleetError
+    from gpufleet.ops.runs import RUN_ID, stop_script
+
+    if not RUN_ID.fullmatch(args.run):
+        raise GpufleetError(f"RUN: {args.run!r} is not a run id (such as 20261126-210500-3fa2): see `gpufleet runs`")
+    _, results = _ask_running_nodes(args, stop_script(args.run), f"stop {args.run}", "stopped")
+    stopped = [result for result in results if result.ok and result.output.strip() == "stopped"]
+    print(
+        f"run {args.run}: stopped on {len(stopped)} nodes, not running on {sum(r.ok for r in results) - len(stopped)}"
+    )
+    return NOT_EVERY_NODE if any(not result.ok for result in results) else 0
