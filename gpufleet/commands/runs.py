@@ -1,10 +1,12 @@
-"""gpufleet runs ENV and gpufleet stop ENV RUN: the runs `gpufleet run` started, as systemd sees them on every running
-node, and stopping one (gpufleet.ops.runs). Both ask every running node, ready or not, through Run Command."""
+"""gpufleet runs ENV, gpufleet stop ENV RUN, gpufleet logs ENV RUN [--node RANK]: the runs `gpufleet run` started as
+systemd sees them on the nodes, stopping one, and one node's output (gpufleet.ops.runs). Each asks every running node,
+ready or not, through Run Command: a run outlives its nodes' readiness."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 WAIT_SECONDS = 720  # as gpufleet run: SendCommand's 600 s delivery timeout and the script's 120 s
 NOT_EVERY_NODE = 3
@@ -33,11 +35,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _add_group_options(stop)
     stop.add_argument("run", metavar="RUN", help="the run id gpufleet run printed (gpufleet runs lists them)")
     stop.set_defaults(handler=stop_run)
+    logs = subparsers.add_parser("logs", help="the output of one node of a run (its unit's journal)", epilog=EXIT_CODES)
+    _add_group_options(logs)
+    logs.add_argument("run", metavar="RUN", help="the run id gpufleet run printed (gpufleet runs lists them)")
+    logs.add_argument("--node", type=int, default=0, metavar="RANK", help="the node's rank in the run (default: 0)")
+    logs.add_argument("--lines", type=int, default=200, help="how many of the last lines (default: 200)")
+    logs.set_defaults(handler=show_logs)
 
 
-def _ask_running_nodes(args: argparse.Namespace, script: str, comment: str, done: str) -> tuple[str, list]:
-    """SCRIPT on every running node of the environment: (its name, each node's NodeResult); one stderr line for each
-    node that did not answer."""
+def _ask_running_nodes(args: argparse.Namespace, script: str, comment: str, done: str) -> tuple[Any, dict, list]:
+    """SCRIPT on every running node of the environment: (the ssm client, command id -> nodes, each node's
+    NodeResult); one stderr line for each node that did not answer."""
     from gpufleet.aws import Aws, aws_errors
     from gpufleet.errors import GpufleetError
     from gpufleet.loading import load_named_environment
@@ -59,13 +67,22 @@ def _ask_running_nodes(args: argparse.Namespace, script: str, comment: str, done
     for result in results:
         if not result.ok:
             print(f"{env.name}: {result.line(done)}", file=sys.stderr)
-    return env.name, results
+    return ssm, commands, results
+
+
+def _run_id(value: str) -> str:
+    from gpufleet.errors import GpufleetError
+    from gpufleet.ops.runs import RUN_ID
+
+    if not RUN_ID.fullmatch(value):
+        raise GpufleetError(f"RUN: {value!r} is not a run id (such as 20261126-210500-3fa2): see `gpufleet runs`")
+    return value
 
 
 def list_runs(args: argparse.Namespace) -> int:
     from gpufleet.ops.runs import LIST_RUNS_SCRIPT, runs_on_nodes
 
-    _, results = _ask_running_nodes(args, LIST_RUNS_SCRIPT, "runs", "answered")
+    _, _, results = _ask_running_nodes(args, LIST_RUNS_SCRIPT, "runs", "answered")
     runs = runs_on_nodes([result for result in results if result.ok])
     if not runs:
         print("no run on any node (a run whose processes all ended well leaves no unit behind)")
@@ -79,14 +96,26 @@ def list_runs(args: argparse.Namespace) -> int:
 
 
 def stop_run(args: argparse.Namespace) -> int:
-    from gpufleet.errors import GpufleetError
-    from gpufleet.ops.runs import RUN_ID, stop_script
+    from gpufleet.ops.runs import stop_script
 
-    if not RUN_ID.fullmatch(args.run):
-        raise GpufleetError(f"RUN: {args.run!r} is not a run id (such as 20261126-210500-3fa2): see `gpufleet runs`")
-    _, results = _ask_running_nodes(args, stop_script(args.run), f"stop {args.run}", "stopped")
+    run_id = _run_id(args.run)
+    _, _, results = _ask_running_nodes(args, stop_script(run_id), f"stop {run_id}", "stopped")
     stopped = [result for result in results if result.ok and result.output.strip() == "stopped"]
     print(
         f"run {args.run}: stopped on {len(stopped)} nodes, not running on {sum(r.ok for r in results) - len(stopped)}"
     )
+    return NOT_EVERY_NODE if any(not result.ok for result in results) else 0
+
+
+def show_logs(args: argparse.Namespace) -> int:
+    from gpufleet.errors import GpufleetError
+    from gpufleet.ops.runs import logs_script, node_log
+
+    run_id = _run_id(args.run)
+    if args.node < 0 or args.lines < 1:
+        raise GpufleetError("--node is a rank (0 or more) and --lines a count (1 or more)")
+    ssm, commands, results = _ask_running_nodes(
+        args, logs_script(run_id, args.node, args.lines), f"logs {run_id}", "answered"
+    )
+    print(node_log(ssm, commands, results, run_id, args.node), end="")
     return NOT_EVERY_NODE if any(not result.ok for result in results) else 0

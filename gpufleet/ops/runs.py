@@ -49,6 +49,9 @@ IMDS_URL = "http://169.254.169.254"
 # The EFA environment of the image for shells (scripts/node/efa-env.sh writes it): the FI_/NCCL_ variables and the
 # library path prepended to LD_LIBRARY_PATH.
 EFA_PROFILE = "/etc/profile.d/gpufleet-efa.sh"
+# Each node's rank in each run it started, one file a run, kept across reboots: `gpufleet logs --node RANK` finds the
+# node by it after the unit is gone. GPUFLEET_ROOT prefixes it in tests, as in the node scripts.
+RANKS_DIR = "${GPUFLEET_ROOT:-}/var/lib/gpufleet/run-ranks"
 RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{4}")
 
 
@@ -152,6 +155,8 @@ def node_script(plan: RunPlan) -> str:
             f'  echo "gpufleet run {plan.run_id}: already running on $self"',
             "  exit 0",
             "fi",
+            f"mkdir -p {RANKS_DIR}",
+            f'echo "$rank" > {RANKS_DIR}/{plan.run_id}',
             f"systemd-run --unit={unit} --description='gpufleet run {plan.run_id}' "
             f"--uid={CLUSTER_USER_NAME} --gid={CLUSTER_USER_NAME} {setenv} "
             '--setenv=GPUFLEET_NODE_RANK="$rank" /bin/bash -c ' + shlex.quote(_unit_body(plan)),
@@ -302,3 +307,41 @@ def runs_on_nodes(results: list[NodeResult]) -> dict[str, dict[str, str]]:
             if match:
                 runs.setdefault(match["run"], {})[result.instance_id] = f"{match['active']}/{match['sub']}"
     return dict(sorted(runs.items()))
+
+
+# GetCommandInvocation's StandardOutputContent holds the first 24000 characters of the output (botocore ssm model):
+# the log's tail is cut to less, so that the marker line and the newest lines both come back.
+LOG_TAIL_CHARACTERS = 20000
+
+
+def log_marker(run_id: str, rank: int) -> str:
+    return f"gpufleet logs: run {run_id} rank {rank}"
+
+
+def logs_script(run_id: str, rank: int, lines: int) -> str:
+    """What `gpufleet logs` runs on every running node: only the node that was RANK in RUN_ID prints, its marker line
+    then the last LINES lines of the unit's journal (what the processes printed), at most LOG_TAIL_CHARACTERS."""
+    rank_file = f"{RANKS_DIR}/{run_id}"
+    return "\n".join(
+        [
+            f'if [ ! -r "{rank_file}" ] || [ "$(cat "{rank_file}")" != {rank} ]; then exit 0; fi',
+            f'echo "{log_marker(run_id, rank)}"',
+            f"journalctl --unit={unit_name(run_id)} --output=cat --no-pager --lines={lines} | "
+            f"tail -c {LOG_TAIL_CHARACTERS}",
+        ]
+    )
+
+
+def node_log(ssm: Any, commands: dict[str, list[str]], results: list[NodeResult], run_id: str, rank: int) -> str:
+    """The journal lines the node of RANK sent back (the answer to logs_script), without the marker; GpufleetError
+    when no node answered as that rank."""
+    marker = log_marker(run_id, rank)
+    for result in results:
+        if result.ok and result.output.startswith(marker):
+            command_id = next(command for command, nodes in commands.items() if result.instance_id in nodes)
+            output = ssm.get_command_invocation(CommandId=command_id, InstanceId=result.instance_id)
+            return output["StandardOutputContent"].split("\n", 1)[1] if "\n" in output["StandardOutputContent"] else ""
+    raise GpufleetError(
+        f"no running node was rank {rank} of run {run_id}: check the run id with `gpufleet runs`; a node that is gone "
+        "took its journal with it"
+    )

@@ -19,6 +19,7 @@ from gpufleet.ops.runs import (
     LIST_RUNS_SCRIPT,
     NodeResult,
     RunPlan,
+    logs_script,
     new_run_id,
     node_results,
     node_script,
@@ -101,6 +102,8 @@ def test_the_node_script_is_the_rank_lookup_then_one_transient_unit():
             '  echo "gpufleet run 20261126-210500-3fa2: already running on $self"',
             "  exit 0",
             "fi",
+            "mkdir -p ${GPUFLEET_ROOT:-}/var/lib/gpufleet/run-ranks",
+            'echo "$rank" > ${GPUFLEET_ROOT:-}/var/lib/gpufleet/run-ranks/20261126-210500-3fa2',
             "systemd-run --unit=gpufleet-run-20261126-210500-3fa2 --description='gpufleet run 20261126-210500-3fa2' "
             "--uid=gpufleet --gid=gpufleet --setenv=GPUFLEET_RUN_ID=20261126-210500-3fa2 "
             "--setenv=GPUFLEET_NODE_COUNT=2 "
@@ -130,7 +133,7 @@ def fake_node(tmp_path: Path, instance_id: str, active: bool = False) -> dict[st
         path = bin_dir / name
         path.write_text(f"#!/bin/sh\n{body}\n")
         path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "GPUFLEET_ROOT": str(tmp_path)}
 
 
 def run_on_node(tmp_path: Path, instance_id: str, active: bool = False) -> subprocess.CompletedProcess:
@@ -164,6 +167,7 @@ def test_each_node_starts_the_unit_with_its_own_rank(tmp_path):
         "--setenv=GPUFLEET_HEAD_ADDRESS=10.40.0.4",
     ]
     assert arguments[8:11] == ["--setenv=GPUFLEET_NODE_RANK=1", "/bin/bash", "-c"]
+    assert (tmp_path / "var/lib/gpufleet/run-ranks/20261126-210500-3fa2").read_text() == "1\n"
 
 
 def test_the_unit_body_runs_the_setup_then_execs_the_command_under_bash(tmp_path):
@@ -499,3 +503,80 @@ def test_gpufleet_stop_refuses_what_is_not_a_run_id(answered_ssm, run_cli) -> No
     code, out, err = run_cli("stop", "dev", "x; reboot")
     assert (code, out, calls) == (1, "", [])
     assert err == "RUN: 'x; reboot' is not a run id (such as 20261126-210500-3fa2): see `gpufleet runs`\n"
+
+
+def test_logs_script_prints_only_on_the_node_of_the_rank(tmp_path):
+    assert logs_script(RUN_ID, 1, 50) == (
+        'if [ ! -r "${GPUFLEET_ROOT:-}/var/lib/gpufleet/run-ranks/20261126-210500-3fa2" ] || '
+        '[ "$(cat "${GPUFLEET_ROOT:-}/var/lib/gpufleet/run-ranks/20261126-210500-3fa2")" != 1 ]; then exit 0; fi\n'
+        'echo "gpufleet logs: run 20261126-210500-3fa2 rank 1"\n'
+        "journalctl --unit=gpufleet-run-20261126-210500-3fa2 --output=cat --no-pager --lines=50 | tail -c 20000"
+    )
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "journalctl").write_text('#!/bin/sh\necho "$*"\necho "step 10 loss 0.5"\n')
+    (bin_dir / "journalctl").chmod(0o755)
+    ranks = tmp_path / "var/lib/gpufleet/run-ranks"
+    ranks.mkdir(parents=True)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "GPUFLEET_ROOT": str(tmp_path)}
+
+    def on_node(rank: str | None) -> str:
+        if rank is not None:
+            (ranks / RUN_ID).write_text(f"{rank}\n")
+        command = ["sh", "-c", logs_script(RUN_ID, 1, 50)]
+        return subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+
+    assert on_node(None) == ""
+    assert on_node("0") == ""
+    assert on_node("1") == (
+        "gpufleet logs: run 20261126-210500-3fa2 rank 1\n"
+        "--unit=gpufleet-run-20261126-210500-3fa2 --output=cat --no-pager --lines=50\n"
+        "step 10 loss 0.5\n"
+    )
+
+
+def test_gpufleet_logs_prints_the_journal_of_the_node_of_the_rank(spot_fleet, answered, monkeypatch, run_cli):
+    from gpufleet.ops import runs
+
+    monkeypatch.setattr(runs, "POLL_SECONDS", 0)
+    fleet_id = spot_fleet(2)
+    first, second = fleet_nodes(fleet_id)
+    marker = "gpufleet logs: run 20261126-210500-3fa2 rank 1\n"
+    fake = FakeSsm(outputs={first: "", second: marker + "step 1 loss 2.0\n"})
+
+    def invocation(params: dict[str, Any]) -> dict[str, Any]:
+        assert params["InstanceId"] == second
+        return {
+            "CommandId": params["CommandId"],
+            "InstanceId": second,
+            "StandardOutputContent": marker + "step 1\nstep 2\n",
+        }
+
+    calls = answered(
+        "ssm",
+        {
+            "SendCommand": fake.send_command,
+            "ListCommandInvocations": fake.list_command_invocations,
+            "GetCommandInvocation": invocation,
+        },
+    )
+
+    code, out, err = run_cli("logs", "dev", RUN_ID, "--node", "1", "--fleet-id", fleet_id, "--lines", "50")
+
+    assert (code, out, err) == (0, "step 1\nstep 2\n", "")
+    (sent,) = [params for name, params in calls if name == "SendCommand"]
+    assert sent["Parameters"]["commands"] == [logs_script(RUN_ID, 1, 50)]
+
+
+def test_gpufleet_logs_says_when_no_node_was_that_rank(spot_fleet, answered_ssm, run_cli):
+    fleet_id = spot_fleet(1)
+    (only,) = fleet_nodes(fleet_id)
+    answered_ssm(FakeSsm(outputs={only: ""}))
+
+    code, out, err = run_cli("logs", "dev", RUN_ID, "--node", "3", "--fleet-id", fleet_id)
+
+    assert (code, out) == (1, "")
+    assert err == (
+        "no running node was rank 3 of run 20261126-210500-3fa2: check the run id with `gpufleet runs`; a node that "
+        "is gone took its journal with it\n"
+    )
