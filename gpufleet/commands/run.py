@@ -19,6 +19,11 @@ EXIT_CODES = (
 
 def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--setup", default="", help="shell command run first on every node (e.g. pip install ...)")
+    parser.add_argument(
+        "--mpi",
+        action="store_true",
+        help="start mpirun on the head only, GPUs-per-node processes on every ready node, over the cluster's SSH",
+    )
     parser.add_argument("--fleet-id", help="Spot Fleet request id (default: output FleetRequestId of the stack)")
     parser.add_argument(
         "--group-name",
@@ -76,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     with aws_errors(env.region):
         group = find_node_group(aws, env, group_id_option(args, env))
         run_id = new_run_id(dt.datetime.now(dt.UTC), secrets.token_hex(2))
-        plan = plan_run(run_id, env.name, group.ready, gpus, command, setup=args.setup)
+        plan = plan_run(run_id, env.name, group.ready, gpus, command, setup=args.setup, mpi=args.mpi)
         head = plan.nodes[0]
         print(f"run {run_id}: {len(plan.nodes)} nodes, head {head.instance_id} ({head.private_ip})", flush=True)
         if head.reclaimable:

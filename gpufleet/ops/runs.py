@@ -79,6 +79,13 @@ class RunPlan:
     command: tuple[str, ...]  # the argv run on every node
     setup: str = ""  # a shell command run first on every node, in the working directory
     workdir: str = ""  # the node's working directory; empty: the cluster user's home
+    mpi: bool = False  # mpirun on the head starts the command on every node over SSH
+
+    @property
+    def targets(self) -> list[str]:
+        """The nodes Run Command starts a unit on: every node, or with MPI the head alone (mpirun reaches the others
+        over the cluster user's SSH trust, scripts/node/cluster-user.sh)."""
+        return self.instance_ids[:1] if self.mpi else self.instance_ids
 
     @property
     def head_address(self) -> str:
@@ -102,6 +109,7 @@ def plan_run(
     command: list[str],
     setup: str = "",
     workdir: str = "",
+    mpi: bool = False,
 ) -> RunPlan:
     """The plan of a run on READY (the nodes that say they are ready), ranked in job order."""
     if not ready:
@@ -109,16 +117,52 @@ def plan_run(
     if not command:
         raise GpufleetError("gpufleet run: no command: put it after --, e.g. `gpufleet run ENV -- python train.py`")
     nodes = tuple(sorted(ready, key=job_order))
-    return RunPlan(run_id, environment, nodes, gpus_per_node, tuple(command), setup, workdir)
+    return RunPlan(run_id, environment, nodes, gpus_per_node, tuple(command), setup, workdir, mpi)
 
 
-def _unit_body(plan: RunPlan) -> str:
-    """What the unit's bash runs: the EFA environment, the working directory, the setup, then the command."""
+# mpirun's options for a run, as scripts/ops/run-nccl-tests.sh launches nccl-tests: MPI only starts the processes, so
+# its own traffic stays on TCP (not the EFA devices NCCL uses) and pinning is left to the program. The EFA variables
+# and the library path the head's shell has (EFA_PROFILE) go to every process (-x).
+MPIRUN_OPTIONS = ("--bind-to", "none", "--mca", "pml", "^cm,ucx", "--mca", "btl", "tcp,self")
+MPI_FORWARDED = (
+    r"-x PATH ${LD_LIBRARY_PATH:+-x LD_LIBRARY_PATH} $(env | sed -n 's/^\(\(FI\|NCCL\)_[A-Za-z0-9_]*\)=.*/-x \1/p')"
+)
+
+
+def hostfile_path(run_id: str) -> str:
+    return f"${{TMPDIR:-/tmp}}/{unit_name(run_id)}.hosts"
+
+
+def _mpi_steps(plan: RunPlan, directory: str) -> list[str]:
+    """The head's steps of an MPI run: the hostfile of the plan's nodes (hostlists.mpi_hostfile's lines), the setup
+    once per node through mpirun, then the command, GPUS_PER_NODE processes a node."""
+    hostfile = hostfile_path(plan.run_id)
+    lines = " ".join(shlex.quote(f"{node.private_ip} slots={plan.gpus_per_node}") for node in plan.nodes)
+    nodes = len(plan.nodes)
+    options = " ".join(shlex.quote(option) for option in MPIRUN_OPTIONS)
+    steps = [f"printf '%s\\n' {lines} > {hostfile}"]
+    if plan.setup:
+        setup = shlex.quote(f"cd {directory} && {plan.setup}")
+        steps.append(f"mpirun --hostfile {hostfile} -n {nodes} -N 1 {options} {MPI_FORWARDED} bash -c {setup}")
+    processes = nodes * plan.gpus_per_node
+    steps.append(
+        f"exec mpirun --hostfile {hostfile} -n {processes} -N {plan.gpus_per_node} {options} {MPI_FORWARDED} "
+        + shlex.join(plan.command)
+    )
+    return steps
+
+
+def unit_body(plan: RunPlan) -> str:
+    """What the unit's bash runs: the EFA environment, the working directory, the setup, then the command (with MPI:
+    mpirun, which runs both on every node)."""
     directory = shlex.quote(plan.workdir) if plan.workdir else f"~{CLUSTER_USER_NAME}"
     steps = [f"if [ -r {EFA_PROFILE} ]; then . {EFA_PROFILE}; fi", f"cd {directory}"]
-    if plan.setup:
-        steps.append(plan.setup)
-    steps.append("exec " + shlex.join(plan.command))
+    if plan.mpi:
+        steps += _mpi_steps(plan, directory)
+    else:
+        if plan.setup:
+            steps.append(plan.setup)
+        steps.append("exec " + shlex.join(plan.command))
     return "set -e\n" + "\n".join(steps)
 
 
@@ -159,7 +203,7 @@ def node_script(plan: RunPlan) -> str:
             f'echo "$rank" > {RANKS_DIR}/{plan.run_id}',
             f"systemd-run --unit={unit} --description='gpufleet run {plan.run_id}' "
             f"--uid={CLUSTER_USER_NAME} --gid={CLUSTER_USER_NAME} {setenv} "
-            '--setenv=GPUFLEET_NODE_RANK="$rank" /bin/bash -c ' + shlex.quote(_unit_body(plan)),
+            '--setenv=GPUFLEET_NODE_RANK="$rank" /bin/bash -c ' + shlex.quote(unit_body(plan)),
             f'echo "gpufleet run {plan.run_id}: started {unit} on $self as rank $rank of {count}"',
         ]
     )
@@ -220,7 +264,7 @@ def send_to_nodes(
 
 def start_run(ssm: Any, plan: RunPlan) -> tuple[dict[str, list[str]], list[NodeResult]]:
     """Send PLAN's start to its nodes (send_to_nodes)."""
-    return send_to_nodes(ssm, plan.instance_ids, node_script(plan), plan.comment)
+    return send_to_nodes(ssm, plan.targets, node_script(plan), plan.comment)
 
 
 def _invocations(ssm: Any, command_id: str) -> list[dict[str, Any]]:

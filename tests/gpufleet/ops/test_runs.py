@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+import shlex
 import stat
 import subprocess
 from pathlib import Path
@@ -28,6 +29,7 @@ from gpufleet.ops.runs import (
     send_batches,
     start_run,
     stop_script,
+    unit_body,
 )
 from tests.answering import answering_client, client_error
 from tests.gpufleet.ops.conftest import fleet_nodes, make_on_demand, mark_readiness
@@ -393,6 +395,24 @@ def test_gpufleet_run_names_each_node_that_did_not_start_and_exits_3(spot_fleet,
     assert re.fullmatch(r"run \S+: started on 1 of 2 nodes \(unit gpufleet-run-\S+\)", out.splitlines()[-1])
 
 
+def test_gpufleet_run_mpi_sends_the_start_to_the_head_only(spot_fleet, answered_ssm, run_cli) -> None:
+    fleet_id = spot_fleet(2)
+    first, second = fleet_nodes(fleet_id)
+    mark_readiness([first, second])
+    calls = answered_ssm(FakeSsm())
+
+    code, out, _ = run_cli("run", "dev", "--fleet-id", fleet_id, "--mpi", "--", "all_reduce_perf")
+
+    assert code == 0
+    assert out.splitlines()[1] == f"{first}: started"
+    assert re.fullmatch(r"run \S+: started on 1 of 1 nodes \(unit gpufleet-run-\S+\)", out.splitlines()[2])
+    (sent,) = [params for name, params in calls if name == "SendCommand"]
+    assert sent["InstanceIds"] == [first]
+    # The hostfile in the head's unit lists both nodes (the body is quoted inside the script).
+    assert "10.40.0.4 slots=8" in sent["Parameters"]["commands"][0]
+    assert "10.40.0.5 slots=8" in sent["Parameters"]["commands"][0]
+
+
 def test_gpufleet_run_without_a_ready_node_sends_nothing(spot_fleet, answered_ssm, run_cli) -> None:
     fleet_id = spot_fleet(1)
     calls = answered_ssm(FakeSsm())
@@ -580,3 +600,58 @@ def test_gpufleet_logs_says_when_no_node_was_that_rank(spot_fleet, answered_ssm,
         "no running node was rank 3 of run 20261126-210500-3fa2: check the run id with `gpufleet runs`; a node that "
         "is gone took its journal with it\n"
     )
+
+
+def test_an_mpi_run_is_started_on_the_head_alone():
+    fleet = modelled_fleet(60)
+    plan = plan_run(RUN_ID, "dev", fleet, 8, ["all_reduce_perf"], mpi=True)
+    ssm, calls = ssm_client(FakeSsm())
+    commands, refused = start_run(ssm, plan)
+    assert (refused, list(commands.values())) == ([], [["i-00000000000000000"]])
+    assert [name for name, _ in calls] == ["SendCommand"]
+
+
+def test_the_mpi_body_writes_the_hostfile_runs_setup_per_node_then_the_command():
+    nodes = [node("i-0000000000000000a", "10.40.0.4"), node("i-0000000000000000b", "10.40.0.9", "spot")]
+    plan = plan_run(RUN_ID, "dev", nodes, 8, ["all_reduce_perf", "-b", "8"], setup="make", mpi=True)
+    script = node_script(plan)
+    hostfile = "${TMPDIR:-/tmp}/gpufleet-run-20261126-210500-3fa2.hosts"
+    forwarded = (
+        "-x PATH ${LD_LIBRARY_PATH:+-x LD_LIBRARY_PATH} "
+        r"$(env | sed -n 's/^\(\(FI\|NCCL\)_[A-Za-z0-9_]*\)=.*/-x \1/p')"
+    )
+    body = (
+        "set -e\n"
+        "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
+        "cd ~gpufleet\n"
+        f"printf '%s\\n' '10.40.0.4 slots=8' '10.40.0.9 slots=8' > {hostfile}\n"
+        f"mpirun --hostfile {hostfile} -n 2 -N 1 --bind-to none --mca pml '^cm,ucx' --mca btl tcp,self {forwarded} "
+        "bash -c 'cd ~gpufleet && make'\n"
+        f"exec mpirun --hostfile {hostfile} -n 16 -N 8 --bind-to none --mca pml '^cm,ucx' --mca btl tcp,self "
+        f"{forwarded} all_reduce_perf -b 8"
+    )
+    assert "/bin/bash -c " + shlex.quote(body) + "\n" in script
+
+
+def test_the_mpi_body_runs_under_real_open_mpi(tmp_path):
+    """The unit body as systemd would run it (bash -c), with Debian's Open MPI on one local node of two slots: the
+    setup once, the command twice, with the EFA-style variables forwarded."""
+    plan = plan_run(
+        RUN_ID,
+        "dev",
+        [node("i-0000000000000000a", "127.0.0.1")],
+        2,
+        ["sh", "-c", 'echo "rank $OMPI_COMM_WORLD_RANK of $OMPI_COMM_WORLD_SIZE $FI_PROVIDER $(pwd)"'],
+        setup="echo setup >> setup.log",
+        workdir=str(tmp_path),
+        mpi=True,
+    )
+    root = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"} if os.geteuid() == 0 else {}
+    env = {**os.environ, **root, "TMPDIR": str(tmp_path), "FI_PROVIDER": "efa"}
+    result = subprocess.run(
+        ["/bin/bash", "-c", unit_body(plan)], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(result.stdout.splitlines()) == [f"rank 0 of 2 efa {tmp_path}", f"rank 1 of 2 efa {tmp_path}"]
+    assert (tmp_path / "setup.log").read_text() == "setup\n"
+    assert (tmp_path / "gpufleet-run-20261126-210500-3fa2.hosts").read_text() == "127.0.0.1 slots=2\n"
