@@ -18,11 +18,14 @@ POSIX sh.
 from __future__ import annotations
 
 import datetime as dt
+import io
 import re
 import shlex
+import tarfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -79,6 +82,7 @@ class RunPlan:
     command: tuple[str, ...]  # the argv run on every node
     setup: str = ""  # a shell command run first on every node, in the working directory
     workdir: str = ""  # the node's working directory; empty: the cluster user's home
+    workdir_archive: str = ""  # s3://BUCKET/KEY of a tar.gz every node unpacks into workdir first (upload_workdir)
     mpi: bool = False  # mpirun on the head starts the command on every node over SSH
 
     @property
@@ -109,6 +113,7 @@ def plan_run(
     command: list[str],
     setup: str = "",
     workdir: str = "",
+    workdir_archive: str = "",
     mpi: bool = False,
 ) -> RunPlan:
     """The plan of a run on READY (the nodes that say they are ready), ranked in job order."""
@@ -117,7 +122,7 @@ def plan_run(
     if not command:
         raise GpufleetError("gpufleet run: no command: put it after --, e.g. `gpufleet run ENV -- python train.py`")
     nodes = tuple(sorted(ready, key=job_order))
-    return RunPlan(run_id, environment, nodes, gpus_per_node, tuple(command), setup, workdir, mpi)
+    return RunPlan(run_id, environment, nodes, gpus_per_node, tuple(command), setup, workdir, workdir_archive, mpi)
 
 
 # mpirun's options for a run, as scripts/ops/run-nccl-tests.sh launches nccl-tests: MPI only starts the processes, so
@@ -156,14 +161,22 @@ def unit_body(plan: RunPlan) -> str:
     """What the unit's bash runs: the EFA environment, the working directory, the setup, then the command (with MPI:
     mpirun, which runs both on every node)."""
     directory = shlex.quote(plan.workdir) if plan.workdir else f"~{CLUSTER_USER_NAME}"
-    steps = [f"if [ -r {EFA_PROFILE} ]; then . {EFA_PROFILE}; fi", f"cd {directory}"]
+    steps = [f"if [ -r {EFA_PROFILE} ]; then . {EFA_PROFILE}; fi"]
+    if plan.workdir_archive:
+        # Every node unpacks its own copy: the AWS CLI (every AMI profile installs it) reads the object with the node
+        # role, which may read the data repository prefix (storage.data_repository).
+        steps += [
+            f"mkdir -p {directory}",
+            f"aws s3 cp --only-show-errors {shlex.quote(plan.workdir_archive)} - | tar -xz -C {directory}",
+        ]
+    steps.append(f"cd {directory}")
     if plan.mpi:
         steps += _mpi_steps(plan, directory)
     else:
         if plan.setup:
             steps.append(plan.setup)
         steps.append("exec " + shlex.join(plan.command))
-    return "set -e\n" + "\n".join(steps)
+    return "set -eo pipefail\n" + "\n".join(steps)
 
 
 def node_script(plan: RunPlan) -> str:
@@ -389,3 +402,41 @@ def node_log(ssm: Any, commands: dict[str, list[str]], results: list[NodeResult]
         f"no running node was rank {rank} of run {run_id}: check the run id with `gpufleet runs`; a node that is gone "
         "took its journal with it"
     )
+
+
+# A working directory is code and small files, uploaded with one PutObject: gpufleet's own bound, far below S3's 5 GB
+# for one PUT (S3 user guide, "Uploading objects": "upload a single object up to 5 GB", (unconfirmed) here). Data
+# belongs on the shared file system.
+WORKDIR_ARCHIVE_LIMIT_BYTES = 512 * 1024 * 1024
+
+
+def node_workdir(run_id: str) -> str:
+    """Where each node unpacks an uploaded working directory: node-local, so that nodes never write over each other
+    (the cluster user's home may be on shared storage)."""
+    return f"/var/tmp/{unit_name(run_id)}"
+
+
+def pack_workdir(directory: Path) -> bytes:
+    """DIRECTORY's content as a gzip-compressed tar archive, its entries relative to it, in name order."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for path in sorted(directory.rglob("*")):
+            archive.add(path, arcname=str(path.relative_to(directory)), recursive=False)
+    return buffer.getvalue()
+
+
+def upload_workdir(s3: Any, directory: Path, location: tuple[str, str], run_id: str) -> str:
+    """Upload DIRECTORY once, to the data repository's bucket and prefix (LOCATION) under gpufleet-runs/RUN_ID/;
+    returns its s3:// address."""
+    if not directory.is_dir():
+        raise GpufleetError(f"--workdir: {directory} is not a directory")
+    archive = pack_workdir(directory)
+    if len(archive) > WORKDIR_ARCHIVE_LIMIT_BYTES:
+        raise GpufleetError(
+            f"--workdir: {directory} packs to {len(archive) / 2**20:.0f} MiB, over "
+            f"{WORKDIR_ARCHIVE_LIMIT_BYTES // 2**20} MiB: keep data on the shared file system and upload code only"
+        )
+    bucket, prefix = location
+    key = f"{prefix}/gpufleet-runs/{run_id}/workdir.tar.gz"
+    s3.put_object(Bucket=bucket, Key=key, Body=archive)
+    return f"s3://{bucket}/{key}"

@@ -24,12 +24,14 @@ from gpufleet.ops.runs import (
     new_run_id,
     node_results,
     node_script,
+    pack_workdir,
     plan_run,
     runs_on_nodes,
     send_batches,
     start_run,
     stop_script,
     unit_body,
+    upload_workdir,
 )
 from tests.answering import answering_client, client_error
 from tests.gpufleet.ops.conftest import fleet_nodes, make_on_demand, mark_readiness
@@ -110,7 +112,7 @@ def test_the_node_script_is_the_rank_lookup_then_one_transient_unit():
             "--uid=gpufleet --gid=gpufleet --setenv=GPUFLEET_RUN_ID=20261126-210500-3fa2 "
             "--setenv=GPUFLEET_NODE_COUNT=2 "
             "--setenv=GPUFLEET_GPUS_PER_NODE=8 --setenv=GPUFLEET_HEAD_ADDRESS=10.40.0.4 "
-            '--setenv=GPUFLEET_NODE_RANK="$rank" /bin/bash -c \'set -e\n'
+            '--setenv=GPUFLEET_NODE_RANK="$rank" /bin/bash -c \'set -eo pipefail\n'
             "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
             "cd /fsx/runs/r1\n"
             "pip install -r requirements.txt\n"
@@ -176,7 +178,7 @@ def test_the_unit_body_runs_the_setup_then_execs_the_command_under_bash(tmp_path
     run_on_node(tmp_path, "i-0000000000000000a")
     body = (tmp_path / "systemd-run.args").read_text().split("\n", 11)[11]
     assert body == (
-        "set -e\n"
+        "set -eo pipefail\n"
         "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
         "cd ~gpufleet\n"
         "make data\n"
@@ -621,7 +623,7 @@ def test_the_mpi_body_writes_the_hostfile_runs_setup_per_node_then_the_command()
         r"$(env | sed -n 's/^\(\(FI\|NCCL\)_[A-Za-z0-9_]*\)=.*/-x \1/p')"
     )
     body = (
-        "set -e\n"
+        "set -eo pipefail\n"
         "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
         "cd ~gpufleet\n"
         f"printf '%s\\n' '10.40.0.4 slots=8' '10.40.0.9 slots=8' > {hostfile}\n"
@@ -655,3 +657,88 @@ def test_the_mpi_body_runs_under_real_open_mpi(tmp_path):
     assert sorted(result.stdout.splitlines()) == [f"rank 0 of 2 efa {tmp_path}", f"rank 1 of 2 efa {tmp_path}"]
     assert (tmp_path / "setup.log").read_text() == "setup\n"
     assert (tmp_path / "gpufleet-run-20261126-210500-3fa2.hosts").read_text() == "127.0.0.1 slots=2\n"
+
+
+def workdir_tree(directory: Path) -> Path:
+    (directory / "src").mkdir(parents=True)
+    (directory / "train.py").write_text("print('train')\n")
+    (directory / "src" / "model.py").write_text("LAYERS = 2\n")
+    return directory
+
+
+def test_the_workdir_is_uploaded_once_under_the_data_repository_prefix(tmp_path):
+    put: list[dict[str, Any]] = []
+    s3, calls = answering_client("s3", {"PutObject": lambda params: put.append(params) or {}}, region_name="us-east-1")
+
+    address = upload_workdir(s3, workdir_tree(tmp_path / "code"), ("gpufleet-dev-data", "training/dev"), RUN_ID)
+
+    assert address == "s3://gpufleet-dev-data/training/dev/gpufleet-runs/20261126-210500-3fa2/workdir.tar.gz"
+    assert [name for name, _ in calls] == ["PutObject"]
+    (params,) = put
+    assert (params["Bucket"], params["Key"]) == (
+        "gpufleet-dev-data",
+        "training/dev/gpufleet-runs/20261126-210500-3fa2/workdir.tar.gz",
+    )
+    archive = tmp_path / "workdir.tar.gz"
+    archive.write_bytes(params["Body"])
+    listing = subprocess.run(["tar", "-tzf", str(archive)], capture_output=True, text=True, check=True).stdout
+    assert listing.split() == ["src/", "src/model.py", "train.py"]
+
+
+def test_a_workdir_that_is_missing_or_too_large_is_refused_before_any_upload(tmp_path, monkeypatch):
+    from gpufleet.ops import runs
+
+    s3, calls = answering_client("s3", {}, region_name="us-east-1")
+    with pytest.raises(GpufleetError, match=r"^--workdir: .*/missing is not a directory$"):
+        upload_workdir(s3, tmp_path / "missing", ("bucket", "dev"), RUN_ID)
+    monkeypatch.setattr(runs, "WORKDIR_ARCHIVE_LIMIT_BYTES", 10)
+    with pytest.raises(GpufleetError, match=r"packs to 0 MiB, over 0 MiB: keep data on the shared file system"):
+        upload_workdir(s3, workdir_tree(tmp_path / "code"), ("bucket", "dev"), RUN_ID)
+    assert calls == []
+
+
+def test_each_node_unpacks_the_workdir_then_runs_in_it(tmp_path):
+    """The unit body under the real bash, the AWS CLI faked: `aws s3 cp ADDRESS -` prints the archive."""
+    archive = tmp_path / "workdir.tar.gz"
+    archive.write_bytes(pack_workdir(workdir_tree(tmp_path / "code")))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "aws").write_text(f'#!/bin/sh\necho "$*" > {tmp_path}/aws.args\ncat {archive}\n')
+    (bin_dir / "aws").chmod(0o755)
+    node_dir = tmp_path / "node" / "gpufleet-run-x"
+    plan = plan_run(
+        RUN_ID,
+        "dev",
+        [node("i-0000000000000000a", "10.40.0.4")],
+        8,
+        ["sh", "-c", "pwd; cat src/model.py"],
+        workdir=str(node_dir),
+        workdir_archive="s3://gpufleet-dev-data/dev/gpufleet-runs/20261126-210500-3fa2/workdir.tar.gz",
+    )
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    run = subprocess.run(["/bin/bash", "-c", unit_body(plan)], env=env, capture_output=True, text=True, check=False)
+    assert (run.returncode, run.stdout) == (0, f"{node_dir}\nLAYERS = 2\n"), run.stderr
+    assert (tmp_path / "aws.args").read_text() == (
+        "s3 cp --only-show-errors s3://gpufleet-dev-data/dev/gpufleet-runs/20261126-210500-3fa2/workdir.tar.gz -\n"
+    )
+
+
+def test_a_failed_download_fails_the_unit_before_the_command(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "aws").write_text("#!/bin/sh\necho 'fatal error: An error occurred (403)' >&2\nexit 1\n")
+    (bin_dir / "aws").chmod(0o755)
+    plan = plan_run(
+        RUN_ID,
+        "dev",
+        [node("i-0000000000000000a", "10.40.0.4")],
+        8,
+        ["touch", str(tmp_path / "ran")],
+        workdir=str(tmp_path / "node"),
+        workdir_archive="s3://b/k",
+    )
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    run = subprocess.run(["/bin/bash", "-c", unit_body(plan)], env=env, capture_output=True, text=True, check=False)
+    assert run.returncode != 0
+    assert "fatal error: An error occurred (403)" in run.stderr
+    assert not (tmp_path / "ran").exists()
