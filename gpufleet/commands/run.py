@@ -20,6 +20,12 @@ EXIT_CODES = (
 def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--setup", default="", help="shell command run first on every node (e.g. pip install ...)")
     parser.add_argument(
+        "--workdir",
+        metavar="DIR",
+        help="a local directory uploaded once (to storage.data_repository's bucket) and unpacked on every node, "
+        "where the command then runs (default: the cluster user's home)",
+    )
+    parser.add_argument(
         "--mpi",
         action="store_true",
         help="start mpirun on the head only, GPUs-per-node processes on every ready node, over the cluster's SSH",
@@ -65,23 +71,45 @@ def split_command(args: argparse.Namespace) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    import dataclasses
     import datetime as dt
     import secrets
+    from pathlib import Path
 
     from gpufleet.aws import Aws, aws_errors
     from gpufleet.catalog import load_catalog
+    from gpufleet.errors import GpufleetError
     from gpufleet.loading import load_named_environment
     from gpufleet.ops.fleet import find_node_group, group_id_option
-    from gpufleet.ops.runs import new_run_id, node_results, plan_run, start_run, unit_name
+    from gpufleet.ops.runs import (
+        new_run_id,
+        node_results,
+        node_workdir,
+        plan_run,
+        start_run,
+        unit_name,
+        upload_workdir,
+    )
 
     env = load_named_environment(args.env)
     command = split_command(args)
     gpus = load_catalog()[env.instance_type].gpu.count
+    location = env.data_repository_location
+    if args.workdir and location is None:
+        raise GpufleetError(
+            f"--workdir: {env.name} has no storage.data_repository, the bucket the directory goes through: "
+            "add one (docs/guides/storage.md), or put the code on the nodes another way"
+        )
     aws = Aws(env.region)
     with aws_errors(env.region):
         group = find_node_group(aws, env, group_id_option(args, env))
         run_id = new_run_id(dt.datetime.now(dt.UTC), secrets.token_hex(2))
         plan = plan_run(run_id, env.name, group.ready, gpus, command, setup=args.setup, mpi=args.mpi)
+        if args.workdir and location is not None:
+            # After the plan, so that a run refused for want of ready nodes uploads nothing.
+            archive = upload_workdir(aws.client("s3"), Path(args.workdir), location, run_id)
+            print(f"run {run_id}: {args.workdir} uploaded to {archive}", flush=True)
+            plan = dataclasses.replace(plan, workdir=node_workdir(run_id), workdir_archive=archive)
         head = plan.nodes[0]
         print(f"run {run_id}: {len(plan.nodes)} nodes, head {head.instance_id} ({head.private_ip})", flush=True)
         if head.reclaimable:

@@ -742,3 +742,56 @@ def test_a_failed_download_fails_the_unit_before_the_command(tmp_path):
     assert run.returncode != 0
     assert "fatal error: An error occurred (403)" in run.stderr
     assert not (tmp_path / "ran").exists()
+
+
+STORAGE = """\
+storage:
+  lustre:
+    deployment_type: PERSISTENT_2
+    storage_capacity_gib: 2400
+    throughput_mb_per_tib: 250
+  data_repository:
+    prefix: training/dev
+"""
+
+
+def test_gpufleet_run_workdir_uploads_once_and_every_node_unpacks_it(
+    spot_fleet, answered_ssm, answered, run_cli, tmp_path
+):
+    environments = Path(os.environ["GPUFLEET_ENVIRONMENTS_DIR"])
+    (environments / "dev.yaml").write_text((environments / "dev.yaml").read_text() + STORAGE)
+    fleet_id = spot_fleet(2)
+    mark_readiness(fleet_nodes(fleet_id))
+    put = answered("s3", {"PutObject": lambda params: {}})
+    calls = answered_ssm(FakeSsm())
+
+    code, out, err = run_cli(
+        "run",
+        "dev",
+        "--fleet-id",
+        fleet_id,
+        "--workdir",
+        str(workdir_tree(tmp_path / "code")),
+        "--",
+        "python",
+        "train.py",
+    )
+
+    assert (code, err.splitlines()[1:]) == (0, []), err
+    run_id = out.split()[1].rstrip(":")
+    address = f"s3://gpufleet-dev-123456789012-us-east-1/training/dev/gpufleet-runs/{run_id}/workdir.tar.gz"
+    assert out.splitlines()[0] == f"run {run_id}: {tmp_path / 'code'} uploaded to {address}"
+    assert [name for name, _ in put] == ["PutObject"]
+    (sent,) = [params for name, params in calls if name == "SendCommand"]
+    script = sent["Parameters"]["commands"][0]
+    assert f"aws s3 cp --only-show-errors {address} - | tar -xz -C /var/tmp/gpufleet-run-{run_id}" in script
+
+
+def test_gpufleet_run_workdir_without_a_data_repository_is_refused_before_any_call(answered_ssm, run_cli, tmp_path):
+    calls = answered_ssm(FakeSsm())
+    code, out, err = run_cli("run", "dev", "--workdir", str(tmp_path), "--", "true")
+    assert (code, out, calls) == (1, "", [])
+    assert err == (
+        "--workdir: dev has no storage.data_repository, the bucket the directory goes through: add one "
+        "(docs/guides/storage.md), or put the code on the nodes another way\n"
+    )
