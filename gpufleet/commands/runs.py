@@ -40,6 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     logs.add_argument("run", metavar="RUN", help="the run id gpufleet run printed (gpufleet runs lists them)")
     logs.add_argument("--node", type=int, default=0, metavar="RANK", help="the node's rank in the run (default: 0)")
     logs.add_argument("--lines", type=int, default=200, help="how many of the last lines (default: 200)")
+    logs.add_argument(
+        "--follow", action="store_true", help="then print new lines as they come, from that node alone, until Ctrl-C"
+    )
     logs.set_defaults(handler=show_logs)
 
 
@@ -108,14 +111,19 @@ def stop_run(args: argparse.Namespace) -> int:
 
 
 def show_logs(args: argparse.Namespace) -> int:
+    from gpufleet.aws import aws_errors
     from gpufleet.errors import GpufleetError
-    from gpufleet.ops.runs import logs_script, node_log
+    from gpufleet.ops.runs import follow_log, logs_script, node_log
 
     run_id = _run_id(args.run)
     if args.node < 0 or args.lines < 1:
         raise GpufleetError("--node is a rank (0 or more) and --lines a count (1 or more)")
-    ssm, commands, results = _ask_running_nodes(
-        args, logs_script(run_id, args.node, args.lines), f"logs {run_id}", "answered"
-    )
-    print(node_log(ssm, commands, results, run_id, args.node), end="")
+    comment = f"logs {run_id}"
+    ssm, commands, results = _ask_running_nodes(args, logs_script(run_id, args.node, args.lines), comment, "answered")
+    log = node_log(ssm, commands, results, run_id, args.node)
+    print(log.text, end="", flush=True)
+    if args.follow:
+        with aws_errors(ssm.meta.region_name):
+            for new in follow_log(ssm, log, run_id, args.node, f"gpufleet {args.env} {comment}", WAIT_SECONDS):
+                print(new.text, end="", flush=True)
     return NOT_EVERY_NODE if any(not result.ok for result in results) else 0

@@ -23,7 +23,7 @@ import re
 import shlex
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ DELIVERY_TIMEOUT_SECONDS = 600
 # string): it only starts a unit, so two minutes are plenty; the unit is not bound by it.
 START_TIMEOUT_SECONDS = 120
 POLL_SECONDS = 5
+FOLLOW_SECONDS = 10
 # CommandInvocationStatus values of an invocation that is over (botocore ssm model).
 FINISHED_STATUSES = ("Success", "Cancelled", "TimedOut", "Failed")
 # The IMDSv2 endpoint every node script uses (scripts/node/node-ready.sh).
@@ -375,33 +376,78 @@ def log_marker(run_id: str, rank: int) -> str:
     return f"gpufleet logs: run {run_id} rank {rank}"
 
 
-def logs_script(run_id: str, rank: int, lines: int) -> str:
-    """What `gpufleet logs` runs on every running node: only the node that was RANK in RUN_ID prints, its marker line
-    then the last LINES lines of the unit's journal (what the processes printed), at most LOG_TAIL_CHARACTERS."""
+# The line journalctl --show-cursor ends with (systemd NEWS 206: "--show-cursor ... prints the cursor string of the
+# last shown log line", to continue with --after-cursor=); both are older than every image's systemd (219 and up).
+CURSOR_PREFIX = "-- cursor: "
+
+
+@dataclass(frozen=True)
+class NodeLog:
+    """What one node of a run sent back for `gpufleet logs`: the journal's lines and where they ended."""
+
+    instance_id: str
+    text: str
+    cursor: str
+
+
+def logs_script(run_id: str, rank: int, lines: int, after_cursor: str = "") -> str:
+    """What `gpufleet logs` runs on the nodes: only the node that was RANK in RUN_ID prints, its marker line then the
+    unit's journal (what the processes printed): the last LINES lines, or those after AFTER_CURSOR; at most
+    LOG_TAIL_CHARACTERS, ending with the cursor line."""
     rank_file = f"{RANKS_DIR}/{run_id}"
+    which = f"--after-cursor={shlex.quote(after_cursor)}" if after_cursor else f"--lines={lines}"
     return "\n".join(
         [
             f'if [ ! -r "{rank_file}" ] || [ "$(cat "{rank_file}")" != {rank} ]; then exit 0; fi',
             f'echo "{log_marker(run_id, rank)}"',
-            f"journalctl --unit={unit_name(run_id)} --output=cat --no-pager --lines={lines} | "
+            f"journalctl --unit={unit_name(run_id)} --output=cat --no-pager --show-cursor {which} | "
             f"tail -c {LOG_TAIL_CHARACTERS}",
         ]
     )
 
 
-def node_log(ssm: Any, commands: dict[str, list[str]], results: list[NodeResult], run_id: str, rank: int) -> str:
-    """The journal lines the node of RANK sent back (the answer to logs_script), without the marker; GpufleetError
-    when no node answered as that rank."""
+def _read_log(instance_id: str, output: str, after_cursor: str) -> NodeLog:
+    """OUTPUT of logs_script without its marker line, its cursor line taken off (AFTER_CURSOR when no new line
+    came)."""
+    lines = output.split("\n")[1:]
+    if lines and lines[-1] == "":
+        lines.pop()
+    cursor = after_cursor
+    if lines and lines[-1].startswith(CURSOR_PREFIX):
+        cursor = lines.pop()[len(CURSOR_PREFIX) :]
+    return NodeLog(instance_id, "".join(line + "\n" for line in lines), cursor)
+
+
+def node_log(
+    ssm: Any, commands: dict[str, list[str]], results: list[NodeResult], run_id: str, rank: int, after_cursor: str = ""
+) -> NodeLog:
+    """The journal lines the node of RANK sent back (the answer to logs_script), read in full with
+    GetCommandInvocation; GpufleetError when no node answered as that rank."""
     marker = log_marker(run_id, rank)
     for result in results:
         if result.ok and result.output.startswith(marker):
             command_id = next(command for command, nodes in commands.items() if result.instance_id in nodes)
             output = ssm.get_command_invocation(CommandId=command_id, InstanceId=result.instance_id)
-            return output["StandardOutputContent"].split("\n", 1)[1] if "\n" in output["StandardOutputContent"] else ""
+            return _read_log(result.instance_id, output["StandardOutputContent"], after_cursor)
     raise GpufleetError(
         f"no running node was rank {rank} of run {run_id}: check the run id with `gpufleet runs`; a node that is gone "
         "took its journal with it"
     )
+
+
+def follow_log(
+    ssm: Any, start: NodeLog, run_id: str, rank: int, comment: str, wait_seconds: float
+) -> Iterator[NodeLog]:
+    """`gpufleet logs --follow`: every FOLLOW_SECONDS, the lines after the last cursor, from the one node of START
+    (one SendCommand and its polls a round, whatever the cluster's size), forever."""
+    latest = start
+    while True:
+        time.sleep(FOLLOW_SECONDS)
+        script = logs_script(run_id, rank, 0, latest.cursor)
+        commands, refused = send_to_nodes(ssm, [latest.instance_id], script, comment)
+        results = refused + node_results(ssm, commands, wait_seconds)
+        latest = node_log(ssm, commands, results, run_id, rank, latest.cursor)
+        yield latest
 
 
 # A working directory is code and small files, uploaded with one PutObject: gpufleet's own bound, far below S3's 5 GB

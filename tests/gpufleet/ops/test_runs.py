@@ -532,7 +532,8 @@ def test_logs_script_prints_only_on_the_node_of_the_rank(tmp_path):
         'if [ ! -r "${GPUFLEET_ROOT:-}/var/lib/gpufleet/run-ranks/20261126-210500-3fa2" ] || '
         '[ "$(cat "${GPUFLEET_ROOT:-}/var/lib/gpufleet/run-ranks/20261126-210500-3fa2")" != 1 ]; then exit 0; fi\n'
         'echo "gpufleet logs: run 20261126-210500-3fa2 rank 1"\n'
-        "journalctl --unit=gpufleet-run-20261126-210500-3fa2 --output=cat --no-pager --lines=50 | tail -c 20000"
+        "journalctl --unit=gpufleet-run-20261126-210500-3fa2 --output=cat --no-pager --show-cursor --lines=50 | "
+        "tail -c 20000"
     )
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -552,7 +553,7 @@ def test_logs_script_prints_only_on_the_node_of_the_rank(tmp_path):
     assert on_node("0") == ""
     assert on_node("1") == (
         "gpufleet logs: run 20261126-210500-3fa2 rank 1\n"
-        "--unit=gpufleet-run-20261126-210500-3fa2 --output=cat --no-pager --lines=50\n"
+        "--unit=gpufleet-run-20261126-210500-3fa2 --output=cat --no-pager --show-cursor --lines=50\n"
         "step 10 loss 0.5\n"
     )
 
@@ -795,3 +796,57 @@ def test_gpufleet_run_workdir_without_a_data_repository_is_refused_before_any_ca
         "--workdir: dev has no storage.data_repository, the bucket the directory goes through: add one "
         "(docs/guides/storage.md), or put the code on the nodes another way\n"
     )
+
+
+def test_following_asks_for_the_lines_after_the_cursor_quoted_for_the_shell():
+    cursor = "s=739ad463348b4ceca5a9e69c95a3c93f;i=4ece7;b=6c7c6013a8;m=e3f4c4c;t=4f97ad0b5c4d1;x=3f2bdc4e"
+    script = logs_script(RUN_ID, 0, 200, cursor)
+    assert f"--show-cursor --after-cursor='{cursor}' | tail -c 20000" in script
+    assert "--lines" not in script
+
+
+def test_gpufleet_logs_follow_reads_the_new_lines_from_that_node_alone(spot_fleet, answered, monkeypatch, run_cli):
+    from gpufleet.ops import runs
+
+    monkeypatch.setattr(runs, "POLL_SECONDS", 0)
+    monkeypatch.setattr(runs, "FOLLOW_SECONDS", 0)
+    fleet_id = spot_fleet(3)
+    first, second, third = fleet_nodes(fleet_id)
+    marker = "gpufleet logs: run 20261126-210500-3fa2 rank 0\n"
+    fake = FakeSsm(outputs={first: "", second: marker, third: ""})
+    answers = iter(
+        [
+            marker + "step 1\n-- cursor: s=a;i=1\n",
+            marker + "step 2\nstep 3\n-- cursor: s=a;i=3\n",
+            marker,  # nothing new: the cursor stays
+            marker + "step 4\n-- cursor: s=a;i=4\n",
+        ]
+    )
+
+    def invocation(params: dict[str, Any]) -> dict[str, Any]:
+        try:
+            output = next(answers)
+        except StopIteration:
+            raise KeyboardInterrupt from None  # the user's Ctrl-C
+        return {"CommandId": params["CommandId"], "InstanceId": second, "StandardOutputContent": output}
+
+    ssm_answers = {
+        "SendCommand": fake.send_command,
+        "ListCommandInvocations": fake.list_command_invocations,
+        "GetCommandInvocation": invocation,
+    }
+    calls = answered("ssm", ssm_answers)
+
+    code, out, _ = run_cli("logs", "dev", RUN_ID, "--follow", "--fleet-id", fleet_id)
+
+    assert (code, out) == (130, "step 1\nstep 2\nstep 3\nstep 4\n")
+    sent = [params for name, params in calls if name == "SendCommand"]
+    # The fifth round's answer never comes: Ctrl-C.
+    assert [params["InstanceIds"] for params in sent] == [[first, second, third]] + [[second]] * 4
+    assert [params["Parameters"]["commands"][0].split("--show-cursor ")[1].split(" |")[0] for params in sent] == [
+        "--lines=200",
+        "--after-cursor='s=a;i=1'",
+        "--after-cursor='s=a;i=3'",
+        "--after-cursor='s=a;i=3'",
+        "--after-cursor='s=a;i=4'",
+    ]
