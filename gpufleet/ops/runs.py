@@ -255,7 +255,8 @@ def send_to_nodes(
 ) -> tuple[dict[str, list[str]], list[NodeResult]]:
     """Send SCRIPT to INSTANCE_IDS, 50 to a call: (command id -> its nodes, the nodes of every call SSM refused, each
     with the error code). SSM refuses a whole call when one of its ids is not a node it manages (InvalidInstanceId:
-    the agent not running or not registered, or the instance shutting down; botocore ssm model)."""
+    the agent not running or not registered, or the instance shutting down; botocore ssm model). Another error
+    raises when it comes first, so that nothing was sent."""
     commands: dict[str, list[str]] = {}
     refused: list[NodeResult] = []
     for batch in send_batches(instance_ids):
@@ -268,7 +269,10 @@ def send_to_nodes(
                 Parameters={"commands": [script], "executionTimeout": [str(START_TIMEOUT_SECONDS)]},
             )["Command"]
         except ClientError as error:
-            if error_code(error) != "InvalidInstanceId":
+            # Any other refusal (AccessDenied, a throttle past the retries) before any batch went out fails the whole
+            # command: nothing was sent. After one went out, its nodes are running the script: the refused batch is
+            # reported node by node, like a node SSM does not manage, so the caller can say what started.
+            if error_code(error) != "InvalidInstanceId" and not commands:
                 raise
             refused += [NodeResult(node, "Refused", error_code(error)) for node in batch]
             continue

@@ -223,13 +223,16 @@ class FakeSsm:
     whose agent is offline (Status Failed, StatusDetails Undeliverable, in the documented meaning: "The node might
     not exist or might not be responding")."""
 
-    def __init__(self, undeliverable=(), timed_out=(), unmanaged=(), outputs=None):
+    def __init__(self, undeliverable=(), timed_out=(), unmanaged=(), outputs=None, denied_after=None):
         self.undeliverable, self.timed_out, self.unmanaged = set(undeliverable), set(timed_out), set(unmanaged)
         self.outputs = outputs or {}  # instance id -> what its command prints
+        self.denied_after = denied_after  # SendCommand answers AccessDenied once this many commands were sent
         self.commands: dict[str, list[str]] = {}
         self.polls: dict[str, int] = {}
 
     def send_command(self, params):
+        if self.denied_after is not None and len(self.commands) >= self.denied_after:
+            return client_error("AccessDeniedException", "not authorized to perform: ssm:SendCommand")
         if self.unmanaged & set(params["InstanceIds"]):
             return client_error("InvalidInstanceId", "Instances not in a valid state for account")
         command_id = COMMAND_ID.format(len(self.commands))
@@ -850,3 +853,25 @@ def test_gpufleet_logs_follow_reads_the_new_lines_from_that_node_alone(spot_flee
         "--after-cursor='s=a;i=3'",
         "--after-cursor='s=a;i=4'",
     ]
+
+
+def test_a_refused_sendcommand_fails_the_run_only_when_nothing_went_out(spot_fleet, answered_ssm, run_cli):
+    fleet_id = spot_fleet(1)
+    mark_readiness(fleet_nodes(fleet_id))
+    answered_ssm(FakeSsm(denied_after=0))
+
+    code, out, err = run_cli("run", "dev", "--fleet-id", fleet_id, "--", "true")
+
+    # Refused before anything went out: one line, exit 1, no run reported.
+    assert (code, err.splitlines()[-1]) == (
+        1,
+        "access denied to SendCommand in us-east-1 (AccessDeniedException): grant that action to your IAM role or user",
+    )
+    assert "started on" not in out
+    # Refused after the first batch went out (its nodes run the start): the second batch's nodes are reported.
+    fleet = modelled_fleet(51)
+    plan = plan_run(RUN_ID, "dev", fleet, 8, ["true"])
+    ssm, _ = ssm_client(FakeSsm(denied_after=1))
+    commands, refused = start_run(ssm, plan)
+    assert len(commands) == 1
+    assert [result.line() for result in refused] == ["i-00000000000000031: not started (AccessDeniedException)"]
