@@ -223,8 +223,12 @@ class FakeSsm:
     whose agent is offline (Status Failed, StatusDetails Undeliverable, in the documented meaning: "The node might
     not exist or might not be responding")."""
 
-    def __init__(self, undeliverable=(), timed_out=(), unmanaged=(), outputs=None, denied_after=None):
+    def __init__(self, undeliverable=(), timed_out=(), unmanaged=(), outputs=None, denied_after=None, not_delivered=()):
         self.undeliverable, self.timed_out, self.unmanaged = set(undeliverable), set(timed_out), set(unmanaged)
+        # Nodes whose agent stays away past SendCommand's TimeoutSeconds: StatusDetails DeliveryTimedOut ("The
+        # command wasn't delivered to the managed node before the delivery timeout expired"), with Status TimedOut
+        # (the pairing is (unconfirmed); the code reads only whether Status is final).
+        self.not_delivered = set(not_delivered)
         self.outputs = outputs or {}  # instance id -> what its command prints
         self.denied_after = denied_after  # SendCommand answers AccessDenied once this many commands were sent
         self.commands: dict[str, list[str]] = {}
@@ -247,6 +251,8 @@ class FakeSsm:
             return "InProgress", "InProgress", ""
         if instance_id in self.undeliverable:
             return "Failed", "Undeliverable", ""
+        if instance_id in self.not_delivered:
+            return "TimedOut", "DeliveryTimedOut", ""
         if instance_id in self.timed_out:
             return "TimedOut", "ExecutionTimedOut", "Job for gpufleet-run-x.service failed\n"
         return "Success", "Success", self.outputs.get(instance_id, f"started on {instance_id}\n")
@@ -315,13 +321,14 @@ def test_every_sendcommand_carries_the_same_script_and_the_start_timeouts():
 
 
 def test_an_offline_node_and_a_timed_out_start_are_reported_and_the_others_start():
-    fleet = modelled_fleet(3)
-    offline, slow = fleet[1].instance_id, fleet[2].instance_id
-    results, _, _ = start(fleet, FakeSsm(undeliverable=[offline], timed_out=[slow]))
+    fleet = modelled_fleet(4)
+    offline, slow, away = fleet[1].instance_id, fleet[2].instance_id, fleet[3].instance_id
+    results, _, _ = start(fleet, FakeSsm(undeliverable=[offline], timed_out=[slow], not_delivered=[away]))
     assert [result.line() for result in results] == [
         "i-00000000000000000: started",
         "i-00000000000000002: not started (ExecutionTimedOut): Job for gpufleet-run-x.service failed",
         "i-00000000000000001: not started (Undeliverable)",
+        "i-00000000000000003: not started (DeliveryTimedOut)",
     ]
 
 
