@@ -85,6 +85,9 @@ class RunPlan:
     workdir: str = ""  # the node's working directory; empty: the cluster user's home
     workdir_archive: str = ""  # s3://BUCKET/KEY of a tar.gz every node unpacks into workdir first (upload_workdir)
     mpi: bool = False  # mpirun on the head starts the command on every node over SSH
+    # The head's own argv where it differs from the others' (torchrun: the head hosts the c10d store, is_host=1,
+    # gpufleet.ops.torchrun on branch i21-torchrun); empty: the head runs `command` too.
+    head_command: tuple[str, ...] = ()
 
     @property
     def targets(self) -> list[str]:
@@ -116,6 +119,7 @@ def plan_run(
     workdir: str = "",
     workdir_archive: str = "",
     mpi: bool = False,
+    head_command: list[str] | None = None,
 ) -> RunPlan:
     """The plan of a run on READY (the nodes that say they are ready), ranked in job order."""
     if not ready:
@@ -123,7 +127,18 @@ def plan_run(
     if not command:
         raise GpufleetError("gpufleet run: no command: put it after --, e.g. `gpufleet run ENV -- python train.py`")
     nodes = tuple(sorted(ready, key=job_order))
-    return RunPlan(run_id, environment, nodes, gpus_per_node, tuple(command), setup, workdir, workdir_archive, mpi)
+    return RunPlan(
+        run_id,
+        environment,
+        nodes,
+        gpus_per_node,
+        tuple(command),
+        setup,
+        workdir,
+        workdir_archive,
+        mpi,
+        tuple(head_command or ()),
+    )
 
 
 # mpirun's options for a run, as scripts/ops/run-nccl-tests.sh launches nccl-tests: MPI only starts the processes, so
@@ -158,9 +173,9 @@ def _mpi_steps(plan: RunPlan, directory: str) -> list[str]:
     return steps
 
 
-def unit_body(plan: RunPlan) -> str:
-    """What the unit's bash runs: the EFA environment, the working directory, the setup, then the command (with MPI:
-    mpirun, which runs both on every node)."""
+def unit_body(plan: RunPlan, head: bool = False) -> str:
+    """What the unit's bash runs: the EFA environment, the working directory, the setup, then the command (the head's
+    own where the plan has one and HEAD; with MPI: mpirun, which runs both on every node)."""
     directory = shlex.quote(plan.workdir) if plan.workdir else f"~{CLUSTER_USER_NAME}"
     steps = [f"if [ -r {EFA_PROFILE} ]; then . {EFA_PROFILE}; fi"]
     if plan.workdir_archive:
@@ -176,8 +191,23 @@ def unit_body(plan: RunPlan) -> str:
     else:
         if plan.setup:
             steps.append(plan.setup)
-        steps.append("exec " + shlex.join(plan.command))
+        command = plan.head_command if head and plan.head_command else plan.command
+        steps.append("exec " + shlex.join(command))
     return "set -eo pipefail\n" + "\n".join(steps)
+
+
+def _choose_body(plan: RunPlan) -> list[str]:
+    """Where the head runs its own command, the lines that put rank 0's body or the others' into $body: one text for
+    every node still, so 50 nodes still share a SendCommand."""
+    if not plan.head_command:
+        return []
+    return [
+        'if [ "$rank" -eq 0 ]; then',
+        f"  body={shlex.quote(unit_body(plan, head=True))}",
+        "else",
+        f"  body={shlex.quote(unit_body(plan))}",
+        "fi",
+    ]
 
 
 def node_script(plan: RunPlan) -> str:
@@ -215,9 +245,11 @@ def node_script(plan: RunPlan) -> str:
             "fi",
             f"mkdir -p {RANKS_DIR}",
             f'echo "$rank" > {RANKS_DIR}/{plan.run_id}',
+            *_choose_body(plan),
             f"systemd-run --unit={unit} --description='gpufleet run {plan.run_id}' "
             f"--uid={CLUSTER_USER_NAME} --gid={CLUSTER_USER_NAME} {setenv} "
-            '--setenv=GPUFLEET_NODE_RANK="$rank" /bin/bash -c ' + shlex.quote(unit_body(plan)),
+            '--setenv=GPUFLEET_NODE_RANK="$rank" /bin/bash -c '
+            + ('"$body"' if plan.head_command else shlex.quote(unit_body(plan))),
             f'echo "gpufleet run {plan.run_id}: started {unit} on $self as rank $rank of {count}"',
         ]
     )

@@ -882,3 +882,34 @@ def test_a_refused_sendcommand_fails_the_run_only_when_nothing_went_out(spot_fle
     commands, refused = start_run(ssm, plan)
     assert len(commands) == 1
     assert [result.line() for result in refused] == ["i-00000000000000031: not started (AccessDeniedException)"]
+
+
+@pytest.mark.parametrize(
+    ("instance_id", "command"),
+    [
+        ("i-0000000000000000a", "exec torchrun --rdzv_conf=is_host=1 train.py"),
+        ("i-0000000000000000b", "exec torchrun --rdzv_conf=is_host=0 train.py"),
+    ],
+    ids=["head", "other"],
+)
+def test_the_head_runs_its_own_command_from_the_same_text(tmp_path, instance_id, command):
+    nodes = [node("i-0000000000000000a", "10.40.0.4"), node("i-0000000000000000b", "10.40.0.9", "spot")]
+    plan = plan_run(
+        RUN_ID,
+        "dev",
+        nodes,
+        8,
+        ["torchrun", "--rdzv_conf=is_host=0", "train.py"],
+        head_command=["torchrun", "--rdzv_conf=is_host=1", "train.py"],
+    )
+    result = subprocess.run(
+        ["sh", "-c", node_script(plan)], env=fake_node(tmp_path, instance_id), capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    body = (tmp_path / "systemd-run.args").read_text().split("\n", 11)[11]
+    assert body == (
+        "set -eo pipefail\n"
+        "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
+        "cd ~gpufleet\n"
+        f"{command}\n"
+    )
