@@ -210,10 +210,13 @@ def _choose_body(plan: RunPlan) -> list[str]:
     ]
 
 
-def node_script(plan: RunPlan) -> str:
-    """The command text Run Command runs on every node of PLAN (POSIX sh): find this node's rank, then start the unit
-    as the cluster user with the run's environment. Exit 0: started, or already running; 3: this node is not in the
-    plan; otherwise IMDS or systemd-run failed (their own message is in the invocation's output)."""
+def node_script(plan: RunPlan, first_rank: int = 0) -> str:
+    """The command text Run Command runs on the nodes of one SendCommand batch of PLAN, those from FIRST_RANK on
+    (POSIX sh): find this node's rank, then start the unit as the cluster user with the run's environment. The text
+    lists that batch's nodes only, so its size does not grow with the cluster. Exit 0: started, or already running;
+    3: this node is not in the batch; otherwise IMDS or systemd-run failed (their own message is in the invocation's
+    output)."""
+    batch = plan.instance_ids[first_rank : first_rank + SEND_COMMAND_MAX_INSTANCES]
     unit = unit_name(plan.run_id)
     count = len(plan.nodes)
     settings = {
@@ -230,12 +233,12 @@ def node_script(plan: RunPlan) -> str:
             f"{IMDS_URL}/latest/api/token)",
             'self=$(curl -fsS --max-time 2 -H "X-aws-ec2-metadata-token: $token" '
             f"{IMDS_URL}/latest/meta-data/instance-id)",
-            "rank=0",
-            f"for node in {' '.join(plan.instance_ids)}; do",
+            f"rank={first_rank}",
+            f"for node in {' '.join(batch)}; do",
             '  if [ "$node" = "$self" ]; then break; fi',
             "  rank=$((rank + 1))",
             "done",
-            f'if [ "$rank" -ge {count} ]; then',
+            f'if [ "$rank" -ge {first_rank + len(batch)} ]; then',
             f'  echo "gpufleet run {plan.run_id}: $self is not one of its nodes" >&2',
             "  exit 3",
             "fi",
@@ -283,22 +286,24 @@ class NodeResult:
 
 
 def send_to_nodes(
-    ssm: Any, instance_ids: list[str], script: str, comment: str
+    ssm: Any, instance_ids: list[str], script: str | Callable[[int], str], comment: str
 ) -> tuple[dict[str, list[str]], list[NodeResult]]:
-    """Send SCRIPT to INSTANCE_IDS, 50 to a call: (command id -> its nodes, the nodes of every call SSM refused, each
-    with the error code). SSM refuses a whole call when one of its ids is not a node it manages (InvalidInstanceId:
-    the agent not running or not registered, or the instance shutting down; botocore ssm model). Another error
-    raises when it comes first, so that nothing was sent."""
+    """Send SCRIPT to INSTANCE_IDS, 50 to a call (a function of SCRIPT gets the position of each batch's first node):
+    (command id -> its nodes, the nodes of every call SSM refused, each with the error code). SSM refuses a whole call
+    when one of its ids is not a node it manages (InvalidInstanceId: the agent not running or not registered, or the
+    instance shutting down; botocore ssm model). Another error raises when it comes first, so that nothing was
+    sent."""
     commands: dict[str, list[str]] = {}
     refused: list[NodeResult] = []
-    for batch in send_batches(instance_ids):
+    for index, batch in enumerate(send_batches(instance_ids)):
+        text = script if isinstance(script, str) else script(index * SEND_COMMAND_MAX_INSTANCES)
         try:
             command = ssm.send_command(
                 InstanceIds=batch,
                 DocumentName=RUN_SHELL_SCRIPT,
                 Comment=comment,
                 TimeoutSeconds=DELIVERY_TIMEOUT_SECONDS,
-                Parameters={"commands": [script], "executionTimeout": [str(START_TIMEOUT_SECONDS)]},
+                Parameters={"commands": [text], "executionTimeout": [str(START_TIMEOUT_SECONDS)]},
             )["Command"]
         except ClientError as error:
             # Any other refusal (AccessDenied, a throttle past the retries) before any batch went out fails the whole
@@ -313,8 +318,8 @@ def send_to_nodes(
 
 
 def start_run(ssm: Any, plan: RunPlan) -> tuple[dict[str, list[str]], list[NodeResult]]:
-    """Send PLAN's start to its nodes (send_to_nodes)."""
-    return send_to_nodes(ssm, plan.targets, node_script(plan), plan.comment)
+    """Send PLAN's start to its nodes (send_to_nodes), each batch the text of its own ranks."""
+    return send_to_nodes(ssm, plan.targets, lambda first_rank: node_script(plan, first_rank), plan.comment)
 
 
 def _invocations(ssm: Any, command_id: str) -> list[dict[str, Any]]:

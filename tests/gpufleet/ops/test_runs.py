@@ -308,16 +308,27 @@ def test_a_256_node_run_takes_6_sendcommands_and_6_listings_per_poll():
     assert len(heard) == 256
 
 
-def test_every_sendcommand_carries_the_same_script_and_the_start_timeouts():
+def test_each_sendcommand_carries_its_own_batchs_ranks_and_the_start_timeouts(tmp_path):
     _, calls, _ = start(modelled_fleet(60), FakeSsm())
     sent = [params for name, params in calls if name == "SendCommand"]
     assert sent[0]["DocumentName"] == "AWS-RunShellScript"
     assert sent[0]["TimeoutSeconds"] == 600
     assert sent[0]["Parameters"]["executionTimeout"] == ["120"]
     assert sent[0]["Comment"] == "gpufleet dev run 20261126-210500-3fa2"
-    assert sent[0]["Parameters"] == sent[1]["Parameters"]
-    # The command lists every node of the run, so each node can find its rank whatever batch it is in.
-    assert "i-0000000000000003b" in sent[0]["Parameters"]["commands"][0]
+    # Job order: the 30 on-demand nodes (even numbers) are ranks 0-29, the spot ones (odd) 30-59; the second batch
+    # is ranks 50-59, spot nodes 41 (0x29) to 59 (0x3b). Its text lists those ten only, so a text's size does not
+    # grow with the cluster.
+    first, second = (params["Parameters"]["commands"][0] for params in sent)
+    odd = " ".join(f"i-{n:017x}" for n in range(41, 60, 2))
+    assert f"rank=50\nfor node in {odd}; do\n" in second
+    assert 'if [ "$rank" -ge 60 ]; then' in second
+    assert "i-0000000000000003b" not in first
+    assert len(first) < 3000
+    # The last spot node finds its rank in the second text, on the real sh.
+    result = subprocess.run(
+        ["sh", "-c", second], env=fake_node(tmp_path, "i-0000000000000003b"), capture_output=True, text=True
+    )
+    assert result.stdout.endswith("as rank 59 of 60\n"), result.stderr
 
 
 def test_an_offline_node_and_a_timed_out_start_are_reported_and_the_others_start():
