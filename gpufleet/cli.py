@@ -27,6 +27,8 @@ COMMAND_MODULES = (
     "gpufleet.commands.cost",
     "gpufleet.commands.status",
     "gpufleet.commands.hosts",
+    "gpufleet.commands.run",
+    "gpufleet.commands.runs",
     "gpufleet.commands.nccl_report",
     "gpufleet.commands.topo_check",
 )

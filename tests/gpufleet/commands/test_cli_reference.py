@@ -39,6 +39,10 @@ def test_every_command_and_sub_command_has_a_section_in_help_order():
         "## gpufleet cost",
         "## gpufleet status",
         "## gpufleet hosts",
+        "## gpufleet run",
+        "## gpufleet runs",
+        "## gpufleet stop",
+        "## gpufleet logs",
         "## gpufleet nccl-report",
         "## gpufleet topo-check",
     ]
