@@ -6,16 +6,17 @@ nodes restarts the workers (the script starts again and resumes from the last ch
 joins, torchrun restarts them once more with it. The model is a linear regression on generated data, so the loss
 falls step by step and a resume shows as the loss going on from where it was rather than starting high again.
 
-Checkpoints: one folder per saved step (DIR/step-00000040) written with torch.distributed.checkpoint, and DIR/LATEST
+Checkpoints: one folder per saved step (DIR/step-00000040; the format: "Torch versions" below), and DIR/LATEST
 naming the last complete one, replaced atomically after the save has finished on every rank, so a node lost in the
 middle of a save leaves the previous checkpoint in force.
 
-Torch versions. On torch 2.x the checkpoint is written with torch.distributed.checkpoint (added in 2.0): every rank
-takes part and writes its own part, which is what a sharded model (FSDP) needs. torch 2.2 added save/load and
-deprecated save_state_dict/load_state_dict ("'save_state_dict' is deprecated and will be removed in future versions.
-Please use 'save' instead.", torch/distributed/checkpoint/state_dict_saver.py); the script takes save/load where they
-exist and passes the storage writer/reader by keyword, which 2.0 and later accept. torch 1.13 has the same API under a
-private name, torch.distributed._shard.checkpoint (Debian's python3-torch 1.13.1:
+Torch versions. On torch 2.x the checkpoint is written with torch.distributed.checkpoint (added in 2.0:
+unconfirmed): every rank takes part and writes its own part, which is what a sharded model (FSDP) needs. Later
+releases (2.2: unconfirmed) added save/load and deprecated save_state_dict/load_state_dict ("'save_state_dict' is
+deprecated and will be removed in future versions. Please use 'save' instead.",
+torch/distributed/checkpoint/state_dict_saver.py); the script takes save/load where they exist and passes the
+storage writer/reader by keyword, which 2.0 and later accept. torch 1.13 has the same API under a private name,
+torch.distributed._shard.checkpoint (Debian's python3-torch 1.13.1:
 torch/distributed/_shard/checkpoint/__init__.py), but Debian pairs that torch with Python 3.11, on which the module
 cannot be imported: its metadata dataclasses have dataclass defaults that 3.11 rejects ("ValueError: mutable default
 <class '...TensorProperties'> for field tensor_properties is not allowed"; Python 3.11 rejects every unhashable
@@ -23,7 +24,8 @@ default, docs.python.org/3.11/library/dataclasses.html). So where torch.distribu
 saves the same state with torch.save into the same folder layout, and every rank loads it: enough for data parallel,
 where every rank holds the whole model. The start line says which format is in use. The state is a flat dict of
 tensors (the step too). The optimizer is plain SGD, which keeps no state of its own; a stateful optimizer's state
-belongs in the checkpoint too (torch >= 2.2: torch.distributed.checkpoint.state_dict.get_state_dict).
+belongs in the checkpoint too (torch.distributed.checkpoint.state_dict.get_state_dict on pytorch main; the first
+release with it: unconfirmed).
 
 On request. On a gpufleet node the checkpoint hook (docs/guides/interruptions.md) asks the training processes to
 save now: a spot interruption notice on any node of the environment reaches every node. This script keeps that
