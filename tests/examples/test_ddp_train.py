@@ -156,7 +156,10 @@ def test_a_lost_node_costs_a_restart_from_the_last_checkpoint_and_a_replacement_
     request_id = dict(line.split("=", 1) for line in (cluster.requests / "request").read_text().splitlines())["id"]
     cluster.lose("spot")
 
-    cluster.wait_until(lambda segments: len(segments) >= 2, "restart on the head alone")
+    # Five steps alone before the replacement comes, as a replacement node takes minutes to be ready.
+    cluster.wait_until(
+        lambda segments: len(segments) >= 2 and len(steps(segments[1])) >= 5, "five steps on the head alone"
+    )
     cluster.start("replacement", is_head=False)
     assert cluster.agents["head"].wait(timeout=240) == 0, cluster.logs()
     assert cluster.agents["replacement"].wait(timeout=60) == 0, cluster.logs()
