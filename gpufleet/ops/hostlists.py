@@ -19,10 +19,11 @@ def mpi_hostfile(private_ips: list[str], slots: int) -> str:
 
 def torchrun_arguments(private_ips: list[str], gpus_per_node: int, env_name: str) -> str:
     """Rendezvous on the first host (gpufleet.ops.fleet.job_order puts a ready on-demand node there), so every node
-    computes the same endpoint and it is one that spot cannot take."""
+    computes the same endpoint and it is one that spot cannot take. Options with underscores, the spelling every
+    torchrun accepts (gpufleet.ops.torchrun says where that was checked)."""
     return (
-        f"--nnodes={len(private_ips)} --nproc-per-node={gpus_per_node} --rdzv-backend=c10d "
-        f"--rdzv-endpoint={private_ips[0]}:{TORCHRUN_PORT} --rdzv-id=gpufleet-{env_name}\n"
+        f"--nnodes={len(private_ips)} --nproc_per_node={gpus_per_node} --rdzv_backend=c10d "
+        f"--rdzv_endpoint={private_ips[0]}:{TORCHRUN_PORT} --rdzv_id=gpufleet-{env_name}\n"
     )
 
 

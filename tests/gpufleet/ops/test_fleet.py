@@ -170,7 +170,7 @@ def test_hosts_torchrun(spot_fleet, run_cli) -> None:
     code, out, _ = run_cli("hosts", "dev", "--fleet-id", fleet_id, "--format", "torchrun")
     assert code == 0
     assert out == (
-        "--nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d --rdzv-endpoint=10.40.0.4:29500 --rdzv-id=gpufleet-dev\n"
+        "--nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=10.40.0.4:29500 --rdzv_id=gpufleet-dev\n"
     )
 
 
@@ -206,7 +206,7 @@ def test_an_on_demand_node_comes_first_so_rank_0_and_the_rendezvous_land_on_it(s
     assert (code, err) == (0, "")
     assert out.splitlines() == ["10.40.0.6 slots=8", "10.40.0.4 slots=8", "10.40.0.5 slots=8"]
     code, out, _ = run_cli("hosts", "dev", "--fleet-id", fleet_id, "--format", "torchrun")
-    assert "--rdzv-endpoint=10.40.0.6:29500" in out
+    assert "--rdzv_endpoint=10.40.0.6:29500" in out
 
 
 def test_without_a_ready_on_demand_node_hosts_warns_that_rank_0_is_on_spot(spot_fleet, run_cli) -> None:

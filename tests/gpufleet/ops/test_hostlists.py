@@ -17,7 +17,7 @@ def test_the_mpi_hostfile_has_one_line_per_node_in_launch_order():
 
 def test_torchrun_meets_on_the_first_node():
     assert torchrun_arguments(["10.0.0.9", "10.0.0.5"], 8, "dev") == (
-        "--nnodes=2 --nproc-per-node=8 --rdzv-backend=c10d --rdzv-endpoint=10.0.0.9:29500 --rdzv-id=gpufleet-dev\n"
+        "--nnodes=2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=10.0.0.9:29500 --rdzv_id=gpufleet-dev\n"
     )
 
 
