@@ -8,7 +8,7 @@ falls step by step and a resume shows as the loss going on from where it was rat
 
 Checkpoints: one folder per saved step (DIR/step-00000040; the format: "Torch versions" below), and DIR/LATEST
 naming the last complete one, replaced atomically after the save has finished on every rank, so a node lost in the
-middle of a save leaves the previous checkpoint in force.
+middle of a save leaves the previous checkpoint in force. Rank 0 then deletes older folders, keeping --keep in all.
 
 Torch versions. On torch 2.x the checkpoint is written with torch.distributed.checkpoint (added in 2.0:
 unconfirmed): every rank takes part and writes its own part, which is what a sharded model (FSDP) needs. Later
@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import time
 from pathlib import Path
@@ -147,10 +148,13 @@ def main() -> None:
     parser.add_argument("--checkpoint-dir", type=Path, required=True, help="shared storage: every node reads it")
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--checkpoint-every", type=int, default=20, help="steps between checkpoints")
+    parser.add_argument("--keep", type=int, default=3, help="checkpoints kept (the newest); at least 1")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=0.05)
     parser.add_argument("--step-seconds", type=float, default=0.0, help="pause after each step (a longer demo)")
     args = parser.parse_args()
+    if args.keep < 1:
+        parser.error(f"--keep must be at least 1, got {args.keep}")
 
     use_gpu = torch.cuda.is_available()
     if use_gpu:
@@ -185,6 +189,10 @@ def main() -> None:
             pointer = args.checkpoint_dir / f".{LATEST}.{os.getpid()}"
             pointer.write_text(folder.name)
             os.replace(pointer, args.checkpoint_dir / LATEST)
+            # Only folders older than this one: a newer one is a save cut short before a restart, to be overwritten.
+            older = sorted(other for other in args.checkpoint_dir.glob("step-*") if other.name < folder.name)
+            for old in older[: max(0, len(older) - (args.keep - 1))]:
+                shutil.rmtree(old)
         report(event="checkpoint", step=step, folder=folder.name, request=request)
 
     for step in range(start, args.steps):

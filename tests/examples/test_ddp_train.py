@@ -2,7 +2,8 @@
 (CPU, gloo) training examples/ddp_train.py; the checkpoint hook asks for a checkpoint (as a spot interruption notice
 makes it do on every node); the spot node is lost (its whole process group killed, as a node's end ends every process
 on it); the head's torchrun restarts its workers alone from that checkpoint; a replacement node's agent, started with
-the same line, joins; the run ends with the loss going on from where it was.
+the same line, joins; the run ends with the loss going on from where it was. And on one node: old checkpoints are
+deleted, and a run started again after its end resumes at the end.
 
 Torch is Debian's python3-torch 1.13.1 for /usr/bin/python3 (scripts/dev/ensure-system-tools.sh installs it); its
 torchrun needs the mend in debian_torch_shim/ on Python 3.11 (see its docstring), given through PYTHONPATH; the command
@@ -178,3 +179,42 @@ def test_a_lost_node_costs_a_restart_from_the_last_checkpoint_and_a_replacement_
     # The loss goes on from where it was: well under the run's first steps right after the restart, and falling.
     assert mean(losses(alone)[:5]) < 0.5 * mean(losses(first)[:5]), cluster.logs()
     assert mean(losses(rejoined)[-5:]) < 0.5 * mean(losses(rejoined)[:5]), cluster.logs()
+
+
+def run_alone(root: Path, *extra: str) -> subprocess.CompletedProcess:
+    """One agent for one node (the head), one worker: the example run start to end."""
+    command = torchrun_command(
+        run_id="run-test-2",
+        head_address="127.0.0.1",
+        is_head=True,
+        min_nodes=1,
+        max_nodes=1,
+        processes_per_node=1,
+        max_restarts=0,
+        port=free_port(),
+        command=[str(EXAMPLE), "--checkpoint-dir", str(root / "checkpoints"), *extra],
+    )
+    return subprocess.run(
+        command,
+        env=dict(os.environ, PYTHONPATH=str(SHIM), GPUFLEET_CHECKPOINT_REQUESTS=str(root / "absent")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+    )
+
+
+def test_older_checkpoints_go_and_a_finished_run_started_again_has_nothing_to_do(tmp_path):
+    first = run_alone(tmp_path, "--steps", "10", "--checkpoint-every", "2", "--keep", "2")
+    assert first.returncode == 0, first.stdout + first.stderr
+    checkpoints = tmp_path / "checkpoints"
+    assert sorted(path.name for path in checkpoints.iterdir()) == ["LATEST", "step-00000008", "step-00000010"]
+    assert (checkpoints / "LATEST").read_text() == "step-00000010"
+
+    again = run_alone(tmp_path, "--steps", "10", "--checkpoint-every", "2", "--keep", "2")
+    assert again.returncode == 0, again.stdout + again.stderr
+    events = [json.loads(line) for line in again.stdout.splitlines() if line.startswith("{")]
+    assert events == [
+        {"event": "start", "resumed_from": 10, "world_size": 1, "format": "torch.save"},
+        {"event": "done", "step": 10},
+    ]
