@@ -111,9 +111,10 @@ def batch(step: int, rank: int, batch_size: int, true_weight: torch.Tensor) -> t
 class CheckpointRequests:
     """The node's checkpoint hook contract (docs/guides/interruptions.md): register, hear SIGUSR1, acknowledge."""
 
-    def __init__(self, folder: Path, name: str) -> None:
+    def __init__(self, folder: Path, name: str, device: torch.device) -> None:
         self.folder = folder
         self.name = name
+        self.device = device
         self.heard = False
         self.enabled = folder.is_dir()
         if self.enabled:
@@ -125,7 +126,7 @@ class CheckpointRequests:
 
     def agreed(self) -> bool:
         """Whether any rank heard a request: all ranks then save at the same step."""
-        flag = torch.tensor([int(self.heard)])
+        flag = torch.tensor([int(self.heard)], device=self.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
 
@@ -157,10 +158,11 @@ def main() -> None:
         parser.error(f"--keep must be at least 1, got {args.keep}")
 
     use_gpu = torch.cuda.is_available()
+    # One GPU per process, by its rank on the node (torchrun sets LOCAL_RANK); NCCL reduces only GPU tensors.
+    device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if use_gpu else torch.device("cpu")
     if use_gpu:
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
     dist.init_process_group("nccl" if use_gpu else "gloo")
-    device = torch.device("cuda") if use_gpu else torch.device("cpu")
     rank, world_size = dist.get_rank(), dist.get_world_size()
 
     torch.manual_seed(0)
@@ -179,7 +181,7 @@ def main() -> None:
 
     ddp = DistributedDataParallel(model, device_ids=[device.index] if use_gpu else None)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=args.learning_rate)
-    requests = CheckpointRequests(REQUESTS, f"ddp-train-rank{rank}")
+    requests = CheckpointRequests(REQUESTS, f"ddp-train-rank{rank}", device)
 
     def checkpoint_at(step: int, request: str | None) -> None:
         state["step"][0] = step
