@@ -67,7 +67,9 @@ class AcceptanceInstanceTypeValidator(PipelineValidator):
         name = pipeline.acceptance.instance_type
         if name not in catalog:
             allowed = ", ".join(sorted(catalog))
-            return self.problem(f"'{name}' is not in the catalog (allowed: {allowed}; see gpufleet/instance_types.yaml)")
+            return self.problem(
+                f"'{name}' is not in the catalog (allowed: {allowed}; see gpufleet/instance_types.yaml)"
+            )
         return []
 
 
