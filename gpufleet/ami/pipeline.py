@@ -195,3 +195,25 @@ def publish_regions(pipeline: Pipeline, environments: list[Environment]) -> dict
         if environment.region not in regions[profile]:
             regions[profile].append(environment.region)
     return {profile: (home, *sorted(others)) for profile, (home, *others) in regions.items()}
+
+
+def acceptance_environment(pipeline: Pipeline, name: str, image_id: str) -> dict:
+    """The environment file of the gate's short-lived cluster: the new image on on-demand nodes (no spot: an
+    interruption would fail the gate for nothing), in the gate's borrowed network (no network stack), with no storage
+    and no fleet options, so that its only stack is the cluster, named gpufleet-NAME-cluster. Auto Scaling: deleting
+    the group terminates its instances (a Spot Fleet's deletion may leave them: gpu-cluster-facts.md)."""
+    gate = pipeline.acceptance
+    if gate is None:
+        raise ValueError("the pipeline has no acceptance gate")
+    return {
+        "name": name,
+        "account": pipeline.account,
+        "region": pipeline.region,
+        "availability_zone": gate.availability_zone,
+        "network": {"vpc_id": gate.vpc_id, "subnet_id": gate.subnet_id},
+        "instance_type": gate.instance_type,
+        "capacity": {"target": gate.nodes, "on_demand": gate.nodes},
+        "fleet": {"backend": "auto-scaling"},
+        "ami": {"id": image_id},
+        "tags": {"purpose": "ami-acceptance"},
+    }
