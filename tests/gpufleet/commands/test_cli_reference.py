@@ -34,6 +34,7 @@ def test_every_command_and_sub_command_has_a_section_in_help_order():
         "## gpufleet ami check",
         "## gpufleet ami render",
         "## gpufleet ami validate",
+        "## gpufleet ami acceptance-environment",
         "## gpufleet preflight",
         "## gpufleet plan",
         "## gpufleet cost",
