@@ -38,6 +38,7 @@ SPEC = buildspec(
     session_manager_plugin_version=PIPELINE.session_manager_plugin.version,
     build_subnet_id=PIPELINE.subnet_id,
     publish_regions=publish_regions(PIPELINE, load_environments(environment_files(REPO / "environments"))),
+    acceptance=PIPELINE.acceptance,
 )
 PHASES = ("install", "pre_build", "build", "post_build")
 BUILD_ID = "gpufleet-ami-build:5f0c1d2e-3a4b-4c5d-8e9f-0a1b2c3d4e5f"
