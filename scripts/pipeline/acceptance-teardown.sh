@@ -28,7 +28,7 @@ stack="gpufleet-$name-cluster"
 # The default bootstrap's (qualifier hnb659fds) deploy role, cdk-hnb659fds-deploy-role-ACCOUNT-REGION
 # (source: https://docs.aws.amazon.com/cdk/v2/guide/bootstrapping-env.html, the bootstrap template's roles).
 role="arn:$partition:iam::$account:role/cdk-hnb659fds-deploy-role-$account-$AWS_REGION"
-credentials="$(aws sts assume-role --role-arn "$role" --role-session-name "gpufleet-teardown-$name" \
+credentials="$(aws sts assume-role --region "$AWS_REGION" --role-arn "$role" --role-session-name "gpufleet-teardown-$name" \
   --query 'Credentials.[AccessKeyId,SecretAccessKey,SessionToken]' --output text)" || die "could not assume $role"
 read -r AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN <<<"$credentials"
 export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN

@@ -8,17 +8,8 @@ from decimal import Decimal
 import pytest
 
 from gpufleet.loading import load_pipeline
+from tests.gate_pipeline import GATE
 from tests.gpufleet.ami.pipeline_files import problems, write
-
-GATE = {
-    "instance_type": "p4d.24xlarge",
-    "availability_zone": "us-east-1a",
-    "vpc_id": "vpc-0123456789abcdef0",
-    "subnet_id": "subnet-0123456789abcdef0",
-    "nodes": 2,
-    "timeout_minutes": 60,
-    "max_cost_usd": 100,
-}
 
 
 def test_the_shipped_file_has_the_gate_off():

@@ -10,8 +10,8 @@ import yaml
 
 from gpufleet.cli import main
 from gpufleet.loading import PIPELINE_FILE_VARIABLE
+from tests.gate_pipeline import GATE
 from tests.gpufleet.ami.pipeline_files import write
-from tests.gpufleet.ami.test_acceptance_config import GATE
 from tests.gpufleet.ops.test_cost import price_list_entry
 
 IMAGE = "ami-0123456789abcdef0"
