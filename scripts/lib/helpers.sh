@@ -69,7 +69,7 @@ manifest = json.load(open(sys.argv[1]))
 builds = [b for b in manifest.get("builds", []) if b.get("packer_run_uuid") == manifest.get("last_run_uuid")]
 print(builds[-1]["artifact_id"].split(":")[-1] if builds else "")
 PYTHON
-)"
+)" || return
   [[ "$image" =~ ^ami-[0-9a-f]{8}([0-9a-f]{9})?$ ]] || {
     error "no AMI id in the last run of $1 (found '${image}')"
     return 1

@@ -14,9 +14,9 @@
 # Settings: GPUFLEET_PACKER_MANIFEST, CODEBUILD_BUILD_ARN, AWS_REGION, GPUFLEET_ACCEPTANCE_INSTANCE_TYPE,
 # GPUFLEET_ACCEPTANCE_NODES, GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS, GPUFLEET_VENV (default .venv).
 set -euo pipefail
-here="$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")"
 # shellcheck source=../lib/helpers.sh
-source "$here/../lib/helpers.sh"
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
+here="$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")"
 
 require_settings "$PIPELINE_SETTINGS" GPUFLEET_PACKER_MANIFEST CODEBUILD_BUILD_ARN AWS_REGION \
   GPUFLEET_ACCEPTANCE_INSTANCE_TYPE GPUFLEET_ACCEPTANCE_NODES GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS

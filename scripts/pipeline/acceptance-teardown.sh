@@ -10,9 +10,8 @@
 # Settings: GPUFLEET_GATE_BUILD_ARN (the build whose stack to delete; default CODEBUILD_BUILD_ARN, this build),
 # AWS_REGION.
 set -euo pipefail
-here="$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")"
 # shellcheck source=../lib/helpers.sh
-source "$here/../lib/helpers.sh"
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
 
 GPUFLEET_GATE_BUILD_ARN=${GPUFLEET_GATE_BUILD_ARN:-${CODEBUILD_BUILD_ARN:-}}
 require_settings "$PIPELINE_SETTINGS" GPUFLEET_GATE_BUILD_ARN AWS_REGION
@@ -42,7 +41,7 @@ if ! found="$(aws cloudformation describe-stacks --region "$AWS_REGION" --stack-
   exit 0
 fi
 log "deleting $stack ($found)"
-aws cloudformation delete-stack --region "$AWS_REGION" --stack-name "$stack"
+aws cloudformation delete-stack --region "$AWS_REGION" --stack-name "$stack" || die "cannot delete $stack"
 # The waiter polls every 30 s, 120 times (botocore cloudformation waiters-2.json, StackDeleteComplete) and fails on
 # DELETE_FAILED.
 aws cloudformation wait stack-delete-complete --region "$AWS_REGION" --stack-name "$stack" ||
