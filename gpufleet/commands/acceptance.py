@@ -235,6 +235,7 @@ def run(args: argparse.Namespace) -> int:
                     floor,
                     args.nccl_timeout,
                     answer.output,
+                    (len(ready), instance.gpu.count),
                 )
             else:
                 nccl = nccl_not_run(f"on head {head.instance_id}: {why_not(answer)}")

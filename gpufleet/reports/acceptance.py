@@ -18,7 +18,7 @@ from typing import Any
 
 from gpufleet.constants import ACCEPTANCE_MARKER, READINESS_BOOTING, READINESS_READY
 from gpufleet.reports.nccl import CollectiveTable, LogTooLargeError, NoTableError, parse_nccl_log, table_problems
-from gpufleet.reports.plot import human_size, plot_busbw, title_for
+from gpufleet.reports.plot import human_size, plot_busbw
 
 SCHEMA_VERSION = 1
 PASS, FAIL, SKIPPED = "pass", "fail", "skipped"
@@ -174,9 +174,15 @@ def nccl_not_run(why: str) -> NcclResult:
 
 
 def nccl_result(
-    log: Section | None, script: Section | None, floor: float | None, timeout_seconds: int, output: str
+    log: Section | None,
+    script: Section | None,
+    floor: float | None,
+    timeout_seconds: int,
+    output: str,
+    scale: tuple[int, int],
 ) -> NcclResult:
-    """The head's answer judged: every table of the log (gpufleet.reports.nccl.table_problems: wrong elements, a run
+    """The head's answer judged (SCALE: the nodes and GPUs per node it ran on, for the detail: the log comes back
+    without its per-rank lines): every table of the log (gpufleet.reports.nccl.table_problems: wrong elements, a run
     cut short, a peak below FLOOR; a table with unreadable lines is not passed), a run the timeout stopped, and an
     exit status of run-nccl-tests.sh that says it failed where the tables do not say why."""
     if log is None or log.exit_status is None:
@@ -203,7 +209,11 @@ def nccl_result(
     peak = tables[0].peak
     assert peak is not None  # table_problems fails a table without rows
     floor_text = f"floor {floor:g} GB/s" if floor is not None else "no floor: the catalog publishes no bus bandwidth"
-    detail = f"{title_for(tables[0])}: peak busbw {peak[0]:.2f} GB/s at {human_size(peak[1])} ({floor_text})"
+    name = tables[0].collective or "nccl-tests"
+    detail = (
+        f"{name} on {scale[0]} nodes x {scale[1]} GPUs: peak busbw {peak[0]:.2f} GB/s at {human_size(peak[1])} "
+        f"({floor_text})"
+    )
     return NcclResult(PASS, detail, (), tables, log.exit_status, text)
 
 
