@@ -288,13 +288,18 @@ def test_a_failed_report_names_each_failure_and_has_no_plot_without_a_table(tmp_
 
 
 def test_a_report_that_fails_half_way_leaves_nothing_behind(tmp_path, monkeypatch):
+    seen_while_writing = []
+
     def broken_plot(*_: object) -> None:
+        seen_while_writing.extend(path.name for path in tmp_path.iterdir())
         raise OSError("No space left on device")
 
     monkeypatch.setattr(acceptance, "plot_busbw", broken_plot)
     passed = nccl_result(nccl_log("p4d_2node_all_reduce"), Section((), 0), 70.2, 1200, "", (1, 8))
     with pytest.raises(OSError, match="No space left on device"):
         write_report(tmp_path / "out", report(passed))
+    # Half-way, the report is only in a hidden directory beside where it goes; after the failure, not at all.
+    assert [name.split("-")[0] for name in seen_while_writing] == [".out.partial"]
     assert list(tmp_path.iterdir()) == []
 
 
