@@ -221,7 +221,10 @@ def nccl_output(log: Path = NCCL_2NODE, status: int = 0) -> str:
     )
 
 
-def test_the_node_checks_of_256_nodes_take_6_sendcommands_and_one_read_per_node():
+def test_the_node_checks_of_256_nodes_take_6_sendcommands_and_one_read_per_node(monkeypatch):
+    from gpufleet.ops import runs
+
+    monkeypatch.setattr(runs, "POLL_SECONDS", 0)
     fake = AcceptanceSsm()
     ssm, calls = answering_ssm(fake)
     ids = [node.instance_id for node in modelled_fleet(256)]
