@@ -161,7 +161,7 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         "GPUFLEET_EFA": _flag("efa-env" in scripts),
         "GPUFLEET_GPUDIRECT_RDMA": _flag(instance.gpudirect_rdma),
         # node-health-check.sh: what this node must show (one EFA device per interface the launch template attaches).
-        "GPUFLEET_EFA_COUNT": str(instance.max_efa_interfaces if env.efa else 0),
+        "GPUFLEET_EFA_COUNT": str(expected_efa_devices(env, instance)),
         "GPUFLEET_NVSWITCH": _flag(instance.nvswitch),
         # run-nccl-tests.sh: its pass floor in GB/s (empty where the catalog publishes no bandwidth for the type).
         "GPUFLEET_MIN_BUSBW": nccl_busbw_floor(instance),
@@ -219,6 +219,11 @@ def operator_scripts_location(env: Environment) -> str:
     fails synthesis where the asset lands elsewhere."""
     bucket = CDK_ASSETS_BUCKET.format(account=env.account, region=env.region)
     return f"s3://{bucket}/{hashlib.sha256(operator_scripts_sha256().encode()).hexdigest()}.gz"
+
+
+def expected_efa_devices(env: Environment, instance: InstanceType) -> int:
+    """The EFA devices a node of ENV shows: one per interface the launch template attaches, none with efa off."""
+    return instance.max_efa_interfaces if env.efa else 0
 
 
 def nccl_busbw_floor(instance: InstanceType) -> str:

@@ -286,9 +286,14 @@ class NodeResult:
 
 
 def send_to_nodes(
-    ssm: Any, instance_ids: list[str], script: str | Callable[[int], str], comment: str
+    ssm: Any,
+    instance_ids: list[str],
+    script: str | Callable[[int], str],
+    comment: str,
+    execution_timeout: int = START_TIMEOUT_SECONDS,
 ) -> tuple[dict[str, list[str]], list[NodeResult]]:
-    """Send SCRIPT to INSTANCE_IDS, 50 to a call (a function of SCRIPT gets the position of each batch's first node):
+    """Send SCRIPT to INSTANCE_IDS, 50 to a call (a function of SCRIPT gets the position of each batch's first node),
+    each node's run of it bounded by EXECUTION_TIMEOUT seconds (AWS-RunShellScript's executionTimeout):
     (command id -> its nodes, the nodes of every call SSM refused, each with the error code). SSM refuses a whole call
     when one of its ids is not a node it manages (InvalidInstanceId: the agent not running or not registered, or the
     instance shutting down; botocore ssm model). Another error raises when it comes first, so that nothing was
@@ -303,7 +308,7 @@ def send_to_nodes(
                 DocumentName=RUN_SHELL_SCRIPT,
                 Comment=comment,
                 TimeoutSeconds=DELIVERY_TIMEOUT_SECONDS,
-                Parameters={"commands": [text], "executionTimeout": [str(START_TIMEOUT_SECONDS)]},
+                Parameters={"commands": [text], "executionTimeout": [str(execution_timeout)]},
             )["Command"]
         except ClientError as error:
             # Any other refusal (AccessDenied, a throttle past the retries) before any batch went out fails the whole
