@@ -259,7 +259,13 @@ def unit_body(plan: RunPlan, head: bool = False) -> str:
         if plan.setup:
             steps.append(plan.setup)
         command = plan.head_command if head and plan.head_command else plan.command
-        steps.append("exec " + shlex.join(command))
+        if head and plan.joinable:
+            # The head's torchrun ends when the run does (done, or out of restarts): mark the description ended, so
+            # that no node joins it later, when the head may serve another run's rendezvous on the same port.
+            ended = shlex.quote(description_dir(plan.shared_dir, plan.run_id) + "/ended")
+            steps += ["status=0", shlex.join(command) + " || status=$?", f"touch {ended}", 'exit "$status"']
+        else:
+            steps.append("exec " + shlex.join(command))
     return "set -eo pipefail\n" + "\n".join(steps)
 
 

@@ -4,10 +4,11 @@
 # node-ready (gpufleet/user_data.py setup_scripts), on nodes with shared storage only.
 # `gpufleet run --torchrun` writes each run's description to GPUFLEET_SHARED_DIR/gpufleet-runs/RUNID/run.json
 # (gpufleet/ops/runs.py run_description: JSON, the cluster user's file); `gpufleet stop` adds a file `stopped` beside
-# it. This step starts every described run that is not stopped, not already running here, and whose head still
-# answers on its rendezvous port, as the same unit gpufleet run starts (gpufleet-run-RUNID, as the cluster user, with
-# the run's environment): the others' torchrun line, whose elastic rendezvous takes the node in at its next round
-# (torchrun restarts the workers of every node with the new member; a joining node costs no restart).
+# it, the head's unit a file `ended` when its torchrun ends. This step starts every described run that is neither,
+# is not already running here, and whose head still answers on its rendezvous port, as the same unit gpufleet run
+# starts (gpufleet-run-RUNID, as the cluster user, with the run's environment): the others' torchrun line, whose
+# elastic rendezvous takes the node in at its next round (torchrun restarts the workers of every node with the new
+# member; a joining node costs no restart).
 # GPUFLEET_NODE_RANK of a joined node: the rank it had in the run when it had one (its rank file, kept across
 # reboots), else the first rank from the start's node count on that no other node took (mkdir on the shared file
 # system is atomic, so two nodes joining at once never share one). torchrun numbers the nodes itself (GROUP_RANK):
@@ -59,7 +60,7 @@ for description in "$GPUFLEET_SHARED_DIR"/gpufleet-runs/*/run.json; do
     warn "$directory is not a run's folder: left alone"
     continue
   fi
-  if [[ -e $directory/stopped ]]; then
+  if [[ -e $directory/stopped || -e $directory/ended ]]; then
     continue
   fi
   if systemctl is-active --quiet "$unit"; then

@@ -252,6 +252,7 @@ def test_a_lost_node_costs_a_restart_from_the_last_checkpoint_and_a_replacement_
     )
     assert cluster.exit_status("head", 240) == 0, cluster.logs()
     assert cluster.exit_status("replacement", 60) == 0, cluster.logs()
+    assert (description.parent / "ended").exists()  # no node joins the run from now on
 
     first, alone, rejoined = cluster.segments()
     saved = [event for event in first if event["event"] == "checkpoint"]

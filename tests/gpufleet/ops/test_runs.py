@@ -3,6 +3,7 @@ systemd-run), SendCommand batches, and the SSM side on botocore clients checked 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -1021,10 +1022,32 @@ def test_rank_0_writes_the_description_as_the_cluster_users_file_and_the_others_
     assert list(described.parent.iterdir()) == [described]  # no temporary file left
 
 
+@pytest.mark.parametrize("status", [0, 5], ids=["done", "failed"])
+def test_the_heads_unit_marks_a_described_run_ended_when_its_torchrun_ends(tmp_path, status):
+    """The head's body under the real bash, torchrun faked: the run's end, well or not, is marked beside its
+    description, and the unit ends with torchrun's status."""
+    shared = tmp_path / "fsx"
+    plan = dataclasses.replace(torchrun_plan(shared_dir=str(shared)), workdir=str(tmp_path))
+    body = unit_body(plan, head=True)
+    assert body.endswith(
+        f"status=0\n{HEAD_TORCHRUN} || status=$?\ntouch {shared}/gpufleet-runs/20261126-210500-3fa2/ended\n"
+        'exit "$status"'
+    )
+    assert unit_body(plan).endswith(f"exec {OTHER_TORCHRUN}")  # the others' torchrun marks nothing
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "torchrun").write_text(f"#!/bin/sh\nexit {status}\n")
+    (tmp_path / "bin" / "torchrun").chmod(0o755)
+    (shared / "gpufleet-runs" / RUN_ID).mkdir(parents=True)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    result = subprocess.run(["/bin/bash", "-c", body], env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == status, result.stderr
+    assert (shared / "gpufleet-runs" / RUN_ID / "ended").exists()
+
+
 def test_only_the_first_batch_writes_the_description():
     plan = plan_torchrun(RUN_ID, "dev", modelled_fleet(60), 8, ["t.py"], min_nodes=1, max_restarts=1, shared_dir="/fsx")
     assert "/fsx/gpufleet-runs/20261126-210500-3fa2/run.json" in node_script(plan, 0)
-    assert "gpufleet-runs" not in node_script(plan, 50)
+    assert "run.json" not in node_script(plan, 50)
 
 
 def test_stop_marks_a_described_run_stopped_so_no_node_joins_it(tmp_path):

@@ -119,6 +119,9 @@ def test_stopped_finished_and_running_runs_are_not_joined(node, shared, head):
     (stopped / "stopped").touch()
     gone = closed_port()
     describe(shared, OTHER_RUN, gone)
+    # Its head's torchrun ended, and the head serves another run's rendezvous on the same port now.
+    ended = describe(shared, "20261126-200000-0001", head)
+    (ended / "ended").touch()
 
     result = join(node, shared)
 
