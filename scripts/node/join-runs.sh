@@ -24,8 +24,13 @@ set -euo pipefail
 # shellcheck source=../lib/helpers.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
 
-require_settings "$NODE_SETTINGS" GPUFLEET_SHARED_DIR GPUFLEET_CLUSTER_USER
+require_settings "$NODE_SETTINGS" GPUFLEET_SHARED_DIR GPUFLEET_CLUSTER_USER GPUFLEET_CLUSTER_UID
 readonly RUN_ID_PATTERN='^[0-9]{8}-[0-9]{6}-[0-9a-f]{4}$'
+# This step runs as root and the shared file system is writable by many: it reads only the cluster user's
+# descriptions, and takes from them nothing that root's shell or systemd-run would read as more than a value (the
+# body runs as the cluster user, who could run it anyway).
+readonly ADDRESS_PATTERN='^([0-9]{1,3}[.]){3}[0-9]{1,3}/[0-9]{1,5}$'
+readonly SETTINGS_PATTERN='^(--setenv=GPUFLEET_[A-Z_]+=[A-Za-z0-9.:_-]*'$'\n'')*$'
 ranks_dir=${GPUFLEET_ROOT:-}/var/lib/gpufleet/run-ranks
 connect_seconds=${GPUFLEET_JOIN_CONNECT_SECONDS:-3}
 
@@ -67,9 +72,15 @@ for description in "$GPUFLEET_SHARED_DIR"/gpufleet-runs/*/run.json; do
     log "run $run_id: already running here"
     continue
   fi
+  owner=$(stat -c %u "$description")
+  if [[ $owner != "$GPUFLEET_CLUSTER_UID" ]]; then
+    warn "run $run_id: $description belongs to uid $owner, not the cluster user: not joined"
+    continue
+  fi
   if ! head=$(jq -er '"\(.head_address)/\(.rendezvous_port)"' "$description") ||
-    ! count=$(jq -er .node_count "$description") || ! body=$(jq -er .body "$description") ||
-    ! settings=$(jq -er '.settings | to_entries[] | "--setenv=\(.key)=\(.value)"' "$description"); then
+    ! count=$(jq -er '.node_count | numbers' "$description") || ! body=$(jq -er .body "$description") ||
+    ! settings=$(jq -er '.settings | to_entries[] | "--setenv=\(.key)=\(.value)"' "$description") ||
+    [[ ! $head =~ $ADDRESS_PATTERN || ! $count =~ ^[0-9]+$ || ! $settings$'\n' =~ $SETTINGS_PATTERN ]]; then
     error "run $run_id: $description is not a run description: not joined"
     failed=1
     continue

@@ -148,7 +148,11 @@ class Cluster:
 
     def join(self, name: str) -> subprocess.CompletedProcess:
         """The replacement node's last setup step."""
-        settings = {"GPUFLEET_SHARED_DIR": str(self.shared), "GPUFLEET_CLUSTER_USER": "gpufleet"}
+        settings = {
+            "GPUFLEET_SHARED_DIR": str(self.shared),
+            "GPUFLEET_CLUSTER_USER": "gpufleet",
+            "GPUFLEET_CLUSTER_UID": "2000",
+        }
         return subprocess.run(
             [str(JOIN_STEP)], env={**self.node(name), **settings}, capture_output=True, text=True, timeout=30
         )

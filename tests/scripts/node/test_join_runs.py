@@ -7,6 +7,7 @@ real torchrun behind the unit, is tests/examples/test_ddp_train.py."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -55,6 +56,7 @@ def describe(shared: Path, run_id: str, port: int) -> Path:
     directory = shared / "gpufleet-runs" / run_id
     directory.mkdir(parents=True)
     (directory / "run.json").write_text(json.dumps(run_description(plan)))
+    os.chown(directory / "run.json", 2000, 2000)  # the cluster user's, as rank 0 writes it
     return directory
 
 
@@ -64,6 +66,7 @@ def join(fake, shared: Path, **settings: str):
         check=False,
         GPUFLEET_SHARED_DIR=str(shared),
         GPUFLEET_CLUSTER_USER="gpufleet",
+        GPUFLEET_CLUSTER_UID="2000",
         GPUFLEET_JOIN_CONNECT_SECONDS="2",
         **settings,
     )
@@ -156,6 +159,7 @@ def test_a_description_it_cannot_read_is_an_error_and_the_other_runs_are_still_j
     broken = shared / "gpufleet-runs" / OTHER_RUN
     broken.mkdir()
     (broken / "run.json").write_text('{"run_id": "20261126-220000-beef"}')
+    os.chown(broken / "run.json", 2000, 2000)
 
     result = join(node, shared)
 
@@ -164,3 +168,40 @@ def test_a_description_it_cannot_read_is_an_error_and_the_other_runs_are_still_j
         result.stderr == f"join-runs: error: run {OTHER_RUN}: {broken}/run.json is not a run description: not joined\n"
     )
     assert [call[0] for call in node.calls("systemd-run")] == [f"--unit=gpufleet-run-{RUN_ID}"]
+
+
+def test_a_description_not_the_cluster_users_is_left_alone(node, shared, head):
+    directory = describe(shared, RUN_ID, head)
+    os.chown(directory / "run.json", 1001, 1001)
+
+    result = join(node, shared)
+
+    assert (result.returncode, node.calls("systemd-run")) == (0, [])
+    assert result.stderr == (
+        f"join-runs: warning: run {RUN_ID}: {directory}/run.json belongs to uid 1001, not the cluster user: "
+        "not joined\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("head_address", "127.0.0.1/1; touch /tmp/owned #"),
+        ("settings", {"GPUFLEET_RUN_ID": "x\n--uid=root"}),
+        ("settings", {"LD_PRELOAD": "/tmp/x.so"}),
+        ("node_count", "2; reboot"),
+    ],
+    ids=["shell-in-the-address", "option-in-a-setting", "not-a-gpufleet-setting", "not-a-count"],
+)
+def test_a_description_whose_values_would_reach_roots_shell_or_systemd_run_is_refused(node, shared, head, field, value):
+    directory = describe(shared, RUN_ID, head)
+    description = json.loads((directory / "run.json").read_text())
+    (directory / "run.json").write_text(json.dumps({**description, field: value}))
+
+    result = join(node, shared)
+
+    assert result.returncode == 1
+    assert (
+        result.stderr == f"join-runs: error: run {RUN_ID}: {directory}/run.json is not a run description: not joined\n"
+    )
+    assert node.calls("systemd-run") == []

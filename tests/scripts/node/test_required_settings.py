@@ -77,6 +77,7 @@ CASES = [
         [
             "join-runs: error: GPUFLEET_SHARED_DIR is not set (from /etc/gpufleet/node.env)",
             "join-runs: error: GPUFLEET_CLUSTER_USER is not set (from /etc/gpufleet/node.env)",
+            "join-runs: error: GPUFLEET_CLUSTER_UID is not set (from /etc/gpufleet/node.env)",
         ],
     ),
     (

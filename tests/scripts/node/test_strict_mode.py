@@ -198,7 +198,7 @@ def run_described_with_its_head_answering(node: FakeNode) -> dict[str, str]:
     shared = node.root.parent / "fsx"
     directory = describe(shared, RUN_ID, LISTENING_HEAD.getsockname()[1])
     assert directory.is_dir()
-    return {"GPUFLEET_SHARED_DIR": str(shared), "GPUFLEET_CLUSTER_USER": "gpufleet"}
+    return {"GPUFLEET_SHARED_DIR": str(shared), "GPUFLEET_CLUSTER_USER": "gpufleet", "GPUFLEET_CLUSTER_UID": "2000"}
 
 
 def interruption_notice(node: FakeNode) -> dict[str, str]:
