@@ -269,7 +269,7 @@ def unit_body(plan: RunPlan, head: bool = False) -> str:
     return "set -eo pipefail\n" + "\n".join(steps)
 
 
-def node_settings(plan: RunPlan) -> dict[str, str]:
+def run_settings(plan: RunPlan) -> dict[str, str]:
     """The run's environment every node's unit gets, but for its rank (GPUFLEET_NODE_RANK, set on the node)."""
     return {
         "GPUFLEET_RUN_ID": plan.run_id,
@@ -300,7 +300,7 @@ def run_description(plan: RunPlan) -> dict[str, Any]:
         "command": list(plan.command),
         "setup": plan.setup,
         "workdir_archive": plan.workdir_archive,
-        "settings": node_settings(plan),
+        "settings": run_settings(plan),
         "body": unit_body(plan),
     }
 
@@ -347,7 +347,7 @@ def node_script(plan: RunPlan, first_rank: int = 0) -> str:
     batch = plan.instance_ids[first_rank : first_rank + SEND_COMMAND_MAX_INSTANCES]
     unit = unit_name(plan.run_id)
     count = len(plan.nodes)
-    setenv = " ".join(f"--setenv={name}={value}" for name, value in node_settings(plan).items())
+    setenv = " ".join(f"--setenv={name}={value}" for name, value in run_settings(plan).items())
     return "\n".join(
         [
             "set -eu",
