@@ -92,7 +92,9 @@ def setup_scripts(env: Environment, instance: InstanceType) -> list[str]:
     enabling MIG on Ampere resets the GPU, which would drop clocks locked before it; shared-storage before the
     cluster user, whose home is on it, and before the readiness checks, which a node passes only with its storage
     mounted. Every node gets the cluster user, and runs the CloudWatch agent, so that its journal outlives it;
-    node-ready always last, since it judges the node the others set up (scripts/node/node-ready.sh)."""
+    node-ready last of those that set the node up, since it judges the node they set up (scripts/node/node-ready.sh);
+    with shared storage, join-runs after it: a ready node joins the torchrun runs under way
+    (scripts/node/join-runs.sh)."""
     enabled = {
         "raid0-nvme": env.node.raid0_nvme and instance.nvme.count > 0,
         "mig": env.node.mig_profile is not None,
@@ -103,6 +105,7 @@ def setup_scripts(env: Environment, instance: InstanceType) -> list[str]:
         "cloudwatch-agent": True,
         "operator-scripts": True,
         "node-ready": True,
+        "join-runs": env.storage is not None,
     }
     return [name for name, on in enabled.items() if on]
 
