@@ -1,9 +1,10 @@
 """A short data-parallel training run that survives a lost node: it checkpoints to shared storage and resumes.
 
-Start it on every node of a cluster with torchrun (what `gpufleet run ENV --torchrun -- examples/ddp_train.py
---checkpoint-dir "$GPUFLEET_SHARED_DIR/checkpoints/RUN"` generates). When a spot node goes, torchrun on the other
-nodes restarts the workers (the script starts again and resumes from the last checkpoint); when the replacement node
-joins, torchrun restarts them once more with it. The model is a linear regression on generated data, so the loss
+Start it on every node of a cluster with torchrun: `gpufleet run ENV --torchrun --workdir examples -- ddp_train.py
+--checkpoint-dir /fsx/checkpoints/demo` (the shared file system's path, written out: the unit does not expand
+variables in the command; docs/guides/elastic-training.md walks through it). When a spot node goes, torchrun on the
+other nodes restarts the workers (the script starts again and resumes from the last checkpoint); when the replacement
+node joins, torchrun restarts them once more with it. The model is a linear regression on generated data, so the loss
 falls step by step and a resume shows as the loss going on from where it was rather than starting high again.
 
 Checkpoints: one folder per saved step (DIR/step-00000040; the format: "Torch versions" below), and DIR/LATEST

@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "gpufleet.commands.hosts",
     "gpufleet.commands.run",
     "gpufleet.commands.runs",
+    "gpufleet.commands.acceptance",
     "gpufleet.commands.nccl_report",
     "gpufleet.commands.topo_check",
 )

@@ -1,5 +1,6 @@
-"""gpufleet run ENV [--setup CMD] [--fleet-id ID | --group-name NAME] -- CMD...: start CMD on every node that is ready
-for jobs, as the cluster user, in a systemd unit that outlives this command (gpufleet.ops.runs)."""
+"""gpufleet run ENV [--setup CMD] [--workdir DIR] [--torchrun | --mpi] [--fleet-id ID | --group-name NAME] -- CMD...:
+start CMD on every node that is ready for jobs, as the cluster user, in a systemd unit that outlives this command
+(gpufleet.ops.runs)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,10 @@ import sys
 # 600 s, the start itself at most 120 s: gpufleet.ops.runs).
 DEFAULT_WAIT_SECONDS = 720
 NOT_ALL_STARTED = 3
+# --torchrun: any node left goes on (a lost node costs a restart, not the run); a lost node costs one restart of every
+# surviving node's torchrun and a node joining none, so ten restarts are ten lost nodes (NOTES-issue21-torchrun.md).
+DEFAULT_MIN_NODES = 1
+DEFAULT_MAX_RESTARTS = 10
 EXIT_CODES = (
     "exit codes: 0 started on every ready node; 3 started on some nodes only (one line each on stderr for the "
     "others: its processes on the nodes that started keep running, stop them with systemctl stop gpufleet-run-RUN); "
@@ -29,6 +34,28 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         "--mpi",
         action="store_true",
         help="start mpirun on the head only, GPUs-per-node processes on every ready node, over the cluster's SSH",
+    )
+    parser.add_argument(
+        "--torchrun",
+        action="store_true",
+        help="run the command under torchrun on every ready node: c10d rendezvous on the head, GPUs-per-node "
+        "processes a node, elastic between --min-nodes and the ready nodes; with shared storage a node that becomes "
+        "ready later joins the run",
+    )
+    parser.add_argument(
+        "--min-nodes",
+        type=int,
+        default=DEFAULT_MIN_NODES,
+        metavar="N",
+        help=f"--torchrun: the fewest nodes the run goes on with (default: {DEFAULT_MIN_NODES})",
+    )
+    parser.add_argument(
+        "--max-restarts",
+        type=int,
+        default=DEFAULT_MAX_RESTARTS,
+        metavar="N",
+        help="--torchrun: how often each node's torchrun restarts its processes after a failure, a lost node "
+        f"included (default: {DEFAULT_MAX_RESTARTS})",
     )
     parser.add_argument("--fleet-id", help="Spot Fleet request id (default: output FleetRequestId of the stack)")
     parser.add_argument(
@@ -86,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
         node_results,
         node_workdir,
         plan_run,
+        plan_torchrun,
         start_run,
         unit_name,
         upload_workdir,
@@ -93,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
 
     env = load_named_environment(args.env)
     command = split_command(args)
+    if args.torchrun and args.mpi:
+        raise GpufleetError("--torchrun and --mpi: choose one launcher")
     gpus = load_catalog()[env.instance_type].gpu.count
     location = env.data_repository_location
     if args.workdir and location is None:
@@ -104,7 +134,20 @@ def run(args: argparse.Namespace) -> int:
     with aws_errors(env.region):
         group = find_node_group(aws, env, group_id_option(args, env))
         run_id = new_run_id(dt.datetime.now(dt.UTC), secrets.token_hex(2))
-        plan = plan_run(run_id, env.name, group.ready, gpus, command, setup=args.setup, mpi=args.mpi)
+        if args.torchrun:
+            plan = plan_torchrun(
+                run_id,
+                env.name,
+                group.ready,
+                gpus,
+                command,
+                min_nodes=args.min_nodes,
+                max_restarts=args.max_restarts,
+                setup=args.setup,
+                shared_dir=env.storage.mount_path if env.storage else "",
+            )
+        else:
+            plan = plan_run(run_id, env.name, group.ready, gpus, command, setup=args.setup, mpi=args.mpi)
         if args.workdir and location is not None:
             # After the plan, so that a run refused for want of ready nodes uploads nothing.
             archive = upload_workdir(aws.client("s3"), Path(args.workdir), location, run_id)
@@ -116,6 +159,11 @@ def run(args: argparse.Namespace) -> int:
             print(
                 f"warning: no ready on-demand node: the head is {head.lifecycle} node {head.instance_id}, "
                 "which EC2 can reclaim",
+                file=sys.stderr,
+            )
+        if args.torchrun and not plan.joinable:
+            print(
+                f"warning: {env.name} has no shared storage: a node that becomes ready later does not join this run",
                 file=sys.stderr,
             )
         ssm = aws.client("ssm")

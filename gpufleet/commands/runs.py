@@ -99,10 +99,13 @@ def list_runs(args: argparse.Namespace) -> int:
 
 
 def stop_run(args: argparse.Namespace) -> int:
+    from gpufleet.loading import load_named_environment
     from gpufleet.ops.runs import stop_script
 
     run_id = _run_id(args.run)
-    _, _, results = _ask_running_nodes(args, stop_script(run_id), f"stop {run_id}", "stopped")
+    env = load_named_environment(args.env)
+    script = stop_script(run_id, env.storage.mount_path if env.storage else "")
+    _, _, results = _ask_running_nodes(args, script, f"stop {run_id}", "stopped")
     stopped = [result for result in results if result.ok and result.output.strip() == "stopped"]
     print(
         f"run {args.run}: stopped on {len(stopped)} nodes, not running on {sum(r.ok for r in results) - len(stopped)}"

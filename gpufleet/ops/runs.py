@@ -17,8 +17,10 @@ POSIX sh.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import io
+import json
 import re
 import shlex
 import tarfile
@@ -31,9 +33,10 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from gpufleet.aws import error_code
-from gpufleet.constants import CLUSTER_USER_NAME
+from gpufleet.constants import CLUSTER_USER_ID, CLUSTER_USER_NAME
 from gpufleet.errors import GpufleetError
 from gpufleet.ops.fleet import FleetInstance, job_order
+from gpufleet.ops.torchrun import LAST_CALL_SECONDS, RENDEZVOUS_PORT, torchrun_command
 
 RUN_SHELL_SCRIPT = "AWS-RunShellScript"
 SEND_COMMAND_MAX_INSTANCES = 50  # botocore ssm model: SendCommandRequest.InstanceIds max 50
@@ -86,8 +89,13 @@ class RunPlan:
     workdir_archive: str = ""  # s3://BUCKET/KEY of a tar.gz every node unpacks into workdir first (upload_workdir)
     mpi: bool = False  # mpirun on the head starts the command on every node over SSH
     # The head's own argv where it differs from the others' (torchrun: the head hosts the c10d store, is_host=1,
-    # gpufleet.ops.torchrun on branch i21-torchrun); empty: the head runs `command` too.
+    # gpufleet.ops.torchrun); empty: the head runs `command` too.
     head_command: tuple[str, ...] = ()
+    # A torchrun run's rendezvous port on the head (0: not a torchrun run, which no node joins later).
+    rendezvous_port: int = 0
+    # The environment's shared file system (empty: none), where a torchrun run's description waits for replacement
+    # nodes (run_description).
+    shared_dir: str = ""
 
     @property
     def targets(self) -> list[str]:
@@ -102,6 +110,12 @@ class RunPlan:
     @property
     def instance_ids(self) -> list[str]:
         return [node.instance_id for node in self.nodes]
+
+    @property
+    def joinable(self) -> bool:
+        """Whether a node that becomes ready later joins this run: torchrun's elastic rendezvous takes it in, and the
+        run's description is where the node can read it. A plain or MPI run has a fixed set of processes."""
+        return bool(self.rendezvous_port and self.shared_dir)
 
     @property
     def comment(self) -> str:
@@ -138,6 +152,59 @@ def plan_run(
         workdir_archive,
         mpi,
         tuple(head_command or ()),
+    )
+
+
+def plan_torchrun(
+    run_id: str,
+    environment: str,
+    ready: list[FleetInstance],
+    gpus_per_node: int,
+    command: list[str],
+    *,
+    min_nodes: int,
+    max_restarts: int,
+    setup: str = "",
+    shared_dir: str = "",
+    port: int = RENDEZVOUS_PORT,
+    last_call_seconds: int = LAST_CALL_SECONDS,
+) -> RunPlan:
+    """The plan of a torchrun run: every node runs torchrun (gpufleet.ops.torchrun) with COMMAND, GPUS_PER_NODE
+    processes a node, between MIN_NODES and every ready node, the head hosting the c10d store (its own argv). A node
+    that joins later runs the others' argv, so the node range's maximum is the number of nodes ready now."""
+    plan = plan_run(run_id, environment, ready, gpus_per_node, command, setup=setup)
+    problems = []
+    if not 1 <= min_nodes <= len(plan.nodes):
+        problems.append(f"--min-nodes {min_nodes}: need 1 to {len(plan.nodes)} (the nodes ready for jobs now)")
+    if max_restarts < 0:
+        problems.append(f"--max-restarts {max_restarts}: need 0 or more")
+    if problems:
+        raise GpufleetError("\n".join(problems))
+
+    def node_command(is_head: bool) -> tuple[str, ...]:
+        try:
+            argv = torchrun_command(
+                run_id=run_id,
+                head_address=plan.head_address,
+                is_head=is_head,
+                min_nodes=min_nodes,
+                max_nodes=len(plan.nodes),
+                processes_per_node=gpus_per_node,
+                max_restarts=max_restarts,
+                command=command,
+                port=port,
+                last_call_seconds=last_call_seconds,
+            )
+        except ValueError as error:
+            raise GpufleetError(f"--torchrun: {error}") from None
+        return tuple(argv)
+
+    return dataclasses.replace(
+        plan,
+        command=node_command(is_head=False),
+        head_command=node_command(is_head=True),
+        rendezvous_port=port,
+        shared_dir=shared_dir,
     )
 
 
@@ -192,8 +259,69 @@ def unit_body(plan: RunPlan, head: bool = False) -> str:
         if plan.setup:
             steps.append(plan.setup)
         command = plan.head_command if head and plan.head_command else plan.command
-        steps.append("exec " + shlex.join(command))
+        if head and plan.joinable:
+            # The head's torchrun ends when the run does (done, or out of restarts): mark the description ended, so
+            # that no node joins it later, when the head may serve another run's rendezvous on the same port.
+            ended = shlex.quote(description_dir(plan.shared_dir, plan.run_id) + "/ended")
+            steps += ["status=0", shlex.join(command) + " || status=$?", f"touch {ended}", 'exit "$status"']
+        else:
+            steps.append("exec " + shlex.join(command))
     return "set -eo pipefail\n" + "\n".join(steps)
+
+
+def run_settings(plan: RunPlan) -> dict[str, str]:
+    """The run's environment every node's unit gets, but for its rank (GPUFLEET_NODE_RANK, set on the node)."""
+    return {
+        "GPUFLEET_RUN_ID": plan.run_id,
+        "GPUFLEET_NODE_COUNT": str(len(plan.nodes)),
+        "GPUFLEET_GPUS_PER_NODE": str(plan.gpus_per_node),
+        "GPUFLEET_HEAD_ADDRESS": plan.head_address,
+    }
+
+
+# Where a joinable run's description lives on the shared file system; scripts/node/join-runs.sh reads it there.
+RUNS_SUBDIR = "gpufleet-runs"
+
+
+def description_dir(shared_dir: str, run_id: str) -> str:
+    return f"{shared_dir}/{RUNS_SUBDIR}/{run_id}"
+
+
+def run_description(plan: RunPlan) -> dict[str, Any]:
+    """What a node that becomes ready after the start needs to join PLAN (scripts/node/join-runs.sh): where the head
+    serves the rendezvous, the others' unit body (the EFA environment, the working directory's download, the setup,
+    the non-head torchrun line) and environment. The rest is there for people reading it."""
+    return {
+        "run_id": plan.run_id,
+        "environment": plan.environment,
+        "head_address": plan.head_address,
+        "rendezvous_port": plan.rendezvous_port,
+        "node_count": len(plan.nodes),
+        "command": list(plan.command),
+        "setup": plan.setup,
+        "workdir_archive": plan.workdir_archive,
+        "settings": run_settings(plan),
+        "body": unit_body(plan),
+    }
+
+
+def _write_description(plan: RunPlan) -> list[str]:
+    """Rank 0's lines that write the description of a joinable PLAN, as the cluster user's file (by its uid, which
+    every node shares: scripts/node/cluster-user.sh), replaced whole so a reader never sees half of it."""
+    if not plan.joinable:
+        return []
+    directory = shlex.quote(description_dir(plan.shared_dir, plan.run_id))
+    parent = shlex.quote(f"{plan.shared_dir}/{RUNS_SUBDIR}")
+    owner = f"{CLUSTER_USER_ID}:{CLUSTER_USER_ID}"
+    text = shlex.quote(json.dumps(run_description(plan), indent=1, sort_keys=True))
+    return [
+        'if [ "$rank" -eq 0 ]; then',
+        f"  install -d -o {CLUSTER_USER_ID} -g {CLUSTER_USER_ID} -m 0755 {parent} {directory}",
+        f"  printf '%s\\n' {text} > {directory}/run.json.tmp",
+        f"  chown {owner} {directory}/run.json.tmp",
+        f"  mv -f {directory}/run.json.tmp {directory}/run.json",
+        "fi",
+    ]
 
 
 def _choose_body(plan: RunPlan) -> list[str]:
@@ -219,13 +347,7 @@ def node_script(plan: RunPlan, first_rank: int = 0) -> str:
     batch = plan.instance_ids[first_rank : first_rank + SEND_COMMAND_MAX_INSTANCES]
     unit = unit_name(plan.run_id)
     count = len(plan.nodes)
-    settings = {
-        "GPUFLEET_RUN_ID": plan.run_id,
-        "GPUFLEET_NODE_COUNT": str(count),
-        "GPUFLEET_GPUS_PER_NODE": str(plan.gpus_per_node),
-        "GPUFLEET_HEAD_ADDRESS": plan.head_address,
-    }
-    setenv = " ".join(f"--setenv={name}={value}" for name, value in settings.items())
+    setenv = " ".join(f"--setenv={name}={value}" for name, value in run_settings(plan).items())
     return "\n".join(
         [
             "set -eu",
@@ -248,6 +370,7 @@ def node_script(plan: RunPlan, first_rank: int = 0) -> str:
             "fi",
             f"mkdir -p {RANKS_DIR}",
             f'echo "$rank" > {RANKS_DIR}/{plan.run_id}',
+            *(_write_description(plan) if first_rank == 0 else []),
             *_choose_body(plan),
             f"systemd-run --unit={unit} --description='gpufleet run {plan.run_id}' "
             f"--uid={CLUSTER_USER_NAME} --gid={CLUSTER_USER_NAME} {setenv} "
@@ -286,9 +409,14 @@ class NodeResult:
 
 
 def send_to_nodes(
-    ssm: Any, instance_ids: list[str], script: str | Callable[[int], str], comment: str
+    ssm: Any,
+    instance_ids: list[str],
+    script: str | Callable[[int], str],
+    comment: str,
+    execution_timeout: int = START_TIMEOUT_SECONDS,
 ) -> tuple[dict[str, list[str]], list[NodeResult]]:
-    """Send SCRIPT to INSTANCE_IDS, 50 to a call (a function of SCRIPT gets the position of each batch's first node):
+    """Send SCRIPT to INSTANCE_IDS, 50 to a call (a function of SCRIPT gets the position of each batch's first node),
+    each node's run of it bounded by EXECUTION_TIMEOUT seconds (AWS-RunShellScript's executionTimeout):
     (command id -> its nodes, the nodes of every call SSM refused, each with the error code). SSM refuses a whole call
     when one of its ids is not a node it manages (InvalidInstanceId: the agent not running or not registered, or the
     instance shutting down; botocore ssm model). Another error raises when it comes first, so that nothing was
@@ -303,7 +431,7 @@ def send_to_nodes(
                 DocumentName=RUN_SHELL_SCRIPT,
                 Comment=comment,
                 TimeoutSeconds=DELIVERY_TIMEOUT_SECONDS,
-                Parameters={"commands": [text], "executionTimeout": [str(START_TIMEOUT_SECONDS)]},
+                Parameters={"commands": [text], "executionTimeout": [str(execution_timeout)]},
             )["Command"]
         except ClientError as error:
             # Any other refusal (AccessDenied, a throttle past the retries) before any batch went out fails the whole
@@ -371,12 +499,16 @@ def node_results(
         sleep(POLL_SECONDS)
 
 
-def stop_script(run_id: str) -> str:
-    """What `gpufleet stop` runs on every running node: stop the run's unit where it is active (systemd sends
-    SIGTERM to every process of the unit, then SIGKILL after its stop timeout)."""
+def stop_script(run_id: str, shared_dir: str = "") -> str:
+    """What `gpufleet stop` runs on every running node: mark a joinable run's description stopped, so that no node
+    joins it later (scripts/node/join-runs.sh), then stop the run's unit where it is active (systemd sends SIGTERM to
+    every process of the unit, then SIGKILL after its stop timeout)."""
     unit = unit_name(run_id)
+    directory = shlex.quote(description_dir(shared_dir, run_id))
+    marking = [f"if [ -d {directory} ]; then touch {directory}/stopped; fi"] if shared_dir else []
     return "\n".join(
         [
+            *marking,
             f"if systemctl is-active --quiet {unit}; then",
             f"  systemctl stop {unit}",
             "  echo stopped",

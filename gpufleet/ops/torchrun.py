@@ -30,6 +30,19 @@ LAST_CALL_SECONDS = 30
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
+def rendezvous_options(*, nodes: str, processes_per_node: int, endpoint: str, rendezvous_id: str) -> list[str]:
+    """torchrun's options for NODES (a count, or MIN:MAX) nodes of PROCESSES_PER_NODE processes meeting through c10d
+    at ENDPOINT (HOST:PORT) under RENDEZVOUS_ID: the one place gpufleet spells them (a run's command line here,
+    `gpufleet hosts --format torchrun`'s line for a job started by hand)."""
+    return [
+        f"--nnodes={nodes}",
+        f"--nproc_per_node={processes_per_node}",
+        "--rdzv_backend=c10d",
+        f"--rdzv_endpoint={endpoint}",
+        f"--rdzv_id={rendezvous_id}",
+    ]
+
+
 def torchrun_command(
     *,
     run_id: str,
@@ -72,11 +85,12 @@ def torchrun_command(
         raise ValueError("; ".join(problems))
     return [
         torchrun,
-        f"--nnodes={min_nodes}:{max_nodes}",
-        f"--nproc_per_node={processes_per_node}",
-        "--rdzv_backend=c10d",
-        f"--rdzv_endpoint={head_address}:{port}",
-        f"--rdzv_id={run_id}",
+        *rendezvous_options(
+            nodes=f"{min_nodes}:{max_nodes}",
+            processes_per_node=processes_per_node,
+            endpoint=f"{head_address}:{port}",
+            rendezvous_id=run_id,
+        ),
         f"--rdzv_conf=is_host={int(is_head)},last_call_timeout={last_call_seconds}",
         f"--max_restarts={max_restarts}",
         *command,

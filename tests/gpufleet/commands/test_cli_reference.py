@@ -44,6 +44,7 @@ def test_every_command_and_sub_command_has_a_section_in_help_order():
         "## gpufleet runs",
         "## gpufleet stop",
         "## gpufleet logs",
+        "## gpufleet acceptance",
         "## gpufleet nccl-report",
         "## gpufleet topo-check",
     ]

@@ -3,7 +3,9 @@ systemd-run), SendCommand batches, and the SSM side on botocore clients checked 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import json
 import os
 import re
 import shlex
@@ -26,6 +28,7 @@ from gpufleet.ops.runs import (
     node_script,
     pack_workdir,
     plan_run,
+    plan_torchrun,
     runs_on_nodes,
     send_batches,
     start_run,
@@ -923,4 +926,228 @@ def test_the_head_runs_its_own_command_from_the_same_text(tmp_path, instance_id,
         "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
         "cd ~gpufleet\n"
         f"{command}\n"
+    )
+
+
+# --torchrun: the plan, the start's text, the description replacement nodes read, the command line.
+HEAD_TORCHRUN = (
+    "torchrun --nnodes=1:2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=10.40.0.4:29400 "
+    "--rdzv_id=20261126-210500-3fa2 --rdzv_conf=is_host=1,last_call_timeout=30 --max_restarts=10 train.py --lr 1"
+)
+OTHER_TORCHRUN = HEAD_TORCHRUN.replace("is_host=1", "is_host=0")
+
+
+def torchrun_plan(**options: Any) -> RunPlan:
+    nodes = [node("i-0000000000000000b", "10.40.0.9", "spot"), node("i-0000000000000000a", "10.40.0.4", minute=5)]
+    settings = {"min_nodes": 1, "max_restarts": 10, **options}
+    return plan_torchrun(RUN_ID, "dev", nodes, 8, ["train.py", "--lr", "1"], **settings)
+
+
+def test_a_torchrun_run_gives_the_head_the_store_and_every_node_its_gpus():
+    plan = torchrun_plan(shared_dir="/fsx")
+    assert shlex.join(plan.head_command) == HEAD_TORCHRUN
+    assert shlex.join(plan.command) == OTHER_TORCHRUN
+    assert (plan.rendezvous_port, plan.joinable) == (29400, True)
+    assert torchrun_plan().joinable is False  # no shared storage: nowhere to leave the description
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"min_nodes": 0}, "--min-nodes 0: need 1 to 2 (the nodes ready for jobs now)"),
+        ({"min_nodes": 3}, "--min-nodes 3: need 1 to 2 (the nodes ready for jobs now)"),
+        ({"max_restarts": -1}, "--max-restarts -1: need 0 or more"),
+    ],
+    ids=["min-nodes-0", "min-nodes-over-ready", "max-restarts-negative"],
+)
+def test_a_node_range_or_restart_count_out_of_bounds_is_refused(options, problem):
+    with pytest.raises(GpufleetError) as refused:
+        torchrun_plan(**options)
+    assert str(refused.value) == problem
+
+
+def test_the_bounds_themselves_are_taken():
+    assert "--nnodes=2:2" in torchrun_plan(min_nodes=2, max_restarts=0).command
+    assert "--max_restarts=0" in torchrun_plan(min_nodes=1, max_restarts=0).command
+
+
+def test_a_256_node_torchrun_run_still_takes_6_sendcommands():
+    plan = plan_torchrun(RUN_ID, "dev", modelled_fleet(256), 8, ["train.py"], min_nodes=1, max_restarts=10)
+    ssm, calls = ssm_client(FakeSsm())
+    commands, refused = start_run(ssm, plan)
+    assert ([name for name, _ in calls], refused) == (["SendCommand"] * 6, [])
+    assert len(commands) == 6
+    texts = [params["Parameters"]["commands"][0] for _, params in calls]
+    # Every batch carries both argvs; the node picks its own by rank.
+    assert all("is_host=1" in text and "is_host=0" in text for text in texts)
+
+
+def test_rank_0_writes_the_description_as_the_cluster_users_file_and_the_others_do_not(tmp_path):
+    shared = tmp_path / "fsx"
+    shared.mkdir()
+    plan = torchrun_plan(shared_dir=str(shared))
+    for instance_id in ("i-0000000000000000b", "i-0000000000000000a"):  # rank 1, then rank 0
+        node_dir = tmp_path / instance_id
+        node_dir.mkdir()
+        result = subprocess.run(
+            ["sh", "-c", node_script(plan)], env=fake_node(node_dir, instance_id), capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stderr
+        if instance_id.endswith("b"):
+            assert not (shared / "gpufleet-runs").exists()
+    described = shared / "gpufleet-runs" / RUN_ID / "run.json"
+    assert json.loads(described.read_text()) == {
+        "run_id": "20261126-210500-3fa2",
+        "environment": "dev",
+        "head_address": "10.40.0.4",
+        "rendezvous_port": 29400,
+        "node_count": 2,
+        "command": OTHER_TORCHRUN.split(),
+        "setup": "",
+        "workdir_archive": "",
+        "settings": {
+            "GPUFLEET_RUN_ID": "20261126-210500-3fa2",
+            "GPUFLEET_NODE_COUNT": "2",
+            "GPUFLEET_GPUS_PER_NODE": "8",
+            "GPUFLEET_HEAD_ADDRESS": "10.40.0.4",
+        },
+        "body": "set -eo pipefail\n"
+        "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
+        "cd ~gpufleet\n"
+        f"exec {OTHER_TORCHRUN}",
+    }
+    for path in (described, described.parent, described.parent.parent):
+        assert (path.stat().st_uid, path.stat().st_gid) == (2000, 2000), path
+    assert stat.S_IMODE(described.parent.stat().st_mode) == 0o755
+    assert list(described.parent.iterdir()) == [described]  # no temporary file left
+
+
+@pytest.mark.parametrize("status", [0, 5], ids=["done", "failed"])
+def test_the_heads_unit_marks_a_described_run_ended_when_its_torchrun_ends(tmp_path, status):
+    """The head's body under the real bash, torchrun faked: the run's end, well or not, is marked beside its
+    description, and the unit ends with torchrun's status."""
+    shared = tmp_path / "fsx"
+    plan = dataclasses.replace(torchrun_plan(shared_dir=str(shared)), workdir=str(tmp_path))
+    body = unit_body(plan, head=True)
+    assert body.endswith(
+        f"status=0\n{HEAD_TORCHRUN} || status=$?\ntouch {shared}/gpufleet-runs/20261126-210500-3fa2/ended\n"
+        'exit "$status"'
+    )
+    assert unit_body(plan).endswith(f"exec {OTHER_TORCHRUN}")  # the others' torchrun marks nothing
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "torchrun").write_text(f"#!/bin/sh\nexit {status}\n")
+    (tmp_path / "bin" / "torchrun").chmod(0o755)
+    (shared / "gpufleet-runs" / RUN_ID).mkdir(parents=True)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    result = subprocess.run(["/bin/bash", "-c", body], env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == status, result.stderr
+    assert (shared / "gpufleet-runs" / RUN_ID / "ended").exists()
+
+
+def test_only_the_first_batch_writes_the_description():
+    plan = plan_torchrun(RUN_ID, "dev", modelled_fleet(60), 8, ["t.py"], min_nodes=1, max_restarts=1, shared_dir="/fsx")
+    assert "/fsx/gpufleet-runs/20261126-210500-3fa2/run.json" in node_script(plan, 0)
+    assert "run.json" not in node_script(plan, 50)
+
+
+def test_stop_marks_a_described_run_stopped_so_no_node_joins_it(tmp_path):
+    described = tmp_path / "fsx" / "gpufleet-runs" / RUN_ID
+    described.mkdir(parents=True)
+    script = stop_script(RUN_ID, str(tmp_path / "fsx"))
+    result = subprocess.run(["sh", "-c", script], env=fake_node(tmp_path, "i-1"), capture_output=True, text=True)
+    assert (result.returncode, result.stdout) == (0, "not running\n")
+    assert (described / "stopped").exists()
+    # A run that was never described (no shared storage then, or no --torchrun) gets no folder.
+    other = stop_script("20261126-220000-beef", str(tmp_path / "fsx"))
+    subprocess.run(["sh", "-c", other], env={**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"})
+    assert sorted(path.name for path in described.parent.iterdir()) == [RUN_ID]
+
+
+def test_gpufleet_run_torchrun_starts_torchrun_on_every_node_and_warns_without_shared_storage(
+    spot_fleet, answered_ssm, run_cli
+) -> None:
+    fleet_id = spot_fleet(2)
+    first, second = fleet_nodes(fleet_id)
+    mark_readiness([first, second])
+    calls = answered_ssm(FakeSsm())
+
+    code, out, err = run_cli(
+        "run",
+        "dev",
+        "--fleet-id",
+        fleet_id,
+        "--torchrun",
+        "--min-nodes",
+        "2",
+        "--max-restarts",
+        "0",
+        "--",
+        "train.py",
+        "--lr",
+        "1",
+    )
+
+    assert code == 0, err
+    assert err.splitlines()[1:] == [
+        "warning: dev has no shared storage: a node that becomes ready later does not join this run"
+    ]
+    (sent,) = [params for name, params in calls if name == "SendCommand"]
+    script = sent["Parameters"]["commands"][0]
+    run_id = out.split()[1].rstrip(":")
+    torchrun = (
+        "torchrun --nnodes=2:2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=10.40.0.4:29400 "
+        f"--rdzv_id={run_id} --rdzv_conf=is_host={{}},last_call_timeout=30 --max_restarts=0 train.py --lr 1"
+    )
+    assert f"exec {torchrun.format(1)}" in script
+    assert f"exec {torchrun.format(0)}" in script
+    assert "gpufleet-runs" not in script
+
+
+def test_gpufleet_run_torchrun_with_shared_storage_describes_the_run_for_replacements(
+    spot_fleet, answered_ssm, run_cli
+) -> None:
+    environments = Path(os.environ["GPUFLEET_ENVIRONMENTS_DIR"])
+    (environments / "dev.yaml").write_text((environments / "dev.yaml").read_text() + STORAGE)
+    fleet_id = spot_fleet(2)
+    mark_readiness(fleet_nodes(fleet_id))
+    calls = answered_ssm(FakeSsm())
+
+    code, out, err = run_cli("run", "dev", "--fleet-id", fleet_id, "--torchrun", "--", "train.py")
+
+    assert code == 0, err
+    assert "shared storage" not in err
+    run_id = out.split()[1].rstrip(":")
+    (sent,) = [params for name, params in calls if name == "SendCommand"]
+    script = sent["Parameters"]["commands"][0]
+    assert f"install -d -o 2000 -g 2000 -m 0755 /fsx/gpufleet-runs /fsx/gpufleet-runs/{run_id}\n" in script
+    assert "--nnodes=1:2 " in script and "--max_restarts=10 " in script  # the defaults
+
+
+def test_gpufleet_run_refuses_torchrun_with_mpi_before_any_call(answered_ssm, run_cli) -> None:
+    calls = answered_ssm(FakeSsm())
+    code, out, err = run_cli("run", "dev", "--torchrun", "--mpi", "--", "train.py")
+    assert (code, out, err, calls) == (1, "", "--torchrun and --mpi: choose one launcher\n", [])
+
+
+def test_gpufleet_run_torchrun_refuses_a_minimum_over_the_ready_nodes_before_sending(
+    spot_fleet, answered_ssm, run_cli
+) -> None:
+    fleet_id = spot_fleet(2)
+    mark_readiness(fleet_nodes(fleet_id))
+    calls = answered_ssm(FakeSsm())
+    code, out, err = run_cli("run", "dev", "--fleet-id", fleet_id, "--torchrun", "--min-nodes", "3", "--", "t.py")
+    assert (code, out, calls) == (1, "", [])
+    assert err == "--min-nodes 3: need 1 to 2 (the nodes ready for jobs now)\n"
+
+
+def test_gpufleet_stop_marks_the_run_stopped_on_the_shared_storage(spot_fleet, answered_ssm, run_cli) -> None:
+    environments = Path(os.environ["GPUFLEET_ENVIRONMENTS_DIR"])
+    (environments / "dev.yaml").write_text((environments / "dev.yaml").read_text() + STORAGE)
+    fleet_id = spot_fleet(1)
+    calls = answered_ssm(FakeSsm(outputs={fleet_nodes(fleet_id)[0]: "stopped\n"}))
+    code, _, _ = run_cli("stop", "dev", RUN_ID, "--fleet-id", fleet_id)
+    assert code == 0
+    (sent,) = [params for name, params in calls if name == "SendCommand"]
+    assert sent["Parameters"]["commands"][0].startswith(
+        f"if [ -d /fsx/gpufleet-runs/{RUN_ID} ]; then touch /fsx/gpufleet-runs/{RUN_ID}/stopped; fi\n"
     )
