@@ -6,8 +6,10 @@
 #  1. the on-demand price of the test nodes (Price List API), and `gpufleet ami acceptance-environment`, which
 #     writes the environment file and refuses, before any launch, a gate whose nodes could cost more than
 #     acceptance.max_cost_usd;
-#  2. `cdk deploy` and `gpufleet acceptance`, together limited to GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS (`timeout`
-#     signals its whole process group: coreutils timeout(1));
+#  2. `cdk deploy`, a wait until GPUFLEET_ACCEPTANCE_NODES nodes say they are ready (the stack is complete once its
+#     Auto Scaling group exists; each node then boots and tags itself ready: scripts/node/node-ready.sh), and
+#     `gpufleet acceptance`, together limited to GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS (`timeout` signals its whole
+#     process group: coreutils timeout(1));
 #  3. acceptance-teardown.sh from the EXIT trap (also after SIGTERM or SIGINT). A build that is stopped or times out
 #     may end this script without it: the buildspec's finally runs the teardown again, and the stack's backstop rule
 #     starts it in a teardown build once the build has ended, whatever its status.
@@ -62,6 +64,11 @@ verdict=0
 timeout --kill-after=60 "$GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS" bash -c '
   set -euo pipefail
   cdk deploy --all --app "$1/bin/python app.py" -c "env=$2" --require-approval never
+  ready_nodes() {
+    "$1/bin/gpufleet" status "$2" --json |
+      python3 -c "import json, sys; print(sum(i[\"readiness\"] == \"ready\" for i in json.load(sys.stdin)[\"instances\"]))"
+  }
+  until (($(ready_nodes "$@" || echo 0) >= $4)); do sleep 30; done
   "$1/bin/gpufleet" acceptance "$2" --report-dir "$3" --min-nodes "$4"
 ' gate "$venv" "$name" "$work/report" "$GPUFLEET_ACCEPTANCE_NODES" || verdict=$?
 case $verdict in

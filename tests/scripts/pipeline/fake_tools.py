@@ -17,6 +17,7 @@ and the EC2 instances it launched, as the CDK CLI and CloudFormation leave them:
   ValidationError "Stack with id NAME does not exist"; the StackDeleteComplete waiter treats that as success
   (botocore cloudformation waiters-2.json). "deleted_with" records the credentials each deletion used.
 - `aws sts assume-role` hands out credentials named after the role (session token "token-for-ROLE").
+- `gpufleet status NAME --json` lists the stack's instances, all ready (the stub does not model boot time).
 - `gpufleet acceptance NAME` answers STATE["acceptance"]: "pass" (every instance of the stack checked: exit 0 and
   the report), "fail" (a node's check failed: exit 3), "hang" (never answers), "kill-build" (the build container
   goes away mid-acceptance: every process of the build is SIGKILLed, nothing of the build runs after it)."""
@@ -256,10 +257,15 @@ def cdk(args: list[str]) -> int:
 
 
 def gpufleet(args: list[str]) -> int:
-    """`gpufleet acceptance ENV --report-dir DIR --min-nodes N` as gpufleet/commands/acceptance.py answers."""
-    name, report_dir = args[1], Path(option(args, "--report-dir"))
+    """`gpufleet status ENV --json` (the instances, each ready as the nodes tag themselves once booted) and
+    `gpufleet acceptance ENV --report-dir DIR --min-nodes N` as gpufleet/commands/acceptance.py answers."""
+    name = args[1]
     stack = stacks().get(f"gpufleet-{name}-cluster")
     nodes = stack["instances"] if stack else []
+    if args[0] == "status":
+        print(json.dumps({"environment": name, "instances": [{"instance_id": n, "readiness": "ready"} for n in nodes]}))
+        return 0
+    report_dir = Path(option(args, "--report-dir"))
     if len(nodes) < int(option(args, "--min-nodes")):
         print(f"acceptance: {name}: {len(nodes)} ready nodes, fewer than --min-nodes", file=sys.stderr)
         return 1

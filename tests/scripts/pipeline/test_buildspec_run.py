@@ -287,7 +287,7 @@ def test_a_failed_install_skips_the_build(build, tools):
 
 # The acceptance gate (scripts/pipeline/acceptance-gate.sh, acceptance-teardown.sh): the same build with the gate on
 # in the uploaded ami/pipeline.yaml, against the world of fake_tools.py (stacks and their instances). Until
-# `gpufleet acceptance` is part of gpufleet, the build's gpufleet answers that command with the stub of
+# the build's gpufleet answers `gpufleet status` and `gpufleet acceptance` (which need AWS) with the stubs of
 # fake_tools.py and hands every other command on to the installed gpufleet.
 GATE_SPEC = buildspec(
     packer=PIPELINE.packer,
@@ -307,15 +307,15 @@ TEARDOWN = [
 ]
 # The finally's teardown after the gate's own: the stack is gone already.
 NOTHING_LEFT_TO_TEAR_DOWN = ["aws sts assume-role us-east-1", "aws cloudformation describe-stacks us-east-1"]
-GATE_UNTIL_ACCEPTANCE = [
+GATE_UNTIL_DEPLOY = [
     *INSTALL,
     "packer init",
     "packer build",
     "aws pricing get-products us-east-1",
     "npm ci",
     "cdk deploy",
-    "gpufleet acceptance",
 ]
+GATE_UNTIL_ACCEPTANCE = [*GATE_UNTIL_DEPLOY, "gpufleet status", "gpufleet acceptance"]
 PUBLISHED = ["aws ssm put-parameter us-east-1", "aws ssm add-tags-to-resource us-east-1"]
 
 
@@ -331,7 +331,7 @@ def gate_build(build, venv, tools, **overrides: str) -> dict[str, str]:
         installed.replace(venv / "bin" / "gpufleet-installed")
         installed.write_text(
             "#!/bin/sh\n"
-            f'[ "$1" = acceptance ] && exec "{sys.executable}" -S "{FAKE_TOOLS}" gpufleet "$@"\n'
+            f'case "$1" in acceptance | status) exec "{sys.executable}" -S "{FAKE_TOOLS}" gpufleet "$@" ;; esac\n'
             f'exec "{venv / "bin" / "gpufleet-installed"}" "$@"\n'
         )
         installed.chmod(0o755)
@@ -369,7 +369,8 @@ def test_a_passing_gate_tears_the_nodes_down_and_publishes(build, tools, venv):
         "--require-approval",
         "never",
     ]
-    (acceptance,) = tools.calls("gpufleet")
+    (status, acceptance) = tools.calls("gpufleet")
+    assert status[1:] == ["status", "accept-5f0c1d2e", "--json"]
     report = f"{build.source}/build/acceptance/report"
     assert acceptance[1:] == ["acceptance", "accept-5f0c1d2e", "--report-dir", report, "--min-nodes", "2"]
     assert json.loads(Path(report, "acceptance.json").read_text())["verdict"] == "pass"
@@ -400,14 +401,14 @@ def test_a_gate_that_times_out_tears_the_nodes_down_and_publishes_nothing(build,
 def test_a_failed_deploy_is_rolled_back_and_its_stack_deleted(build, tools, venv):
     tools.set_state(fail=["cdk deploy"])
     assert gate_build(build, venv, tools) == {"install": "SUCCEEDED", "build": "FAILED"}
-    assert steps(tools) == [*GATE_UNTIL_ACCEPTANCE[:-1], *TEARDOWN, *NOTHING_LEFT_TO_TEAR_DOWN]
+    assert steps(tools) == [*GATE_UNTIL_DEPLOY, *TEARDOWN, *NOTHING_LEFT_TO_TEAR_DOWN]
     assert world(tools) == {"stacks": {}, "terminated": [], "deleted_with": [[GATE_STACK, f"token-for-{DEPLOY_ROLE}"]]}
 
 
 def test_a_gate_over_its_cost_bound_launches_nothing(build, tools, venv):
     tools.set_state(hourly_usd="40.9660000000")
     assert gate_build(build, venv, tools) == {"install": "SUCCEEDED", "build": "FAILED"}
-    assert steps(tools) == [*GATE_UNTIL_ACCEPTANCE[:-3], *NOTHING_LEFT_TO_TEAR_DOWN]
+    assert steps(tools) == [*GATE_UNTIL_DEPLOY[:-2], *NOTHING_LEFT_TO_TEAR_DOWN]
     assert world(tools) == {"stacks": None, "terminated": None, "deleted_with": None}
 
 
