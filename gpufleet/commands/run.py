@@ -12,7 +12,8 @@ import sys
 DEFAULT_WAIT_SECONDS = 720
 NOT_ALL_STARTED = 3
 # --torchrun: any node left goes on (a lost node costs a restart, not the run); a lost node costs one restart of every
-# surviving node's torchrun and a node joining none, so ten restarts are ten lost nodes (NOTES-issue21-torchrun.md).
+# surviving node's torchrun and a node joining none ("membership changes do not count as retries": torch 1.13.1
+# torch/distributed/elastic/agent/server/api.py _invoke_run), so ten restarts are ten lost nodes.
 DEFAULT_MIN_NODES = 1
 DEFAULT_MAX_RESTARTS = 10
 EXIT_CODES = (

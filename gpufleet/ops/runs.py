@@ -5,7 +5,7 @@ rank 0 and the head address are a node EC2 cannot reclaim when there is one. Eve
 (node_script), so one SendCommand reaches 50 nodes: the text lists the instance ids in rank order and each node finds
 its rank by its own id, read from IMDSv2. The command only starts a transient systemd service as the cluster user and
 returns: the process belongs to systemd, not to the SSM agent, so neither Run Command's timeouts nor a closed laptop
-end it. Decisions and sources: NOTES-issue21-run.md.
+end it. docs/guides/running-jobs.md explains it for users.
 
 Outside facts (botocore 1.44.5's ssm model): SendCommand takes at most 50 InstanceIds; its TimeoutSeconds (30 to
 2592000) is the time a command may wait to start ("If this time is reached and the command hasn't already started
