@@ -27,6 +27,9 @@ COMMAND_MODULES = (
     "gpufleet.commands.cost",
     "gpufleet.commands.status",
     "gpufleet.commands.hosts",
+    "gpufleet.commands.run",
+    "gpufleet.commands.runs",
+    "gpufleet.commands.acceptance",
     "gpufleet.commands.nccl_report",
     "gpufleet.commands.topo_check",
 )

@@ -204,3 +204,7 @@ INTERFACE_ENDPOINT_SERVICES = {
 # StagingBucket; aws-cdk-lib's DefaultStackSynthesizer.DEFAULT_FILE_ASSETS_BUCKET_NAME). The nodes fetch the operator
 # scripts from it; stacks/constructs/operator_scripts.py fails synthesis if the app's synthesizer names another.
 CDK_ASSETS_BUCKET = "cdk-hnb659fds-assets-{account}-{region}"
+
+# What `gpufleet acceptance` (gpufleet.ops.acceptance) has each node print before and after each check's output, read
+# back by gpufleet.reports.acceptance: "gpufleet-acceptance: CHECK begin", then "gpufleet-acceptance: CHECK exit N".
+ACCEPTANCE_MARKER = "gpufleet-acceptance:"

@@ -92,7 +92,9 @@ def setup_scripts(env: Environment, instance: InstanceType) -> list[str]:
     enabling MIG on Ampere resets the GPU, which would drop clocks locked before it; shared-storage before the
     cluster user, whose home is on it, and before the readiness checks, which a node passes only with its storage
     mounted. Every node gets the cluster user, and runs the CloudWatch agent, so that its journal outlives it;
-    node-ready always last, since it judges the node the others set up (scripts/node/node-ready.sh)."""
+    node-ready last of those that set the node up, since it judges the node they set up (scripts/node/node-ready.sh);
+    with shared storage, join-runs after it: a ready node joins the torchrun runs under way
+    (scripts/node/join-runs.sh)."""
     enabled = {
         "raid0-nvme": env.node.raid0_nvme and instance.nvme.count > 0,
         "mig": env.node.mig_profile is not None,
@@ -103,6 +105,7 @@ def setup_scripts(env: Environment, instance: InstanceType) -> list[str]:
         "cloudwatch-agent": True,
         "operator-scripts": True,
         "node-ready": True,
+        "join-runs": env.storage is not None,
     }
     return [name for name, on in enabled.items() if on]
 
@@ -161,7 +164,7 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         "GPUFLEET_EFA": _flag("efa-env" in scripts),
         "GPUFLEET_GPUDIRECT_RDMA": _flag(instance.gpudirect_rdma),
         # node-health-check.sh: what this node must show (one EFA device per interface the launch template attaches).
-        "GPUFLEET_EFA_COUNT": str(instance.max_efa_interfaces if env.efa else 0),
+        "GPUFLEET_EFA_COUNT": str(expected_efa_devices(env, instance)),
         "GPUFLEET_NVSWITCH": _flag(instance.nvswitch),
         # run-nccl-tests.sh: its pass floor in GB/s (empty where the catalog publishes no bandwidth for the type).
         "GPUFLEET_MIN_BUSBW": nccl_busbw_floor(instance),
@@ -219,6 +222,11 @@ def operator_scripts_location(env: Environment) -> str:
     fails synthesis where the asset lands elsewhere."""
     bucket = CDK_ASSETS_BUCKET.format(account=env.account, region=env.region)
     return f"s3://{bucket}/{hashlib.sha256(operator_scripts_sha256().encode()).hexdigest()}.gz"
+
+
+def expected_efa_devices(env: Environment, instance: InstanceType) -> int:
+    """The EFA devices a node of ENV shows: one per interface the launch template attaches, none with efa off."""
+    return instance.max_efa_interfaces if env.efa else 0
 
 
 def nccl_busbw_floor(instance: InstanceType) -> str:

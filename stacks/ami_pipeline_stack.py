@@ -16,6 +16,7 @@ from constructs import Construct
 from gpufleet.ami.pipeline import Pipeline, publish_regions
 from gpufleet.environment import Environment
 from gpufleet.rules import LOG_RETENTION_DAYS
+from stacks.constructs.ami_acceptance_gate import AmiAcceptanceGate
 from stacks.constructs.ami_build_project import AMI_PROFILE_VARIABLE, AmiBuildProject
 
 AMI_PIPELINE_STACK_NAME = "gpufleet-ami-pipeline"
@@ -67,7 +68,17 @@ class AmiPipelineStack(cdk.Stack):
             log_retention=logs.RetentionDays[LOG_RETENTION_DAYS[pipeline.log_retention_days]],
             source=source,
             publish_regions=publish_regions(pipeline, environments),
+            acceptance=pipeline.acceptance,
         )
+        if pipeline.acceptance is not None:
+            AmiAcceptanceGate(
+                self,
+                "AcceptanceGate",
+                build_project=build.project,
+                source=source,
+                key=build.key,
+                log_group=build.log_group,
+            )
         if pipeline.schedule is not None:
             for profile in pipeline.profiles:
                 rule = events.Rule(

@@ -8,12 +8,14 @@ every problem at once, one line each: ``FILE: FIELD: problem (what is allowed)``
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from decimal import Decimal
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
 from gpufleet.ami import published_profile
-from gpufleet.environment import Environment
+from gpufleet.environment import Environment, _resource_id_problem
 from gpufleet.rules import OPENPGP_FINGERPRINT, AccountId, LogRetentionDays, RegionName, checked
 
 # The rules about one field alone, checked while parsing (gpufleet.rules.checked): each returns the problem or None.
@@ -24,6 +26,16 @@ CRON_PATTERN = re.compile(r"cron\((\S+) (\S+) (\S+) (\S+) (\S+) (\S+)\)")
 # source: https://docs.aws.amazon.com/systems-manager/latest/userguide/session-manager-working-with-install-plugin.html
 # ("Update your Session Manager plugin to version 1.2.764.0 or later")
 OLDEST_SESSION_MANAGER_PLUGIN = (1, 2, 764, 0)
+# The acceptance gate's bounds. Two nodes are the fewest a multi-node all_reduce runs on; eight keep a gate's bill
+# small whatever the instance type. Fifteen minutes cover a deploy and a short nccl-tests run (an estimate: no
+# published figure); eight hours are far above any acceptance run and keep a build within CodeBuild's 36-hour limit.
+ACCEPTANCE_NODES = (2, 8)
+ACCEPTANCE_TIMEOUT_MINUTES = (15, 480)
+ACCEPTANCE_MAX_COST_USD = (1, 5000)
+# What the nodes may live beyond timeout_minutes: the stack deletion after the gate (the Auto Scaling group's
+# instances are terminated first; an estimate, not a documented figure). Counted in the cost bound and in the build's
+# timeout, so that CodeBuild never stops a build during its own teardown.
+ACCEPTANCE_TEARDOWN_MINUTES = 30
 
 
 def _schedule_problem(schedule: str) -> str | None:
@@ -80,6 +92,15 @@ def _session_manager_plugin_problem(version: str) -> str | None:
     return None
 
 
+def _between(low: int, high: int, unit: str) -> Callable[[float], str | None]:
+    def problem(value: float) -> str | None:
+        if not low <= value <= high:
+            return f"{value} is out of range (from {low} to {high} {unit})"
+        return None
+
+    return problem
+
+
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -107,6 +128,40 @@ class SessionManagerPlugin(_Section):
     )
 
 
+class Acceptance(_Section):
+    """The acceptance gate: a short-lived cluster of the new image runs `gpufleet acceptance` before it is published."""
+
+    instance_type: StrictStr = Field(
+        description="Instance type of the test nodes: an EFA type of the catalog (gpufleet/instance_types.yaml)."
+    )
+    availability_zone: StrictStr = Field(description="AZ of the test nodes, in the pipeline's region.")
+    vpc_id: Annotated[StrictStr, checked(_resource_id_problem("vpc"))] = Field(
+        description="Existing VPC the test nodes borrow (vpc-...): the gate creates no network."
+    )
+    subnet_id: Annotated[StrictStr, checked(_resource_id_problem("subnet"))] = Field(
+        description="Existing private subnet in availability_zone with outbound HTTPS (NAT or VPC endpoints)."
+    )
+    nodes: Annotated[StrictInt, checked(_between(*ACCEPTANCE_NODES, "nodes"))] = Field(
+        description="On-demand test nodes, 2 to 8."
+    )
+    timeout_minutes: Annotated[StrictInt, checked(_between(*ACCEPTANCE_TIMEOUT_MINUTES, "minutes"))] = Field(
+        description="How long the deploy and the acceptance run may take together before the gate fails, 15 to 480."
+    )
+    max_cost_usd: Annotated[StrictInt | StrictFloat, checked(_between(*ACCEPTANCE_MAX_COST_USD, "USD"))] = Field(
+        description="Most the test nodes may cost (nodes x on-demand price x (timeout_minutes + 30) / 60), checked "
+        "against the live on-demand price before any launch, 1 to 5000."
+    )
+
+    @property
+    def node_minutes_bound(self) -> int:
+        """The longest the test nodes can live: the gate's timeout and then the teardown."""
+        return self.timeout_minutes + ACCEPTANCE_TEARDOWN_MINUTES
+
+    def cost_bound(self, node_hourly_usd: Decimal) -> Decimal:
+        """The most the test nodes can cost at NODE_HOURLY_USD each."""
+        return self.nodes * node_hourly_usd * self.node_minutes_bound / 60
+
+
 class Pipeline(_Section):
     account: AccountId = Field(description="AWS account id of the pipeline and its images, 12 digits, quoted.")
     region: RegionName = Field(
@@ -122,6 +177,9 @@ class Pipeline(_Section):
     )
     packer: Packer
     session_manager_plugin: SessionManagerPlugin
+    acceptance: Acceptance | None = Field(
+        description="The acceptance gate on real nodes before publishing (see docs/guides/ami-pipeline.md); null: off."
+    )
 
 
 def publish_regions(pipeline: Pipeline, environments: list[Environment]) -> dict[str, tuple[str, ...]]:
@@ -137,3 +195,25 @@ def publish_regions(pipeline: Pipeline, environments: list[Environment]) -> dict
         if environment.region not in regions[profile]:
             regions[profile].append(environment.region)
     return {profile: (home, *sorted(others)) for profile, (home, *others) in regions.items()}
+
+
+def acceptance_environment(pipeline: Pipeline, name: str, image_id: str) -> dict:
+    """The environment file of the gate's short-lived cluster: the new image on on-demand nodes (no spot: an
+    interruption would fail the gate for nothing), in the gate's borrowed network (no network stack), with no storage
+    and no fleet options, so that its only stack is the cluster, named gpufleet-NAME-cluster. Auto Scaling: deleting
+    the group terminates its instances (a Spot Fleet's deletion may leave them: gpu-cluster-facts.md)."""
+    gate = pipeline.acceptance
+    if gate is None:
+        raise ValueError("the pipeline has no acceptance gate")
+    return {
+        "name": name,
+        "account": pipeline.account,
+        "region": pipeline.region,
+        "availability_zone": gate.availability_zone,
+        "network": {"vpc_id": gate.vpc_id, "subnet_id": gate.subnet_id},
+        "instance_type": gate.instance_type,
+        "capacity": {"target": gate.nodes, "on_demand": gate.nodes},
+        "fleet": {"backend": "auto-scaling"},
+        "ami": {"id": image_id},
+        "tags": {"purpose": "ami-acceptance"},
+    }

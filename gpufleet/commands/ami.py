@@ -8,6 +8,7 @@ import importlib
 AMI_COMMAND_MODULES: tuple[str, ...] = (
     "gpufleet.commands.ami_lifecycle",
     "gpufleet.commands.ami_images",
+    "gpufleet.commands.ami_acceptance",
 )
 
 

@@ -158,16 +158,20 @@ def on_demand_price(pricing: Any, instance_type: str, region: str) -> Decimal:
         Filters=[{"Type": "TERM_MATCH", "Field": field, "Value": value} for field, value in filters.items()],
         FormatVersion="aws_v1",
     )
+    return single_on_demand_price([text for page in pages for text in page.get("PriceList", [])], instance_type, region)
+
+
+def single_on_demand_price(price_list: list[str], instance_type: str, region: str) -> Decimal:
+    """The one hourly on-demand price in the PriceList entries of GetProducts with ON_DEMAND_FILTERS."""
     prices: set[Decimal] = set()
-    for page in pages:
-        for text in page.get("PriceList", []):
-            # Each entry is a JSON string: product.attributes, and terms.OnDemand.<offer>.priceDimensions.<rate> with
-            # unit and pricePerUnit.USD. source: botocore/data/pricing/2017-10-15/examples-1.json, GetProducts
-            product = json.loads(text)
-            for term in product.get("terms", {}).get("OnDemand", {}).values():
-                for dimension in term.get("priceDimensions", {}).values():
-                    if dimension.get("unit") == "Hrs" and CURRENCY in dimension.get("pricePerUnit", {}):
-                        prices.add(Decimal(dimension["pricePerUnit"][CURRENCY]))
+    for text in price_list:
+        # Each entry is a JSON string: product.attributes, and terms.OnDemand.<offer>.priceDimensions.<rate> with
+        # unit and pricePerUnit.USD. source: botocore/data/pricing/2017-10-15/examples-1.json, GetProducts
+        product = json.loads(text)
+        for term in product.get("terms", {}).get("OnDemand", {}).values():
+            for dimension in term.get("priceDimensions", {}).values():
+                if dimension.get("unit") == "Hrs" and CURRENCY in dimension.get("pricePerUnit", {}):
+                    prices.add(Decimal(dimension["pricePerUnit"][CURRENCY]))
     if not prices:
         raise PriceUnavailable(f"the Price List API has no on-demand Linux price for {instance_type} in {region}")
     if len(prices) > 1:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ipaddress
 from itertools import groupby
 
+from gpufleet.ops.torchrun import rendezvous_options
+
 TORCHRUN_PORT = 29500
 
 
@@ -19,14 +21,15 @@ def mpi_hostfile(private_ips: list[str], slots: int) -> str:
 
 def torchrun_arguments(private_ips: list[str], gpus_per_node: int, env_name: str) -> str:
     """Rendezvous on the first host (gpufleet.ops.fleet.job_order puts a ready on-demand node there), so every node
-    computes the same endpoint and it is one that spot cannot take. Options with underscores, the spelling every
-    torchrun accepts: torch 1.13's torch/distributed/run.py (get_args_parser, as Debian's python3-torch 1.13.1
-    installs it) knows only --nproc_per_node, --rdzv_backend, --rdzv_endpoint and --rdzv_id; pytorch main's run.py
-    (pytorch/pytorch at 010929fd) lists both spellings (the first release with the dashed one: unconfirmed)."""
-    return (
-        f"--nnodes={len(private_ips)} --nproc_per_node={gpus_per_node} --rdzv_backend=c10d "
-        f"--rdzv_endpoint={private_ips[0]}:{TORCHRUN_PORT} --rdzv_id=gpufleet-{env_name}\n"
+    computes the same endpoint and it is one that spot cannot take; options spelled as gpufleet.ops.torchrun spells
+    them (with underscores, the spelling every torchrun accepts)."""
+    options = rendezvous_options(
+        nodes=str(len(private_ips)),
+        processes_per_node=gpus_per_node,
+        endpoint=f"{private_ips[0]}:{TORCHRUN_PORT}",
+        rendezvous_id=f"gpufleet-{env_name}",
     )
+    return " ".join(options) + "\n"
 
 
 def _ranges(numbers: list[int]) -> str:

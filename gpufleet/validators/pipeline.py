@@ -8,6 +8,7 @@ from pathlib import Path
 
 from gpufleet.ami.pipeline import Pipeline
 from gpufleet.ami.profile import profile_files
+from gpufleet.catalog import load_catalog
 from gpufleet.rules import Problem, Validator
 
 
@@ -54,9 +55,46 @@ class PackerChecksumValidator(PipelineValidator):
         return []
 
 
+class AcceptanceInstanceTypeValidator(PipelineValidator):
+    """The test nodes are a type environments may use (every type of the catalog has EFA, which the gate checks)."""
+
+    field = "acceptance.instance_type"
+
+    def check(self, pipeline: Pipeline, context: PipelineContext) -> list[Problem]:
+        if pipeline.acceptance is None:
+            return []
+        catalog = load_catalog()
+        name = pipeline.acceptance.instance_type
+        if name not in catalog:
+            allowed = ", ".join(sorted(catalog))
+            return self.problem(
+                f"'{name}' is not in the catalog (allowed: {allowed}; see gpufleet/instance_types.yaml)"
+            )
+        return []
+
+
+class AcceptanceZoneValidator(PipelineValidator):
+    """The test nodes launch in the pipeline's region, where the new image is."""
+
+    field = "acceptance.availability_zone"
+
+    def check(self, pipeline: Pipeline, context: PipelineContext) -> list[Problem]:
+        if pipeline.acceptance is None:
+            return []
+        zone = pipeline.acceptance.availability_zone
+        if not re.fullmatch(re.escape(pipeline.region) + r"[a-z]", zone):
+            return self.problem(
+                f"'{zone}' is not an availability zone of {pipeline.region}, where the image is built "
+                f"(e.g. {pipeline.region}a)"
+            )
+        return []
+
+
 VALIDATORS: tuple[PipelineValidator, ...] = (
     ProfilesValidator(),
     PackerChecksumValidator(),
+    AcceptanceInstanceTypeValidator(),
+    AcceptanceZoneValidator(),
 )
 
 

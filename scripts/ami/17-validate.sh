@@ -48,6 +48,13 @@ if [[ "$GPUFLEET_NVSWITCH" == 1 ]]; then
     fail "fabric_manager: $FABRIC_MANAGER_SERVICE is not enabled (systemctl is-enabled: ${enabled:-no answer})"
 fi
 
+ssm_agent_enabled=""
+for service in "${SSM_AGENT_SERVICES[@]}"; do
+  [[ "$(systemctl is-enabled "$service" 2>/dev/null || true)" == enabled ]] && ssm_agent_enabled=$service
+done
+[[ -n "$ssm_agent_enabled" ]] ||
+  fail "ssm_agent: none of ${SSM_AGENT_SERVICES[*]} is enabled: nodes would not answer Run Command"
+
 cuda_found="$(installed_cuda_version)"
 if [[ -z "$cuda_found" ]]; then
   fail "cuda: not installed (no $CUDA_LINK/version.json, no nvcc), expected $(pinned cuda)"

@@ -3,7 +3,9 @@
 # Each entry is COMMAND:PACKAGE, the command that shows the package is there. mpirun, sshd and ssh: the cluster
 # user's SSH trust is tested with the real Open MPI and OpenSSH (tests/scripts/node/test_cluster_ssh.py); Debian's
 # packages: openmpi-bin (mpirun, orted), openssh-server (sshd, in /usr/sbin), openssh-client (ssh, ssh-keygen)
-# (packages.debian.org, bookworm).
+# (packages.debian.org, bookworm). torchrun: the generated torchrun command line runs for real with PyTorch
+# (tests/examples/test_ddp_train.py); Debian's python3-torch (1.13.1, CPU only) installs /usr/bin/torchrun and torch
+# for /usr/bin/python3 (dpkg -L python3-torch), not into the project's virtualenv.
 set -euo pipefail
 
 readonly TOOLS=(
@@ -13,6 +15,7 @@ readonly TOOLS=(
   mpirun:openmpi-bin
   sshd:openssh-server
   ssh:openssh-client
+  torchrun:python3-torch
 )
 missing=()
 for tool in "${TOOLS[@]}"; do

@@ -89,12 +89,13 @@ plugin_lib=${plugin_lib:-${GPUFLEET_AWS_OFI_NCCL_PREFIX:-/opt/aws-ofi-nccl}/lib}
   die "components.aws_ofi_nccl in $manifest is '$raw_version', not a version such as 1.7.3"
 version=${BASH_REMATCH[1]}
 
-library_path=""
+library_path="" program_path=""
 for entry in "${INSTALLED_LIBRARIES[@]}"; do
   prefix=${entry%%:*} library=${entry#*:}
   dir=$(library_dir "$prefix" "$library") ||
     die "no $library in $prefix/lib64 or $prefix/lib: the EFA installer did not install it on this image"
   library_path+=$dir:
+  program_path+=$prefix/bin:
 done
 library_path+=$plugin_lib
 
@@ -115,6 +116,13 @@ header="# Written by gpufleet efa-env.sh for aws-ofi-nccl $raw_version (from $ma
   printf '%s\n' 'case ":${LD_LIBRARY_PATH:-}:" in' \
     '  *":$GPUFLEET_EFA_LIBRARY_PATH:"*) ;;' \
     '  *) export LD_LIBRARY_PATH="$GPUFLEET_EFA_LIBRARY_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" ;;' \
+    'esac'
+  # fi_info and Amazon's mpirun: the installer puts their directories on PATH only in its own profile script
+  # (/etc/profile.d/zippy_efa.sh, "Please logout/login to complete the installation"), which login shells read and
+  # gpufleet's run units and acceptance shells, which source this file, do not.
+  printf '%s\n' "case \":\${PATH:-}:\" in" \
+    "  *\":${program_path%%:*}:\"*) ;;" \
+    "  *) export PATH=\"$program_path\$PATH\" ;;" \
     'esac'
 } | write_file "$root/etc/profile.d/gpufleet-efa.sh"
 log "wrote the environment for aws-ofi-nccl $raw_version: ${variables[*]%%=*} ($library_path)"

@@ -7,8 +7,9 @@
 #                          `aws ec2 get-console-output --instance-id ID`)
 #   booting                with --booting: run-setup.sh sets it before the first step, since a rebooted or restarted
 #                          instance keeps the tags of its previous boot
-# It is the last setup step (gpufleet/user_data.py setup_scripts), so it runs after storage is mounted and the other
-# steps are done; run-setup.sh hands it the names of the steps that failed (GPUFLEET_FAILED_SETUP_STEPS). The health
+# It is the last step that sets the node up (gpufleet/user_data.py setup_scripts; only join-runs.sh comes after it),
+# so it runs after storage is mounted and the other steps are done; run-setup.sh hands it the names of the steps that
+# failed (GPUFLEET_FAILED_SETUP_STEPS). The health
 # check is scripts/ops/node-health-check.sh as operator-scripts.sh installs it (HEALTH_CHECK): exit status 0 is a
 # pass, any other a failure, whose "FAIL NAME: ..." lines name the failing checks.
 # Tagging needs the AWS CLI and the node role's permission to tag its instance with this key

@@ -2,8 +2,9 @@
 # Runs the node setup scripts named in GPUFLEET_SETUP_SCRIPTS, in that order, from this script's directory.
 # gpufleet-node-setup.service runs it at every boot. One failing script does not keep the others from
 # running; the run fails if any of them failed. Each script gets the names of those that failed before it in
-# GPUFLEET_FAILED_SETUP_STEPS: node-ready.sh, always last, marks the node not ready when there are any. Before the
-# first script, node-ready.sh --booting takes back the readiness a previous boot marked.
+# GPUFLEET_FAILED_SETUP_STEPS: node-ready.sh, last but for join-runs.sh, marks the node not ready when there are any,
+# and join-runs.sh joins no run. Before the first script, node-ready.sh --booting takes back the readiness a previous
+# boot marked.
 set -euo pipefail
 # shellcheck source=../lib/helpers.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"

@@ -24,6 +24,10 @@ source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
 # Exit statuses 1 and 3 are verdicts on the node; a setting missing or malformed is 2.
 ERROR_STATUS=2
 
+# fi_info is in the EFA installer's bin directory, which only login shells have on PATH (its
+# /etc/profile.d/zippy_efa.sh); node-ready.sh runs this check from a systemd unit. Appended, so a stub in tests wins.
+PATH="$PATH:${GPUFLEET_ROOT:-}/opt/amazon/efa/bin"
+
 require_settings "see the header of scripts/ops/node-health-check.sh" \
   GPUFLEET_GPU_COUNT GPUFLEET_EFA_COUNT GPUFLEET_NVSWITCH GPUFLEET_GPUDIRECT_RDMA GPUFLEET_INSTANCE_TYPE
 [[ "$GPUFLEET_GPU_COUNT" =~ ^[0-9]+$ ]] || die "GPUFLEET_GPU_COUNT must be a number, got '$GPUFLEET_GPU_COUNT'"

@@ -17,15 +17,7 @@ manifest=$GPUFLEET_PACKER_MANIFEST
 cd "$(dirname "$0")/../.."
 [[ -f "$manifest" ]] || die "$manifest not found (did packer build finish?)"
 
-# The manifest accumulates runs; the image is the artifact of the last run, "REGION:ami-...".
-image="$(python3 - "$manifest" <<'PYTHON'
-import json, sys
-manifest = json.load(open(sys.argv[1]))
-builds = [b for b in manifest.get("builds", []) if b.get("packer_run_uuid") == manifest.get("last_run_uuid")]
-print(builds[-1]["artifact_id"].split(":")[-1] if builds else "")
-PYTHON
-)"
-[[ "$image" =~ ^ami-[0-9a-f]{8}([0-9a-f]{9})?$ ]] || die "no AMI id in the last run of $manifest (found '${image}')"
+image="$(packer_image "$manifest")"
 
 regions="$AWS_REGION"
 read -ra entries <<<"${GPUFLEET_PUBLISH_REGIONS:-}"

@@ -18,7 +18,7 @@ from aws_cdk import aws_s3_assets as s3_assets
 from constructs import Construct
 
 from gpufleet.ami import AMI_PARAMETER_PREFIX, SSM_AGENT_ACTIONS
-from gpufleet.ami.pipeline import Packer
+from gpufleet.ami.pipeline import Acceptance, Packer
 from gpufleet.constants import PROFILE_TAG_KEY, SOURCE_AMI_TAG_KEY
 
 # The build (ami/packer/source.pkr.hcl) puts SOURCE_AMI_TAG_KEY in `tags` and `snapshot_tags`, not in `run_tags`: an
@@ -37,9 +37,25 @@ PIPELINE_SCRIPTS = "scripts/pipeline"
 PACKER_MANIFEST = "build/image-manifest.json"
 
 
+def build_timeout(acceptance: Acceptance | None) -> cdk.Duration:
+    """The gate's nodes live at most acceptance.node_minutes_bound (deploy, acceptance, teardown) within the build:
+    the build's timeout grows by that much, so CodeBuild never ends a build in the middle of its own teardown."""
+    if acceptance is None:
+        return BUILD_TIMEOUT
+    return cdk.Duration.minutes(BUILD_TIMEOUT.to_minutes() + acceptance.node_minutes_bound)
+
+
 def publish_regions_variable(publish_regions: Mapping[str, tuple[str, ...]]) -> str:
     """GPUFLEET_PUBLISH_REGIONS as publish-image.sh reads it: PROFILE=REGION,REGION entries, space-separated."""
     return " ".join(f"{profile}={','.join(regions)}" for profile, regions in publish_regions.items())
+
+
+def acceptance_variables(acceptance: Acceptance) -> dict[str, str]:
+    return {
+        "GPUFLEET_ACCEPTANCE_INSTANCE_TYPE": acceptance.instance_type,
+        "GPUFLEET_ACCEPTANCE_NODES": str(acceptance.nodes),
+        "GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS": str(acceptance.timeout_minutes * 60),
+    }
 
 
 def buildspec(
@@ -48,12 +64,22 @@ def buildspec(
     session_manager_plugin_version: str,
     build_subnet_id: str | None,
     publish_regions: Mapping[str, tuple[str, ...]],
+    acceptance: Acceptance | None,
 ) -> dict:
     """The build, in phase order. Every command is a script of scripts/pipeline (each tested on its own, and the
     phases together by running this buildspec); the pinned tool versions and checksums are its variables. Without
     on-failure, a failing command ends its phase and a failed install phase skips the build phase, so a failed
     install, gate or packer build publishes nothing (sources: https://docs.aws.amazon.com/codebuild/latest/userguide/
-    build-spec-ref.html, .../view-build-details-phases.html)."""
+    build-spec-ref.html, .../view-build-details-phases.html).
+    With an acceptance gate, acceptance-gate.sh runs between the packer build and the publication, and the build
+    phase's finally runs the gate's teardown again: "commands in a finally block are run even if a command in the
+    commands block fails" (build-spec-ref.html). What a stopped or timed-out build runs is not documented there: the
+    stack's backstop rule covers those (stacks/constructs/ami_acceptance_gate.py)."""
+    build_commands = [f"bash {PIPELINE_SCRIPTS}/build-image.sh", f"bash {PIPELINE_SCRIPTS}/publish-image.sh"]
+    build_phase: dict = {"commands": build_commands}
+    if acceptance is not None:
+        build_commands.insert(1, f"bash {PIPELINE_SCRIPTS}/acceptance-gate.sh")
+        build_phase["finally"] = [f"bash {PIPELINE_SCRIPTS}/acceptance-teardown.sh"]
     return {
         "version": "0.2",
         "env": {
@@ -66,6 +92,7 @@ def buildspec(
                 "GPUFLEET_BUILD_SUBNET_ID": build_subnet_id or "",
                 "GPUFLEET_PACKER_MANIFEST": PACKER_MANIFEST,
                 "GPUFLEET_PUBLISH_REGIONS": publish_regions_variable(publish_regions),
+                **(acceptance_variables(acceptance) if acceptance is not None else {}),
             },
         },
         "phases": {
@@ -77,9 +104,7 @@ def buildspec(
                     f"bash {PIPELINE_SCRIPTS}/install-gpufleet.sh",
                 ],
             },
-            "build": {
-                "commands": [f"bash {PIPELINE_SCRIPTS}/build-image.sh", f"bash {PIPELINE_SCRIPTS}/publish-image.sh"],
-            },
+            "build": build_phase,
         },
     }
 
@@ -230,9 +255,11 @@ class AmiBuildProject(Construct):
         log_retention: logs.RetentionDays,
         source: s3_assets.Asset,
         publish_regions: Mapping[str, tuple[str, ...]],
+        acceptance: Acceptance | None,
     ) -> None:
-        """packer, session_manager_plugin_version, build_subnet_id: the tools and subnet of ami/pipeline.yaml;
-        publish_regions: the regions each profile is published in (gpufleet.ami.pipeline.publish_regions)."""
+        """packer, session_manager_plugin_version, build_subnet_id, acceptance: the tools, subnet and gate of
+        ami/pipeline.yaml; publish_regions: the regions each profile is published in
+        (gpufleet.ami.pipeline.publish_regions)."""
         super().__init__(scope, construct_id)
         self.key = kms.Key(
             self,
@@ -283,6 +310,7 @@ class AmiBuildProject(Construct):
                     session_manager_plugin_version=session_manager_plugin_version,
                     build_subnet_id=build_subnet_id,
                     publish_regions=publish_regions,
+                    acceptance=acceptance,
                 )
             ),
             environment=codebuild.BuildEnvironment(
@@ -294,7 +322,7 @@ class AmiBuildProject(Construct):
                 )
             },
             encryption_key=self.key,
-            timeout=BUILD_TIMEOUT,
+            timeout=build_timeout(acceptance),
             logging=codebuild.LoggingOptions(cloud_watch=codebuild.CloudWatchLoggingOptions(log_group=self.log_group)),
         )
         self._grant_packer()

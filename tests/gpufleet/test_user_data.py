@@ -44,6 +44,7 @@ ALL_SCRIPTS = {
     "cloudwatch-agent",
     "operator-scripts",
     "node-ready",
+    "join-runs",
     "run-setup",
     "spot-watcher",
     "save-checkpoint",
@@ -53,10 +54,10 @@ ALL_SCRIPTS = {
 # p5-block is all on-demand too, but its nodes belong to an Auto Scaling group, whose terminations the watcher sees,
 # and to a Capacity Block, whose end runs capacity-block-end; prod alone has shared storage.
 EXPECTED_SCRIPTS = {
-    "dev": ALL_SCRIPTS - {"mig", "shared-storage"},
+    "dev": ALL_SCRIPTS - {"mig", "shared-storage", "join-runs"},
     "prod": ALL_SCRIPTS - {"mig"},
-    "h100": ALL_SCRIPTS - {"spot-watcher", "mig", "shared-storage", "save-checkpoint"},
-    "p5-block": ALL_SCRIPTS - {"mig", "shared-storage"} | {"capacity-block-end"},
+    "h100": ALL_SCRIPTS - {"spot-watcher", "mig", "shared-storage", "join-runs", "save-checkpoint"},
+    "p5-block": ALL_SCRIPTS - {"mig", "shared-storage", "join-runs"} | {"capacity-block-end"},
 }
 # An existing FSx for Lustre file system (storage.existing), the shared storage of everything_on().
 EXISTING_FILE_SYSTEM = {
@@ -195,6 +196,7 @@ def test_options_turned_off_leave_their_scripts_out(node, left_out):
             "cloudwatch-agent",
             "operator-scripts",
             "node-ready",
+            "join-runs",
         )
         if s not in left_out
     ]
@@ -463,6 +465,7 @@ def test_the_user_data_writes_scripts_executable_and_the_rest_read_only_then_res
         "opt/gpufleet/node/cluster-address.sh": "0o755",
         "opt/gpufleet/node/operator-scripts.sh": "0o755",
         "opt/gpufleet/node/node-ready.sh": "0o755",
+        "opt/gpufleet/node/join-runs.sh": "0o755",
         "opt/gpufleet/node/run-setup.sh": "0o755",
         "opt/gpufleet/node/spot-watcher.sh": "0o755",
         "opt/gpufleet/node/save-checkpoint.sh": "0o755",
@@ -495,6 +498,7 @@ def test_the_helpers_are_written_before_the_scripts_that_source_them():
         "/opt/gpufleet/node/cloudwatch-agent.sh",
         "/opt/gpufleet/node/operator-scripts.sh",
         "/opt/gpufleet/node/node-ready.sh",
+        "/opt/gpufleet/node/join-runs.sh",
         "/opt/gpufleet/node/cluster-address.sh",
         "/opt/gpufleet/node/run-setup.sh",
         "/opt/gpufleet/node/spot-watcher.sh",
@@ -608,13 +612,14 @@ def test_comment_lines_go_but_the_shebang_code_and_shellcheck_directives_stay():
     ("storage", "mount_path"),
     [(EXISTING_FILE_SYSTEM, "/fsx"), ({**EXISTING_FILE_SYSTEM, "mount_path": "/shared"}, "/shared")],
 )
-def test_shared_storage_is_mounted_last_before_readiness_where_training_code_finds_it(storage, mount_path):
+def test_shared_storage_is_mounted_before_readiness_and_runs_are_joined_after_it(storage, mount_path):
     env = load_named_environment("dev").model_copy(update={"storage": Storage.model_validate(storage)})
     found = node_settings(env, load_catalog()["p4d.24xlarge"])
 
     assert (
         found["GPUFLEET_SETUP_SCRIPTS"]
-        == "raid0-nvme gpu-clocks efa-env shared-storage cluster-user cloudwatch-agent operator-scripts node-ready"
+        == "raid0-nvme gpu-clocks efa-env shared-storage cluster-user cloudwatch-agent operator-scripts node-ready "
+        "join-runs"
     )
     assert found["GPUFLEET_SHARED_DIR"] == mount_path
     assert found["GPUFLEET_CLUSTER_HOME"] == f"{mount_path}/home/gpufleet"

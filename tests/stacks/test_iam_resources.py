@@ -615,3 +615,23 @@ def test_statements_are_found_in_every_kind_of_policy_document():
         ("probe Role statement Inline", ("ssm:UpdateInstanceInformation",)),
         ("probe Key statement 0", ("kms:*",)),
     ]
+
+
+@pytest.fixture(scope="module")
+def gated_pipeline_templates(tmp_path_factory) -> list[tuple[dict, StackContext]]:
+    """The AMI pipeline with its acceptance gate on (ami/pipeline.yaml ships it off)."""
+    from tests.gate_pipeline import synthesize_gate_pipeline
+
+    return stack_templates(synthesize_gate_pipeline(tmp_path_factory.mktemp("gated-pipeline")))
+
+
+def test_every_policy_resource_of_the_acceptance_gate_is_one_its_actions_can_match_and_act_on(
+    gated_pipeline_templates,
+):
+    problems = [
+        problem
+        for template, stack in gated_pipeline_templates
+        for statement in policy_statements(template, stack)
+        for problem in unmatched_resources(statement, stack) + unmatched_pairs(statement, stack)
+    ]
+    assert problems == []

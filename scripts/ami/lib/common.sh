@@ -411,6 +411,12 @@ cloudwatch_agent_matches() {
 }
 
 readonly FABRIC_MANAGER_SERVICE=nvidia-fabricmanager
+# The SSM agent's unit: the amazon-ssm-agent package's on Amazon Linux 2, the snap's on Ubuntu's AWS images (the
+# snap's services are named snap.SNAP.APP.service: snapcraft.io/docs/services-and-daemons). gpufleet run,
+# acceptance and the checkpoint hook reach nodes only through Run Command, so an image whose agent is not started at
+# boot makes nodes nothing can drive. The base images come with it (the build itself reaches the instance through
+# Session Manager, which needs the agent running); the check keeps a later step from disabling it.
+readonly SSM_AGENT_SERVICES=(amazon-ssm-agent snap.amazon-ssm-agent.amazon-ssm-agent)
 
 # efa_device_present: an Amazon EFA device (PCI vendor 0x1d0f) is visible through the RDMA subsystem.
 efa_device_present() {

@@ -23,6 +23,7 @@ def good_image(sandbox, pinned):
     sandbox.set_state("nvidia-smi", "450.80.02\n" * 8)
     sandbox.set_package("nvidia-fabricmanager-450", "450.80.02-1")
     sandbox.set_state("enabled/nvidia-fabricmanager", "")
+    sandbox.set_state("enabled/snap.amazon-ssm-agent.amazon-ssm-agent", "")
     # CUDA 11.0 has no version.json: nvcc tells the release.
     sandbox.set_state(
         "nvcc", "Cuda compilation tools, release 11.0, V11.0.221\nBuild cuda_11.0_bu.TC445_37.28845127_0\n"
@@ -116,6 +117,13 @@ FAIL_CASES = {
     "fabric manager at another version": (
         lambda box: box.set_package("nvidia-fabricmanager-450", "450.51.06-1"),
         ["fabric_manager: found 450.51.06-1 in package nvidia-fabricmanager-450, expected 450.80.02"],
+    ),
+    "ssm agent not enabled": (
+        lambda box: (box.state / "enabled/snap.amazon-ssm-agent.amazon-ssm-agent").unlink(),
+        [
+            "ssm_agent: none of amazon-ssm-agent snap.amazon-ssm-agent.amazon-ssm-agent is enabled: "
+            "nodes would not answer Run Command"
+        ],
     ),
     "cuda at another release": (break_nvcc, ["cuda: found 11.1 in /usr/local/cuda, expected 11.0.3"]),
     "cudnn at another version": (
@@ -290,6 +298,8 @@ def test_amazon_linux_reads_rpm_versions_of_the_packages_the_data_names(good_ima
     good_image.env["GPUFLEET_AMI_PROFILE"] = "p4d-al2-cuda11"
     (good_image.state / "packages/lustre-client-utils").unlink()
     good_image.set_package("lustre-client", "2.10.8-1.amzn2")
+    (good_image.state / "enabled/snap.amazon-ssm-agent.amazon-ssm-agent").unlink()
+    good_image.set_state("enabled/amazon-ssm-agent", "")
     result = good_image.run("17-validate.sh")
     assert result.returncode == 0, result.stderr
     manifest = json.loads((good_image.root / MANIFEST).read_text())

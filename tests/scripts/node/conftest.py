@@ -27,6 +27,7 @@ FAKED = (
     "nvidia-smi",
     "curl",
     "systemctl",
+    "systemd-run",
     "getent",
     "groupadd",
     "useradd",

@@ -443,6 +443,15 @@ def curl(args: list[str], state: dict) -> int:
 
 
 def systemctl(args: list[str], state: dict) -> int:
+    # `systemctl is-active --quiet UNIT`: 0 for the units in state["active_units"], else 3 ("inactive", systemctl(1)
+    # "is-active": non-zero when one is not active; 3 is what it returns for an inactive unit, (unconfirmed)).
+    if args[:2] == ["is-active", "--quiet"]:
+        return 0 if args[2] in state.get("active_units", []) else 3
+    return 0
+
+
+def systemd_run(args: list[str], state: dict) -> int:
+    """Starts nothing: the call itself (in the log) is what the tests read."""
     return 0
 
 
@@ -626,6 +635,7 @@ COMMANDS = {
     "nvidia-smi": nvidia_smi,
     "curl": curl,
     "systemctl": systemctl,
+    "systemd-run": systemd_run,
     "aws": aws,
     "mount.lustre": mount_lustre_helper,
     "getent": getent,

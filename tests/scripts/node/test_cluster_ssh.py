@@ -216,3 +216,60 @@ def test_the_key_is_refused_from_outside_the_node_subnet(nodes, cluster_key):
 
     assert result.returncode == 255
     assert "Permission denied (publickey)" in result.stderr
+
+
+def test_gpufleet_run_mpi_unit_reaches_both_nodes_and_forwards_the_efa_environment(nodes, tmp_path, cluster_key):
+    """The unit body `gpufleet run --mpi` starts on the head (gpufleet.ops.runs.unit_body), run by bash as systemd
+    would, with the hostfile of two nodes at the sshd addresses: the setup runs once per node and the command
+    GPUS_PER_NODE times per node, every process over ssh (sshd gives a fresh environment, so FI_PROVIDER reaching
+    them shows mpirun's -x forwarding). Open MPI takes its ssh command from OMPI_MCA_plm_rsh_agent (an MCA parameter
+    set in the environment, as --mca plm_rsh_agent sets it in the test above)."""
+    import datetime as dt
+
+    from gpufleet.ops.fleet import FleetInstance
+    from gpufleet.ops.runs import plan_run, unit_body
+
+    nodes.set_up_cluster_user("127.0.0.0/8", cluster_key[0])
+    ports = "".join(f"Host {address}\n  Port {port}\n" for address, port in nodes.ports.items())
+    config = tmp_path / "run_ssh_config"
+    config.write_text(f"{ports}Match all\nInclude {nodes.client_config()}\n")
+    launched = dt.datetime(2026, 11, 26, tzinfo=dt.UTC)
+    ready = [
+        FleetInstance(f"i-{index:017x}", "on-demand", "az", "pg", address, launched, "running", "ami", "ready")
+        for index, address in enumerate(ADDRESSES)
+    ]
+    work = tmp_path / "work"
+    work.mkdir()
+    plan = plan_run(
+        "20261126-210500-3fa2",
+        "dev",
+        ready,
+        2,
+        ["sh", "-c", 'echo "$OMPI_COMM_WORLD_RANK $FI_PROVIDER ${SSH_CONNECTION##* }"'],
+        setup="echo set up >> setup.log",
+        workdir=str(work),
+        mpi=True,
+    )
+    root = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"} if os.geteuid() == 0 else {}
+    environment = {
+        **os.environ,
+        **root,
+        "TMPDIR": str(tmp_path),
+        "FI_PROVIDER": "efa",
+        "OMPI_MCA_plm_rsh_agent": f"ssh -F {config}",
+    }
+
+    run = subprocess.run(
+        ["/bin/bash", "-c", unit_body(plan)],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+    assert run.returncode == 0, run.stdout + run.stderr
+    ports_seen = {str(port): address for address, port in nodes.ports.items()}
+    processes = sorted((line.split()[1], ports_seen[line.split()[2]]) for line in run.stdout.splitlines())
+    assert processes == [("efa", "127.0.0.2"), ("efa", "127.0.0.2"), ("efa", "127.0.0.3"), ("efa", "127.0.0.3")]
+    assert (work / "setup.log").read_text() == "set up\nset up\n"

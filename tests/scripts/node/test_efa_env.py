@@ -257,3 +257,21 @@ def test_missing_efa_libraries_are_a_clear_error(node, missing, message):
     assert result.returncode == 1
     assert message in result.stderr and result.stderr.count("\n") == 1
     assert not (node.root / "etc/gpufleet/efa.env").exists()
+
+
+def test_profile_script_puts_fi_info_and_mpirun_on_the_path_once(node):
+    """The EFA installer's bin directories reach PATH through its own login-shell profile only (zippy_efa.sh);
+    a run unit or an acceptance shell that sources gpufleet-efa.sh must find fi_info and Amazon's mpirun too."""
+    write_manifest(node, "1.14.0")
+    node.run("efa-env.sh", **SETTINGS)
+    profile = node.root / "etc/profile.d/gpufleet-efa.sh"
+
+    done = subprocess.run(
+        ["sh", "-c", f'. {profile} && . {profile} && echo "$PATH"'],
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "/opt/amazon/efa/bin:/opt/amazon/openmpi/bin:/usr/bin:/bin"

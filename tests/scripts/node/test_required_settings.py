@@ -71,6 +71,16 @@ CASES = [
         ],
     ),
     (
+        "join-runs.sh",
+        {},
+        (),
+        [
+            "join-runs: error: GPUFLEET_SHARED_DIR is not set (from /etc/gpufleet/node.env)",
+            "join-runs: error: GPUFLEET_CLUSTER_USER is not set (from /etc/gpufleet/node.env)",
+            "join-runs: error: GPUFLEET_CLUSTER_UID is not set (from /etc/gpufleet/node.env)",
+        ],
+    ),
+    (
         "node-ready.sh",
         {},
         (),

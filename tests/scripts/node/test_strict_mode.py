@@ -6,18 +6,23 @@ from __future__ import annotations
 
 import hashlib
 import json
+import socket
 import subprocess
 from collections.abc import Callable
 
 import pytest
 
 from gpufleet.user_data import operator_scripts_archive
+from tests.gpufleet.ops.test_runs import RUN_ID
 from tests.scripts.efa_install import install_efa
 from tests.scripts.failing_step import FAILED_STATUS, Call, Case, StepProbe, accounted_for, scripts_in
 from tests.scripts.fake_bin import install_fakes
 from tests.scripts.node.conftest import CLUSTER_NODE_METADATA, FAKE_COMMANDS, SCRIPTS_DIR, FakeNode
+from tests.scripts.node.test_join_runs import describe
 
 BLOCK = "cr-0123456789abcdef0"
+# The head of join-runs.sh's run: the kernel completes connections to a listening socket without an accept.
+LISTENING_HEAD = socket.create_server(("127.0.0.1", 0))
 HOOK = "checkpoint-hook --now"  # the watched later step: a command on PATH
 
 CASES = [
@@ -44,6 +49,12 @@ CASES = [
         fails=Call("chmod", "0644 {root}/etc/gpufleet/efa.env.tmp"),
         must_not_run=Call("mv"),
         why="an environment file put in place with the wrong mode",
+    ),
+    Case(
+        "join-runs.sh",
+        fails=Call("mkdir", "-p {root}/var/lib/gpufleet/run-ranks"),
+        must_not_run=Call("systemd-run"),
+        why="a run joined without the node's rank recorded: gpufleet logs --node could not find the node",
     ),
     Case(
         "mig.sh",
@@ -181,6 +192,15 @@ def archive_in_its_bucket(node: FakeNode) -> dict[str, str]:
     }
 
 
+def run_described_with_its_head_answering(node: FakeNode) -> dict[str, str]:
+    """A torchrun run on the shared file system whose head (a port of this machine, kept listening for the test
+    session) answers."""
+    shared = node.root.parent / "fsx"
+    directory = describe(shared, RUN_ID, LISTENING_HEAD.getsockname()[1])
+    assert directory.is_dir()
+    return {"GPUFLEET_SHARED_DIR": str(shared), "GPUFLEET_CLUSTER_USER": "gpufleet", "GPUFLEET_CLUSTER_UID": "2000"}
+
+
 def interruption_notice(node: FakeNode) -> dict[str, str]:
     node.set_state(imds={"spot/instance-action": [[200, '{"action": "terminate", "time": "2024-05-01T12:02:00Z"}']]})
     return {
@@ -198,6 +218,7 @@ PREPARE: dict[str, Callable[[FakeNode], dict[str, str]]] = {
     "cloudwatch-agent.sh": agent_installed,
     "cluster-user.sh": cluster_user_node,
     "efa-env.sh": efa_node,
+    "join-runs.sh": run_described_with_its_head_answering,
     "mig.sh": ampere_gpu_without_mig,
     "node-ready.sh": healthy_node,
     "operator-scripts.sh": archive_in_its_bucket,

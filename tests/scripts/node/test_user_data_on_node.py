@@ -261,6 +261,7 @@ def test_the_installed_setup_mounts_the_shared_storage_before_the_node_is_checke
         "cloudwatch-agent",
         "operator-scripts",
         "node-ready",
+        "join-runs",
     ]
     assert milestones(node) == ["tag booting", "mount", "mount", "health check", "tag ready"]
     assert node.state["mounts"] == {str(tmp_path / "scratch"): "/dev/md/scratch", str(tmp_path / "fsx"): source}

@@ -417,3 +417,14 @@ def test_the_health_check_the_user_data_installs_runs_on_the_settings_of_node_en
         in (done.stdout.splitlines())
     )
     assert not any(call.startswith("gpufleet") for call in calls())
+
+
+def test_fi_info_is_found_where_the_efa_installer_puts_it(run_script, stub_dir: Path, tmp_path: Path) -> None:
+    """node-ready.sh runs the check from a systemd unit, whose PATH lacks the installer's /opt/amazon/efa/bin."""
+    installed = tmp_path / "root" / "opt" / "amazon" / "efa" / "bin"
+    installed.mkdir(parents=True)
+    (stub_dir / "fi_info").rename(installed / "fi_info")
+
+    done = run_script("node-health-check.sh", **NODE)
+
+    assert "PASS efa: 4 EFA devices (expected 4)" in done.stdout.splitlines(), done.stdout + done.stderr

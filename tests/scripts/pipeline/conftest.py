@@ -14,7 +14,7 @@ from tests.scripts.fake_bin import install_fakes
 REPO = Path(__file__).resolve().parents[3]
 SCRIPTS_DIR = REPO / "scripts" / "pipeline"
 FAKE_TOOLS = Path(__file__).with_name("fake_tools.py")
-TOOLS = ("aws", "packer", "curl", "gpg", "unzip", "dpkg", "session-manager-plugin")
+TOOLS = ("aws", "packer", "curl", "gpg", "unzip", "dpkg", "session-manager-plugin", "npm", "cdk")
 
 
 @dataclass

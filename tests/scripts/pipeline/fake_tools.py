@@ -1,15 +1,35 @@
 """Stand-ins for the tools the AMI pipeline's scripts run (aws, packer, curl, gpg, unzip, dpkg,
-session-manager-plugin), with plausible outputs.
+session-manager-plugin, and for the acceptance gate npm, cdk and `gpufleet acceptance`), with plausible outputs.
 
 conftest.py puts a wrapper per tool on PATH that runs `fake_tools.py NAME ARGS...`. Each call is appended to
 $FAKE_LOG as a JSON list (tool name, then arguments); what the tools answer comes from the JSON file $FAKE_STATE,
-which a test prepares: "fail" lists calls that fail, as "TOOL SUBCOMMAND" or "aws ec2 copy-image REGION"."""
+which a test prepares: "fail" lists calls that fail, as "TOOL SUBCOMMAND" or "aws ec2 copy-image REGION".
+
+The acceptance gate's world is in the same file, under "stacks": each CloudFormation stack by name, with its status
+and the EC2 instances it launched, as the CDK CLI and CloudFormation leave them:
+- `cdk deploy --all -c env=NAME` synthesizes the app for environment NAME (its file in $GPUFLEET_ENVIRONMENTS_DIR;
+  an unknown name fails as the app does) and creates its one stack gpufleet-NAME-cluster, CREATE_COMPLETE with
+  capacity.target instances. A create that fails is rolled back: CloudFormation deletes what it created and leaves
+  the stack ROLLBACK_COMPLETE (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/
+  using-cfn-describing-stacks.html, stack status codes).
+- `aws cloudformation delete-stack` deletes the stack and terminates its instances (an Auto Scaling group's
+  deletion terminates its instances first); the stack is then gone from DescribeStacks, which answers
+  ValidationError "Stack with id NAME does not exist"; the StackDeleteComplete waiter treats that as success
+  (botocore cloudformation waiters-2.json). "deleted_with" records the credentials each deletion used.
+- `aws sts assume-role` hands out credentials named after the role (session token "token-for-ROLE").
+- `gpufleet status NAME --json` lists the stack's instances, all ready (the stub does not model boot time).
+- `gpufleet acceptance NAME` answers STATE["acceptance"]: "pass" (every instance of the stack checked: exit 0 and
+  the report), "fail" (a node's check failed: exit 3), "hang" (never answers), "kill-build" (the build container
+  goes away mid-acceptance: every process of the build is SIGKILLed, nothing of the build runs after it)."""
 
 import hashlib
 import json
 import os
+import re
 import shutil
+import signal
 import sys
+import time
 from pathlib import Path
 
 STATE: dict = {}
@@ -30,6 +50,32 @@ def option(args: list[str], name: str) -> str | None:
 
 def fails(*call: str) -> bool:
     return " ".join(call) in STATE.get("fail", [])
+
+
+def save() -> None:
+    Path(os.environ["FAKE_STATE"]).write_text(json.dumps(STATE))
+
+
+def stacks() -> dict:
+    return STATE.setdefault("stacks", {})
+
+
+HOURLY_USD = "32.7726000000"
+
+
+def price_list_entry(instance_type: str, region: str, usd: str) -> str:
+    """One GetProducts PriceList entry (the shape of botocore/data/pricing/2017-10-15/examples-1.json)."""
+    offer = "J4UDT9GUH4RRHKKN.JRTCKXETXF"
+    return json.dumps(
+        {
+            "product": {"attributes": {"instanceType": instance_type, "regionCode": region}, "sku": offer[:16]},
+            "terms": {
+                "OnDemand": {
+                    offer: {"priceDimensions": {f"{offer}.6YS6EN2CT7": {"unit": "Hrs", "pricePerUnit": {"USD": usd}}}}
+                }
+            },
+        }
+    )
 
 
 def curl(args: list[str]) -> int:
@@ -113,12 +159,55 @@ def packer(args: list[str]) -> int:
     return 0
 
 
+def cloudformation(command: str, args: list[str]) -> int:
+    name = option(args, "--stack-name")
+    stack = stacks().get(name)
+    if command == "describe-stacks":
+        if stack is None:
+            print(
+                "An error occurred (ValidationError) when calling the DescribeStacks operation: "
+                f"Stack with id {name} does not exist",
+                file=sys.stderr,
+            )
+            return 254
+        print(stack["status"])
+    elif command == "delete-stack" and stack is not None:
+        STATE.setdefault("terminated", []).extend(stack["instances"])
+        STATE.setdefault("deleted_with", []).append([name, os.environ.get("AWS_SESSION_TOKEN", "")])
+        del stacks()[name]
+        save()
+    elif command == "wait" and stack is not None:
+        print("Waiter StackDeleteComplete failed: Waiter encountered a terminal failure state", file=sys.stderr)
+        return 255
+    return 0
+
+
 def aws(args: list[str]) -> int:
     service, command = args[0], args[1]
     region = option(args, "--region")
     if fails("aws", service, command, region or ""):
         print(f"An error occurred (UnauthorizedOperation) when calling {command} in {region}", file=sys.stderr)
         return 254
+    if service == "cloudformation":
+        return cloudformation(command, args)
+    if command == "assume-role":
+        role = option(args, "--role-arn")
+        print(f"ASIA{role.rsplit('/', 1)[-1]}\tsecret\ttoken-for-{role}")
+        return 0
+    if command == "get-products":
+        filters = dict(
+            re.fullmatch(r"Type=TERM_MATCH,Field=(\w+),Value=(.*)", f).groups() for f in args if "Field=" in f
+        )
+        usd = STATE.get("hourly_usd", HOURLY_USD)
+        print(
+            json.dumps(
+                {
+                    "FormatVersion": "aws_v1",
+                    "PriceList": [price_list_entry(filters["instanceType"], filters["regionCode"], usd)],
+                }
+            )
+        )
+        return 0
     if command == "describe-images":
         (image,) = option(args, "--image-ids").split()
         if option(args, "--query") == "Images[0].Name":
@@ -140,7 +229,67 @@ def aws(args: list[str]) -> int:
     return 0
 
 
+def npm(args: list[str]) -> int:
+    return 0
+
+
+def cdk(args: list[str]) -> int:
+    name = option(args, "-c").removeprefix("env=")
+    environment = Path(os.environ["GPUFLEET_ENVIRONMENTS_DIR"]) / f"{name}.yaml"
+    if not environment.exists():
+        print(f"{environment}: unknown environment '{name}'", file=sys.stderr)
+        return 1
+    (nodes,) = re.findall(r"^  target: (\d+)$", environment.read_text(), re.MULTILINE)
+    stack = f"gpufleet-{name}-cluster"
+    if fails("cdk", "deploy"):
+        stacks()[stack] = {"status": "ROLLBACK_COMPLETE", "instances": []}
+        save()
+        print(
+            f"❌  {stack} failed: The stack named {stack} failed creation, it may need to be manually deleted",
+            file=sys.stderr,
+        )
+        return 1
+    launched = [f"i-0{hashlib.sha256(f'{stack}/{n}'.encode()).hexdigest()[:16]}" for n in range(int(nodes))]
+    stacks()[stack] = {"status": "CREATE_COMPLETE", "instances": launched}
+    save()
+    print(f" ✅  {stack}")
+    return 0
+
+
+def gpufleet(args: list[str]) -> int:
+    """`gpufleet status ENV --json` (the instances, each ready as the nodes tag themselves once booted) and
+    `gpufleet acceptance ENV --report-dir DIR --min-nodes N` as gpufleet/commands/acceptance.py answers."""
+    name = args[1]
+    stack = stacks().get(f"gpufleet-{name}-cluster")
+    nodes = stack["instances"] if stack else []
+    if args[0] == "status":
+        print(json.dumps({"environment": name, "instances": [{"instance_id": n, "readiness": "ready"} for n in nodes]}))
+        return 0
+    report_dir = Path(option(args, "--report-dir"))
+    if len(nodes) < int(option(args, "--min-nodes")):
+        print(f"acceptance: {name}: {len(nodes)} ready nodes, fewer than --min-nodes", file=sys.stderr)
+        return 1
+    behaviour = STATE.get("acceptance", "pass")
+    if behaviour == "hang":
+        time.sleep(600)
+    if behaviour == "kill-build":
+        STATE["killed_during"] = "gpufleet acceptance"
+        save()
+        os.killpg(os.getsid(0), signal.SIGKILL)
+        os.killpg(0, signal.SIGKILL)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    verdict = "pass" if behaviour == "pass" else "fail"
+    (report_dir / "acceptance.json").write_text(json.dumps({"environment": name, "verdict": verdict}))
+    if verdict == "fail":
+        print(f"{nodes[1]}: nccl-all-reduce: 31.0 GB/s bus bandwidth, below the catalog's 78", file=sys.stderr)
+        return 3
+    return 0
+
+
 TOOLS = {
+    "npm": npm,
+    "cdk": cdk,
+    "gpufleet": gpufleet,
     "curl": curl,
     "gpg": gpg,
     "unzip": unzip,

@@ -4,8 +4,11 @@ and fake aws/packer/curl/gpg/unzip/dpkg/session-manager-plugin (fake_tools.py).
 CodeBuild semantics this runner follows (sources: https://docs.aws.amazon.com/codebuild/latest/userguide/
 build-spec-ref.html, .../view-build-details-phases.html): phases run in the order install, pre_build, build,
 post_build, each command in order; a command exiting non-zero fails its phase and the phase's later commands do not
-run; without on-failure, a failed install or pre_build phase skips every later phase, and a failed build phase still
-runs post_build. Buildspec version 0.2 runs the commands in one shell instance; this runner starts one bash per
+run; "commands in a finally block are run even if a command in the commands block fails"; without on-failure, a
+failed install or pre_build phase skips every later phase, and a failed build phase still runs post_build. A command
+killed by a signal stands for the build's container going away (a stopped or timed-out build at its worst): the build
+is STOPPED and nothing more runs, finally included, since the reference promises finally only after a failed
+command. Buildspec version 0.2 runs the commands in one shell instance; this runner starts one bash per
 command, which differs only for commands that hand shell state (cd, variables) to the next: the test below holds
 every command to a self-contained `bash scripts/pipeline/NAME.sh`.
 
@@ -15,21 +18,27 @@ installed package finds its profiles, packer files and scripts in its own gpufle
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import sysconfig
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
-from gpufleet.ami.pipeline import publish_regions
+from gpufleet.ami.pipeline import Acceptance, publish_regions
 from gpufleet.loading import environment_files, load_environments, load_pipeline
-from stacks.ami_pipeline_stack import SOURCE_EXCLUDES
+from stacks.ami_pipeline_stack import AMI_PIPELINE_STACK_NAME, SOURCE_EXCLUDES
 from stacks.constructs.ami_build_project import BUILD_INSTANCE_PROFILE_VARIABLE, buildspec
-from tests.scripts.pipeline.conftest import REPO
+from tests.gate_pipeline import GATE, gate_pipeline_text, synthesize_gate_pipeline
+from tests.scripts.pipeline.build_events import backstop, build_state_change, matches, transform
+from tests.scripts.pipeline.conftest import FAKE_TOOLS, REPO
 from tests.scripts.pipeline.fake_tools import BUILT_IMAGE, copy_id
 
 PIPELINE = load_pipeline(REPO / "ami" / "pipeline.yaml")
@@ -38,24 +47,48 @@ SPEC = buildspec(
     session_manager_plugin_version=PIPELINE.session_manager_plugin.version,
     build_subnet_id=PIPELINE.subnet_id,
     publish_regions=publish_regions(PIPELINE, load_environments(environment_files(REPO / "environments"))),
+    acceptance=PIPELINE.acceptance,
 )
 PHASES = ("install", "pre_build", "build", "post_build")
 BUILD_ID = "gpufleet-ami-build:5f0c1d2e-3a4b-4c5d-8e9f-0a1b2c3d4e5f"
+BUILD_ARN = f"arn:aws:codebuild:us-east-1:123456789012:build/{BUILD_ID}"
 INSTANCE_PROFILE = "gpufleet-ami-pipeline-AmiBuildBuildInstanceProfile-1A2B3C4D"
 
 
-def run_build(spec: dict, source: Path, env: dict[str, str]) -> dict[str, str]:
-    """Each phase's status: SUCCEEDED, FAILED, or SKIPPED after a failed install or pre_build phase."""
+def run_build(
+    spec: dict, source: Path, env: dict[str, str], after_phase: Callable[[str], None] = lambda phase: None
+) -> dict[str, str]:
+    """Each phase's status: SUCCEEDED, FAILED, SKIPPED after a failed install or pre_build phase, or STOPPED where a
+    command was killed (and then the last). Each command runs in a session of its own, which a stub may kill whole.
+    AFTER_PHASE(phase) runs after each phase that ran."""
     statuses: dict[str, str] = {}
+
+    def run(command: str) -> int:
+        return subprocess.run(
+            [spec["env"]["shell"], "-c", command], cwd=source, env=env, start_new_session=True
+        ).returncode
+
     for phase in (p for p in PHASES if p in spec["phases"]):
         if "FAILED" in (statuses.get("install"), statuses.get("pre_build")):
             statuses[phase] = "SKIPPED"
             continue
         statuses[phase] = "SUCCEEDED"
         for command in spec["phases"][phase]["commands"]:
-            if subprocess.run([spec["env"]["shell"], "-c", command], cwd=source, env=env).returncode != 0:
+            status = run(command)
+            if status < 0:
+                statuses[phase] = "STOPPED"
+                return statuses
+            if status != 0:
                 statuses[phase] = "FAILED"
                 break
+        for command in spec["phases"][phase].get("finally", []):
+            status = run(command)
+            if status < 0:
+                statuses[phase] = "STOPPED"
+                return statuses
+            if status != 0:
+                statuses[phase] = "FAILED"
+        after_phase(phase)
     return statuses
 
 
@@ -106,11 +139,14 @@ def build(tools, uploaded, venv, tmp_path):
     source = tmp_path / "src"
     shutil.copytree(uploaded, source)
 
-    def start(profile: str, spec: dict = SPEC) -> dict[str, str]:
-        env = tools.env(
+    def start(
+        profile: str, spec: dict = SPEC, after_phase: Callable[[str], None] = lambda phase: None, **overrides: str
+    ) -> dict[str, str]:
+        settings = dict(
             # What CodeBuild sets, then the buildspec's variables, the project's and the build's override.
             CODEBUILD_SRC_DIR=str(source),
             CODEBUILD_BUILD_ID=BUILD_ID,
+            CODEBUILD_BUILD_ARN=BUILD_ARN,
             AWS_REGION=PIPELINE.region,
             AWS_DEFAULT_REGION=PIPELINE.region,
             CODEBUILD_BUILD_SUCCEEDING="1",
@@ -126,8 +162,9 @@ def build(tools, uploaded, venv, tmp_path):
             PIP_NO_BUILD_ISOLATION="0",
             **{key: value for key, value in os.environ.items() if key.startswith("PIP_")},
         )
+        env = tools.env(**(settings | overrides))
         env["PATH"] = f"{tmp_path / 'tools'}:{env['PATH']}"
-        return run_build(spec, source, env)
+        return run_build(spec, source, env, after_phase)
 
     start.source = source
     return start
@@ -139,7 +176,7 @@ def steps(tools) -> list[str]:
     for tool, *args in tools.calls():
         if tool == "aws":
             named.append(f"aws {args[0]} {args[1]} {args[args.index('--region') + 1]}")
-        elif tool in ("packer", "dpkg", "unzip", "session-manager-plugin"):
+        elif tool in ("packer", "dpkg", "unzip", "session-manager-plugin", "npm", "cdk", "gpufleet"):
             named.append(f"{tool} {args[0]}")
         else:
             named.append(tool)
@@ -246,3 +283,173 @@ def test_a_failed_install_skips_the_build(build, tools):
     tools.set_state(packer_zip="a tampered zip")
     assert build("ubuntu2204-cuda12") == {"install": "FAILED", "build": "SKIPPED"}
     assert steps(tools) == ["curl", "curl", "curl", "curl", "gpg", "gpg"]
+
+
+# The acceptance gate (scripts/pipeline/acceptance-gate.sh, acceptance-teardown.sh): the same build with the gate on
+# in the uploaded ami/pipeline.yaml, against the world of fake_tools.py (stacks and their instances). Until
+# the build's gpufleet answers `gpufleet status` and `gpufleet acceptance` (which need AWS) with the stubs of
+# fake_tools.py and hands every other command on to the installed gpufleet.
+GATE_SPEC = buildspec(
+    packer=PIPELINE.packer,
+    session_manager_plugin_version=PIPELINE.session_manager_plugin.version,
+    build_subnet_id=PIPELINE.subnet_id,
+    publish_regions={},
+    acceptance=Acceptance(**GATE),
+)
+GATE_STACK = "gpufleet-accept-5f0c1d2e-cluster"
+DEPLOY_ROLE = "arn:aws:iam::123456789012:role/cdk-hnb659fds-deploy-role-123456789012-us-east-1"
+GATE_NODES = [f"i-0{hashlib.sha256(f'{GATE_STACK}/{n}'.encode()).hexdigest()[:16]}" for n in (0, 1)]
+TEARDOWN = [
+    "aws sts assume-role us-east-1",
+    "aws cloudformation describe-stacks us-east-1",
+    "aws cloudformation delete-stack us-east-1",
+    "aws cloudformation wait us-east-1",
+]
+# The finally's teardown after the gate's own: the stack is gone already.
+NOTHING_LEFT_TO_TEAR_DOWN = ["aws sts assume-role us-east-1", "aws cloudformation describe-stacks us-east-1"]
+GATE_UNTIL_DEPLOY = [
+    *INSTALL,
+    "packer init",
+    "packer build",
+    "aws pricing get-products us-east-1",
+    "npm ci",
+    "cdk deploy",
+]
+GATE_UNTIL_ACCEPTANCE = [*GATE_UNTIL_DEPLOY, "gpufleet status", "gpufleet acceptance"]
+PUBLISHED = ["aws ssm put-parameter us-east-1", "aws ssm add-tags-to-resource us-east-1"]
+
+
+def gate_build(build, venv, tools, **overrides: str) -> dict[str, str]:
+    """A build of ubuntu2204-cuda12 with the gate on."""
+    for copy in ("ami", "gpufleet/data/ami"):
+        (build.source / copy / "pipeline.yaml").write_text(gate_pipeline_text())
+
+    def stub_acceptance(phase: str) -> None:
+        if phase != "install":
+            return
+        installed = venv / "bin" / "gpufleet"
+        installed.replace(venv / "bin" / "gpufleet-installed")
+        installed.write_text(
+            "#!/bin/sh\n"
+            f'case "$1" in acceptance | status) exec "{sys.executable}" -S "{FAKE_TOOLS}" gpufleet "$@" ;; esac\n'
+            f'exec "{venv / "bin" / "gpufleet-installed"}" "$@"\n'
+        )
+        installed.chmod(0o755)
+
+    return build("ubuntu2204-cuda12", GATE_SPEC, stub_acceptance, **overrides)
+
+
+def world(tools) -> dict:
+    state = json.loads(tools.state_file.read_text())
+    return {key: state.get(key) for key in ("stacks", "terminated", "deleted_with")}
+
+
+TORN_DOWN = {"stacks": {}, "terminated": GATE_NODES, "deleted_with": [[GATE_STACK, f"token-for-{DEPLOY_ROLE}"]]}
+
+
+def test_a_passing_gate_tears_the_nodes_down_and_publishes(build, tools, venv):
+    tools.set_state(acceptance="pass")
+    assert gate_build(build, venv, tools) == {"install": "SUCCEEDED", "build": "SUCCEEDED"}
+    assert steps(tools) == [
+        *GATE_UNTIL_ACCEPTANCE,
+        *TEARDOWN,
+        "aws ssm put-parameter us-east-1",
+        "aws ssm add-tags-to-resource us-east-1",
+        *NOTHING_LEFT_TO_TEAR_DOWN,
+    ]
+    assert world(tools) == TORN_DOWN
+    (deploy,) = tools.calls("cdk")
+    assert deploy[1:] == [
+        "deploy",
+        "--all",
+        "--app",
+        f"{venv}/bin/python app.py",
+        "-c",
+        "env=accept-5f0c1d2e",
+        "--require-approval",
+        "never",
+    ]
+    (status, acceptance) = tools.calls("gpufleet")
+    assert status[1:] == ["status", "accept-5f0c1d2e", "--json"]
+    report = f"{build.source}/build/acceptance/report"
+    assert acceptance[1:] == ["acceptance", "accept-5f0c1d2e", "--report-dir", report, "--min-nodes", "2"]
+    assert json.loads(Path(report, "acceptance.json").read_text())["verdict"] == "pass"
+    environment = yaml.safe_load((build.source / "build/acceptance/environments/accept-5f0c1d2e.yaml").read_text())
+    assert environment["ami"] == {"id": BUILT_IMAGE}
+
+
+def test_a_failing_gate_tears_the_nodes_down_and_publishes_nothing(build, tools, venv):
+    tools.set_state(acceptance="fail")
+    assert gate_build(build, venv, tools) == {"install": "SUCCEEDED", "build": "FAILED"}
+    assert steps(tools) == [*GATE_UNTIL_ACCEPTANCE, *TEARDOWN, *NOTHING_LEFT_TO_TEAR_DOWN]
+    assert world(tools) == TORN_DOWN
+
+
+def test_a_gate_that_times_out_tears_the_nodes_down_and_publishes_nothing(build, tools, venv):
+    tools.set_state(acceptance="hang")
+    started = time.monotonic()
+    assert gate_build(build, venv, tools, GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS="3") == {
+        "install": "SUCCEEDED",
+        "build": "FAILED",
+    }
+    # The stub would hang for 10 minutes: `timeout` ended it, the deploy and the acceptance together.
+    assert time.monotonic() - started < 300
+    assert steps(tools) == [*GATE_UNTIL_ACCEPTANCE, *TEARDOWN, *NOTHING_LEFT_TO_TEAR_DOWN]
+    assert world(tools) == TORN_DOWN
+
+
+def test_a_failed_deploy_is_rolled_back_and_its_stack_deleted(build, tools, venv):
+    tools.set_state(fail=["cdk deploy"])
+    assert gate_build(build, venv, tools) == {"install": "SUCCEEDED", "build": "FAILED"}
+    assert steps(tools) == [*GATE_UNTIL_DEPLOY, *TEARDOWN, *NOTHING_LEFT_TO_TEAR_DOWN]
+    assert world(tools) == {"stacks": {}, "terminated": [], "deleted_with": [[GATE_STACK, f"token-for-{DEPLOY_ROLE}"]]}
+
+
+def test_a_gate_over_its_cost_bound_launches_nothing(build, tools, venv):
+    tools.set_state(hourly_usd="40.9660000000")
+    assert gate_build(build, venv, tools) == {"install": "SUCCEEDED", "build": "FAILED"}
+    assert steps(tools) == [*GATE_UNTIL_DEPLOY[:-2], *NOTHING_LEFT_TO_TEAR_DOWN]
+    assert world(tools) == {"stacks": None, "terminated": None, "deleted_with": None}
+
+
+@pytest.fixture(scope="module")
+def gate_stack(tmp_path_factory) -> dict:
+    assembly = synthesize_gate_pipeline(tmp_path_factory.mktemp("gate-pipeline"))
+    return assembly.template_json(AMI_PIPELINE_STACK_NAME)
+
+
+def test_a_build_killed_mid_acceptance_is_torn_down_by_the_backstop(build, tools, venv, gate_stack, tmp_path):
+    tools.set_state(acceptance="kill-build")
+    assert gate_build(build, venv, tools) == {"install": "SUCCEEDED", "build": "STOPPED"}
+    assert steps(tools) == GATE_UNTIL_ACCEPTANCE
+    # Nothing in the build ran after the kill: the nodes are still up.
+    assert world(tools) == {"stacks": {GATE_STACK: {"status": "CREATE_COMPLETE", "instances": GATE_NODES}}} | {
+        "terminated": None,
+        "deleted_with": None,
+    }
+
+    # CodeBuild then sends the build's state change; the rule starts the teardown project with its input.
+    event = build_state_change(BUILD_ARN, "STOPPED")
+    rule, teardown_project = backstop(gate_stack)
+    assert matches(rule["EventPattern"], event, gate_stack)
+    start_build = transform(rule["Targets"][0]["InputTransformer"], event)
+    assert start_build == {
+        "environmentVariablesOverride": [{"name": "GPUFLEET_GATE_BUILD_ARN", "value": BUILD_ARN, "type": "PLAINTEXT"}]
+    }
+    teardown_spec = json.loads(teardown_project["Properties"]["Source"]["BuildSpec"])
+    overrides = {item["name"]: item["value"] for item in start_build["environmentVariablesOverride"]}
+    teardown_source = tmp_path / "teardown-src"
+    shutil.copytree(build.source, teardown_source)
+    statuses = run_build(
+        teardown_spec,
+        teardown_source,
+        tools.env(
+            AWS_REGION="us-east-1",
+            CODEBUILD_BUILD_ARN="arn:aws:codebuild:us-east-1:123456789012:build/gpufleet-teardown:"
+            "0b1c2d3e-4f50-4617-8293-a4b5c6d7e8f9",
+            **overrides,
+        ),
+    )
+    assert statuses == {"build": "SUCCEEDED"}
+    assert steps(tools)[len(GATE_UNTIL_ACCEPTANCE) :] == TEARDOWN
+    assert world(tools) == TORN_DOWN

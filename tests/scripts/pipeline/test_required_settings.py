@@ -13,6 +13,22 @@ FROM = "(set by the AMI pipeline's CodeBuild project, or by start-build --enviro
 
 # Each script with settings left out (missing, or set but empty), and the lines it answers with.
 CASES = {
+    "acceptance-gate.sh": (
+        {"GPUFLEET_PACKER_MANIFEST": "build/image-manifest.json", "AWS_REGION": "us-east-1"},
+        [
+            f"acceptance-gate: error: CODEBUILD_BUILD_ARN is not set {FROM}",
+            f"acceptance-gate: error: GPUFLEET_ACCEPTANCE_INSTANCE_TYPE is not set {FROM}",
+            f"acceptance-gate: error: GPUFLEET_ACCEPTANCE_NODES is not set {FROM}",
+            f"acceptance-gate: error: GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS is not set {FROM}",
+        ],
+    ),
+    "acceptance-teardown.sh": (
+        {"CODEBUILD_BUILD_ARN": ""},
+        [
+            f"acceptance-teardown: error: GPUFLEET_GATE_BUILD_ARN is not set {FROM}",
+            f"acceptance-teardown: error: AWS_REGION is not set {FROM}",
+        ],
+    ),
     "build-image.sh": (
         {"GPUFLEET_AMI_PROFILE": "", "AWS_REGION": "us-east-1", "CODEBUILD_BUILD_ID": "gpufleet-ami:1"},
         [

@@ -15,6 +15,12 @@ from tests.scripts.pipeline.fake_tools import FINGERPRINT
 
 CASES = [
     Case(
+        "acceptance-gate.sh",
+        fails=Call("python3", "- build/image-manifest.json"),
+        must_not_run=Call("aws"),
+        why="a cluster deployed from an image id that could not be read",
+    ),
+    Case(
         "build-image.sh",
         fails=Call("gpufleet", "ami check ubuntu2204-cuda12"),
         must_not_run=Call("packer"),
@@ -36,10 +42,20 @@ CASES = [
 
 # Scripts with no step whose failure strict mode has to catch, and why.
 NOTHING_TO_CATCH = {
+    "acceptance-teardown.sh": "every AWS call is checked (||, if): each failure ends the script with its own message",
     "publish-image.sh": "every AWS call is checked (if/||): a region that fails is reported and the script exits 1",
 }
 
 SETTINGS = {
+    "acceptance-gate.sh": {
+        "GPUFLEET_PACKER_MANIFEST": "build/image-manifest.json",
+        "CODEBUILD_BUILD_ARN": "arn:aws:codebuild:us-east-1:123456789012:build/gpufleet-ami:"
+        "5f0c1d2e-3a4b-4c5d-8e9f-0a1b2c3d4e5f",
+        "AWS_REGION": "us-east-1",
+        "GPUFLEET_ACCEPTANCE_INSTANCE_TYPE": "p4d.24xlarge",
+        "GPUFLEET_ACCEPTANCE_NODES": "2",
+        "GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS": "3600",
+    },
     "build-image.sh": {
         "GPUFLEET_AMI_PROFILE": "ubuntu2204-cuda12",
         "GPUFLEET_BUILD_INSTANCE_PROFILE": "gpufleet-build",

@@ -33,6 +33,7 @@ def add_build_project(stack, pipeline, source, publish_regions) -> AmiBuildProje
         log_retention=logs.RetentionDays.ONE_MONTH,
         source=source,
         publish_regions=publish_regions,
+        acceptance=None,
     )
 
 
@@ -627,6 +628,7 @@ def test_a_pipeline_without_checksum_subnet_or_publish_regions_passes_empty_valu
         session_manager_plugin_version=shipped.session_manager_plugin.version,
         build_subnet_id=shipped.subnet_id,
         publish_regions={},
+        acceptance=None,
     )
     assert spec["env"]["variables"] == {
         "GPUFLEET_PACKER_VERSION": "1.11.2",

@@ -1,0 +1,661 @@
+"""`gpufleet run`: a process started on every ready node through SSM Run Command, kept alive by systemd.
+
+The plan (plan_run) puts the ready nodes in job order (gpufleet.ops.fleet.job_order: on-demand before spot), so
+rank 0 and the head address are a node EC2 cannot reclaim when there is one. Every node gets the same command text
+(node_script), so one SendCommand reaches 50 nodes: the text lists the instance ids in rank order and each node finds
+its rank by its own id, read from IMDSv2. The command only starts a transient systemd service as the cluster user and
+returns: the process belongs to systemd, not to the SSM agent, so neither Run Command's timeouts nor a closed laptop
+end it. docs/guides/running-jobs.md explains it for users.
+
+Outside facts (botocore 1.44.5's ssm model): SendCommand takes at most 50 InstanceIds; its TimeoutSeconds (30 to
+2592000) is the time a command may wait to start ("If this time is reached and the command hasn't already started
+running, it won't run"); ListCommandInvocations answers at most 50 invocations a page (MaxResults 1..50);
+CommandPlugin.Output holds at most 2500 characters. aws:runShellScript runs the commands with `sh -c`
+(aws/amazon-ssm-agent, the runshellscript plugin's test: ShellCommand "sh", ShellArguments ["-c"]), so the text is
+POSIX sh.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import io
+import json
+import re
+import shlex
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from gpufleet.aws import error_code
+from gpufleet.constants import CLUSTER_USER_ID, CLUSTER_USER_NAME
+from gpufleet.errors import GpufleetError
+from gpufleet.ops.fleet import FleetInstance, job_order
+from gpufleet.ops.torchrun import LAST_CALL_SECONDS, RENDEZVOUS_PORT, torchrun_command
+
+RUN_SHELL_SCRIPT = "AWS-RunShellScript"
+SEND_COMMAND_MAX_INSTANCES = 50  # botocore ssm model: SendCommandRequest.InstanceIds max 50
+LIST_INVOCATIONS_MAX_RESULTS = 50  # botocore ssm model: ListCommandInvocationsRequest.MaxResults max 50
+# How long a node may take to pick the start up (SendCommand TimeoutSeconds, 30..2592000): a node whose agent is
+# offline that long is reported, and the run goes on without it.
+DELIVERY_TIMEOUT_SECONDS = 600
+# How long the start itself may run on a node (AWS-RunShellScript's executionTimeout parameter, seconds, as a
+# string): it only starts a unit, so two minutes are plenty; the unit is not bound by it.
+START_TIMEOUT_SECONDS = 120
+POLL_SECONDS = 5
+FOLLOW_SECONDS = 10
+# CommandInvocationStatus values of an invocation that is over (botocore ssm model).
+FINISHED_STATUSES = ("Success", "Cancelled", "TimedOut", "Failed")
+# The IMDSv2 endpoint every node script uses (scripts/node/node-ready.sh).
+IMDS_URL = "http://169.254.169.254"
+# The EFA environment of the image for shells (scripts/node/efa-env.sh writes it): the FI_/NCCL_ variables and the
+# library path prepended to LD_LIBRARY_PATH.
+EFA_PROFILE = "/etc/profile.d/gpufleet-efa.sh"
+# Each node's rank in each run it started, one file a run, kept across reboots: `gpufleet logs --node RANK` finds the
+# node by it after the unit is gone. GPUFLEET_ROOT prefixes it in tests, as in the node scripts.
+RANKS_DIR = "${GPUFLEET_ROOT:-}/var/lib/gpufleet/run-ranks"
+RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{4}")
+
+
+def new_run_id(now: dt.datetime, token: str) -> str:
+    """A run id: the UTC start time and four hex digits (TOKEN, e.g. secrets.token_hex(2)), e.g. 20261126-210500-3fa2.
+    It names the systemd unit (gpufleet-run-RUNID), so it keeps to letters, digits and dashes."""
+    run_id = f"{now.astimezone(dt.UTC):%Y%m%d-%H%M%S}-{token}"
+    if not RUN_ID.fullmatch(run_id):
+        raise ValueError(f"not a run id: {run_id}")
+    return run_id
+
+
+def unit_name(run_id: str) -> str:
+    return f"gpufleet-run-{run_id}"
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What one run starts where: the nodes in rank order and what each node runs."""
+
+    run_id: str
+    environment: str
+    nodes: tuple[FleetInstance, ...]
+    gpus_per_node: int
+    command: tuple[str, ...]  # the argv run on every node
+    setup: str = ""  # a shell command run first on every node, in the working directory
+    workdir: str = ""  # the node's working directory; empty: the cluster user's home
+    workdir_archive: str = ""  # s3://BUCKET/KEY of a tar.gz every node unpacks into workdir first (upload_workdir)
+    mpi: bool = False  # mpirun on the head starts the command on every node over SSH
+    # The head's own argv where it differs from the others' (torchrun: the head hosts the c10d store, is_host=1,
+    # gpufleet.ops.torchrun); empty: the head runs `command` too.
+    head_command: tuple[str, ...] = ()
+    # A torchrun run's rendezvous port on the head (0: not a torchrun run, which no node joins later).
+    rendezvous_port: int = 0
+    # The environment's shared file system (empty: none), where a torchrun run's description waits for replacement
+    # nodes (run_description).
+    shared_dir: str = ""
+
+    @property
+    def targets(self) -> list[str]:
+        """The nodes Run Command starts a unit on: every node, or with MPI the head alone (mpirun reaches the others
+        over the cluster user's SSH trust, scripts/node/cluster-user.sh)."""
+        return self.instance_ids[:1] if self.mpi else self.instance_ids
+
+    @property
+    def head_address(self) -> str:
+        return self.nodes[0].private_ip
+
+    @property
+    def instance_ids(self) -> list[str]:
+        return [node.instance_id for node in self.nodes]
+
+    @property
+    def joinable(self) -> bool:
+        """Whether a node that becomes ready later joins this run: torchrun's elastic rendezvous takes it in, and the
+        run's description is where the node can read it. A plain or MPI run has a fixed set of processes."""
+        return bool(self.rendezvous_port and self.shared_dir)
+
+    @property
+    def comment(self) -> str:
+        """SendCommand's Comment (at most 100 characters): environment names have at most 24, run ids 20."""
+        return f"gpufleet {self.environment} run {self.run_id}"
+
+
+def plan_run(
+    run_id: str,
+    environment: str,
+    ready: list[FleetInstance],
+    gpus_per_node: int,
+    command: list[str],
+    setup: str = "",
+    workdir: str = "",
+    workdir_archive: str = "",
+    mpi: bool = False,
+    head_command: list[str] | None = None,
+) -> RunPlan:
+    """The plan of a run on READY (the nodes that say they are ready), ranked in job order."""
+    if not ready:
+        raise GpufleetError(f"{environment} has no node ready for jobs: see `gpufleet status {environment}`")
+    if not command:
+        raise GpufleetError("gpufleet run: no command: put it after --, e.g. `gpufleet run ENV -- python train.py`")
+    nodes = tuple(sorted(ready, key=job_order))
+    return RunPlan(
+        run_id,
+        environment,
+        nodes,
+        gpus_per_node,
+        tuple(command),
+        setup,
+        workdir,
+        workdir_archive,
+        mpi,
+        tuple(head_command or ()),
+    )
+
+
+def plan_torchrun(
+    run_id: str,
+    environment: str,
+    ready: list[FleetInstance],
+    gpus_per_node: int,
+    command: list[str],
+    *,
+    min_nodes: int,
+    max_restarts: int,
+    setup: str = "",
+    shared_dir: str = "",
+    port: int = RENDEZVOUS_PORT,
+    last_call_seconds: int = LAST_CALL_SECONDS,
+) -> RunPlan:
+    """The plan of a torchrun run: every node runs torchrun (gpufleet.ops.torchrun) with COMMAND, GPUS_PER_NODE
+    processes a node, between MIN_NODES and every ready node, the head hosting the c10d store (its own argv). A node
+    that joins later runs the others' argv, so the node range's maximum is the number of nodes ready now."""
+    plan = plan_run(run_id, environment, ready, gpus_per_node, command, setup=setup)
+    problems = []
+    if not 1 <= min_nodes <= len(plan.nodes):
+        problems.append(f"--min-nodes {min_nodes}: need 1 to {len(plan.nodes)} (the nodes ready for jobs now)")
+    if max_restarts < 0:
+        problems.append(f"--max-restarts {max_restarts}: need 0 or more")
+    if problems:
+        raise GpufleetError("\n".join(problems))
+
+    def node_command(is_head: bool) -> tuple[str, ...]:
+        try:
+            argv = torchrun_command(
+                run_id=run_id,
+                head_address=plan.head_address,
+                is_head=is_head,
+                min_nodes=min_nodes,
+                max_nodes=len(plan.nodes),
+                processes_per_node=gpus_per_node,
+                max_restarts=max_restarts,
+                command=command,
+                port=port,
+                last_call_seconds=last_call_seconds,
+            )
+        except ValueError as error:
+            raise GpufleetError(f"--torchrun: {error}") from None
+        return tuple(argv)
+
+    return dataclasses.replace(
+        plan,
+        command=node_command(is_head=False),
+        head_command=node_command(is_head=True),
+        rendezvous_port=port,
+        shared_dir=shared_dir,
+    )
+
+
+# mpirun's options for a run, as scripts/ops/run-nccl-tests.sh launches nccl-tests: MPI only starts the processes, so
+# its own traffic stays on TCP (not the EFA devices NCCL uses) and pinning is left to the program. The EFA variables
+# and the library path the head's shell has (EFA_PROFILE) go to every process (-x).
+MPIRUN_OPTIONS = ("--bind-to", "none", "--mca", "pml", "^cm,ucx", "--mca", "btl", "tcp,self")
+MPI_FORWARDED = (
+    r"-x PATH ${LD_LIBRARY_PATH:+-x LD_LIBRARY_PATH} $(env | sed -n 's/^\(\(FI\|NCCL\)_[A-Za-z0-9_]*\)=.*/-x \1/p')"
+)
+
+
+def hostfile_path(run_id: str) -> str:
+    return f"${{TMPDIR:-/tmp}}/{unit_name(run_id)}.hosts"
+
+
+def _mpi_steps(plan: RunPlan, directory: str) -> list[str]:
+    """The head's steps of an MPI run: the hostfile of the plan's nodes (hostlists.mpi_hostfile's lines), the setup
+    once per node through mpirun, then the command, GPUS_PER_NODE processes a node."""
+    hostfile = hostfile_path(plan.run_id)
+    lines = " ".join(shlex.quote(f"{node.private_ip} slots={plan.gpus_per_node}") for node in plan.nodes)
+    nodes = len(plan.nodes)
+    options = " ".join(shlex.quote(option) for option in MPIRUN_OPTIONS)
+    steps = [f"printf '%s\\n' {lines} > {hostfile}"]
+    if plan.setup:
+        setup = shlex.quote(f"cd {directory} && {plan.setup}")
+        steps.append(f"mpirun --hostfile {hostfile} -n {nodes} -N 1 {options} {MPI_FORWARDED} bash -c {setup}")
+    processes = nodes * plan.gpus_per_node
+    steps.append(
+        f"exec mpirun --hostfile {hostfile} -n {processes} -N {plan.gpus_per_node} {options} {MPI_FORWARDED} "
+        + shlex.join(plan.command)
+    )
+    return steps
+
+
+def unit_body(plan: RunPlan, head: bool = False) -> str:
+    """What the unit's bash runs: the EFA environment, the working directory, the setup, then the command (the head's
+    own where the plan has one and HEAD; with MPI: mpirun, which runs both on every node)."""
+    directory = shlex.quote(plan.workdir) if plan.workdir else f"~{CLUSTER_USER_NAME}"
+    steps = [f"if [ -r {EFA_PROFILE} ]; then . {EFA_PROFILE}; fi"]
+    if plan.workdir_archive:
+        # Every node unpacks its own copy: the AWS CLI (every AMI profile installs it) reads the object with the node
+        # role, which may read the data repository prefix (storage.data_repository).
+        steps += [
+            f"mkdir -p {directory}",
+            f"aws s3 cp --only-show-errors {shlex.quote(plan.workdir_archive)} - | tar -xz -C {directory}",
+        ]
+    steps.append(f"cd {directory}")
+    if plan.mpi:
+        steps += _mpi_steps(plan, directory)
+    else:
+        if plan.setup:
+            steps.append(plan.setup)
+        command = plan.head_command if head and plan.head_command else plan.command
+        if head and plan.joinable:
+            # The head's torchrun ends when the run does (done, or out of restarts): mark the description ended, so
+            # that no node joins it later, when the head may serve another run's rendezvous on the same port.
+            ended = shlex.quote(description_dir(plan.shared_dir, plan.run_id) + "/ended")
+            steps += ["status=0", shlex.join(command) + " || status=$?", f"touch {ended}", 'exit "$status"']
+        else:
+            steps.append("exec " + shlex.join(command))
+    return "set -eo pipefail\n" + "\n".join(steps)
+
+
+def run_settings(plan: RunPlan) -> dict[str, str]:
+    """The run's environment every node's unit gets, but for its rank (GPUFLEET_NODE_RANK, set on the node)."""
+    return {
+        "GPUFLEET_RUN_ID": plan.run_id,
+        "GPUFLEET_NODE_COUNT": str(len(plan.nodes)),
+        "GPUFLEET_GPUS_PER_NODE": str(plan.gpus_per_node),
+        "GPUFLEET_HEAD_ADDRESS": plan.head_address,
+    }
+
+
+# Where a joinable run's description lives on the shared file system; scripts/node/join-runs.sh reads it there.
+RUNS_SUBDIR = "gpufleet-runs"
+
+
+def description_dir(shared_dir: str, run_id: str) -> str:
+    return f"{shared_dir}/{RUNS_SUBDIR}/{run_id}"
+
+
+def run_description(plan: RunPlan) -> dict[str, Any]:
+    """What a node that becomes ready after the start needs to join PLAN (scripts/node/join-runs.sh): where the head
+    serves the rendezvous, the others' unit body (the EFA environment, the working directory's download, the setup,
+    the non-head torchrun line) and environment. The rest is there for people reading it."""
+    return {
+        "run_id": plan.run_id,
+        "environment": plan.environment,
+        "head_address": plan.head_address,
+        "rendezvous_port": plan.rendezvous_port,
+        "node_count": len(plan.nodes),
+        "command": list(plan.command),
+        "setup": plan.setup,
+        "workdir_archive": plan.workdir_archive,
+        "settings": run_settings(plan),
+        "body": unit_body(plan),
+    }
+
+
+def _write_description(plan: RunPlan) -> list[str]:
+    """Rank 0's lines that write the description of a joinable PLAN, as the cluster user's file (by its uid, which
+    every node shares: scripts/node/cluster-user.sh), replaced whole so a reader never sees half of it."""
+    if not plan.joinable:
+        return []
+    directory = shlex.quote(description_dir(plan.shared_dir, plan.run_id))
+    parent = shlex.quote(f"{plan.shared_dir}/{RUNS_SUBDIR}")
+    owner = f"{CLUSTER_USER_ID}:{CLUSTER_USER_ID}"
+    text = shlex.quote(json.dumps(run_description(plan), indent=1, sort_keys=True))
+    return [
+        'if [ "$rank" -eq 0 ]; then',
+        f"  install -d -o {CLUSTER_USER_ID} -g {CLUSTER_USER_ID} -m 0755 {parent} {directory}",
+        f"  printf '%s\\n' {text} > {directory}/run.json.tmp",
+        f"  chown {owner} {directory}/run.json.tmp",
+        f"  mv -f {directory}/run.json.tmp {directory}/run.json",
+        "fi",
+    ]
+
+
+def _choose_body(plan: RunPlan) -> list[str]:
+    """Where the head runs its own command, the lines that put rank 0's body or the others' into $body: one text for
+    every node still, so 50 nodes still share a SendCommand."""
+    if not plan.head_command:
+        return []
+    return [
+        'if [ "$rank" -eq 0 ]; then',
+        f"  body={shlex.quote(unit_body(plan, head=True))}",
+        "else",
+        f"  body={shlex.quote(unit_body(plan))}",
+        "fi",
+    ]
+
+
+def node_script(plan: RunPlan, first_rank: int = 0) -> str:
+    """The command text Run Command runs on the nodes of one SendCommand batch of PLAN, those from FIRST_RANK on
+    (POSIX sh): find this node's rank, then start the unit as the cluster user with the run's environment. The text
+    lists that batch's nodes only, so its size does not grow with the cluster. Exit 0: started, or already running;
+    3: this node is not in the batch; otherwise IMDS or systemd-run failed (their own message is in the invocation's
+    output)."""
+    batch = plan.instance_ids[first_rank : first_rank + SEND_COMMAND_MAX_INSTANCES]
+    unit = unit_name(plan.run_id)
+    count = len(plan.nodes)
+    setenv = " ".join(f"--setenv={name}={value}" for name, value in run_settings(plan).items())
+    return "\n".join(
+        [
+            "set -eu",
+            f"token=$(curl -fsS --max-time 2 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' "
+            f"{IMDS_URL}/latest/api/token)",
+            'self=$(curl -fsS --max-time 2 -H "X-aws-ec2-metadata-token: $token" '
+            f"{IMDS_URL}/latest/meta-data/instance-id)",
+            f"rank={first_rank}",
+            f"for node in {' '.join(batch)}; do",
+            '  if [ "$node" = "$self" ]; then break; fi',
+            "  rank=$((rank + 1))",
+            "done",
+            f'if [ "$rank" -ge {first_rank + len(batch)} ]; then',
+            f'  echo "gpufleet run {plan.run_id}: $self is not one of its nodes" >&2',
+            "  exit 3",
+            "fi",
+            f"if systemctl is-active --quiet {unit}; then",
+            f'  echo "gpufleet run {plan.run_id}: already running on $self"',
+            "  exit 0",
+            "fi",
+            f"mkdir -p {RANKS_DIR}",
+            f'echo "$rank" > {RANKS_DIR}/{plan.run_id}',
+            *(_write_description(plan) if first_rank == 0 else []),
+            *_choose_body(plan),
+            f"systemd-run --unit={unit} --description='gpufleet run {plan.run_id}' "
+            f"--uid={CLUSTER_USER_NAME} --gid={CLUSTER_USER_NAME} {setenv} "
+            '--setenv=GPUFLEET_NODE_RANK="$rank" /bin/bash -c '
+            + ('"$body"' if plan.head_command else shlex.quote(unit_body(plan))),
+            f'echo "gpufleet run {plan.run_id}: started {unit} on $self as rank $rank of {count}"',
+        ]
+    )
+
+
+def send_batches(instance_ids: list[str]) -> list[list[str]]:
+    """INSTANCE_IDS in SendCommand's chunks of at most 50, in order."""
+    step = SEND_COMMAND_MAX_INSTANCES
+    return [instance_ids[start : start + step] for start in range(0, len(instance_ids), step)]
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    """How a command went on one node: the invocation's status, its detail (Undeliverable, DeliveryTimedOut, ...) and
+    the first 2500 characters of its output."""
+
+    instance_id: str
+    status: str
+    detail: str
+    output: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "Success"
+
+    def line(self, done: str = "started") -> str:
+        if self.ok:
+            return f"{self.instance_id}: {done}"
+        last = self.output.strip().splitlines()[-1] if self.output.strip() else ""
+        return f"{self.instance_id}: not {done} ({self.detail or self.status}){': ' + last if last else ''}"
+
+
+def send_to_nodes(
+    ssm: Any,
+    instance_ids: list[str],
+    script: str | Callable[[int], str],
+    comment: str,
+    execution_timeout: int = START_TIMEOUT_SECONDS,
+) -> tuple[dict[str, list[str]], list[NodeResult]]:
+    """Send SCRIPT to INSTANCE_IDS, 50 to a call (a function of SCRIPT gets the position of each batch's first node),
+    each node's run of it bounded by EXECUTION_TIMEOUT seconds (AWS-RunShellScript's executionTimeout):
+    (command id -> its nodes, the nodes of every call SSM refused, each with the error code). SSM refuses a whole call
+    when one of its ids is not a node it manages (InvalidInstanceId: the agent not running or not registered, or the
+    instance shutting down; botocore ssm model). Another error raises when it comes first, so that nothing was
+    sent."""
+    commands: dict[str, list[str]] = {}
+    refused: list[NodeResult] = []
+    for index, batch in enumerate(send_batches(instance_ids)):
+        text = script if isinstance(script, str) else script(index * SEND_COMMAND_MAX_INSTANCES)
+        try:
+            command = ssm.send_command(
+                InstanceIds=batch,
+                DocumentName=RUN_SHELL_SCRIPT,
+                Comment=comment,
+                TimeoutSeconds=DELIVERY_TIMEOUT_SECONDS,
+                Parameters={"commands": [text], "executionTimeout": [str(execution_timeout)]},
+            )["Command"]
+        except ClientError as error:
+            # Any other refusal (AccessDenied, a throttle past the retries) before any batch went out fails the whole
+            # command: nothing was sent. After one went out, its nodes are running the script: the refused batch is
+            # reported node by node, like a node SSM does not manage, so the caller can say what started.
+            if error_code(error) != "InvalidInstanceId" and not commands:
+                raise
+            refused += [NodeResult(node, "Refused", error_code(error)) for node in batch]
+            continue
+        commands[command["CommandId"]] = batch
+    return commands, refused
+
+
+def start_run(ssm: Any, plan: RunPlan) -> tuple[dict[str, list[str]], list[NodeResult]]:
+    """Send PLAN's start to its nodes (send_to_nodes), each batch the text of its own ranks."""
+    return send_to_nodes(ssm, plan.targets, lambda first_rank: node_script(plan, first_rank), plan.comment)
+
+
+def _invocations(ssm: Any, command_id: str) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    arguments: dict[str, Any] = {"CommandId": command_id, "Details": True, "MaxResults": LIST_INVOCATIONS_MAX_RESULTS}
+    while True:
+        page = ssm.list_command_invocations(**arguments)
+        found += page["CommandInvocations"]
+        if not page.get("NextToken"):
+            return found
+        arguments["NextToken"] = page["NextToken"]
+
+
+def node_results(
+    ssm: Any,
+    commands: dict[str, list[str]],
+    wait_seconds: float,
+    progress: Callable[[NodeResult], None] = lambda _: None,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[NodeResult]:
+    """Wait until every node's invocation of COMMANDS is over, or WAIT_SECONDS have passed; PROGRESS hears each node
+    once, when its invocation is over. A node still pending at the end is reported with its last status."""
+    deadline = clock() + wait_seconds
+    over: dict[str, NodeResult] = {}
+    latest: dict[str, NodeResult] = {}
+    while True:
+        for command_id, nodes in commands.items():
+            if all(node in over for node in nodes):
+                continue
+            for invocation in _invocations(ssm, command_id):
+                plugins = invocation.get("CommandPlugins", [])
+                start = NodeResult(
+                    invocation["InstanceId"],
+                    invocation["Status"],
+                    invocation.get("StatusDetails", ""),
+                    plugins[0].get("Output", "") if plugins else "",
+                )
+                latest[start.instance_id] = start
+                if start.status in FINISHED_STATUSES and start.instance_id not in over:
+                    over[start.instance_id] = start
+                    progress(start)
+        wanted = [node for nodes in commands.values() for node in nodes]
+        if all(node in over for node in wanted) or clock() >= deadline:
+            return [
+                over.get(node) or latest.get(node) or NodeResult(node, "Pending", "no invocation yet")
+                for node in wanted
+            ]
+        sleep(POLL_SECONDS)
+
+
+def stop_script(run_id: str, shared_dir: str = "") -> str:
+    """What `gpufleet stop` runs on every running node: mark a joinable run's description stopped, so that no node
+    joins it later (scripts/node/join-runs.sh), then stop the run's unit where it is active (systemd sends SIGTERM to
+    every process of the unit, then SIGKILL after its stop timeout)."""
+    unit = unit_name(run_id)
+    directory = shlex.quote(description_dir(shared_dir, run_id))
+    marking = [f"if [ -d {directory} ]; then touch {directory}/stopped; fi"] if shared_dir else []
+    return "\n".join(
+        [
+            *marking,
+            f"if systemctl is-active --quiet {unit}; then",
+            f"  systemctl stop {unit}",
+            "  echo stopped",
+            "else",
+            "  echo not running",
+            "fi",
+        ]
+    )
+
+
+# `systemctl list-units` takes glob patterns since systemd 209 (systemd NEWS 209: "systemctl now supports globbing on
+# the various list-xyz commands"); --plain drops the tree marks (NEWS 203). Its columns: UNIT LOAD ACTIVE SUB ...
+LIST_RUNS_SCRIPT = (
+    "systemctl list-units --all --plain 'gpufleet-run-*' | awk '$1 ~ /^gpufleet-run-.*[.]service$/ {print $1, $3, $4}'"
+)
+UNIT_LINE = re.compile(r"gpufleet-run-(?P<run>[0-9]{8}-[0-9]{6}-[0-9a-f]{4})\.service (?P<active>\S+) (?P<sub>\S+)")
+
+
+def runs_on_nodes(results: list[NodeResult]) -> dict[str, dict[str, str]]:
+    """The runs the nodes' answers to LIST_RUNS_SCRIPT name: run id -> {instance id: "ACTIVE/SUB"}, runs in id order
+    (their start time). A unit that ended well is gone from systemd's list (transient units are unloaded); one that
+    failed stays, as failed, until it is reset."""
+    runs: dict[str, dict[str, str]] = {}
+    for result in results:
+        for line in result.output.splitlines():
+            match = UNIT_LINE.fullmatch(line.strip())
+            if match:
+                runs.setdefault(match["run"], {})[result.instance_id] = f"{match['active']}/{match['sub']}"
+    return dict(sorted(runs.items()))
+
+
+# GetCommandInvocation's StandardOutputContent holds the first 24000 characters of the output (botocore ssm model):
+# the log's tail is cut to less, so that the marker line and the newest lines both come back.
+LOG_TAIL_CHARACTERS = 20000
+
+
+def log_marker(run_id: str, rank: int) -> str:
+    return f"gpufleet logs: run {run_id} rank {rank}"
+
+
+# The line journalctl --show-cursor ends with (systemd NEWS 206: "--show-cursor ... prints the cursor string of the
+# last shown log line", to continue with --after-cursor=); both are older than every image's systemd (219 and up).
+CURSOR_PREFIX = "-- cursor: "
+
+
+@dataclass(frozen=True)
+class NodeLog:
+    """What one node of a run sent back for `gpufleet logs`: the journal's lines and where they ended."""
+
+    instance_id: str
+    text: str
+    cursor: str
+
+
+def logs_script(run_id: str, rank: int, lines: int, after_cursor: str = "") -> str:
+    """What `gpufleet logs` runs on the nodes: only the node that was RANK in RUN_ID prints, its marker line then the
+    unit's journal (what the processes printed): the last LINES lines, or those after AFTER_CURSOR; at most
+    LOG_TAIL_CHARACTERS, ending with the cursor line."""
+    rank_file = f"{RANKS_DIR}/{run_id}"
+    which = f"--after-cursor={shlex.quote(after_cursor)}" if after_cursor else f"--lines={lines}"
+    return "\n".join(
+        [
+            f'if [ ! -r "{rank_file}" ] || [ "$(cat "{rank_file}")" != {rank} ]; then exit 0; fi',
+            f'echo "{log_marker(run_id, rank)}"',
+            f"journalctl --unit={unit_name(run_id)} --output=cat --no-pager --show-cursor {which} | "
+            f"tail -c {LOG_TAIL_CHARACTERS}",
+        ]
+    )
+
+
+def _read_log(instance_id: str, output: str, after_cursor: str) -> NodeLog:
+    """OUTPUT of logs_script without its marker line, its cursor line taken off (AFTER_CURSOR when no new line
+    came)."""
+    lines = output.split("\n")[1:]
+    if lines and lines[-1] == "":
+        lines.pop()
+    cursor = after_cursor
+    if lines and lines[-1].startswith(CURSOR_PREFIX):
+        cursor = lines.pop()[len(CURSOR_PREFIX) :]
+    return NodeLog(instance_id, "".join(line + "\n" for line in lines), cursor)
+
+
+def node_log(
+    ssm: Any, commands: dict[str, list[str]], results: list[NodeResult], run_id: str, rank: int, after_cursor: str = ""
+) -> NodeLog:
+    """The journal lines the node of RANK sent back (the answer to logs_script), read in full with
+    GetCommandInvocation; GpufleetError when no node answered as that rank."""
+    marker = log_marker(run_id, rank)
+    for result in results:
+        if result.ok and result.output.startswith(marker):
+            command_id = next(command for command, nodes in commands.items() if result.instance_id in nodes)
+            output = ssm.get_command_invocation(CommandId=command_id, InstanceId=result.instance_id)
+            return _read_log(result.instance_id, output["StandardOutputContent"], after_cursor)
+    raise GpufleetError(
+        f"no running node was rank {rank} of run {run_id}: check the run id with `gpufleet runs`; a node that is gone "
+        "took its journal with it"
+    )
+
+
+def follow_log(
+    ssm: Any, start: NodeLog, run_id: str, rank: int, comment: str, wait_seconds: float
+) -> Iterator[NodeLog]:
+    """`gpufleet logs --follow`: every FOLLOW_SECONDS, the lines after the last cursor, from the one node of START
+    (one SendCommand and its polls a round, whatever the cluster's size), forever."""
+    latest = start
+    while True:
+        time.sleep(FOLLOW_SECONDS)
+        script = logs_script(run_id, rank, 0, latest.cursor)
+        commands, refused = send_to_nodes(ssm, [latest.instance_id], script, comment)
+        results = refused + node_results(ssm, commands, wait_seconds)
+        latest = node_log(ssm, commands, results, run_id, rank, latest.cursor)
+        yield latest
+
+
+# A working directory is code and small files, uploaded with one PutObject: gpufleet's own bound, far below S3's 5 GB
+# for one PUT (S3 user guide, "Uploading objects": "upload a single object up to 5 GB", (unconfirmed) here). Data
+# belongs on the shared file system.
+WORKDIR_ARCHIVE_LIMIT_BYTES = 512 * 1024 * 1024
+
+
+def node_workdir(run_id: str) -> str:
+    """Where each node unpacks an uploaded working directory: node-local, so that nodes never write over each other
+    (the cluster user's home may be on shared storage)."""
+    return f"/var/tmp/{unit_name(run_id)}"
+
+
+def pack_workdir(directory: Path) -> bytes:
+    """DIRECTORY's content as a gzip-compressed tar archive, its entries relative to it, in name order."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for path in sorted(directory.rglob("*")):
+            archive.add(path, arcname=str(path.relative_to(directory)), recursive=False)
+    return buffer.getvalue()
+
+
+def upload_workdir(s3: Any, directory: Path, location: tuple[str, str], run_id: str) -> str:
+    """Upload DIRECTORY once, to the data repository's bucket and prefix (LOCATION) under gpufleet-runs/RUN_ID/;
+    returns its s3:// address."""
+    if not directory.is_dir():
+        raise GpufleetError(f"--workdir: {directory} is not a directory")
+    archive = pack_workdir(directory)
+    if len(archive) > WORKDIR_ARCHIVE_LIMIT_BYTES:
+        raise GpufleetError(
+            f"--workdir: {directory} packs to {len(archive) / 2**20:.0f} MiB, over "
+            f"{WORKDIR_ARCHIVE_LIMIT_BYTES // 2**20} MiB: keep data on the shared file system and upload code only"
+        )
+    bucket, prefix = location
+    key = f"{prefix}/gpufleet-runs/{run_id}/workdir.tar.gz"
+    s3.put_object(Bucket=bucket, Key=key, Body=archive)
+    return f"s3://{bucket}/{key}"

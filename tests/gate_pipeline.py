@@ -1,0 +1,47 @@
+"""The AMI pipeline with its acceptance gate on (ami/pipeline.yaml ships it off), for the tests of the gate's
+settings, the stack and the buildspec run: the settings, the file, and the pipeline stack synthesized with cdk-nag."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import aws_cdk as cdk
+import yaml
+
+from gpufleet.ami.pipeline import Pipeline
+from gpufleet.loading import environment_files, load_environments, load_pipeline
+from stacks.ami_pipeline_stack import add_ami_pipeline_stack
+from stacks.environment_stacks import add_compliance_checks
+from tests.conftest import CDK_CONTEXT, REPOSITORY, Assembly
+
+GATE = {
+    "instance_type": "p4d.24xlarge",
+    "availability_zone": "us-east-1a",
+    "vpc_id": "vpc-0123456789abcdef0",
+    "subnet_id": "subnet-0123456789abcdef0",
+    "nodes": 2,
+    "timeout_minutes": 60,
+    "max_cost_usd": 100,
+}
+
+
+def gate_pipeline_text() -> str:
+    """ami/pipeline.yaml as shipped, with the gate turned on."""
+    document = yaml.safe_load((REPOSITORY / "ami" / "pipeline.yaml").read_text())
+    return yaml.safe_dump({**document, "acceptance": GATE}, sort_keys=False)
+
+
+def gate_pipeline(directory: Path) -> Pipeline:
+    path = directory / "pipeline.yaml"
+    path.write_text(gate_pipeline_text())
+    return load_pipeline(path)
+
+
+def synthesize_gate_pipeline(directory: Path) -> Assembly:
+    """The pipeline stack with the gate, synthesized with cdk-nag (synthesis raises on unacknowledged findings)."""
+    pipeline = gate_pipeline(directory)
+    app = cdk.App(outdir=str(directory / "cdk.out"), context=CDK_CONTEXT)
+    add_compliance_checks(app)
+    add_ami_pipeline_stack(app, pipeline, load_environments(environment_files(REPOSITORY / "environments"), pipeline))
+    app.synth()
+    return Assembly(directory / "cdk.out")

@@ -1,0 +1,1153 @@
+"""`gpufleet run`'s plan and start: ranks, the node's command text (run by the real sh against fake curl and
+systemd-run), SendCommand batches, and the SSM side on botocore clients checked against its ssm model."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+import os
+import re
+import shlex
+import stat
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpufleet.errors import GpufleetError
+from gpufleet.ops.fleet import FleetInstance
+from gpufleet.ops.runs import (
+    LIST_RUNS_SCRIPT,
+    NodeResult,
+    RunPlan,
+    logs_script,
+    new_run_id,
+    node_results,
+    node_script,
+    pack_workdir,
+    plan_run,
+    plan_torchrun,
+    runs_on_nodes,
+    send_batches,
+    start_run,
+    stop_script,
+    unit_body,
+    upload_workdir,
+)
+from tests.answering import answering_client, client_error
+from tests.gpufleet.ops.conftest import fleet_nodes, make_on_demand, mark_readiness
+
+LAUNCHED = dt.datetime(2026, 11, 26, 20, 0, tzinfo=dt.UTC)
+RUN_ID = "20261126-210500-3fa2"
+COMMAND_ID = "11111111-2222-3333-4444-{:012d}"
+
+
+def node(instance_id: str, ip: str, lifecycle: str = "on-demand", minute: int = 0) -> FleetInstance:
+    return FleetInstance(
+        instance_id,
+        lifecycle,
+        "us-east-1a",
+        "pg",
+        ip,
+        LAUNCHED + dt.timedelta(minutes=minute),
+        "running",
+        "ami-1",
+        "ready",
+    )
+
+
+def two_node_plan(**options: str) -> RunPlan:
+    nodes = [node("i-0000000000000000b", "10.40.0.9", "spot"), node("i-0000000000000000a", "10.40.0.4", minute=5)]
+    return plan_run(RUN_ID, "dev", nodes, 8, ["python", "train.py", "--epochs", "2"], **options)
+
+
+def test_the_run_id_is_the_utc_start_time_and_a_token():
+    start = dt.datetime(2026, 11, 26, 22, 5, 0, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    assert new_run_id(start, "3fa2") == "20261126-210500-3fa2"
+
+
+def test_a_token_that_would_break_the_unit_name_is_refused():
+    with pytest.raises(ValueError, match="not a run id"):
+        new_run_id(LAUNCHED, "a b;")
+
+
+def test_the_on_demand_node_is_rank_0_and_the_head_even_when_launched_later():
+    plan = two_node_plan()
+    assert plan.instance_ids == ["i-0000000000000000a", "i-0000000000000000b"]
+    assert plan.head_address == "10.40.0.4"
+    assert plan.comment == "gpufleet dev run 20261126-210500-3fa2"
+
+
+def test_a_run_without_ready_nodes_or_command_is_refused_with_what_to_do():
+    with pytest.raises(GpufleetError, match=r"^dev has no node ready for jobs: see `gpufleet status dev`$"):
+        plan_run(RUN_ID, "dev", [], 8, ["true"])
+    with pytest.raises(GpufleetError, match="no command: put it after --"):
+        plan_run(RUN_ID, "dev", [node("i-0000000000000000a", "10.40.0.4")], 8, [])
+
+
+def test_the_node_script_is_the_rank_lookup_then_one_transient_unit():
+    plan = two_node_plan(setup="pip install -r requirements.txt", workdir="/fsx/runs/r1")
+    assert node_script(plan) == "\n".join(
+        [
+            "set -eu",
+            "token=$(curl -fsS --max-time 2 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' "
+            "http://169.254.169.254/latest/api/token)",
+            'self=$(curl -fsS --max-time 2 -H "X-aws-ec2-metadata-token: $token" '
+            "http://169.254.169.254/latest/meta-data/instance-id)",
+            "rank=0",
+            "for node in i-0000000000000000a i-0000000000000000b; do",
+            '  if [ "$node" = "$self" ]; then break; fi',
+            "  rank=$((rank + 1))",
+            "done",
+            'if [ "$rank" -ge 2 ]; then',
+            '  echo "gpufleet run 20261126-210500-3fa2: $self is not one of its nodes" >&2',
+            "  exit 3",
+            "fi",
+            "if systemctl is-active --quiet gpufleet-run-20261126-210500-3fa2; then",
+            '  echo "gpufleet run 20261126-210500-3fa2: already running on $self"',
+            "  exit 0",
+            "fi",
+            "mkdir -p ${GPUFLEET_ROOT:-}/var/lib/gpufleet/run-ranks",
+            'echo "$rank" > ${GPUFLEET_ROOT:-}/var/lib/gpufleet/run-ranks/20261126-210500-3fa2',
+            "systemd-run --unit=gpufleet-run-20261126-210500-3fa2 --description='gpufleet run 20261126-210500-3fa2' "
+            "--uid=gpufleet --gid=gpufleet --setenv=GPUFLEET_RUN_ID=20261126-210500-3fa2 "
+            "--setenv=GPUFLEET_NODE_COUNT=2 "
+            "--setenv=GPUFLEET_GPUS_PER_NODE=8 --setenv=GPUFLEET_HEAD_ADDRESS=10.40.0.4 "
+            '--setenv=GPUFLEET_NODE_RANK="$rank" /bin/bash -c \'set -eo pipefail\n'
+            "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
+            "cd /fsx/runs/r1\n"
+            "pip install -r requirements.txt\n"
+            "exec python train.py --epochs 2'",
+            'echo "gpufleet run 20261126-210500-3fa2: started gpufleet-run-20261126-210500-3fa2 on $self as rank $rank '
+            'of 2"',
+        ]
+    )
+
+
+def fake_node(tmp_path: Path, instance_id: str, active: bool = False) -> dict[str, str]:
+    """PATH with fake curl (IMDSv2: a token, then the instance id), systemctl (is-active answers ACTIVE) and
+    systemd-run (records its arguments, one a line)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scripts = {
+        "curl": f'case "$*" in *api/token*) echo TOKEN ;; *instance-id*) echo {instance_id} ;; *) exit 22 ;; esac',
+        "systemctl": f"exit {0 if active else 3}",
+        "systemd-run": f'printf "%s\\n" "$@" > {tmp_path}/systemd-run.args',
+    }
+    for name, body in scripts.items():
+        path = bin_dir / name
+        path.write_text(f"#!/bin/sh\n{body}\n")
+        path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "GPUFLEET_ROOT": str(tmp_path)}
+
+
+def run_on_node(tmp_path: Path, instance_id: str, active: bool = False) -> subprocess.CompletedProcess:
+    """The node script as aws:runShellScript runs it: `sh -c TEXT`."""
+    plan = two_node_plan(setup="make data")
+    return subprocess.run(
+        ["sh", "-c", node_script(plan)],
+        env=fake_node(tmp_path, instance_id, active),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+
+
+def test_each_node_starts_the_unit_with_its_own_rank(tmp_path):
+    result = run_on_node(tmp_path, "i-0000000000000000b")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (
+        "gpufleet run 20261126-210500-3fa2: started gpufleet-run-20261126-210500-3fa2 on i-0000000000000000b "
+        "as rank 1 of 2\n"
+    )
+    arguments = (tmp_path / "systemd-run.args").read_text().split("\n")
+    assert arguments[:8] == [
+        "--unit=gpufleet-run-20261126-210500-3fa2",
+        "--description=gpufleet run 20261126-210500-3fa2",
+        "--uid=gpufleet",
+        "--gid=gpufleet",
+        "--setenv=GPUFLEET_RUN_ID=20261126-210500-3fa2",
+        "--setenv=GPUFLEET_NODE_COUNT=2",
+        "--setenv=GPUFLEET_GPUS_PER_NODE=8",
+        "--setenv=GPUFLEET_HEAD_ADDRESS=10.40.0.4",
+    ]
+    assert arguments[8:11] == ["--setenv=GPUFLEET_NODE_RANK=1", "/bin/bash", "-c"]
+    assert (tmp_path / "var/lib/gpufleet/run-ranks/20261126-210500-3fa2").read_text() == "1\n"
+
+
+def test_the_unit_body_runs_the_setup_then_execs_the_command_under_bash(tmp_path):
+    run_on_node(tmp_path, "i-0000000000000000a")
+    body = (tmp_path / "systemd-run.args").read_text().split("\n", 11)[11]
+    assert body == (
+        "set -eo pipefail\n"
+        "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
+        "cd ~gpufleet\n"
+        "make data\n"
+        "exec python train.py --epochs 2\n"
+    )
+    assert "--setenv=GPUFLEET_NODE_RANK=0" in (tmp_path / "systemd-run.args").read_text()
+
+
+def test_a_node_outside_the_plan_starts_nothing_and_says_so(tmp_path):
+    result = run_on_node(tmp_path, "i-0000000000000000c")
+    assert result.returncode == 3
+    assert result.stderr == "gpufleet run 20261126-210500-3fa2: i-0000000000000000c is not one of its nodes\n"
+    assert not (tmp_path / "systemd-run.args").exists()
+
+
+def test_a_repeated_start_leaves_the_running_unit_alone(tmp_path):
+    result = run_on_node(tmp_path, "i-0000000000000000a", active=True)
+    assert (result.returncode, result.stdout) == (
+        0,
+        "gpufleet run 20261126-210500-3fa2: already running on i-0000000000000000a\n",
+    )
+    assert not (tmp_path / "systemd-run.args").exists()
+
+
+def test_sendcommand_batches_hold_at_most_50_ids_in_order():
+    ids = [f"i-{n:017x}" for n in range(101)]
+    batches = send_batches(ids)
+    assert [len(batch) for batch in batches] == [50, 50, 1]
+    assert batches[2] == ["i-00000000000000064"]
+    assert batches[0][0] == "i-00000000000000000"
+
+
+def modelled_fleet(count: int) -> list[FleetInstance]:
+    return [
+        node(f"i-{n:017x}", f"10.40.{n // 250}.{n % 250 + 4}", "spot" if n % 2 else "on-demand") for n in range(count)
+    ]
+
+
+class FakeSsm:
+    """Answers SendCommand and ListCommandInvocations as Run Command does: each command's invocations move from
+    Pending to InProgress to a result, one step per ListCommandInvocations; UNDELIVERABLE nodes end as SSM ends a node
+    whose agent is offline (Status Failed, StatusDetails Undeliverable, in the documented meaning: "The node might
+    not exist or might not be responding")."""
+
+    def __init__(self, undeliverable=(), timed_out=(), unmanaged=(), outputs=None, denied_after=None, not_delivered=()):
+        self.undeliverable, self.timed_out, self.unmanaged = set(undeliverable), set(timed_out), set(unmanaged)
+        # Nodes whose agent stays away past SendCommand's TimeoutSeconds: StatusDetails DeliveryTimedOut ("The
+        # command wasn't delivered to the managed node before the delivery timeout expired"), with Status TimedOut
+        # (the pairing is (unconfirmed); the code reads only whether Status is final).
+        self.not_delivered = set(not_delivered)
+        self.outputs = outputs or {}  # instance id -> what its command prints
+        self.denied_after = denied_after  # SendCommand answers AccessDenied once this many commands were sent
+        self.commands: dict[str, list[str]] = {}
+        self.polls: dict[str, int] = {}
+
+    def send_command(self, params):
+        if self.denied_after is not None and len(self.commands) >= self.denied_after:
+            return client_error("AccessDeniedException", "not authorized to perform: ssm:SendCommand")
+        if self.unmanaged & set(params["InstanceIds"]):
+            return client_error("InvalidInstanceId", "Instances not in a valid state for account")
+        command_id = COMMAND_ID.format(len(self.commands))
+        self.commands[command_id] = list(params["InstanceIds"])
+        self.polls[command_id] = 0
+        return {"Command": {"CommandId": command_id, "InstanceIds": params["InstanceIds"]}}
+
+    def result(self, instance_id: str, step: int) -> tuple[str, str, str]:
+        if step == 0:
+            return "Pending", "Pending", ""
+        if step == 1:
+            return "InProgress", "InProgress", ""
+        if instance_id in self.undeliverable:
+            return "Failed", "Undeliverable", ""
+        if instance_id in self.not_delivered:
+            return "TimedOut", "DeliveryTimedOut", ""
+        if instance_id in self.timed_out:
+            return "TimedOut", "ExecutionTimedOut", "Job for gpufleet-run-x.service failed\n"
+        return "Success", "Success", self.outputs.get(instance_id, f"started on {instance_id}\n")
+
+    def list_command_invocations(self, params):
+        command_id = params["CommandId"]
+        step = self.polls[command_id]
+        self.polls[command_id] += 1
+        invocations = []
+        for instance_id in self.commands[command_id]:
+            status, detail, output = self.result(instance_id, step)
+            plugin = {"Name": "aws:runShellScript", "Status": status, "Output": output}
+            invocations.append(
+                {
+                    "CommandId": command_id,
+                    "InstanceId": instance_id,
+                    "Status": status,
+                    "StatusDetails": detail,
+                    "CommandPlugins": [plugin],
+                }
+            )
+        return {"CommandInvocations": invocations}
+
+
+def ssm_client(fake: FakeSsm):
+    return answering_client(
+        "ssm",
+        {"SendCommand": fake.send_command, "ListCommandInvocations": fake.list_command_invocations},
+        region_name="us-east-1",
+    )
+
+
+def start(fleet, fake, wait_seconds=60.0):
+    plan = plan_run(RUN_ID, "dev", fleet, 8, ["python", "train.py"])
+    ssm, calls = ssm_client(fake)
+    commands, refused = start_run(ssm, plan)
+    heard: list[str] = []
+    results = node_results(
+        ssm, commands, wait_seconds, progress=lambda started: heard.append(started.line()), sleep=lambda _: None
+    )
+    return refused + results, calls, heard
+
+
+def test_a_256_node_run_takes_6_sendcommands_and_6_listings_per_poll():
+    results, calls, heard = start(modelled_fleet(256), FakeSsm())
+    operations = [operation for operation, _ in calls]
+    # 256 = 5 x 50 + 6: six SendCommand calls; the invocations are over on the third poll of each command.
+    assert operations.count("SendCommand") == 6
+    assert operations.count("ListCommandInvocations") == 18
+    assert len(calls) == 24
+    assert [len(params["InstanceIds"]) for name, params in calls if name == "SendCommand"] == [50, 50, 50, 50, 50, 6]
+    assert all(result.ok for result in results) and len(results) == 256
+    assert len(heard) == 256
+
+
+def test_each_sendcommand_carries_its_own_batchs_ranks_and_the_start_timeouts(tmp_path):
+    _, calls, _ = start(modelled_fleet(60), FakeSsm())
+    sent = [params for name, params in calls if name == "SendCommand"]
+    assert sent[0]["DocumentName"] == "AWS-RunShellScript"
+    assert sent[0]["TimeoutSeconds"] == 600
+    assert sent[0]["Parameters"]["executionTimeout"] == ["120"]
+    assert sent[0]["Comment"] == "gpufleet dev run 20261126-210500-3fa2"
+    # Job order: the 30 on-demand nodes (even numbers) are ranks 0-29, the spot ones (odd) 30-59; the second batch
+    # is ranks 50-59, spot nodes 41 (0x29) to 59 (0x3b). Its text lists those ten only, so a text's size does not
+    # grow with the cluster.
+    first, second = (params["Parameters"]["commands"][0] for params in sent)
+    odd = " ".join(f"i-{n:017x}" for n in range(41, 60, 2))
+    assert f"rank=50\nfor node in {odd}; do\n" in second
+    assert 'if [ "$rank" -ge 60 ]; then' in second
+    assert "i-0000000000000003b" not in first
+    assert len(first) < 3000
+    # The last spot node finds its rank in the second text, on the real sh.
+    result = subprocess.run(
+        ["sh", "-c", second], env=fake_node(tmp_path, "i-0000000000000003b"), capture_output=True, text=True
+    )
+    assert result.stdout.endswith("as rank 59 of 60\n"), result.stderr
+
+
+def test_an_offline_node_and_a_timed_out_start_are_reported_and_the_others_start():
+    fleet = modelled_fleet(4)
+    offline, slow, away = fleet[1].instance_id, fleet[2].instance_id, fleet[3].instance_id
+    results, _, _ = start(fleet, FakeSsm(undeliverable=[offline], timed_out=[slow], not_delivered=[away]))
+    assert [result.line() for result in results] == [
+        "i-00000000000000000: started",
+        "i-00000000000000002: not started (ExecutionTimedOut): Job for gpufleet-run-x.service failed",
+        "i-00000000000000001: not started (Undeliverable)",
+        "i-00000000000000003: not started (DeliveryTimedOut)",
+    ]
+
+
+def test_a_batch_ssm_refuses_is_reported_node_by_node_and_the_other_batches_go_on():
+    fleet = modelled_fleet(51)
+    # Job order puts the 26 on-demand nodes (even numbers) first: the last spot node, i-...31 (49), is rank 50,
+    # alone in the second batch.
+    unmanaged = "i-00000000000000031"
+    results, calls, _ = start(fleet, FakeSsm(unmanaged=[unmanaged]))
+    assert [name for name, _ in calls].count("SendCommand") == 2
+    refused = [result for result in results if not result.ok]
+    assert [result.line() for result in refused] == [f"{unmanaged}: not started (InvalidInstanceId)"]
+    assert sum(result.ok for result in results) == 50
+
+
+def test_a_start_still_pending_at_the_deadline_is_reported_with_its_last_status():
+    fleet = modelled_fleet(1)
+    plan = plan_run(RUN_ID, "dev", fleet, 8, ["true"])
+    fake = FakeSsm()
+    ssm, _ = ssm_client(fake)
+    commands, _ = start_run(ssm, plan)
+    moments = iter([0.0, 0.0, 10.0])
+    results = node_results(ssm, commands, 5.0, clock=lambda: next(moments), sleep=lambda _: None)
+    assert results == [NodeResult("i-00000000000000000", "InProgress", "InProgress", "")]
+
+
+@pytest.fixture
+def answered_ssm(answered, monkeypatch):
+    """`gpufleet run`'s SSM client answered by FAKE; no wait between polls."""
+    from gpufleet.ops import runs
+
+    monkeypatch.setattr(runs, "POLL_SECONDS", 0)
+
+    def answer(fake: FakeSsm) -> list[tuple[str, dict[str, Any]]]:
+        return answered(
+            "ssm", {"SendCommand": fake.send_command, "ListCommandInvocations": fake.list_command_invocations}
+        )
+
+    return answer
+
+
+def test_gpufleet_run_starts_on_every_ready_node_head_on_demand(spot_fleet, answered_ssm, run_cli) -> None:
+    fleet_id = spot_fleet(3)
+    first, second, third = fleet_nodes(fleet_id)
+    mark_readiness([first, second, third])
+    make_on_demand(third)
+    calls = answered_ssm(FakeSsm())
+
+    code, out, err = run_cli("run", "dev", "--fleet-id", fleet_id, "--setup", "make", "--", "python", "train.py")
+
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert re.fullmatch(rf"run [0-9]{{8}}-[0-9]{{6}}-[0-9a-f]{{4}}: 3 nodes, head {third} \(10\.40\.0\.6\)", lines[0])
+    assert lines[1:4] == [f"{third}: started", f"{first}: started", f"{second}: started"]
+    assert re.fullmatch(r"run \S+: started on 3 of 3 nodes \(unit gpufleet-run-\S+\)", lines[4])
+    (sent,) = [params for name, params in calls if name == "SendCommand"]
+    assert sent["InstanceIds"] == [third, first, second]
+    script = sent["Parameters"]["commands"][0]
+    assert "--setenv=GPUFLEET_HEAD_ADDRESS=10.40.0.6 " in script
+    assert "\nmake\nexec python train.py'\n" in script
+
+
+def test_gpufleet_run_names_each_node_that_did_not_start_and_exits_3(spot_fleet, answered_ssm, run_cli) -> None:
+    fleet_id = spot_fleet(2)
+    first, second = fleet_nodes(fleet_id)
+    mark_readiness([first, second])
+    answered_ssm(FakeSsm(undeliverable=[second]))
+
+    code, out, err = run_cli("run", "dev", "--fleet-id", fleet_id, "--", "true")
+
+    assert code == 3
+    assert (
+        err.splitlines()[0] == f"warning: no ready on-demand node: the head is spot node {first}, which EC2 can reclaim"
+    )
+    assert re.fullmatch(rf"dev: run \S+: {second}: not started \(Undeliverable\)", err.splitlines()[1])
+    assert re.fullmatch(r"run \S+: started on 1 of 2 nodes \(unit gpufleet-run-\S+\)", out.splitlines()[-1])
+
+
+def test_gpufleet_run_mpi_sends_the_start_to_the_head_only(spot_fleet, answered_ssm, run_cli) -> None:
+    fleet_id = spot_fleet(2)
+    first, second = fleet_nodes(fleet_id)
+    mark_readiness([first, second])
+    calls = answered_ssm(FakeSsm())
+
+    code, out, _ = run_cli("run", "dev", "--fleet-id", fleet_id, "--mpi", "--", "all_reduce_perf")
+
+    assert code == 0
+    assert out.splitlines()[1] == f"{first}: started"
+    assert re.fullmatch(r"run \S+: started on 1 of 1 nodes \(unit gpufleet-run-\S+\)", out.splitlines()[2])
+    (sent,) = [params for name, params in calls if name == "SendCommand"]
+    assert sent["InstanceIds"] == [first]
+    # The hostfile in the head's unit lists both nodes (the body is quoted inside the script).
+    assert "10.40.0.4 slots=8" in sent["Parameters"]["commands"][0]
+    assert "10.40.0.5 slots=8" in sent["Parameters"]["commands"][0]
+
+
+def test_gpufleet_run_without_a_ready_node_sends_nothing(spot_fleet, answered_ssm, run_cli) -> None:
+    fleet_id = spot_fleet(1)
+    calls = answered_ssm(FakeSsm())
+
+    code, out, err = run_cli("run", "dev", "--fleet-id", fleet_id, "--", "true")
+
+    assert (code, out, calls) == (1, "", [])
+    assert err == "dev has no node ready for jobs: see `gpufleet status dev`\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "setup", "command"),
+    [
+        (
+            ["dev", "--setup", "make", "--", "python", "-u", "t.py", "--", "x"],
+            "make",
+            ["python", "-u", "t.py", "--", "x"],
+        ),
+        (["--setup", "make", "dev", "--", "python", "t.py", "--", "x"], "make", ["python", "t.py", "--", "x"]),
+        (["dev", "--", "python", "t.py"], "", ["python", "t.py"]),
+        (["dev", "--setup", "make"], "make", []),
+    ],
+    ids=["options-after-env", "options-before-env", "no-options", "no-command"],
+)
+def test_the_command_is_what_follows_the_first_double_dash_after_the_options(argv, setup, command):
+    from gpufleet.cli import build_parser
+    from gpufleet.commands.run import split_command
+
+    args = build_parser().parse_args(["run", *argv])
+    assert (split_command(args), args.setup, args.env) == (command, setup, "dev")
+
+
+def test_stop_stops_the_unit_where_it_is_active():
+    assert stop_script(RUN_ID) == (
+        "if systemctl is-active --quiet gpufleet-run-20261126-210500-3fa2; then\n"
+        "  systemctl stop gpufleet-run-20261126-210500-3fa2\n"
+        "  echo stopped\n"
+        "else\n"
+        "  echo not running\n"
+        "fi"
+    )
+
+
+def test_the_runs_listing_reads_systemctls_columns_on_a_real_sh(tmp_path):
+    """LIST_RUNS_SCRIPT against a fake systemctl printing what `systemctl list-units --all --plain` prints."""
+    listing = (
+        "  UNIT                                        LOAD   ACTIVE SUB     DESCRIPTION\n"
+        "  gpufleet-run-20261126-210500-3fa2.service loaded active running gpufleet run 20261126-210500-3fa2\n"
+        "  gpufleet-run-20261125-080000-0001.service loaded failed failed  gpufleet run 20261125-080000-0001\n"
+        "\n"
+        "LOAD   = Reflects whether the unit definition was properly loaded.\n"
+        "2 loaded units listed.\n"
+    )
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(f"#!/bin/sh\ncat <<'LIST'\n{listing}LIST\n")
+    (bin_dir / "systemctl").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    output = subprocess.run(["sh", "-c", LIST_RUNS_SCRIPT], env=env, capture_output=True, text=True, check=True).stdout
+    assert output == (
+        "gpufleet-run-20261126-210500-3fa2.service active running\n"
+        "gpufleet-run-20261125-080000-0001.service failed failed\n"
+    )
+    answers = [
+        NodeResult("i-0000000000000000a", "Success", "Success", output),
+        NodeResult("i-0000000000000000b", "Success", "Success", output.splitlines()[0] + "\n"),
+        NodeResult("i-0000000000000000c", "Failed", "Undeliverable"),
+    ]
+    assert runs_on_nodes(answers) == {
+        "20261125-080000-0001": {"i-0000000000000000a": "failed/failed"},
+        "20261126-210500-3fa2": {"i-0000000000000000a": "active/running", "i-0000000000000000b": "active/running"},
+    }
+
+
+def test_gpufleet_runs_counts_each_runs_unit_states_and_names_a_silent_node(spot_fleet, answered_ssm, run_cli) -> None:
+    fleet_id = spot_fleet(3)
+    first, second, third = fleet_nodes(fleet_id)
+    running = "gpufleet-run-20261126-210500-3fa2.service active running\n"
+    failed = "gpufleet-run-20261125-080000-0001.service failed failed\n"
+    calls = answered_ssm(FakeSsm(undeliverable=[third], outputs={first: running + failed, second: running}))
+
+    code, out, err = run_cli("runs", "dev", "--fleet-id", fleet_id)
+
+    assert code == 3
+    assert out == "20261125-080000-0001: 1 failed/failed\n20261126-210500-3fa2: 2 active/running\n"
+    assert err == f"dev: {third}: not answered (Undeliverable)\n"
+    (sent,) = [params for name, params in calls if name == "SendCommand"]
+    # Every running node is asked, ready or not: a run outlives its nodes' readiness.
+    assert sorted(sent["InstanceIds"]) == sorted([first, second, third])
+    assert sent["Comment"] == "gpufleet dev runs"
+
+
+def test_gpufleet_stop_stops_the_unit_on_every_running_node(spot_fleet, answered_ssm, run_cli) -> None:
+    fleet_id = spot_fleet(2)
+    first, second = fleet_nodes(fleet_id)
+    calls = answered_ssm(FakeSsm(outputs={first: "stopped\n", second: "not running\n"}))
+
+    code, out, err = run_cli("stop", "dev", RUN_ID, "--fleet-id", fleet_id)
+
+    assert (code, out, err) == (0, "run 20261126-210500-3fa2: stopped on 1 nodes, not running on 1\n", "")
+    (sent,) = [params for name, params in calls if name == "SendCommand"]
+    assert sent["Parameters"]["commands"] == [stop_script(RUN_ID)]
+    assert sent["Comment"] == "gpufleet dev stop 20261126-210500-3fa2"
+
+
+def test_gpufleet_stop_refuses_what_is_not_a_run_id(answered_ssm, run_cli) -> None:
+    calls = answered_ssm(FakeSsm())
+    code, out, err = run_cli("stop", "dev", "x; reboot")
+    assert (code, out, calls) == (1, "", [])
+    assert err == "RUN: 'x; reboot' is not a run id (such as 20261126-210500-3fa2): see `gpufleet runs`\n"
+
+
+def test_logs_script_prints_only_on_the_node_of_the_rank(tmp_path):
+    assert logs_script(RUN_ID, 1, 50) == (
+        'if [ ! -r "${GPUFLEET_ROOT:-}/var/lib/gpufleet/run-ranks/20261126-210500-3fa2" ] || '
+        '[ "$(cat "${GPUFLEET_ROOT:-}/var/lib/gpufleet/run-ranks/20261126-210500-3fa2")" != 1 ]; then exit 0; fi\n'
+        'echo "gpufleet logs: run 20261126-210500-3fa2 rank 1"\n'
+        "journalctl --unit=gpufleet-run-20261126-210500-3fa2 --output=cat --no-pager --show-cursor --lines=50 | "
+        "tail -c 20000"
+    )
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "journalctl").write_text('#!/bin/sh\necho "$*"\necho "step 10 loss 0.5"\n')
+    (bin_dir / "journalctl").chmod(0o755)
+    ranks = tmp_path / "var/lib/gpufleet/run-ranks"
+    ranks.mkdir(parents=True)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "GPUFLEET_ROOT": str(tmp_path)}
+
+    def on_node(rank: str | None) -> str:
+        if rank is not None:
+            (ranks / RUN_ID).write_text(f"{rank}\n")
+        command = ["sh", "-c", logs_script(RUN_ID, 1, 50)]
+        return subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+
+    assert on_node(None) == ""
+    assert on_node("0") == ""
+    assert on_node("1") == (
+        "gpufleet logs: run 20261126-210500-3fa2 rank 1\n"
+        "--unit=gpufleet-run-20261126-210500-3fa2 --output=cat --no-pager --show-cursor --lines=50\n"
+        "step 10 loss 0.5\n"
+    )
+
+
+def test_gpufleet_logs_prints_the_journal_of_the_node_of_the_rank(spot_fleet, answered, monkeypatch, run_cli):
+    from gpufleet.ops import runs
+
+    monkeypatch.setattr(runs, "POLL_SECONDS", 0)
+    fleet_id = spot_fleet(2)
+    first, second = fleet_nodes(fleet_id)
+    marker = "gpufleet logs: run 20261126-210500-3fa2 rank 1\n"
+    fake = FakeSsm(outputs={first: "", second: marker + "step 1 loss 2.0\n"})
+
+    def invocation(params: dict[str, Any]) -> dict[str, Any]:
+        assert params["InstanceId"] == second
+        return {
+            "CommandId": params["CommandId"],
+            "InstanceId": second,
+            "StandardOutputContent": marker + "step 1\nstep 2\n",
+        }
+
+    calls = answered(
+        "ssm",
+        {
+            "SendCommand": fake.send_command,
+            "ListCommandInvocations": fake.list_command_invocations,
+            "GetCommandInvocation": invocation,
+        },
+    )
+
+    code, out, err = run_cli("logs", "dev", RUN_ID, "--node", "1", "--fleet-id", fleet_id, "--lines", "50")
+
+    assert (code, out, err) == (0, "step 1\nstep 2\n", "")
+    (sent,) = [params for name, params in calls if name == "SendCommand"]
+    assert sent["Parameters"]["commands"] == [logs_script(RUN_ID, 1, 50)]
+
+
+def test_gpufleet_logs_says_when_no_node_was_that_rank(spot_fleet, answered_ssm, run_cli):
+    fleet_id = spot_fleet(1)
+    (only,) = fleet_nodes(fleet_id)
+    answered_ssm(FakeSsm(outputs={only: ""}))
+
+    code, out, err = run_cli("logs", "dev", RUN_ID, "--node", "3", "--fleet-id", fleet_id)
+
+    assert (code, out) == (1, "")
+    assert err == (
+        "no running node was rank 3 of run 20261126-210500-3fa2: check the run id with `gpufleet runs`; a node that "
+        "is gone took its journal with it\n"
+    )
+
+
+def test_an_mpi_run_is_started_on_the_head_alone():
+    fleet = modelled_fleet(60)
+    plan = plan_run(RUN_ID, "dev", fleet, 8, ["all_reduce_perf"], mpi=True)
+    ssm, calls = ssm_client(FakeSsm())
+    commands, refused = start_run(ssm, plan)
+    assert (refused, list(commands.values())) == ([], [["i-00000000000000000"]])
+    assert [name for name, _ in calls] == ["SendCommand"]
+
+
+def test_the_mpi_body_writes_the_hostfile_runs_setup_per_node_then_the_command():
+    nodes = [node("i-0000000000000000a", "10.40.0.4"), node("i-0000000000000000b", "10.40.0.9", "spot")]
+    plan = plan_run(RUN_ID, "dev", nodes, 8, ["all_reduce_perf", "-b", "8"], setup="make", mpi=True)
+    script = node_script(plan)
+    hostfile = "${TMPDIR:-/tmp}/gpufleet-run-20261126-210500-3fa2.hosts"
+    forwarded = (
+        "-x PATH ${LD_LIBRARY_PATH:+-x LD_LIBRARY_PATH} "
+        r"$(env | sed -n 's/^\(\(FI\|NCCL\)_[A-Za-z0-9_]*\)=.*/-x \1/p')"
+    )
+    body = (
+        "set -eo pipefail\n"
+        "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
+        "cd ~gpufleet\n"
+        f"printf '%s\\n' '10.40.0.4 slots=8' '10.40.0.9 slots=8' > {hostfile}\n"
+        f"mpirun --hostfile {hostfile} -n 2 -N 1 --bind-to none --mca pml '^cm,ucx' --mca btl tcp,self {forwarded} "
+        "bash -c 'cd ~gpufleet && make'\n"
+        f"exec mpirun --hostfile {hostfile} -n 16 -N 8 --bind-to none --mca pml '^cm,ucx' --mca btl tcp,self "
+        f"{forwarded} all_reduce_perf -b 8"
+    )
+    assert "/bin/bash -c " + shlex.quote(body) + "\n" in script
+
+
+def test_the_mpi_body_runs_under_real_open_mpi(tmp_path):
+    """The unit body as systemd would run it (bash -c), with Debian's Open MPI on one local node of two slots: the
+    setup once, the command twice, with the EFA-style variables forwarded."""
+    plan = plan_run(
+        RUN_ID,
+        "dev",
+        [node("i-0000000000000000a", "127.0.0.1")],
+        2,
+        ["sh", "-c", 'echo "rank $OMPI_COMM_WORLD_RANK of $OMPI_COMM_WORLD_SIZE $FI_PROVIDER $(pwd)"'],
+        setup="echo setup >> setup.log",
+        workdir=str(tmp_path),
+        mpi=True,
+    )
+    root = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"} if os.geteuid() == 0 else {}
+    env = {**os.environ, **root, "TMPDIR": str(tmp_path), "FI_PROVIDER": "efa"}
+    result = subprocess.run(
+        ["/bin/bash", "-c", unit_body(plan)], env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(result.stdout.splitlines()) == [f"rank 0 of 2 efa {tmp_path}", f"rank 1 of 2 efa {tmp_path}"]
+    assert (tmp_path / "setup.log").read_text() == "setup\n"
+    assert (tmp_path / "gpufleet-run-20261126-210500-3fa2.hosts").read_text() == "127.0.0.1 slots=2\n"
+
+
+def workdir_tree(directory: Path) -> Path:
+    (directory / "src").mkdir(parents=True)
+    (directory / "train.py").write_text("print('train')\n")
+    (directory / "src" / "model.py").write_text("LAYERS = 2\n")
+    return directory
+
+
+def test_the_workdir_is_uploaded_once_under_the_data_repository_prefix(tmp_path):
+    put: list[dict[str, Any]] = []
+    s3, calls = answering_client("s3", {"PutObject": lambda params: put.append(params) or {}}, region_name="us-east-1")
+
+    address = upload_workdir(s3, workdir_tree(tmp_path / "code"), ("gpufleet-dev-data", "training/dev"), RUN_ID)
+
+    assert address == "s3://gpufleet-dev-data/training/dev/gpufleet-runs/20261126-210500-3fa2/workdir.tar.gz"
+    assert [name for name, _ in calls] == ["PutObject"]
+    (params,) = put
+    assert (params["Bucket"], params["Key"]) == (
+        "gpufleet-dev-data",
+        "training/dev/gpufleet-runs/20261126-210500-3fa2/workdir.tar.gz",
+    )
+    archive = tmp_path / "workdir.tar.gz"
+    archive.write_bytes(params["Body"])
+    listing = subprocess.run(["tar", "-tzf", str(archive)], capture_output=True, text=True, check=True).stdout
+    assert listing.split() == ["src/", "src/model.py", "train.py"]
+
+
+def test_a_workdir_that_is_missing_or_too_large_is_refused_before_any_upload(tmp_path, monkeypatch):
+    from gpufleet.ops import runs
+
+    s3, calls = answering_client("s3", {}, region_name="us-east-1")
+    with pytest.raises(GpufleetError, match=r"^--workdir: .*/missing is not a directory$"):
+        upload_workdir(s3, tmp_path / "missing", ("bucket", "dev"), RUN_ID)
+    monkeypatch.setattr(runs, "WORKDIR_ARCHIVE_LIMIT_BYTES", 10)
+    with pytest.raises(GpufleetError, match=r"packs to 0 MiB, over 0 MiB: keep data on the shared file system"):
+        upload_workdir(s3, workdir_tree(tmp_path / "code"), ("bucket", "dev"), RUN_ID)
+    assert calls == []
+
+
+def test_each_node_unpacks_the_workdir_then_runs_in_it(tmp_path):
+    """The unit body under the real bash, the AWS CLI faked: `aws s3 cp ADDRESS -` prints the archive."""
+    archive = tmp_path / "workdir.tar.gz"
+    archive.write_bytes(pack_workdir(workdir_tree(tmp_path / "code")))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "aws").write_text(f'#!/bin/sh\necho "$*" > {tmp_path}/aws.args\ncat {archive}\n')
+    (bin_dir / "aws").chmod(0o755)
+    node_dir = tmp_path / "node" / "gpufleet-run-x"
+    plan = plan_run(
+        RUN_ID,
+        "dev",
+        [node("i-0000000000000000a", "10.40.0.4")],
+        8,
+        ["sh", "-c", "pwd; cat src/model.py"],
+        workdir=str(node_dir),
+        workdir_archive="s3://gpufleet-dev-data/dev/gpufleet-runs/20261126-210500-3fa2/workdir.tar.gz",
+    )
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    run = subprocess.run(["/bin/bash", "-c", unit_body(plan)], env=env, capture_output=True, text=True, check=False)
+    assert (run.returncode, run.stdout) == (0, f"{node_dir}\nLAYERS = 2\n"), run.stderr
+    assert (tmp_path / "aws.args").read_text() == (
+        "s3 cp --only-show-errors s3://gpufleet-dev-data/dev/gpufleet-runs/20261126-210500-3fa2/workdir.tar.gz -\n"
+    )
+
+
+def test_a_failed_download_fails_the_unit_before_the_command(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "aws").write_text("#!/bin/sh\necho 'fatal error: An error occurred (403)' >&2\nexit 1\n")
+    (bin_dir / "aws").chmod(0o755)
+    plan = plan_run(
+        RUN_ID,
+        "dev",
+        [node("i-0000000000000000a", "10.40.0.4")],
+        8,
+        ["touch", str(tmp_path / "ran")],
+        workdir=str(tmp_path / "node"),
+        workdir_archive="s3://b/k",
+    )
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    run = subprocess.run(["/bin/bash", "-c", unit_body(plan)], env=env, capture_output=True, text=True, check=False)
+    assert run.returncode != 0
+    assert "fatal error: An error occurred (403)" in run.stderr
+    assert not (tmp_path / "ran").exists()
+
+
+STORAGE = """\
+storage:
+  lustre:
+    deployment_type: PERSISTENT_2
+    storage_capacity_gib: 2400
+    throughput_mb_per_tib: 250
+  data_repository:
+    prefix: training/dev
+"""
+
+
+def test_gpufleet_run_workdir_uploads_once_and_every_node_unpacks_it(
+    spot_fleet, answered_ssm, answered, run_cli, tmp_path
+):
+    environments = Path(os.environ["GPUFLEET_ENVIRONMENTS_DIR"])
+    (environments / "dev.yaml").write_text((environments / "dev.yaml").read_text() + STORAGE)
+    fleet_id = spot_fleet(2)
+    mark_readiness(fleet_nodes(fleet_id))
+    put = answered("s3", {"PutObject": lambda params: {}})
+    calls = answered_ssm(FakeSsm())
+
+    code, out, err = run_cli(
+        "run",
+        "dev",
+        "--fleet-id",
+        fleet_id,
+        "--workdir",
+        str(workdir_tree(tmp_path / "code")),
+        "--",
+        "python",
+        "train.py",
+    )
+
+    assert (code, err.splitlines()[1:]) == (0, []), err
+    run_id = out.split()[1].rstrip(":")
+    address = f"s3://gpufleet-dev-123456789012-us-east-1/training/dev/gpufleet-runs/{run_id}/workdir.tar.gz"
+    assert out.splitlines()[0] == f"run {run_id}: {tmp_path / 'code'} uploaded to {address}"
+    assert [name for name, _ in put] == ["PutObject"]
+    (sent,) = [params for name, params in calls if name == "SendCommand"]
+    script = sent["Parameters"]["commands"][0]
+    assert f"aws s3 cp --only-show-errors {address} - | tar -xz -C /var/tmp/gpufleet-run-{run_id}" in script
+
+
+def test_gpufleet_run_workdir_without_a_data_repository_is_refused_before_any_call(answered_ssm, run_cli, tmp_path):
+    calls = answered_ssm(FakeSsm())
+    code, out, err = run_cli("run", "dev", "--workdir", str(tmp_path), "--", "true")
+    assert (code, out, calls) == (1, "", [])
+    assert err == (
+        "--workdir: dev has no storage.data_repository, the bucket the directory goes through: add one "
+        "(docs/guides/storage.md), or put the code on the nodes another way\n"
+    )
+
+
+def test_following_asks_for_the_lines_after_the_cursor_quoted_for_the_shell():
+    cursor = "s=739ad463348b4ceca5a9e69c95a3c93f;i=4ece7;b=6c7c6013a8;m=e3f4c4c;t=4f97ad0b5c4d1;x=3f2bdc4e"
+    script = logs_script(RUN_ID, 0, 200, cursor)
+    assert f"--show-cursor --after-cursor='{cursor}' | tail -c 20000" in script
+    assert "--lines" not in script
+
+
+def test_gpufleet_logs_follow_reads_the_new_lines_from_that_node_alone(spot_fleet, answered, monkeypatch, run_cli):
+    from gpufleet.ops import runs
+
+    monkeypatch.setattr(runs, "POLL_SECONDS", 0)
+    monkeypatch.setattr(runs, "FOLLOW_SECONDS", 0)
+    fleet_id = spot_fleet(3)
+    first, second, third = fleet_nodes(fleet_id)
+    marker = "gpufleet logs: run 20261126-210500-3fa2 rank 0\n"
+    fake = FakeSsm(outputs={first: "", second: marker, third: ""})
+    answers = iter(
+        [
+            marker + "step 1\n-- cursor: s=a;i=1\n",
+            marker + "step 2\nstep 3\n-- cursor: s=a;i=3\n",
+            marker,  # nothing new: the cursor stays
+            marker + "step 4\n-- cursor: s=a;i=4\n",
+        ]
+    )
+
+    def invocation(params: dict[str, Any]) -> dict[str, Any]:
+        try:
+            output = next(answers)
+        except StopIteration:
+            raise KeyboardInterrupt from None  # the user's Ctrl-C
+        return {"CommandId": params["CommandId"], "InstanceId": second, "StandardOutputContent": output}
+
+    ssm_answers = {
+        "SendCommand": fake.send_command,
+        "ListCommandInvocations": fake.list_command_invocations,
+        "GetCommandInvocation": invocation,
+    }
+    calls = answered("ssm", ssm_answers)
+
+    code, out, _ = run_cli("logs", "dev", RUN_ID, "--follow", "--fleet-id", fleet_id)
+
+    assert (code, out) == (130, "step 1\nstep 2\nstep 3\nstep 4\n")
+    sent = [params for name, params in calls if name == "SendCommand"]
+    # The fifth round's answer never comes: Ctrl-C.
+    assert [params["InstanceIds"] for params in sent] == [[first, second, third]] + [[second]] * 4
+    assert [params["Parameters"]["commands"][0].split("--show-cursor ")[1].split(" |")[0] for params in sent] == [
+        "--lines=200",
+        "--after-cursor='s=a;i=1'",
+        "--after-cursor='s=a;i=3'",
+        "--after-cursor='s=a;i=3'",
+        "--after-cursor='s=a;i=4'",
+    ]
+
+
+def test_a_refused_sendcommand_fails_the_run_only_when_nothing_went_out(spot_fleet, answered_ssm, run_cli):
+    fleet_id = spot_fleet(1)
+    mark_readiness(fleet_nodes(fleet_id))
+    answered_ssm(FakeSsm(denied_after=0))
+
+    code, out, err = run_cli("run", "dev", "--fleet-id", fleet_id, "--", "true")
+
+    # Refused before anything went out: one line, exit 1, no run reported.
+    assert (code, err.splitlines()[-1]) == (
+        1,
+        "access denied to SendCommand in us-east-1 (AccessDeniedException): grant that action to your IAM role or user",
+    )
+    assert "started on" not in out
+    # Refused after the first batch went out (its nodes run the start): the second batch's nodes are reported.
+    fleet = modelled_fleet(51)
+    plan = plan_run(RUN_ID, "dev", fleet, 8, ["true"])
+    ssm, _ = ssm_client(FakeSsm(denied_after=1))
+    commands, refused = start_run(ssm, plan)
+    assert len(commands) == 1
+    assert [result.line() for result in refused] == ["i-00000000000000031: not started (AccessDeniedException)"]
+
+
+@pytest.mark.parametrize(
+    ("instance_id", "command"),
+    [
+        ("i-0000000000000000a", "exec torchrun --rdzv_conf=is_host=1 train.py"),
+        ("i-0000000000000000b", "exec torchrun --rdzv_conf=is_host=0 train.py"),
+    ],
+    ids=["head", "other"],
+)
+def test_the_head_runs_its_own_command_from_the_same_text(tmp_path, instance_id, command):
+    nodes = [node("i-0000000000000000a", "10.40.0.4"), node("i-0000000000000000b", "10.40.0.9", "spot")]
+    plan = plan_run(
+        RUN_ID,
+        "dev",
+        nodes,
+        8,
+        ["torchrun", "--rdzv_conf=is_host=0", "train.py"],
+        head_command=["torchrun", "--rdzv_conf=is_host=1", "train.py"],
+    )
+    result = subprocess.run(
+        ["sh", "-c", node_script(plan)], env=fake_node(tmp_path, instance_id), capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    body = (tmp_path / "systemd-run.args").read_text().split("\n", 11)[11]
+    assert body == (
+        "set -eo pipefail\n"
+        "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
+        "cd ~gpufleet\n"
+        f"{command}\n"
+    )
+
+
+# --torchrun: the plan, the start's text, the description replacement nodes read, the command line.
+HEAD_TORCHRUN = (
+    "torchrun --nnodes=1:2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=10.40.0.4:29400 "
+    "--rdzv_id=20261126-210500-3fa2 --rdzv_conf=is_host=1,last_call_timeout=30 --max_restarts=10 train.py --lr 1"
+)
+OTHER_TORCHRUN = HEAD_TORCHRUN.replace("is_host=1", "is_host=0")
+
+
+def torchrun_plan(**options: Any) -> RunPlan:
+    nodes = [node("i-0000000000000000b", "10.40.0.9", "spot"), node("i-0000000000000000a", "10.40.0.4", minute=5)]
+    settings = {"min_nodes": 1, "max_restarts": 10, **options}
+    return plan_torchrun(RUN_ID, "dev", nodes, 8, ["train.py", "--lr", "1"], **settings)
+
+
+def test_a_torchrun_run_gives_the_head_the_store_and_every_node_its_gpus():
+    plan = torchrun_plan(shared_dir="/fsx")
+    assert shlex.join(plan.head_command) == HEAD_TORCHRUN
+    assert shlex.join(plan.command) == OTHER_TORCHRUN
+    assert (plan.rendezvous_port, plan.joinable) == (29400, True)
+    assert torchrun_plan().joinable is False  # no shared storage: nowhere to leave the description
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"min_nodes": 0}, "--min-nodes 0: need 1 to 2 (the nodes ready for jobs now)"),
+        ({"min_nodes": 3}, "--min-nodes 3: need 1 to 2 (the nodes ready for jobs now)"),
+        ({"max_restarts": -1}, "--max-restarts -1: need 0 or more"),
+    ],
+    ids=["min-nodes-0", "min-nodes-over-ready", "max-restarts-negative"],
+)
+def test_a_node_range_or_restart_count_out_of_bounds_is_refused(options, problem):
+    with pytest.raises(GpufleetError) as refused:
+        torchrun_plan(**options)
+    assert str(refused.value) == problem
+
+
+def test_the_bounds_themselves_are_taken():
+    assert "--nnodes=2:2" in torchrun_plan(min_nodes=2, max_restarts=0).command
+    assert "--max_restarts=0" in torchrun_plan(min_nodes=1, max_restarts=0).command
+
+
+def test_a_256_node_torchrun_run_still_takes_6_sendcommands():
+    plan = plan_torchrun(RUN_ID, "dev", modelled_fleet(256), 8, ["train.py"], min_nodes=1, max_restarts=10)
+    ssm, calls = ssm_client(FakeSsm())
+    commands, refused = start_run(ssm, plan)
+    assert ([name for name, _ in calls], refused) == (["SendCommand"] * 6, [])
+    assert len(commands) == 6
+    texts = [params["Parameters"]["commands"][0] for _, params in calls]
+    # Every batch carries both argvs; the node picks its own by rank.
+    assert all("is_host=1" in text and "is_host=0" in text for text in texts)
+
+
+def test_rank_0_writes_the_description_as_the_cluster_users_file_and_the_others_do_not(tmp_path):
+    shared = tmp_path / "fsx"
+    shared.mkdir()
+    plan = torchrun_plan(shared_dir=str(shared))
+    for instance_id in ("i-0000000000000000b", "i-0000000000000000a"):  # rank 1, then rank 0
+        node_dir = tmp_path / instance_id
+        node_dir.mkdir()
+        result = subprocess.run(
+            ["sh", "-c", node_script(plan)], env=fake_node(node_dir, instance_id), capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stderr
+        if instance_id.endswith("b"):
+            assert not (shared / "gpufleet-runs").exists()
+    described = shared / "gpufleet-runs" / RUN_ID / "run.json"
+    assert json.loads(described.read_text()) == {
+        "run_id": "20261126-210500-3fa2",
+        "environment": "dev",
+        "head_address": "10.40.0.4",
+        "rendezvous_port": 29400,
+        "node_count": 2,
+        "command": OTHER_TORCHRUN.split(),
+        "setup": "",
+        "workdir_archive": "",
+        "settings": {
+            "GPUFLEET_RUN_ID": "20261126-210500-3fa2",
+            "GPUFLEET_NODE_COUNT": "2",
+            "GPUFLEET_GPUS_PER_NODE": "8",
+            "GPUFLEET_HEAD_ADDRESS": "10.40.0.4",
+        },
+        "body": "set -eo pipefail\n"
+        "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
+        "cd ~gpufleet\n"
+        f"exec {OTHER_TORCHRUN}",
+    }
+    for path in (described, described.parent, described.parent.parent):
+        assert (path.stat().st_uid, path.stat().st_gid) == (2000, 2000), path
+    assert stat.S_IMODE(described.parent.stat().st_mode) == 0o755
+    assert list(described.parent.iterdir()) == [described]  # no temporary file left
+
+
+@pytest.mark.parametrize("status", [0, 5], ids=["done", "failed"])
+def test_the_heads_unit_marks_a_described_run_ended_when_its_torchrun_ends(tmp_path, status):
+    """The head's body under the real bash, torchrun faked: the run's end, well or not, is marked beside its
+    description, and the unit ends with torchrun's status."""
+    shared = tmp_path / "fsx"
+    plan = dataclasses.replace(torchrun_plan(shared_dir=str(shared)), workdir=str(tmp_path))
+    body = unit_body(plan, head=True)
+    assert body.endswith(
+        f"status=0\n{HEAD_TORCHRUN} || status=$?\ntouch {shared}/gpufleet-runs/20261126-210500-3fa2/ended\n"
+        'exit "$status"'
+    )
+    assert unit_body(plan).endswith(f"exec {OTHER_TORCHRUN}")  # the others' torchrun marks nothing
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "torchrun").write_text(f"#!/bin/sh\nexit {status}\n")
+    (tmp_path / "bin" / "torchrun").chmod(0o755)
+    (shared / "gpufleet-runs" / RUN_ID).mkdir(parents=True)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
+    result = subprocess.run(["/bin/bash", "-c", body], env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == status, result.stderr
+    assert (shared / "gpufleet-runs" / RUN_ID / "ended").exists()
+
+
+def test_only_the_first_batch_writes_the_description():
+    plan = plan_torchrun(RUN_ID, "dev", modelled_fleet(60), 8, ["t.py"], min_nodes=1, max_restarts=1, shared_dir="/fsx")
+    assert "/fsx/gpufleet-runs/20261126-210500-3fa2/run.json" in node_script(plan, 0)
+    assert "run.json" not in node_script(plan, 50)
+
+
+def test_stop_marks_a_described_run_stopped_so_no_node_joins_it(tmp_path):
+    described = tmp_path / "fsx" / "gpufleet-runs" / RUN_ID
+    described.mkdir(parents=True)
+    script = stop_script(RUN_ID, str(tmp_path / "fsx"))
+    result = subprocess.run(["sh", "-c", script], env=fake_node(tmp_path, "i-1"), capture_output=True, text=True)
+    assert (result.returncode, result.stdout) == (0, "not running\n")
+    assert (described / "stopped").exists()
+    # A run that was never described (no shared storage then, or no --torchrun) gets no folder.
+    other = stop_script("20261126-220000-beef", str(tmp_path / "fsx"))
+    subprocess.run(["sh", "-c", other], env={**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"})
+    assert sorted(path.name for path in described.parent.iterdir()) == [RUN_ID]
+
+
+def test_gpufleet_run_torchrun_starts_torchrun_on_every_node_and_warns_without_shared_storage(
+    spot_fleet, answered_ssm, run_cli
+) -> None:
+    fleet_id = spot_fleet(2)
+    first, second = fleet_nodes(fleet_id)
+    mark_readiness([first, second])
+    calls = answered_ssm(FakeSsm())
+
+    code, out, err = run_cli(
+        "run",
+        "dev",
+        "--fleet-id",
+        fleet_id,
+        "--torchrun",
+        "--min-nodes",
+        "2",
+        "--max-restarts",
+        "0",
+        "--",
+        "train.py",
+        "--lr",
+        "1",
+    )
+
+    assert code == 0, err
+    assert err.splitlines()[1:] == [
+        "warning: dev has no shared storage: a node that becomes ready later does not join this run"
+    ]
+    (sent,) = [params for name, params in calls if name == "SendCommand"]
+    script = sent["Parameters"]["commands"][0]
+    run_id = out.split()[1].rstrip(":")
+    torchrun = (
+        "torchrun --nnodes=2:2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=10.40.0.4:29400 "
+        f"--rdzv_id={run_id} --rdzv_conf=is_host={{}},last_call_timeout=30 --max_restarts=0 train.py --lr 1"
+    )
+    assert f"exec {torchrun.format(1)}" in script
+    assert f"exec {torchrun.format(0)}" in script
+    assert "gpufleet-runs" not in script
+
+
+def test_gpufleet_run_torchrun_with_shared_storage_describes_the_run_for_replacements(
+    spot_fleet, answered_ssm, run_cli
+) -> None:
+    environments = Path(os.environ["GPUFLEET_ENVIRONMENTS_DIR"])
+    (environments / "dev.yaml").write_text((environments / "dev.yaml").read_text() + STORAGE)
+    fleet_id = spot_fleet(2)
+    mark_readiness(fleet_nodes(fleet_id))
+    calls = answered_ssm(FakeSsm())
+
+    code, out, err = run_cli("run", "dev", "--fleet-id", fleet_id, "--torchrun", "--", "train.py")
+
+    assert code == 0, err
+    assert "shared storage" not in err
+    run_id = out.split()[1].rstrip(":")
+    (sent,) = [params for name, params in calls if name == "SendCommand"]
+    script = sent["Parameters"]["commands"][0]
+    assert f"install -d -o 2000 -g 2000 -m 0755 /fsx/gpufleet-runs /fsx/gpufleet-runs/{run_id}\n" in script
+    assert "--nnodes=1:2 " in script and "--max_restarts=10 " in script  # the defaults
+
+
+def test_gpufleet_run_refuses_torchrun_with_mpi_before_any_call(answered_ssm, run_cli) -> None:
+    calls = answered_ssm(FakeSsm())
+    code, out, err = run_cli("run", "dev", "--torchrun", "--mpi", "--", "train.py")
+    assert (code, out, err, calls) == (1, "", "--torchrun and --mpi: choose one launcher\n", [])
+
+
+def test_gpufleet_run_torchrun_refuses_a_minimum_over_the_ready_nodes_before_sending(
+    spot_fleet, answered_ssm, run_cli
+) -> None:
+    fleet_id = spot_fleet(2)
+    mark_readiness(fleet_nodes(fleet_id))
+    calls = answered_ssm(FakeSsm())
+    code, out, err = run_cli("run", "dev", "--fleet-id", fleet_id, "--torchrun", "--min-nodes", "3", "--", "t.py")
+    assert (code, out, calls) == (1, "", [])
+    assert err == "--min-nodes 3: need 1 to 2 (the nodes ready for jobs now)\n"
+
+
+def test_gpufleet_stop_marks_the_run_stopped_on_the_shared_storage(spot_fleet, answered_ssm, run_cli) -> None:
+    environments = Path(os.environ["GPUFLEET_ENVIRONMENTS_DIR"])
+    (environments / "dev.yaml").write_text((environments / "dev.yaml").read_text() + STORAGE)
+    fleet_id = spot_fleet(1)
+    calls = answered_ssm(FakeSsm(outputs={fleet_nodes(fleet_id)[0]: "stopped\n"}))
+    code, _, _ = run_cli("stop", "dev", RUN_ID, "--fleet-id", fleet_id)
+    assert code == 0
+    (sent,) = [params for name, params in calls if name == "SendCommand"]
+    assert sent["Parameters"]["commands"][0].startswith(
+        f"if [ -d /fsx/gpufleet-runs/{RUN_ID} ]; then touch /fsx/gpufleet-runs/{RUN_ID}/stopped; fi\n"
+    )
