@@ -20,7 +20,16 @@ the constructs too. What each entry stands for:
   rebalancing, the capacity fallback and replace-all; a PERSISTENT_1 file system without compression, linked to a
   prefix of an existing bucket for some events only, deleted with its stack;
 - small-g5: a Spot Fleet that maintains 1 on-demand g5.8xlarge node (one network card) in one reservation, rollout
-  manual; a SCRATCH_2 file system with no S3 link.
+  manual; a SCRATCH_2 file system with no S3 link;
+- eks-p5 (flavour eks): an EKS cluster in a new VPC (control-plane subnets in two AZs) with one on-demand and one
+  spot p5 node (32 EFA cards), every add-on written out and on, three larger system nodes, the NVMe drives in RAID0
+  and a new SCRATCH_2 file system mounted for pods by the FSx CSI driver;
+- eks-g5 (flavour eks): an EKS cluster in an existing VPC (its named control-plane subnets) with 2 on-demand
+  g5.48xlarge nodes without EFA (g5 has no GPUDirect RDMA) in one reservation, every add-on off, an existing file
+  system (not mounted: the CSI driver is off).
+
+The construct tests of the fleet flavour's node group take FLEET_ENTRIES; the eks entries go through their own stack
+(tests/stacks/test_eks_cluster_stack.py, tests/stacks/test_matrix_stacks.py).
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ RESERVATION_ID = "cr-0123456789abcdef0"
 OTHER_RESERVATION_ID = "cr-0fedcba9876543210"
 GROUP_ARN = "arn:aws:resource-groups:us-west-2:123456789012:group/gpu-reservations"
 KMS_KEY_ARN = "arn:aws:kms:us-east-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+ADMIN_ROLE_ARN = "arn:aws:iam::123456789012:role/Admin"
 
 MATRIX: dict[str, dict] = {
     "spot-p4d": {
@@ -187,7 +197,63 @@ MATRIX: dict[str, dict] = {
         "ami": {"id": "ami-0123456789abcdef0"},
         "storage": {"lustre": {"deployment_type": "SCRATCH_2"}},
     },
+    "eks-p5": {
+        "name": "eks-p5",
+        "flavour": "eks",
+        "account": ACCOUNT,
+        "region": "us-west-2",
+        "availability_zone": "us-west-2d",
+        "network": {"cidr": "10.90.0.0/16", "nat_gateway": True},
+        "instance_type": "p5.48xlarge",
+        "capacity": {"target": 2, "on_demand": 1},
+        "node": {"raid0_nvme": True},
+        "storage": {"mount_path": "/checkpoints", "lustre": {"deployment_type": "SCRATCH_2"}},
+        "eks": {
+            "kubernetes_version": "1.35",
+            "admin_principal_arns": [ADMIN_ROLE_ARN, "arn:aws:iam::123456789012:user/operator"],
+            "control_plane_availability_zones": ["us-west-2a", "us-west-2b"],
+            "system_nodes": {"instance_type": "m6i.xlarge", "count": 3},
+            "add_ons": {
+                "efa_device_plugin": True,
+                "nvidia_device_plugin": True,
+                "mpi_operator": True,
+                "fsx_csi_driver": True,
+            },
+        },
+    },
+    "eks-g5": {
+        "name": "eks-g5",
+        "flavour": "eks",
+        "account": ACCOUNT,
+        "region": "us-east-1",
+        "availability_zone": "us-east-1a",
+        "network": {"vpc_id": "vpc-0a1b2c3d", "subnet_id": "subnet-0a1b2c3d"},
+        "instance_type": "g5.48xlarge",
+        "efa": False,
+        "capacity": {"target": 2, "on_demand": 2, "reservation": {"ids": [RESERVATION_ID]}},
+        "storage": {
+            "existing": {
+                "file_system_id": "fs-0123456789abcdef0",
+                "dns_name": "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com",
+                "mount_name": "abcdefgh",
+                "security_group_id": "sg-0a1b2c3d",
+            }
+        },
+        "eks": {
+            "kubernetes_version": "1.35",
+            "admin_principal_arns": [ADMIN_ROLE_ARN],
+            "control_plane_subnet_ids": ["subnet-0a1b2c3e", "subnet-0a1b2c3f"],
+            "add_ons": {
+                "efa_device_plugin": False,
+                "nvidia_device_plugin": False,
+                "mpi_operator": False,
+                "fsx_csi_driver": False,
+            },
+        },
+    },
 }
+# The entries of the fleet flavour, which the node group's construct tests take (tests/stacks/constructs/).
+FLEET_ENTRIES = [name for name, document in MATRIX.items() if document.get("flavour", "fleet") == "fleet"]
 
 
 def write_matrix(directory: Path) -> Path:

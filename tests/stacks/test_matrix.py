@@ -95,19 +95,9 @@ def used(model: BaseModel, prefix: str = "") -> Iterator[tuple[str, object]]:
             yield path, "set"
 
 
-# The eks flavour's options (issue 22, work in progress): the matrix and the construct tests built on it are the fleet
-# flavour's so far; the eks options are held by tests/gpufleet/validators/test_eks.py and
-# tests/stacks/test_eks_cluster_stack.py until the matrix gets eks entries (NOTES-issue22.md, "Next").
-EKS_FLAVOUR_OPTIONS = {("flavour", EXPLICIT), ("flavour", "eks"), ("ami", None)}
-
-
 def test_the_matrix_uses_every_option_value_and_every_catalog_type(matrix):
     covered = {pair for environment in matrix.values() for pair in used(environment)}
-    missing = [
-        f"{path}: {value}"
-        for path, value in required(Environment)
-        if (path, value) not in covered and (path, value) not in EKS_FLAVOUR_OPTIONS and not path.startswith("eks")
-    ]
+    missing = [f"{path}: {value}" for path, value in required(Environment) if (path, value) not in covered]
     assert missing == []
 
 
@@ -127,6 +117,9 @@ def test_the_coverage_is_read_from_the_model_and_the_catalog():
         ("tags", "empty"),
         ("node.mig_purpose", "single-node-inference"),
         ("ami.root_device_name", "/dev/nvme0n1"),
+        ("flavour", "eks"),
+        ("eks.control_plane_subnet_ids", "set"),
+        ("eks.add_ons.mpi_operator", False),
     } <= set(required(Environment))
 
 
@@ -137,6 +130,8 @@ ONLY_IN = {
     "block-p5": ("capacity.capacity_block", "present"),
     "asg-g5": ("capacity.reservation.preference", "first"),
     "small-g5": ("instance_type", "g5.8xlarge"),
+    "eks-p5": ("eks.control_plane_availability_zones", "set"),
+    "eks-g5": ("eks.control_plane_subnet_ids", "set"),
 }
 
 

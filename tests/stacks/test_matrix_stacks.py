@@ -3,13 +3,14 @@ attached (tests/stacks/conftest.py: matrix_assembly): what the cluster stack add
 only with a new VPC, a storage stack only with a new file system (storage.lustre; request-p4de mounts an existing
 one), the fleet teardown only with a Spot Fleet, the capacity fallback only with fleet.fallback (wired
 to the entry's node group and settings), the Capacity Block warning only with a Capacity Block, the spot interruption
-rehearsal only with spot nodes, the interruption fan-out only with spot nodes and a checkpoint hook."""
+rehearsal only with spot nodes, the interruption fan-out only with spot nodes and a checkpoint hook. An eks entry gets
+an eks stack instead of the cluster stack."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.stacks.matrix import MATRIX
+from tests.stacks.matrix import FLEET_ENTRIES, MATRIX
 
 
 def of_type(template: dict, resource_type: str) -> dict:
@@ -36,6 +37,23 @@ MATRIX_STACKS = {
     "asg-g5": (["cluster", "network", "storage"], (0, 0, 1, 1, 0, 1)),
     "small-g5": (["cluster", "network", "storage"], (1, 1, 0, 0, 0, 0)),
 }
+# Per eks entry: its stacks (no cluster stack: the eks stack holds the cluster and its node groups).
+MATRIX_EKS_STACKS = {
+    "eks-p5": ["eks", "network", "storage"],
+    "eks-g5": ["eks"],
+}
+
+
+def test_the_tables_hold_every_entry_of_the_matrix():
+    assert sorted([*MATRIX_STACKS, *MATRIX_EKS_STACKS]) == sorted(MATRIX)
+
+
+@pytest.mark.parametrize("name", MATRIX_EKS_STACKS)
+def test_each_eks_entry_gets_an_eks_stack_and_no_cluster_stack(matrix_assembly, name):
+    stacks = [stack.removeprefix(f"gpufleet-{name}-") for stack in matrix_assembly.stack_names if f"-{name}-" in stack]
+    assert sorted(stacks) == MATRIX_EKS_STACKS[name]
+
+
 # The capacity fallback's settings, for the entries with fleet.fallback (the others have none).
 MATRIX_FALLBACKS = {
     "spot-p4d": {
@@ -62,7 +80,7 @@ MATRIX_FALLBACKS = {
 }
 
 
-@pytest.mark.parametrize("name", MATRIX)
+@pytest.mark.parametrize("name", FLEET_ENTRIES)
 def test_each_entry_gets_the_stacks_and_node_group_parts_of_its_options(matrix_assembly, name):
     stacks = [stack.removeprefix(f"gpufleet-{name}-") for stack in matrix_assembly.stack_names if f"-{name}-" in stack]
     template = matrix_assembly.template_json(f"gpufleet-{name}-cluster")
@@ -84,12 +102,12 @@ def test_each_entry_gets_the_stacks_and_node_group_parts_of_its_options(matrix_a
     assert (sorted(stacks), parts) == MATRIX_STACKS[name]
 
 
-@pytest.mark.parametrize("name", MATRIX)
+@pytest.mark.parametrize("name", FLEET_ENTRIES)
 def test_the_capacity_fallback_comes_only_with_fleet_fallback_and_takes_its_settings(matrix_assembly, name):
     assert fallback_settings(matrix_assembly.template_json(f"gpufleet-{name}-cluster")) == MATRIX_FALLBACKS.get(name)
 
 
-@pytest.mark.parametrize("name", MATRIX)
+@pytest.mark.parametrize("name", FLEET_ENTRIES)
 def test_every_cluster_stack_keeps_the_efa_security_groups_logical_id(matrix_assembly, name):
     """tests/stacks/constructs/test_efa_security_group.py says why a new logical id would break a running cluster."""
     template = matrix_assembly.template_json(f"gpufleet-{name}-cluster")

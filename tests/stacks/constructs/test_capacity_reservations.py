@@ -17,8 +17,8 @@ from gpufleet.constants import BACKEND_AUTO_SCALING
 from stacks.constructs.capacity_reservations import auto_scaling_capacity_reservation
 from tests.stacks.constructs.conftest import bare_stack, environment
 from tests.stacks.constructs.test_node_launch_template import add_launch_template, data_of, launch_template_data
+from tests.stacks.matrix import FLEET_ENTRIES
 from tests.stacks.matrix import GROUP_ARN as MATRIX_GROUP_ARN
-from tests.stacks.matrix import MATRIX
 
 CFN_LINT = Path(sys.executable).with_name("cfn-lint")
 RESERVATION_ID = "cr-0123456789abcdef0"
@@ -141,7 +141,7 @@ def test_the_group_property_passes_cfn_lint(stack, tmp_path):
 
 # The environment matrix (tests/stacks/matrix.py): each entry's launch template in a bare stack, with a stand-in Auto
 # Scaling group that takes auto_scaling_capacity_reservation where the entry's backend is auto-scaling.
-@pytest.fixture(scope="module", params=list(MATRIX))
+@pytest.fixture(scope="module", params=FLEET_ENTRIES)
 def matrix_capacity(request, matrix) -> tuple[str, dict, dict | None]:
     environment = matrix[request.param]
     stack = bare_stack(environment.region)
@@ -209,9 +209,9 @@ def test_the_stacks_of_every_matrix_entry_pass_cfn_lint(matrix_assembly):
     """Every capacity source is in the matrix (tests/stacks/matrix.py): reservation ids (only, first), a resource
     group and a Capacity Block."""
     templates = [str(matrix_assembly.template_file(name)) for name in matrix_assembly.stack_names]
-    # A cluster stack per entry, a network stack for the four with a cidr, a storage stack for the three with
-    # storage.lustre.
-    assert len(templates) == 12
+    # A cluster stack per fleet entry (5) or an eks stack per eks entry (2), a network stack for the five with a cidr,
+    # a storage stack for the four with storage.lustre.
+    assert len(templates) == 16
     result = subprocess.run(
         [CFN_LINT, "--config-file", ".cfnlintrc.yaml", "--", *templates], capture_output=True, text=True
     )

@@ -173,7 +173,7 @@ def test_the_tables_hold_every_spot_fleet_entry_of_the_matrix(matrix):
     assert (
         MATRIX_REQUESTS.keys()
         == MATRIX_INSTANCE_TYPES.keys()
-        == {name for name, env in matrix.items() if env.fleet.backend == "spot-fleet"}
+        == {name for name, env in matrix.items() if env.flavour == "fleet" and env.fleet.backend == "spot-fleet"}
     )
 
 

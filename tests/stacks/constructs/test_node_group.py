@@ -12,10 +12,10 @@ from stacks.constructs.node_group import node_group
 from tests.conftest import SYNTHESIS_TIME
 from tests.stacks.constructs.conftest import bare_stack, environment
 from tests.stacks.constructs.test_node_launch_template import add_launch_template
-from tests.stacks.matrix import MATRIX
+from tests.stacks.matrix import FLEET_ENTRIES
 
 
-@pytest.fixture(scope="module", params=list(MATRIX))
+@pytest.fixture(scope="module", params=FLEET_ENTRIES)
 def matrix_node_group(request, matrix):
     environment = matrix[request.param]
     stack = bare_stack(environment.region)

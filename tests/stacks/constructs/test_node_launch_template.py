@@ -13,7 +13,7 @@ from gpufleet.catalog import load_catalog
 from gpufleet.user_data import launch_template_user_data
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
 from tests.stacks.constructs.conftest import ZONE, bare_stack, environment
-from tests.stacks.matrix import MATRIX
+from tests.stacks.matrix import FLEET_ENTRIES
 
 SUBNET, SECURITY_GROUP = "subnet-0123456789abcdef0", "sg-0123456789abcdef0"
 
@@ -116,7 +116,7 @@ def test_an_image_from_ssm_becomes_a_parameter_resolved_at_deploy_time(stack):
 
 
 # The environment matrix (tests/stacks/matrix.py), each entry's launch template alone in a bare stack, synthesized once.
-@pytest.fixture(scope="module", params=list(MATRIX))
+@pytest.fixture(scope="module", params=FLEET_ENTRIES)
 def matrix_launch_template(request, matrix) -> tuple[str, dict]:
     environment = matrix[request.param]
     return request.param, launch_template_data(bare_stack(environment.region), environment)
