@@ -12,7 +12,7 @@ from gpufleet.catalog import load_catalog
 from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET, ENVIRONMENT_TAG_KEY, FLAVOUR_EKS
 from gpufleet.environment import Environment
 from stacks.cluster_stack import ClusterStack
-from stacks.constructs.shared_storage_access import SharedFileSystem, lustre_mount_source
+from stacks.constructs.shared_storage_access import SharedFileSystem
 from stacks.eks_cluster_stack import EksClusterStack
 from stacks.network_stack import NetworkStack
 from stacks.storage_stack import StorageStack
@@ -68,7 +68,9 @@ def add_environment_stacks(app: cdk.App, environment: Environment, now: dt.datet
     elif storage is not None and storage.existing is not None:
         existing = storage.existing
         shared_file_system = SharedFileSystem(
-            mount_source=lustre_mount_source(existing.dns_name, existing.mount_name),
+            file_system_id=existing.file_system_id,
+            dns_name=existing.dns_name,
+            mount_name=existing.mount_name,
             security_group_id=existing.security_group_id,
         )
     if environment.flavour == FLAVOUR_EKS:

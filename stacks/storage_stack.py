@@ -138,7 +138,9 @@ class StorageStack(cdk.Stack):
         # What the cluster stack reads: CDK turns the mount source and the security group into exports of this stack
         # and imports of the cluster's.
         self.shared_file_system = SharedFileSystem(
-            mount_source=mount_source,
+            file_system_id=self.file_system.ref,
+            dns_name=self.file_system.attr_dns_name,
+            mount_name=self.file_system.attr_lustre_mount_name,
             security_group_id=self.security_group.security_group_id,
             data_repository=location,
         )

@@ -39,10 +39,16 @@ class SharedFileSystem:
     """The shared file system as the cluster sees it: plain values for an existing one, the storage stack's
     deploy-time values (imported) for a new one."""
 
-    mount_source: str  # lustre_mount_source
+    file_system_id: str
+    dns_name: str
+    mount_name: str
     security_group_id: str
     # The data repository's bucket and the key prefix the file system's root maps to, when there is one.
     data_repository: tuple[str, str] | None = None
+
+    @property
+    def mount_source(self) -> str:
+        return lustre_mount_source(self.dns_name, self.mount_name)
 
 
 class SharedStorageAccess(Construct):
