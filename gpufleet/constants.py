@@ -208,3 +208,13 @@ CDK_ASSETS_BUCKET = "cdk-hnb659fds-assets-{account}-{region}"
 # What `gpufleet acceptance` (gpufleet.ops.acceptance) has each node print before and after each check's output, read
 # back by gpufleet.reports.acceptance: "gpufleet-acceptance: CHECK begin", then "gpufleet-acceptance: CHECK exit N".
 ACCEPTANCE_MARKER = "gpufleet-acceptance:"
+
+# The eks flavour's PersistentVolumeClaim (namespace default) of the environment's shared file system, which a pod
+# mounts to see the storage (stacks/constructs/eks_add_ons.py makes it where the environment has storage).
+EKS_SHARED_STORAGE_CLAIM = "gpufleet-shared"
+# 2 MiB huge pages every EFA GPU node of the eks flavour sets aside at boot, so that kubelet advertises them as
+# hugepages-2Mi: a pod may request them only if the node pre-allocated them (kubernetes.io, "Manage HugePages"), and
+# EKS's AL2023 NVIDIA image allocates none (amazon-eks-ami at 81fec2e: no nr_hugepages in templates/al2023; its EFA
+# installer runs --minimal). 5120 MiB is what the lab's MPIJob workers request (terraform-aws-eks-blueprints
+# patterns/nvidia-gpu-efa generate-efa-nccl-test.sh: hugepages-2Mi 5120Mi) for libfabric's EFA provider.
+EKS_GPU_NODE_HUGEPAGES_MIB = 5120

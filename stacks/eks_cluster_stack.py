@@ -1,7 +1,7 @@
 """The EKS cluster of an environment with flavour: eks: the cluster (aws_eks_v2, access entries only), a small system
 node group, and one GPU managed node group per capacity type, each from its own launch template
-(stacks/constructs/eks_node_launch_template.py) with EFA interfaces in the environment's placement group. The
-add-ons (device plugins, MPI operator, FSx CSI driver) come next: NOTES-issue22.md, "Next"."""
+(stacks/constructs/eks_node_launch_template.py) with EFA interfaces in the environment's placement group, and the
+add-ons (stacks/constructs/eks_add_ons.py) through aws_eks_v2's kubectl handler."""
 
 from __future__ import annotations
 
@@ -9,23 +9,32 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
+from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
 from gpufleet.catalog import InstanceType
+from gpufleet.constants import EKS_GPU_NODE_HUGEPAGES_MIB
 from gpufleet.environment import Environment
 from stacks.constructs.efa_security_group import EfaSecurityGroup
+from stacks.constructs.eks_add_ons import ClusterFileSystem, EksAddOns
 from stacks.constructs.eks_node_launch_template import EksNodeLaunchTemplate
+from stacks.constructs.shared_storage_access import SharedFileSystem, SharedStorageAccess
 from stacks.networking import import_network
 
 # eks.kubernetes_version to the aws_eks_v2 version (gpufleet.constants.EKS_KUBERNETES_VERSIONS).
 KUBERNETES_VERSIONS = {"1.35": eks.KubernetesVersion.V1_35}
+# The kubectl handler's layer of each version (aws_eks_v2 KubernetesVersion.V1_35's docstring: "you need to also
+# specify the kubectlLayer property with a KubectlV35Layer"; PyPI aws-cdk.lambda-layer-kubectl-v35, pyproject.toml).
+KUBECTL_LAYERS = {"1.35": KubectlV35Layer}
 # The access policy of a cluster administrator (EKS user guide, access-policy-permissions:
 # AmazonEKSClusterAdminPolicy, cluster scope) (unconfirmed: not read this round).
 CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 # What marks and keeps the GPU nodes, as the lab does (terraform-aws-eks-blueprints patterns/nvidia-gpu-efa/eks.tf):
 # the NVIDIA device plugin's chart runs on nodes labelled nvidia.com/gpu.present, the EFA plugin is to select
-# vpc.amazonaws.com/efa.present, and only pods that tolerate nvidia.com/gpu land on them.
-GPU_NODE_LABELS = {"nvidia.com/gpu.present": "true", "vpc.amazonaws.com/efa.present": "true"}
+# vpc.amazonaws.com/efa.present (set only where the nodes have EFA), and only pods that tolerate nvidia.com/gpu land on
+# them.
+GPU_NODE_LABEL = {"nvidia.com/gpu.present": "true"}
+EFA_NODE_LABEL = {"vpc.amazonaws.com/efa.present": "true"}
 GPU_NODE_TAINT = eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key="nvidia.com/gpu", value="true")
 # Every control-plane log type, so that the API server's and the authenticator's decisions are kept (cdk-nag
 # AwsSolutions-EKS2).
@@ -52,10 +61,12 @@ class EksClusterStack(cdk.Stack):
         vpc: ec2.IVpc | None = None,
         node_subnet: ec2.ISubnet | None = None,
         control_plane_subnets: list[ec2.ISubnet] | None = None,
+        shared_file_system: SharedFileSystem | None = None,
         **kwargs,
     ) -> None:
         """vpc, node_subnet and control_plane_subnets come from the environment's NetworkStack; without them the
-        environment's existing VPC, node subnet and eks.control_plane_subnet_ids are imported by id."""
+        environment's existing VPC, node subnet and eks.control_plane_subnet_ids are imported by id.
+        shared_file_system: the environment's storage (its storage stack's or an existing one), None without."""
         super().__init__(scope, construct_id, **kwargs)
         settings = environment.eks
         assert settings is not None, "the environment's validation: the eks flavour has an eks section"
@@ -66,6 +77,10 @@ class EksClusterStack(cdk.Stack):
                 for index, subnet_id in enumerate(settings.control_plane_subnet_ids or ())
             ]
         node_subnets = ec2.SubnetSelection(subnets=[node_subnet])
+        add_ons = settings.add_ons
+        efa_device_plugin = add_ons.efa_device_plugin and environment.efa
+        mounted_file_system = shared_file_system if add_ons.fsx_csi_driver else None
+        needs_kubectl = efa_device_plugin or add_ons.nvidia_device_plugin or add_ons.mpi_operator or mounted_file_system
 
         self.cluster = eks.Cluster(
             self,
@@ -80,6 +95,14 @@ class EksClusterStack(cdk.Stack):
             # Who administers the cluster is the file's choice (eks.admin_principal_arns), not whoever deployed it.
             bootstrap_cluster_creator_admin_permissions=False,
             cluster_logging=CLUSTER_LOGGING,
+            # Only with an add-on: the handler is a Lambda function, a layer of 35 MB and a custom resource provider.
+            # It runs in the node subnet, whose route to the NAT gateway reaches the charts' repositories.
+            kubectl_provider_options=eks.KubectlProviderOptions(
+                kubectl_layer=KUBECTL_LAYERS[settings.kubernetes_version](self, "KubectlLayer"),
+                private_subnets=[node_subnet],
+            )
+            if needs_kubectl
+            else None,
         )
         for index, principal in enumerate(settings.admin_principal_arns):
             self.cluster.grant_access(
@@ -151,6 +174,7 @@ class EksClusterStack(cdk.Stack):
                 ],
                 placement_group=placement_group,
                 reservation=capacity.reservation if capacity_type == eks.CapacityType.ON_DEMAND else None,
+                hugepages_mib=EKS_GPU_NODE_HUGEPAGES_MIB if environment.efa else 0,
                 node_tags=node_tags,
             ).launch_template
             self.cluster.add_nodegroup_capacity(
@@ -164,7 +188,40 @@ class EksClusterStack(cdk.Stack):
                 max_size=size,
                 desired_size=size,
                 subnets=node_subnets,
-                labels=GPU_NODE_LABELS,
+                labels={**GPU_NODE_LABEL, **(EFA_NODE_LABEL if environment.efa else {})},
                 taints=[GPU_NODE_TAINT],
                 node_role=node_role,
             )
+        if needs_kubectl:
+            EksAddOns(
+                self,
+                "AddOns",
+                cluster=self.cluster,
+                region=environment.region,
+                efa_device_plugin=efa_device_plugin,
+                nvidia_device_plugin=add_ons.nvidia_device_plugin,
+                mpi_operator=add_ons.mpi_operator,
+                file_system=self._cluster_file_system(environment, mounted_file_system)
+                if mounted_file_system is not None
+                else None,
+            )
+        if mounted_file_system is not None:
+            # The GPU nodes' interfaces all carry the EFA security group: the Lustre rules go between it and the
+            # file system's group, as on the fleet flavour's node group.
+            SharedStorageAccess(
+                self,
+                "SharedStorageAccess",
+                file_system=mounted_file_system,
+                node_security_group=efa_security_group.security_group,
+                node_role=node_role,
+            )
+
+    @staticmethod
+    def _cluster_file_system(environment: Environment, file_system: SharedFileSystem) -> ClusterFileSystem:
+        lustre = environment.storage.lustre if environment.storage is not None else None
+        return ClusterFileSystem(
+            file_system_id=file_system.file_system_id,
+            dns_name=file_system.dns_name,
+            mount_name=file_system.mount_name,
+            capacity_gib=lustre.storage_capacity_gib if lustre is not None else None,
+        )

@@ -83,6 +83,7 @@ def add_environment_stacks(app: cdk.App, environment: Environment, now: dt.datet
                 vpc=vpc,
                 node_subnet=node_subnet,
                 control_plane_subnets=network_stack.control_plane_subnets if network_stack else None,
+                shared_file_system=shared_file_system,
                 env=aws_env,
                 description=f"gpufleet {environment.name}: EKS cluster with {environment.capacity.target} x "
                 f"{environment.instance_type} in GPU managed node groups (EFA, placement group)",

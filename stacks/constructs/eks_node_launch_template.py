@@ -34,34 +34,52 @@ AL2023_ROOT_DEVICE = "/dev/xvda"
 # drives for kubelet and containerd (amazon-eks-ami nodeadm/api/v1alpha1/nodeconfig_types.go, LocalStorageOptions).
 NODE_CONFIG_MIME_TYPE = "application/node.eks.aws"
 MIME_BOUNDARY = "GPUFLEET"
+# Huge pages are set aside by a shell script part: NodeConfig has no setting for them (nodeconfig_types.go), and
+# cloud-init runs the script before kubelet starts (amazon-eks-ami templates/al2023/runtime/rootfs/etc/systemd/system/
+# nodeadm-run.service: "After=... cloud-final.service", "start after cloud-init, in order to pickup changes the user
+# may have applied via cloud-init scripts"), so kubelet finds them. The sysctl.d file keeps them across reboots (the
+# script runs once per instance).
+HUGEPAGES_SYSCTL_FILE = "/etc/sysctl.d/90-gpufleet-hugepages.conf"
+HUGEPAGE_MIB = 2
 
 
-def node_config_user_data(*, raid0_nvme: bool) -> str | None:
-    """The launch template's user data, base64 as EC2 takes it: a MIME multi-part archive with one NodeConfig, or
-    None where there is nothing to add to EKS's bootstrap."""
-    if not raid0_nvme:
+def node_user_data(*, raid0_nvme: bool, hugepages_mib: int) -> str | None:
+    """The launch template's user data, base64 as EC2 takes it: a MIME multi-part archive with a NodeConfig (RAID0 of
+    the NVMe drives) and a script (HUGEPAGES_MIB of 2 MiB pages), each where asked; None where there is nothing to
+    add to EKS's bootstrap."""
+    parts = []
+    if raid0_nvme:
+        parts.append(
+            [
+                f"Content-Type: {NODE_CONFIG_MIME_TYPE}",
+                "",
+                "---",
+                "apiVersion: node.eks.aws/v1alpha1",
+                "kind: NodeConfig",
+                "spec:",
+                "  instance:",
+                "    localStorage:",
+                "      strategy: RAID0",
+            ]
+        )
+    if hugepages_mib:
+        parts.append(
+            [
+                'Content-Type: text/x-shellscript; charset="us-ascii"',
+                "",
+                "#!/bin/bash",
+                "set -euo pipefail",
+                f"echo 'vm.nr_hugepages = {hugepages_mib // HUGEPAGE_MIB}' > {HUGEPAGES_SYSCTL_FILE}",
+                f"sysctl -p {HUGEPAGES_SYSCTL_FILE}",
+            ]
+        )
+    if not parts:
         return None
-    document = "\n".join(
-        [
-            "MIME-Version: 1.0",
-            f'Content-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"',
-            "",
-            f"--{MIME_BOUNDARY}",
-            f"Content-Type: {NODE_CONFIG_MIME_TYPE}",
-            "",
-            "---",
-            "apiVersion: node.eks.aws/v1alpha1",
-            "kind: NodeConfig",
-            "spec:",
-            "  instance:",
-            "    localStorage:",
-            "      strategy: RAID0",
-            "",
-            f"--{MIME_BOUNDARY}--",
-            "",
-        ]
-    )
-    return base64.b64encode(document.encode()).decode()
+    lines = ["MIME-Version: 1.0", f'Content-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"', ""]
+    for part in parts:
+        lines += [f"--{MIME_BOUNDARY}", *part, ""]
+    lines += [f"--{MIME_BOUNDARY}--", ""]
+    return base64.b64encode("\n".join(lines).encode()).decode()
 
 
 class EksNodeLaunchTemplate(Construct):
@@ -79,9 +97,11 @@ class EksNodeLaunchTemplate(Construct):
         placement_group: ec2.IPlacementGroup | None,
         reservation: CapacityReservation | None,
         node_tags: dict[str, str],
+        hugepages_mib: int,
     ) -> None:
         """reservation: the On-Demand Capacity Reservations this group's nodes launch into (preference only, one id or
-        a resource group: gpufleet.validators), None for none."""
+        a resource group: gpufleet.validators), None for none. hugepages_mib: 2 MiB pages set aside at boot (0 for
+        none)."""
         super().__init__(scope, construct_id)
         tags = [cdk.CfnTag(key=key, value=value) for key, value in sorted(node_tags.items())]
         self.launch_template = ec2.CfnLaunchTemplate(
@@ -122,6 +142,8 @@ class EksNodeLaunchTemplate(Construct):
                     ec2.CfnLaunchTemplate.TagSpecificationProperty(resource_type=resource_type, tags=tags)
                     for resource_type in ("instance", "volume", "network-interface")
                 ],
-                user_data=node_config_user_data(raid0_nvme=raid0_nvme and instance.nvme.count > 0),
+                user_data=node_user_data(
+                    raid0_nvme=raid0_nvme and instance.nvme.count > 0, hugepages_mib=hugepages_mib
+                ),
             ),
         )

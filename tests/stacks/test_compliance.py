@@ -63,6 +63,7 @@ def test_every_acknowledgement_has_a_project_specific_reason(assembly):
         "AwsSolutions-AS3",
         "AwsSolutions-IAM4",
         "AwsSolutions-IAM5",
+        "AwsSolutions-L1",
         "AwsSolutions-S1",
         "AwsSolutions-SF1",
         "AwsSolutions-SF2",
@@ -78,6 +79,7 @@ def test_every_acknowledgement_has_a_project_specific_reason(assembly):
 # Rules whose findings carry no id (one finding per resource): acknowledged on that one resource only.
 RULES_WITHOUT_FINDING_IDS = {
     "AwsSolutions-AS3": "AWS::AutoScaling::AutoScalingGroup",
+    "AwsSolutions-L1": "AWS::Lambda::Function",
     "AwsSolutions-S1": "AWS::S3::Bucket",
     "AwsSolutions-SF1": "AWS::StepFunctions::StateMachine",
     "AwsSolutions-SF2": "AWS::StepFunctions::StateMachine",

@@ -50,7 +50,8 @@ def test_the_cluster_is_private_logged_and_administered_by_the_files_principals(
             },
         },
     )
-    template.resource_count_is("AWS::EKS::AccessEntry", 1)
+    # The file's admin, and the kubectl handler's role (aws_eks_v2 gives it one to install the add-ons).
+    template.resource_count_is("AWS::EKS::AccessEntry", 2)
     template.has_resource_properties(
         "AWS::EKS::AccessEntry",
         {
@@ -138,7 +139,9 @@ def test_gpu_launch_templates_keep_the_managed_node_group_rules(launch_templates
         assert [interface["InterfaceType"] for interface in interfaces] == ["efa"] + ["efa-only"] * 31
 
 
-def test_the_nvme_drives_become_one_raid0_volume_through_nodeadm(launch_templates):
+def test_the_nvme_drives_become_one_raid0_volume_and_2560_huge_pages_are_set_aside(launch_templates):
+    """RAID0 through nodeadm's NodeConfig; 5120 MiB of 2 MiB pages (what the lab's workers request) by a script that
+    cloud-init runs before nodeadm starts kubelet, kept across reboots in sysctl.d."""
     user_data = {base64.b64decode(data["UserData"]).decode() for data in launch_templates.values()}
     assert user_data == {
         "MIME-Version: 1.0\n"
@@ -154,6 +157,14 @@ def test_the_nvme_drives_become_one_raid0_volume_through_nodeadm(launch_template
         "  instance:\n"
         "    localStorage:\n"
         "      strategy: RAID0\n"
+        "\n"
+        "--GPUFLEET\n"
+        'Content-Type: text/x-shellscript; charset="us-ascii"\n'
+        "\n"
+        "#!/bin/bash\n"
+        "set -euo pipefail\n"
+        "echo 'vm.nr_hugepages = 2560' > /etc/sysctl.d/90-gpufleet-hugepages.conf\n"
+        "sysctl -p /etc/sysctl.d/90-gpufleet-hugepages.conf\n"
         "\n"
         "--GPUFLEET--\n"
     }

@@ -1,0 +1,266 @@
+"""What gpufleet installs into an EKS cluster through aws_eks_v2's kubectl handler, each at a pinned version with the
+upstream bug it avoids next to it (sources: NOTES-issue22.md, "Device plugins", "Kubeflow MPI operator", "ADDONS"):
+the EFA device plugin, the NVIDIA device plugin, the Kubeflow MPI operator (a vendored local chart) and the
+FSx for Lustre CSI driver with the environment's file system as a PersistentVolume and a claim pods mount."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+import aws_cdk as cdk
+from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_s3_assets as s3_assets
+from aws_cdk import custom_resources as cr
+from constructs import Construct
+
+from gpufleet.constants import EKS_SHARED_STORAGE_CLAIM
+from stacks.constructs.provider_findings import acknowledge_provider
+
+# The GPU nodes' taint (stacks/eks_cluster_stack.py GPU_NODE_TAINT): a daemon that must run there tolerates it.
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+# aws/eks-charts stable/aws-efa-k8s-device-plugin at 5239609 (2026-08-03): chart v0.5.30, appVersion and image tag
+# v0.5.20. Plugin >= 0.5.1 mounts /dev/infiniband (aws/eks-charts#1069); >= 0.5.10 stops counting the p6-b200 NVLink
+# ibp* devices as EFA (aws/sagemaker-hyperpod-cli#282). The chart schedules the plugin only on the instance types of
+# its supportedInstanceLabels.values (tests/stacks/test_eks_add_ons.py checks every catalog type with EFA is there: a
+# missing type is the "plugin advertises no EFA" complaint).
+EFA_PLUGIN_REPOSITORY = "https://aws.github.io/eks-charts"
+EFA_PLUGIN_CHART = "aws-efa-k8s-device-plugin"
+EFA_PLUGIN_CHART_VERSION = "v0.5.30"
+EFA_PLUGIN_IMAGE_TAG = "v0.5.20"
+# The chart's image defaults to us-west-2's registry; each region serves EKS's add-on images from its own account
+# (EKS user guide, add-ons-images): 602401143452 for most regions, these for the others.
+EKS_ADD_ON_REGISTRY_DEFAULT = "602401143452"
+EKS_ADD_ON_REGISTRIES = {
+    "af-south-1": "877085696533",
+    "ap-east-1": "800184023465",
+    "ap-south-2": "900889452093",
+    "ap-southeast-3": "296578399912",
+    "ap-southeast-4": "491585149902",
+    "ap-southeast-7": "121268973566",
+    "cn-north-1": "918309763551",
+}
+EFA_NODE_LABEL = "vpc.amazonaws.com/efa.present"
+
+# NVIDIA/k8s-device-plugin v0.19.3 (2026-06-16), chart deployments/helm/nvidia-device-plugin 0.19.3. v0.19.0 turned
+# MOFED on by default (#1550), and MOFED mounts every /dev/infiniband/uverbsN, taking the EFA plugin's devices (#1692);
+# 0.19.3 turns it off again (#1837). mofedEnabled false is written out so that a later chart cannot turn it back on.
+NVIDIA_PLUGIN_REPOSITORY = "https://nvidia.github.io/k8s-device-plugin"
+NVIDIA_PLUGIN_CHART = "nvidia-device-plugin"
+NVIDIA_PLUGIN_CHART_VERSION = "0.19.3"
+GPU_NODE_LABEL = "nvidia.com/gpu.present"
+
+# kubeflow/mpi-operator v0.8.0 (2026-02) deploy/v2beta1/mpi-operator.yaml, vendored as a local chart (its README
+# there). Its CRD (313477 bytes as compact JSON) is over the 262144-byte cap of the last-applied annotation that
+# kubectl create --save-config and client-side apply write (the handler's only ways to apply a manifest in aws_eks_v2
+# 2.275): Helm installs a chart's crds/ without that annotation. The ClusterRole grants coordination.k8s.io leases
+# (the leader-election error of kubeflow/mpi-operator#508 came from a file that lacked them).
+MPI_OPERATOR_CHART = Path(__file__).with_name("mpi_operator_chart")
+MPI_OPERATOR_NAMESPACE = "mpi-operator"
+
+# kubernetes-sigs/aws-fsx-csi-driver at 5b22712 (2026-04-21): chart 1.17.0, driver v1.9.0 (charts/aws-fsx-csi-driver/
+# Chart.yaml; repository from docs/install.md). Only the node component: a PersistentVolume of an existing file system
+# (static provisioning, examples/kubernetes/static_provisioning) is mounted by the node plugin; the controller only
+# creates and deletes file systems, which would need an IAM role with FSx permissions. The node DaemonSet tolerates
+# every taint by default (values.yaml node.tolerateAllTaints), so it runs on the GPU nodes.
+FSX_CSI_REPOSITORY = "https://kubernetes-sigs.github.io/aws-fsx-csi-driver"
+FSX_CSI_CHART = "aws-fsx-csi-driver"
+FSX_CSI_CHART_VERSION = "1.17.0"
+FSX_CSI_DRIVER = "fsx.csi.aws.com"
+SHARED_STORAGE_VOLUME = "gpufleet-shared"
+# The claim binds to the volume by name; Kubernetes still compares sizes, and FSx does not enforce one on a mount, so
+# a file system whose size the file does not state is given the smallest FSx for Lustre size, 1200 GiB (FSx for
+# Lustre user guide, storage capacity) (unconfirmed that the CSI driver ignores it).
+NOMINAL_CAPACITY_GIB = 1200
+
+
+@dataclass(frozen=True)
+class ClusterFileSystem:
+    """The environment's FSx for Lustre file system as a PersistentVolume names it (deploy-time values for a file
+    system of the storage stack)."""
+
+    file_system_id: str
+    dns_name: str
+    mount_name: str
+    capacity_gib: int | None
+
+
+def add_on_registry(region: str) -> str:
+    """The account of the ECR registry that serves EKS's add-on images in REGION."""
+    return EKS_ADD_ON_REGISTRIES.get(region, EKS_ADD_ON_REGISTRY_DEFAULT)
+
+
+class EksAddOns(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        cluster: eks.Cluster,
+        region: str,
+        efa_device_plugin: bool,
+        nvidia_device_plugin: bool,
+        mpi_operator: bool,
+        file_system: ClusterFileSystem | None,
+    ) -> None:
+        """Each add-on is installed when its flag is on; file_system None installs no CSI driver."""
+        super().__init__(scope, construct_id)
+        if efa_device_plugin:
+            cluster.add_helm_chart(
+                "EfaDevicePlugin",
+                repository=EFA_PLUGIN_REPOSITORY,
+                chart=EFA_PLUGIN_CHART,
+                version=EFA_PLUGIN_CHART_VERSION,
+                release="aws-efa-k8s-device-plugin",
+                namespace="kube-system",
+                values={
+                    "image": {
+                        "repository": f"{add_on_registry(region)}.dkr.ecr.{region}.{cdk.Aws.URL_SUFFIX}"
+                        "/eks/aws-efa-k8s-device-plugin",
+                        "tag": EFA_PLUGIN_IMAGE_TAG,
+                    },
+                    "nodeSelector": {EFA_NODE_LABEL: "true"},
+                    "tolerations": [GPU_TOLERATION],
+                },
+            )
+        if nvidia_device_plugin:
+            cluster.add_helm_chart(
+                "NvidiaDevicePlugin",
+                repository=NVIDIA_PLUGIN_REPOSITORY,
+                chart=NVIDIA_PLUGIN_CHART,
+                version=NVIDIA_PLUGIN_CHART_VERSION,
+                release="nvidia-device-plugin",
+                namespace="nvidia-device-plugin",
+                values={
+                    "mofedEnabled": False,
+                    "nodeSelector": {GPU_NODE_LABEL: "true"},
+                    "tolerations": [GPU_TOLERATION],
+                },
+            )
+        if mpi_operator:
+            cluster.add_helm_chart(
+                "MpiOperator",
+                chart_asset=s3_assets.Asset(self, "MpiOperatorChart", path=str(MPI_OPERATOR_CHART)),
+                release="mpi-operator",
+                namespace=MPI_OPERATOR_NAMESPACE,
+            )
+        if file_system is not None:
+            self._shared_storage(cluster, file_system)
+        acknowledge_kubectl_handler(cluster)
+
+    def _shared_storage(self, cluster: eks.Cluster, file_system: ClusterFileSystem) -> None:
+        driver = cluster.add_helm_chart(
+            "FsxCsiDriver",
+            repository=FSX_CSI_REPOSITORY,
+            chart=FSX_CSI_CHART,
+            version=FSX_CSI_CHART_VERSION,
+            release="aws-fsx-csi-driver",
+            namespace="kube-system",
+            values={"nodeComponentOnly": True},
+        )
+        capacity = f"{file_system.capacity_gib or NOMINAL_CAPACITY_GIB}Gi"
+        # As the driver's static provisioning example writes them (pv.yaml, claim.yaml): ReadWriteMany, Retain (the
+        # storage stack, not Kubernetes, owns the file system), flock for applications that lock files.
+        volume = cluster.add_manifest(
+            "SharedStorage",
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolume",
+                "metadata": {"name": SHARED_STORAGE_VOLUME},
+                "spec": {
+                    "capacity": {"storage": capacity},
+                    "volumeMode": "Filesystem",
+                    "accessModes": ["ReadWriteMany"],
+                    "mountOptions": ["flock"],
+                    "persistentVolumeReclaimPolicy": "Retain",
+                    "csi": {
+                        "driver": FSX_CSI_DRIVER,
+                        "volumeHandle": file_system.file_system_id,
+                        "volumeAttributes": {"dnsname": file_system.dns_name, "mountname": file_system.mount_name},
+                    },
+                },
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": EKS_SHARED_STORAGE_CLAIM, "namespace": "default"},
+                "spec": {
+                    "accessModes": ["ReadWriteMany"],
+                    # Empty: bind to the volume above, not to a dynamically provisioned one.
+                    "storageClassName": "",
+                    "resources": {"requests": {"storage": capacity}},
+                    "volumeName": SHARED_STORAGE_VOLUME,
+                },
+            },
+        )
+        volume.node.add_dependency(driver)
+
+
+# The managed policies aws_eks_v2 2.275 gives the kubectl handler's role (kubectl-provider.js): logs, its interfaces in
+# the VPC, and pulling images from ECR (the public registry's policy under a condition).
+KUBECTL_HANDLER_MANAGED_POLICIES = {
+    "service-role/AWSLambdaBasicExecutionRole": "writes the handler's logs",
+    "service-role/AWSLambdaVPCAccessExecutionRole": "creates the handler's network interfaces in the node subnet (the "
+    "cluster's endpoint is private)",
+    "AmazonEC2ContainerRegistryReadOnly": "pulls a chart from an OCI repository in ECR",
+}
+ECR_PUBLIC_CONDITIONAL_POLICY = (
+    '{"Fn::If":["ClusterKubectlProviderHandlerHasEcrPublic69E09706",{"Fn::Join":["",["arn:",{"Ref":"AWS::Partition"},'
+    '":iam::aws:policy/AmazonElasticContainerRegistryPublicReadOnly"]]},{"Ref":"AWS::NoValue"}]}'
+)
+# What the handler's role may read from the CDK bootstrap bucket (aws_eks_v2 grants it read on the chart assets'
+# bucket): grantRead's actions, on the whole bucket (default qualifier hnb659fds, CDK's bootstrap template).
+KUBECTL_HANDLER_ASSET_ACTIONS = ("s3:GetObject*", "s3:GetBucket*", "s3:List*")
+
+
+def acknowledge_kubectl_handler(cluster: eks.Cluster) -> None:
+    """cdk-nag's findings on the kubectl handler aws_eks_v2 makes for the cluster (a function and a custom resource
+    Provider, roles and policies of aws-cdk-lib's making), acknowledged with the reason for each."""
+    stack = cdk.Stack.of(cluster)
+    kubectl = cluster.node.find_child("KubectlProvider")
+    handler = kubectl.node.find_child("Handler")
+    provider = cast(cr.Provider, kubectl.node.find_child("Provider"))
+    acknowledge_provider(provider, [handler], "the EKS cluster's kubectl handler")  # type: ignore[list-item]
+    framework_role = provider.node.find_child("framework-onEvent").node.find_child("ServiceRole")
+    handler_role = handler.node.find_child("ServiceRole")
+    policy = "Policy::arn:<AWS::Partition>:iam::aws:policy/"
+    cdk.Validations.of(framework_role).acknowledge(
+        cdk.Acknowledgment(
+            id=f"AwsSolutions-IAM4[{policy}service-role/AWSLambdaVPCAccessExecutionRole]",
+            reason="the Provider framework function of the EKS cluster's kubectl handler runs in the node subnet "
+            "beside the handler; aws-cdk-lib creates this role with the managed VPC access policy and offers no other",
+        )
+    )
+    for name, purpose in KUBECTL_HANDLER_MANAGED_POLICIES.items():
+        cdk.Validations.of(handler_role).acknowledge(
+            cdk.Acknowledgment(
+                id=f"AwsSolutions-IAM4[{policy}{name}]",
+                reason=f"the EKS cluster's kubectl handler {purpose} with the AWS managed policy aws_eks_v2 "
+                "attaches to the role it creates",
+            )
+        )
+    cdk.Validations.of(handler_role).acknowledge(
+        cdk.Acknowledgment(
+            id=f"AwsSolutions-IAM4[Policy::{ECR_PUBLIC_CONDITIONAL_POLICY}]",
+            reason="aws_eks_v2 gives the EKS cluster's kubectl handler the managed ECR Public read policy where the "
+            "partition has ECR Public (its condition), for charts from public.ecr.aws",
+        )
+    )
+    bucket = f"arn:<AWS::Partition>:s3:::cdk-hnb659fds-assets-{stack.account}-{stack.region}/*"
+    for finding in (*(f"Action::{action}" for action in KUBECTL_HANDLER_ASSET_ACTIONS), f"Resource::{bucket}"):
+        cdk.Validations.of(handler_role).acknowledge(
+            cdk.Acknowledgment(
+                id=f"AwsSolutions-IAM5[{finding}]",
+                reason="the EKS cluster's kubectl handler reads the local chart (the MPI operator's) from the CDK "
+                "assets bucket; aws_eks_v2 grants read on the bucket's objects, whose keys are content hashes",
+            )
+        )
+    cdk.Validations.of(handler.node.default_child).acknowledge(  # type: ignore[arg-type]
+        cdk.Acknowledgment(
+            id="AwsSolutions-L1",
+            reason="aws_eks_v2 2.275 sets the runtime of the EKS cluster's kubectl handler (Python 3.13, with the "
+            "kubectl layer built for it); a newer runtime is aws-cdk-lib's to choose",
+        )
+    )
