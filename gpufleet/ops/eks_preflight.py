@@ -14,6 +14,7 @@ from botocore.exceptions import ClientError
 from gpufleet.aws import error_code, is_unavailable
 from gpufleet.environment import Environment
 from gpufleet.ops.checks import Check, unavailable
+from gpufleet.ops.eks_status import deployed_cluster_name, eks_stack_name
 from gpufleet.validators.eks import CONTROL_PLANE_AVAILABILITY_ZONES
 
 # DescribeClusterVersions' versionStatus (botocore 1.44.5, eks model, shape VersionStatus). A version in extended
@@ -98,31 +99,6 @@ def check_kubernetes_version(eks: Any, env: Environment, now: dt.datetime) -> Ch
 
 def _day(value: Any) -> str:
     return value.date().isoformat() if isinstance(value, dt.datetime) else "an unknown date"
-
-
-def deployed_cluster_name(cloudformation: Any, stack_name: str) -> str | None:
-    """The EKS cluster the environment's eks stack made (its AWS::EKS::Cluster resource), None when the stack or the
-    cluster is not there. The stack names no cluster (aws_eks_v2 lets CloudFormation name it), so it is read from the
-    stack's resources."""
-    try:
-        pages = cloudformation.get_paginator("list_stack_resources").paginate(StackName=stack_name)
-        clusters = [
-            summary["PhysicalResourceId"]
-            for page in pages
-            for summary in page["StackResourceSummaries"]
-            if summary["ResourceType"] == "AWS::EKS::Cluster" and summary.get("PhysicalResourceId")
-        ]
-    except ClientError as error:
-        # A stack that does not exist answers ValidationError "Stack with id NAME does not exist" (botocore's
-        # cloudformation model documents no own error for it; gpufleet.ops.fleet.node_group_id reads it the same way).
-        if error_code(error) == "ValidationError" and "does not exist" in str(error):
-            return None
-        raise
-    return clusters[0] if clusters else None
-
-
-def eks_stack_name(env: Environment) -> str:
-    return f"{env.stack_prefix}-eks"
 
 
 def _quota(quotas: Any, code: str) -> float:
