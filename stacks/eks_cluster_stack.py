@@ -12,6 +12,7 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from gpufleet.catalog import InstanceType
+from gpufleet.constants import AVAILABILITY_ZONE_OUTPUT_KEY
 from gpufleet.environment import Environment
 from stacks.constructs.efa_security_group import EfaSecurityGroup
 from stacks.constructs.eks_node_launch_template import EksNodeLaunchTemplate
@@ -168,3 +169,5 @@ class EksClusterStack(cdk.Stack):
                 taints=[GPU_NODE_TAINT],
                 node_role=node_role,
             )
+        # Where the GPU nodes are, as the fleet flavour's cluster stack says it (gpufleet summary reads it).
+        cdk.CfnOutput(self, AVAILABILITY_ZONE_OUTPUT_KEY, value=environment.availability_zone)
