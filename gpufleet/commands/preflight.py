@@ -83,5 +83,5 @@ def node_group_words(env: Environment) -> str:
     """What keeps the nodes: the fleet flavour's fleet.backend, or the eks flavour's managed node groups."""
     if env.flavour == FLAVOUR_EKS:
         assert env.eks is not None, "the environment's validation: the eks flavour has an eks section"
-        return f"EKS managed node groups (Kubernetes {env.eks.kubernetes_version})"
+        return f"EKS managed node groups, Kubernetes {env.eks.kubernetes_version}"
     return f"fleet.backend {env.fleet.backend}"

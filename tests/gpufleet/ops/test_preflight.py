@@ -748,5 +748,5 @@ def test_preflight_of_an_eks_environment_names_its_node_groups(
     code, out, _ = run_cli("preflight", "lab")
     assert code == 0
     assert out.splitlines()[0] == (
-        "Preflight lab: 2 x p4d.24xlarge (1 on-demand, 1 spot) in us-east-1a, EKS managed node groups (Kubernetes 1.35)"
+        "Preflight lab: 2 x p4d.24xlarge (1 on-demand, 1 spot) in us-east-1a, EKS managed node groups, Kubernetes 1.35"
     )
