@@ -13,7 +13,7 @@ from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
 from gpufleet.catalog import InstanceType
-from gpufleet.constants import EKS_GPU_NODE_HUGEPAGES_MIB
+from gpufleet.constants import AVAILABILITY_ZONE_OUTPUT_KEY, EKS_GPU_NODE_HUGEPAGES_MIB
 from gpufleet.environment import Environment
 from stacks.constructs.efa_security_group import EfaSecurityGroup
 from stacks.constructs.eks_add_ons import ClusterFileSystem, EksAddOns
@@ -192,6 +192,8 @@ class EksClusterStack(cdk.Stack):
                 taints=[GPU_NODE_TAINT],
                 node_role=node_role,
             )
+        # Where the GPU nodes are, as the fleet flavour's cluster stack says it (gpufleet summary reads it).
+        cdk.CfnOutput(self, AVAILABILITY_ZONE_OUTPUT_KEY, value=environment.availability_zone)
         if needs_kubectl:
             EksAddOns(
                 self,

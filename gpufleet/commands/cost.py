@@ -35,6 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from gpufleet.aws import Aws, aws_errors
+    from gpufleet.commands.preflight import node_group_words
+    from gpufleet.constants import FLAVOUR_EKS
     from gpufleet.loading import load_named_environment
     from gpufleet.ops import cost
 
@@ -48,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
             "region": env.region,
             "availability_zone": env.availability_zone,
             "instance_type": env.instance_type,
-            "backend": env.fleet.backend,
+            "flavour": env.flavour,
+            "backend": None if env.flavour == FLAVOUR_EKS else env.fleet.backend,
             "currency": cost.CURRENCY,
             "hours_in_30_days": cost.HOURS_PER_30_DAYS,
             "complete": estimate.complete,
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         return exit_code
     print(
         f"Cost {env.name}: {env.capacity.target} x {env.instance_type} in {env.availability_zone} "
-        f"(fleet.backend {env.fleet.backend}), {cost.CURRENCY}"
+        f"({node_group_words(env)}), {cost.CURRENCY}"
     )
     print(_table(estimate.configured))
     if estimate.after_fallback is not None:

@@ -139,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
         for change in plan.possible:
             print(f"if {unread} resolves to a new value: {change.line()}")
         # Only where it keeps something: otherwise cdk destroy removes the whole environment, as the docs say.
-        if any(not outcome.deleted or outcome.kept_resources for outcome in destroyed):
+        if any(not o.deleted or o.kept_resources or o.service_leftovers for o in destroyed):
             print(f"cdk destroy --all -c env={env.name} keeps some of it:")
             for outcome in destroyed:
                 print(outcome.line())

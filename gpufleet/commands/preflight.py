@@ -5,6 +5,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+from typing import TYPE_CHECKING
+
+from gpufleet.constants import FLAVOUR_EKS
+
+if TYPE_CHECKING:
+    from gpufleet.environment import Environment
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -39,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
             "environment": env.name,
             "region": env.region,
             "availability_zone": env.availability_zone,
-            "backend": env.fleet.backend,
+            "flavour": env.flavour,
+            "backend": None if env.flavour == FLAVOUR_EKS else env.fleet.backend,
             "ok": not failed,
             "checks": [check.as_dict() for check in checks],
         }
@@ -50,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         return 1 if failed else 0
     print(
         f"Preflight {env.name}: {env.capacity.target} x {env.instance_type} ({env.capacity.on_demand} on-demand, "
-        f"{env.capacity.spot} spot) in {env.availability_zone}, fleet.backend {env.fleet.backend}"
+        f"{env.capacity.spot} spot) in {env.availability_zone}, {node_group_words(env)}"
     )
     print(format_table(["RESULT", "CHECK", "DETAIL"], [(c.status, c.name, c.detail) for c in checks]))
     if args.suggest_az:
@@ -70,3 +77,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"note: {note}")
     print("preflight failed" if failed else "preflight passed")
     return 1 if failed else 0
+
+
+def node_group_words(env: Environment) -> str:
+    """What keeps the nodes: the fleet flavour's fleet.backend, or the eks flavour's managed node groups."""
+    if env.flavour == FLAVOUR_EKS:
+        assert env.eks is not None, "the environment's validation: the eks flavour has an eks section"
+        return f"EKS managed node groups, Kubernetes {env.eks.kubernetes_version}"
+    return f"fleet.backend {env.fleet.backend}"

@@ -17,12 +17,20 @@ from typing import Any
 
 from gpufleet.catalog import load_catalog
 from gpufleet.commands.cloud_assembly import assembly_file, stack_artifacts
-from gpufleet.constants import AVAILABILITY_ZONE_OUTPUT_KEY, BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET
+from gpufleet.constants import (
+    AVAILABILITY_ZONE_OUTPUT_KEY,
+    BACKEND_AUTO_SCALING,
+    BACKEND_SPOT_FLEET,
+    FLAVOUR_EKS,
+)
 from gpufleet.errors import GpufleetError
 from gpufleet.input_files import JsonFile, item_path, quoted
 from gpufleet.table import format_table
 
 CLUSTER_STACK_SUFFIX = "-cluster"
+# The eks flavour's cluster stack (stacks/environment_stacks.py): its GPU nodes are in managed node groups.
+EKS_STACK_SUFFIX = "-eks"
+NODEGROUP_TYPE = "AWS::EKS::Nodegroup"
 _DIGITS = re.compile(r"[0-9]{1,9}")
 _FIX = "synthesize it again (make synth)"
 
@@ -76,7 +84,9 @@ def summarize(cdk_out: Path) -> list[ClusterSummary]:
     manifest_file = cdk_out / "manifest.json"
     if not manifest_file.is_file():
         raise GpufleetError(f"{cdk_out}: no cloud assembly here (run `cdk synth` first)")
-    stacks = stack_artifacts(assembly_file(manifest_file, _FIX), lambda name: name.endswith(CLUSTER_STACK_SUFFIX))
+    stacks = stack_artifacts(
+        assembly_file(manifest_file, _FIX), lambda name: name.endswith((CLUSTER_STACK_SUFFIX, EKS_STACK_SUFFIX))
+    )
     if not stacks:
         raise GpufleetError(f"{cdk_out}: the cloud assembly holds no gpufleet cluster stack")
     return [_summarize_stack(cdk_out, name) for name in sorted(stacks)]
@@ -99,10 +109,14 @@ def _summarize_stack(cdk_out: Path, stack: str) -> ClusterSummary:
         path = ("Resources", resource_id, "Properties")
         return path, template.get(resource, path, dict)
 
-    launch_template_path, launch_template = only("AWS::EC2::LaunchTemplate")
+    if stack.endswith(EKS_STACK_SUFFIX):
+        launch_template_path, launch_template = _gpu_launch_template(template, typed)
+        backend, on_demand, target = (FLAVOUR_EKS, *_eks_node_groups(template, typed))
+    else:
+        launch_template_path, launch_template = only("AWS::EC2::LaunchTemplate")
+        backend, on_demand, target = _node_group(template, typed)
     data_path = (*launch_template_path, "LaunchTemplateData")
     template_data = template.get(launch_template, data_path, dict)
-    backend, on_demand, target = _node_group(template, typed)
     instance_type = template.get(template_data, (*data_path, "InstanceType"), str)
     instance = load_catalog().get(instance_type)
     if instance is None:
@@ -118,7 +132,7 @@ def _summarize_stack(cdk_out: Path, stack: str) -> ClusterSummary:
     zone_path = ("Outputs", AVAILABILITY_ZONE_OUTPUT_KEY)
     zone = template.get(template.get(outputs, zone_path, dict), (*zone_path, "Value"), str)
     return ClusterSummary(
-        environment=stack.removeprefix("gpufleet-").removesuffix(CLUSTER_STACK_SUFFIX),
+        environment=stack.removeprefix("gpufleet-").removesuffix(CLUSTER_STACK_SUFFIX).removesuffix(EKS_STACK_SUFFIX),
         stack=stack,
         backend=backend,
         instance_type=instance.name,
@@ -174,6 +188,49 @@ def _node_group(template: JsonFile, typed: dict[str, list[tuple[str, Any]]]) -> 
             target,
         )
     raise template.error(("Resources",), "neither a Spot Fleet nor an Auto Scaling group")
+
+
+def _gpu_node_groups(template: JsonFile, typed: dict[str, list[tuple[str, Any]]]) -> list[tuple[tuple[str, ...], dict]]:
+    """(properties path, properties) of the eks stack's GPU managed node groups: those with a launch template (the
+    system group names its instance type instead: stacks/eks_cluster_stack.py)."""
+    groups: list[tuple[tuple[str, ...], dict]] = []
+    for resource_id, resource in typed.get(NODEGROUP_TYPE, []):
+        path = ("Resources", resource_id, "Properties")
+        properties = template.get(resource, path, dict)
+        if "LaunchTemplate" in properties:
+            groups.append((path, properties))
+    if not groups:
+        raise template.error(("Resources",), f"no {NODEGROUP_TYPE} with a LaunchTemplate (the GPU node groups)")
+    return groups
+
+
+def _gpu_launch_template(template: JsonFile, typed: dict[str, list[tuple[str, Any]]]) -> tuple[tuple[str, ...], dict]:
+    """(path, properties) of the launch template of the first GPU node group (every GPU group's template describes
+    the same nodes; they differ in the capacity reservation they target)."""
+    path, properties = _gpu_node_groups(template, typed)[0]
+    launch_path = (*path, "LaunchTemplate")
+    id_path = (*launch_path, "Id")
+    launch_id = template.get(template.get(properties, launch_path, dict), id_path, dict)
+    reference = template.get(launch_id, (*id_path, "Ref"), str)
+    resources = template.get(template.document, ("Resources",), dict)
+    if reference not in resources:
+        raise template.error((*id_path, "Ref"), f"refers to {quoted(reference)}, which is no resource of the stack")
+    properties_path = ("Resources", reference, "Properties")
+    return properties_path, template.get(resources[reference], properties_path, dict)
+
+
+def _eks_node_groups(template: JsonFile, typed: dict[str, list[tuple[str, Any]]]) -> tuple[int, int]:
+    """(on-demand nodes, all nodes) of the GPU node groups: their desired sizes by CapacityType (ON_DEMAND when
+    unset: the AWS::EKS::Nodegroup default, botocore's eks model CreateNodegroup capacityType)."""
+    on_demand = target = 0
+    for path, properties in _gpu_node_groups(template, typed):
+        scaling_path = (*path, "ScalingConfig")
+        scaling = template.get(properties, scaling_path, dict)
+        size = template.get(scaling, (*scaling_path, "DesiredSize"), int)
+        target += size
+        if template.get(properties, (*path, "CapacityType"), str, default="ON_DEMAND") == "ON_DEMAND":
+            on_demand += size
+    return on_demand, target
 
 
 def _placement(template: JsonFile, template_data: dict, data_path: tuple[str, ...], strategy: str) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from gpufleet.aws import Aws, error_code, error_message, is_unavailable
+from gpufleet.constants import FLAVOUR_EKS
 from gpufleet.environment import Environment
 from gpufleet.ops.preflight import latest_spot_prices
 
@@ -52,6 +53,13 @@ ON_DEMAND_FILTERS = {"operatingSystem": "Linux", "tenancy": "Shared", "preInstal
 # A purchased block's price cannot be read back: neither CapacityReservation nor CapacityBlock (DescribeCapacityBlocks)
 #   has a price member (same file), so a reserved block is priced by today's offering for the same nodes.
 CAPACITY_BLOCK_HOURS = 24
+# The eks flavour's cluster fee: "$0.10 per cluster per hour" for a Kubernetes version in standard support, "$0.60 per
+# cluster per hour" in extended support (AWS Containers blog, "Amazon EKS extended support for Kubernetes versions
+# pricing", 2024). A list price, not read live: the Price List API's attributes of AmazonEKS products were not checked
+# here (unconfirmed), and whether the fee differs by region is (unconfirmed). gpufleet preflight warns when the pinned
+# version is in extended support.
+EKS_CONTROL_PLANE_HOURLY = Decimal("0.10")
+EKS_CONTROL_PLANE_SOURCE = "EKS list price, standard support (not read live)"
 
 
 class PriceUnavailable(Exception):
@@ -62,7 +70,8 @@ class PriceUnavailable(Exception):
 class CostLine:
     """Some nodes of one market and what each costs per hour (None when the price could not be read)."""
 
-    market: str  # on-demand | spot | capacity-block | on-demand (fallback)
+    # on-demand | spot | capacity-block | on-demand (fallback); on eks also system nodes (on-demand), eks control plane
+    market: str
     nodes: int
     node_hourly: Decimal | None
     source: str  # where the price came from, or why it is missing
@@ -251,6 +260,8 @@ def estimate(aws: Aws, env: Environment, now: dt.datetime) -> Estimate:
         reserved_market, reserved = "capacity-block", _read(read_block) if capacity.on_demand else NOT_NEEDED
 
     configured = [CostLine(reserved_market, capacity.on_demand, *reserved), CostLine("spot", capacity.spot, *spot)]
+    if env.flavour == FLAVOUR_EKS:
+        configured.extend(_eks_lines(aws, env))
     after_fallback = None
     if env.fleet.fallback is not None:
         after_fallback = _mix(
@@ -259,6 +270,20 @@ def estimate(aws: Aws, env: Environment, now: dt.datetime) -> Estimate:
             CostLine("on-demand (fallback)", extra, *on_demand),
         )
     return Estimate(_mix(*configured), after_fallback, extra)
+
+
+def _eks_lines(aws: Aws, env: Environment) -> list[CostLine]:
+    """What the eks flavour runs beside the GPU nodes: the on-demand system nodes (eks.system_nodes) and the
+    cluster's control plane."""
+    assert env.eks is not None, "the environment's validation: the eks flavour has an eks section"
+    system = env.eks.system_nodes
+    pricing = Aws(PRICING_REGION, aws.session).client("pricing")
+    source = f"Price List API: Linux, shared tenancy, {env.region}"
+    price = _read(lambda: (on_demand_price(pricing, system.instance_type, env.region), source))
+    return [
+        CostLine("system nodes (on-demand)", system.count, *price),
+        CostLine("eks control plane", 1, EKS_CONTROL_PLANE_HOURLY, EKS_CONTROL_PLANE_SOURCE),
+    ]
 
 
 def _mix(*lines: CostLine) -> Mix:

@@ -11,6 +11,11 @@ it deletes, which it stops at and leaves, and which resources a deleted stack le
 - A resource with DeletionPolicy Retain (or RetainExceptOnCreate) outlives its stack: CloudFormation "keeps the
   resource without deleting the resource or its contents when its stack is deleted" (CloudFormation user guide,
   aws-attribute-deletionpolicy.html).
+- What an AWS service makes for a stack's resource, outside CloudFormation, outlives the stack too. An EKS cluster with
+  control-plane logging writes to the log group /aws/eks/NAME/cluster, which EKS creates when the stack did not
+  (EKS user guide, control-plane-logs: "The log group name format is /aws/eks/my-cluster/cluster"; terraform-aws-eks
+  README, create_cloudwatch_log_group: "If not, AWS will automatically create one if logging is enabled"); that EKS
+  does not delete it with the cluster is (unconfirmed: said by terraform-aws-eks users, not in AWS's docs read).
 """
 
 from __future__ import annotations
@@ -38,10 +43,13 @@ class StackOutcome:
     why: str
     # Resources a deletion of the stack leaves in the account, as "LogicalId (Type)".
     kept_resources: tuple[str, ...]
+    # What AWS services made for the stack's resources outside CloudFormation and its deletion leaves, one line each.
+    service_leftovers: tuple[str, ...] = ()
 
     def line(self) -> str:
         kept = f"; deleting it leaves {', '.join(self.kept_resources)} (DeletionPolicy Retain)"
-        return f"  {self.name}: {self.why}{kept if self.kept_resources else ''}"
+        made = f"; and {'; '.join(self.service_leftovers)}"
+        return f"  {self.name}: {self.why}{kept if self.kept_resources else ''}{made if self.service_leftovers else ''}"
 
     def as_dict(self) -> dict:
         return {
@@ -49,6 +57,7 @@ class StackOutcome:
             "deleted": self.deleted,
             "why": self.why,
             "kept_resources": list(self.kept_resources),
+            "service_leftovers": list(self.service_leftovers),
         }
 
 
@@ -68,7 +77,11 @@ def destroy_outcome(stacks: list[DestroyedStack]) -> list[StackOutcome]:
             why = "deleted"
         if why != "deleted":
             staying.add(stack.name)
-        outcomes.append(StackOutcome(stack.name, why == "deleted", why, kept_resources(stack.template)))
+        outcomes.append(
+            StackOutcome(
+                stack.name, why == "deleted", why, kept_resources(stack.template), service_leftovers(stack.template)
+            )
+        )
     return outcomes
 
 
@@ -78,3 +91,25 @@ def kept_resources(template: dict) -> tuple[str, ...]:
         for logical_id, resource in template.get("Resources", {}).items()
         if resource.get("DeletionPolicy") in KEEPING_POLICIES
     )
+
+
+EKS_CLUSTER_TYPE = "AWS::EKS::Cluster"
+
+
+def service_leftovers(template: dict) -> tuple[str, ...]:
+    """What AWS services made outside the template for its resources, which deleting the stack leaves (module doc)."""
+    leftovers = []
+    for logical_id, resource in template.get("Resources", {}).items():
+        if resource.get("Type") != EKS_CLUSTER_TYPE:
+            continue
+        properties = resource.get("Properties", {})
+        if not properties.get("Logging", {}).get("ClusterLogging", {}).get("EnabledTypes"):
+            continue
+        # aws_eks_v2 lets CloudFormation name the cluster: the name is known once deployed (gpufleet status prints it).
+        name = properties.get("Name") if isinstance(properties.get("Name"), str) else f"<cluster {logical_id}>"
+        log_group = f"/aws/eks/{name}/cluster"
+        leftovers.append(
+            f"EKS's control-plane log group {log_group} (delete it: aws logs delete-log-group --log-group-name "
+            f"{log_group})"
+        )
+    return tuple(leftovers)

@@ -9,12 +9,12 @@ them count as changed too, which can replace their resources in turn. A changed 
 addition.
 
 Node impact comes from where the nodes live: the node group (a Spot Fleet or an Auto Scaling group, by
-fleet.backend) owns them, and the resources it reaches through its references (launch template, placement group,
-security group, subnet, VPC) hold them. Two resources size an Auto Scaling group from outside it: a scheduled action
-(AWS::AutoScaling::ScheduledAction: a Capacity Block group's scale-out and scale-in) sets the group's sizes at its
-StartTime, and the GroupCapacity custom resource (gpufleet.constants.GROUP_CAPACITY_RESOURCE_TYPE) sets the desired
-capacity of a group without a block to its Target at the deploy; what a change to either launches or terminates is
-said with when.
+fleet.backend; the eks flavour's EKS managed node groups) owns them, and the resources it reaches through its
+references (launch template, placement group, security group, subnet, VPC) hold them. Two resources size an Auto
+Scaling group from outside it: a scheduled action (AWS::AutoScaling::ScheduledAction: a Capacity Block group's
+scale-out and scale-in) sets the group's sizes at its StartTime, and the GroupCapacity custom resource
+(gpufleet.constants.GROUP_CAPACITY_RESOURCE_TYPE) sets the desired capacity of a group without a block to its Target
+at the deploy; what a change to either launches or terminates is said with when.
 
 A template parameter of a Systems Manager type (the node image: AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>)
 holds an SSM parameter's key, and CloudFormation "always fetches the latest values from Parameter Store when it
@@ -39,8 +39,17 @@ from gpufleet.constants import GROUP_CAPACITY_RESOURCE_TYPE, ROLLOUT_REPLACE_ALL
 FLEET_TYPE = "AWS::EC2::SpotFleet"
 AUTO_SCALING_GROUP_TYPE = "AWS::AutoScaling::AutoScalingGroup"
 SCHEDULED_ACTION_TYPE = "AWS::AutoScaling::ScheduledAction"
-# The resources that own running nodes, one per fleet.backend.
-NODE_GROUP_TYPES = frozenset({FLEET_TYPE, AUTO_SCALING_GROUP_TYPE})
+# The eks flavour's node groups (stacks/eks_cluster_stack.py): EKS managed node groups.
+MANAGED_NODE_GROUP_TYPE = "AWS::EKS::Nodegroup"
+# The resources that own running nodes: one per fleet.backend, and the eks flavour's managed node groups.
+NODE_GROUP_TYPES = frozenset({FLEET_TYPE, AUTO_SCALING_GROUP_TYPE, MANAGED_NODE_GROUP_TYPE})
+# What a managed node group rolls out to every node when it changes in place: a launch template (id or version: the
+# eks stack's groups take the template's LatestVersionNumber, which a changed template raises) or an AMI release.
+# "It creates a new Amazon EC2 launch template version for the Auto Scaling group ... It repeats the previous upgrade
+# steps until there are no nodes in the node group that are deployed with the earlier version of the launch template"
+# (awsdocs/amazon-eks-user-guide latest/ug/nodes/managed-node-update-behavior.adoc at 0bfeeaf2); the default strategy
+# launches the new nodes first and drains each old node's pods (15 minutes, then PodEvictionFailure).
+ROLLED_OUT_NODE_GROUP_PROPERTIES = ("LaunchTemplate", "ReleaseVersion", "Version")
 LAUNCH_TEMPLATE_TYPE = "AWS::EC2::LaunchTemplate"
 # Resources running instances sit in: replacing or removing one of those the fleet uses strands its nodes.
 NODE_HOSTING_TYPES = frozenset(
@@ -364,6 +373,8 @@ def _fleet_impact(change: Change, pair: StackPair) -> str:
         return LAUNCHES_NODES
     if change.resource_type == AUTO_SCALING_GROUP_TYPE:
         return _group_impact(pair.resources("old")[change.logical_id], pair.resources("new")[change.logical_id])
+    if change.resource_type == MANAGED_NODE_GROUP_TYPE:
+        return _managed_node_group_impact(change, *_properties(pair, change.logical_id))
     old = pair.resources("old")[change.logical_id]["Properties"]["SpotFleetRequestConfigData"]
     new = pair.resources("new")[change.logical_id]["Properties"]["SpotFleetRequestConfigData"]
     old_target, new_target = old.get("TargetCapacity"), new.get("TargetCapacity")
@@ -399,6 +410,27 @@ def _group_impact(old: dict, new: dict) -> str:
     old_split, new_split = (_on_demand_split(p, distribution_path) for p in (old_properties, new_properties))
     if old_split != new_split:
         return f"{REPLACES_NODES} (on-demand base and share {old_split} -> {new_split}, new nodes first)"
+    return IN_PLACE
+
+
+def _managed_node_group_impact(change: Change, old: dict | None, new: dict) -> str:
+    """An EKS managed node group updated in place: a rolled-out property (ROLLED_OUT_NODE_GROUP_PROPERTIES) replaces
+    every node, new ones first; a new desired size launches or terminates nodes; labels, taints and the rest leave the
+    running nodes alone."""
+    rolled_out = sorted(
+        {path.split(".")[0] for path in change.properties if path.split(".")[0] in ROLLED_OUT_NODE_GROUP_PROPERTIES}
+    )
+    if rolled_out:
+        return (
+            f"{REPLACES_NODES} (managed node group rolling update for {', '.join(rolled_out)}: new nodes first, each "
+            "old node drained of its pods)"
+        )
+    old_size = (old or {}).get("ScalingConfig", {}).get("DesiredSize")
+    new_size = new.get("ScalingConfig", {}).get("DesiredSize")
+    if sized := _size_change(old_size, new_size):
+        if int(new_size) > int(old_size):
+            return f"{IN_PLACE}; launches nodes (desired size {sized})"
+        return f"{TERMINATES_NODES} (desired size {sized})"
     return IN_PLACE
 
 

@@ -26,6 +26,7 @@ from gpufleet.catalog import InstanceType
 from gpufleet.constants import (
     BACKEND_AUTO_SCALING,
     BACKEND_SPOT_FLEET,
+    FLAVOUR_EKS,
     NODE_METADATA_HOP_LIMIT,
     NODE_METADATA_HTTP_ENDPOINT,
     NODE_METADATA_HTTP_TOKENS,
@@ -34,6 +35,7 @@ from gpufleet.constants import (
 )
 from gpufleet.environment import Environment
 from gpufleet.ops.checks import Check, unavailable
+from gpufleet.ops.eks_preflight import run_eks_checks
 from gpufleet.ops.reservations import capacity_source_checks
 from gpufleet.rules import partition_of
 from gpufleet.validators.fleet import valid_until_problem
@@ -216,12 +218,8 @@ def check_vcpu_quota(ec2: Any, quotas: Any, env: Environment, spec: InstanceType
 
 
 def check_ami(ssm: Any, ec2: Any, env: Environment) -> Check:
-    if env.ami is None:
-        return Check(
-            "ami", "pass", "no gpufleet image to check: the eks flavour's nodes boot EKS's AL2023 NVIDIA image"
-        )
     source = ""
-    ami = env.ami
+    ami = env.fleet_ami
     image_id = ami.id
     try:
         if ami.ssm_parameter:
@@ -636,19 +634,27 @@ def run_checks(aws: Any, env: Environment, spec: InstanceType, now: dt.datetime)
     # Imported here: gpufleet.ops.reservations builds on this module's Check.
     ec2, quotas, ssm, iam = aws.client("ec2"), aws.client("service-quotas"), aws.client("ssm"), aws.client("iam")
     sts = aws.client("sts")
-    return [
+    nodes = [
         check_offering(ec2, env),
         check_efa(ec2, env, spec),
         check_vcpu_quota(ec2, quotas, env, spec, "on-demand"),
         check_vcpu_quota(ec2, quotas, env, spec, "spot"),
+    ]
+    spot = [check_placement_score(ec2, env), check_spot_price(ec2, env, now)]
+    capacity_sources = capacity_source_checks(ec2, aws.client("resource-groups"), env, now)
+    if env.flavour == FLAVOUR_EKS:
+        # The eks flavour's nodes boot EKS's image in managed node groups: no gpufleet image, no fleet.backend (its
+        # roles, API policies and valid_until), and EKS's own needs instead.
+        return [*nodes, *spot, *run_eks_checks(aws, env, now), *capacity_sources]
+    return [
+        *nodes,
         check_ami(ssm, ec2, env),
-        check_placement_score(ec2, env),
-        check_spot_price(ec2, env, now),
+        *spot,
         check_service_roles(iam, env),
         check_valid_until(env, now),
         check_spot_fleet_policy(ec2, env),
         check_auto_scaling_policy(iam, sts, env),
-        *capacity_source_checks(ec2, aws.client("resource-groups"), env, now),
+        *capacity_sources,
     ]
 
 

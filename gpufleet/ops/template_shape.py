@@ -8,7 +8,8 @@ What the comparison relies on, and so what is checked:
   https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/resources-section-structure.html), an object of
   logical id to an object with a string Type and, when present, an object Properties;
 - a Spot Fleet's Properties hold an object SpotFleetRequestConfigData; an Auto Scaling group's MixedInstancesPolicy
-  and its InstancesDistribution, when present, are objects, and its DesiredCapacity, when a string, is digits;
+  and its InstancesDistribution, when present, are objects, and its DesiredCapacity, when a string, is digits; an
+  EKS managed node group's ScalingConfig, when present, is an object;
 - Parameters and Outputs, when present, are objects of objects; an output's Export, when present, is an object;
 - every Ref names a logical id (a string), every Fn::GetAtt is [RESOURCE, ATTRIBUTE] or "RESOURCE.ATTRIBUTE";
 - nothing is nested deeper than MAX_NESTING: the comparison recurses through values (copy.deepcopy among others).
@@ -21,7 +22,7 @@ import re
 from typing import Any
 
 from gpufleet.input_files import JsonFile, item_path
-from gpufleet.ops.plan import AUTO_SCALING_GROUP_TYPE, FLEET_TYPE
+from gpufleet.ops.plan import AUTO_SCALING_GROUP_TYPE, FLEET_TYPE, MANAGED_NODE_GROUP_TYPE
 
 # gpufleet's templates nest at most 15 levels (the network stack's); 64 is far beyond any template and far below
 # what Python's recursion limit (1000 frames, several per level in copy.deepcopy) allows.
@@ -40,6 +41,8 @@ def checked_template(template: JsonFile) -> dict:
             template.get(properties, (*path, "Properties", "SpotFleetRequestConfigData"), dict)
         elif resource_type == AUTO_SCALING_GROUP_TYPE:
             _check_group(template, properties, (*path, "Properties"))
+        elif resource_type == MANAGED_NODE_GROUP_TYPE:
+            template.get(properties, (*path, "Properties", "ScalingConfig"), dict, default={})
     parameters = template.get(document, ("Parameters",), dict, default={})
     for logical_id in parameters:
         template.get(parameters, ("Parameters", logical_id), dict)

@@ -31,6 +31,8 @@ def test_summary_table_lists_each_environment(assembly, capsys):
     assert rows == {
         "dev": "dev spot-fleet p4d.24xlarge 1/1 16 x A100 4 cluster us-east-1a",
         "h100": "h100 spot-fleet p5.48xlarge 2/0 16 x H100 32 cluster us-west-2d",
+        # The eks flavour: its GPU managed node groups, one on-demand and one spot.
+        "p5-eks": "p5-eks eks p5.48xlarge 1/1 16 x H100 32 cluster us-west-2d",
         "p5-block": "p5-block auto-scaling p5.48xlarge 2/0 16 x H100 32 capacity-block us-east-2a",
         "prod": "prod spot-fleet p4d.24xlarge 2/6 64 x A100 4 cluster us-east-1b",
     }
@@ -45,6 +47,7 @@ def test_summary_json(assembly, capsys):
         "dev": "spot-fleet",
         "h100": "spot-fleet",
         "p5-block": "auto-scaling",
+        "p5-eks": "eks",
         "prod": "spot-fleet",
     }
 
@@ -60,7 +63,7 @@ def _copy_of(assembly, tmp_path: Path) -> Path:
     target.mkdir()
     shutil.copy(assembly.directory / "manifest.json", target)
     for name in assembly.stack_names:
-        if name.endswith("-cluster"):
+        if name.endswith(("-cluster", "-eks")):
             shutil.copy(assembly.template_file(name), target)
     return target
 
@@ -70,6 +73,19 @@ def _edit_template(cdk_out: Path, edit) -> None:
     template = json.loads(path.read_text())
     edit(template)
     path.write_text(json.dumps(template))
+
+
+def _edit_eks_template(cdk_out: Path, edit) -> None:
+    path = cdk_out / "gpufleet-p5-eks-eks.template.json"
+    template = json.loads(path.read_text())
+    edit(template)
+    path.write_text(json.dumps(template))
+
+
+def _drop_launch_templates(template: dict) -> None:
+    for resource in template["Resources"].values():
+        if resource["Type"] == "AWS::EKS::Nodegroup":
+            resource["Properties"].pop("LaunchTemplate", None)
 
 
 def _launch_template_data(template: dict) -> dict:
@@ -127,8 +143,13 @@ FIX = "synthesize it again (make synth)"
             'Resources.NodeLaunchTemplateCABE86F2.Properties.LaunchTemplateData.InstanceType: "p9.mega" is not in '
             f"the instance catalog; {FIX}",
         ),
+        (
+            lambda out: _edit_eks_template(out, _drop_launch_templates),
+            "gpufleet-p5-eks-eks.template.json",
+            f"Resources: no AWS::EKS::Nodegroup with a LaunchTemplate (the GPU node groups); {FIX}",
+        ),
     ],
-    ids=["truncated", "nested", "type", "not UTF-8", "resources", "output", "instance type"],
+    ids=["truncated", "nested", "type", "not UTF-8", "resources", "output", "instance type", "eks without GPUs"],
 )
 def test_a_damaged_assembly_is_one_line_naming_the_file(assembly, capsys, tmp_path, damage, file, problem):
     cdk_out = _copy_of(assembly, tmp_path)

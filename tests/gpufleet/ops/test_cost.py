@@ -18,8 +18,9 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from gpufleet.aws import Aws
-from gpufleet.loading import load_named_environment
+from gpufleet.loading import environments_dir, load_named_environment
 from gpufleet.ops import cost
+from tests.gpufleet.environment_files import VALID_EKS
 from tests.gpufleet.ops.variants import capacity_block, fallback, with_capacity, with_fleet
 
 P4D_ON_DEMAND = "32.7726000000"
@@ -202,6 +203,7 @@ def test_dev_mix_from_live_prices(stubbed, run_json) -> None:
         "region": "us-east-1",
         "availability_zone": "us-east-1a",
         "instance_type": "p4d.24xlarge",
+        "flavour": "fleet",
         "backend": "spot-fleet",
         "currency": "USD",
         "hours_in_30_days": 720,
@@ -435,3 +437,31 @@ def test_fallback_table(environments, stubbed, monkeypatch, run_cli) -> None:
     code, out, err = run_cli("cost", "big")
     assert (code, err) == (0, "")
     assert out == FALLBACK_TABLE
+
+
+EKS_TABLE = """\
+Cost lab: 2 x p4d.24xlarge in us-east-1a (EKS managed node groups, Kubernetes 1.35), USD
+MARKET                    NODES  PER NODE-HOUR  PER HOUR  PER 30 DAYS  PRICE
+on-demand                 1      32.7726        32.77     23,596.27    Price List API: Linux, shared tenancy, us-east-1
+spot                      1      11.5718        11.57     8,331.70     latest spot price in us-east-1a
+system nodes (on-demand)  2      0.0960         0.19      138.24       Price List API: Linux, shared tenancy, us-east-1
+eks control plane         1      0.1000         0.10      72.00        EKS list price, standard support (not read live)
+total                     5                     44.64     32,138.21
+"""
+
+
+def test_an_eks_environment_adds_its_system_nodes_and_control_plane(environments, stubbed, run_cli) -> None:
+    """32.7726 + 11.5718 + 2 x 0.096 (m6i.large) + 0.10 = 44.6364 per hour; x 720 = 32138.208."""
+    (environments_dir() / "lab.yaml").write_text(json.dumps(VALID_EKS))
+    pricing = stubbed("pricing")
+    answer_on_demand(pricing)
+    system_filters = [dict(f, Value="m6i.large") if f["Field"] == "instanceType" else f for f in PRICING_FILTERS]
+    pricing.add_response(
+        "get_products",
+        {"FormatVersion": "aws_v1", "PriceList": [price_list_entry("0.0960000000", "SYSTEMSKU", "m6i.large")]},
+        {"ServiceCode": "AmazonEC2", "Filters": system_filters, "FormatVersion": "aws_v1"},
+    )
+    answer_spot(stubbed("ec2"))
+    code, out, err = run_cli("cost", "lab")
+    assert (code, err) == (0, "")
+    assert out == EKS_TABLE

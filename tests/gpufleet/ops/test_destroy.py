@@ -47,3 +47,31 @@ def test_a_stack_only_its_kept_dependents_hold_stays_and_an_unrelated_one_goes()
         ("a-other", True, "deleted"),
         ("a-base", False, "kept: a-middle stays and depends on it"),
     ]
+
+
+def test_an_eks_cluster_with_control_plane_logs_leaves_its_log_group():
+    """EKS makes /aws/eks/NAME/cluster outside the template; aws_eks_v2 leaves the name to CloudFormation."""
+    logging = {"ClusterLogging": {"EnabledTypes": [{"Type": "api"}, {"Type": "audit"}]}}
+    eks = DestroyedStack(
+        "gpufleet-x-eks",
+        {
+            "Resources": {
+                "ClusterEB0386A7": {"Type": "AWS::EKS::Cluster", "Properties": {"Logging": logging}},
+                "Named": {"Type": "AWS::EKS::Cluster", "Properties": {"Name": "lab", "Logging": logging}},
+                "Quiet": {"Type": "AWS::EKS::Cluster", "Properties": {"Name": "quiet"}},
+            }
+        },
+    )
+    (outcome,) = destroy_outcome([eks])
+    assert outcome.line() == (
+        "  gpufleet-x-eks: deleted; and EKS's control-plane log group /aws/eks/<cluster ClusterEB0386A7>/cluster "
+        "(delete it: aws logs delete-log-group --log-group-name /aws/eks/<cluster ClusterEB0386A7>/cluster); EKS's "
+        "control-plane log group /aws/eks/lab/cluster (delete it: aws logs delete-log-group --log-group-name "
+        "/aws/eks/lab/cluster)"
+    )
+    assert outcome.as_dict()["service_leftovers"] == [
+        "EKS's control-plane log group /aws/eks/<cluster ClusterEB0386A7>/cluster (delete it: aws logs "
+        "delete-log-group --log-group-name /aws/eks/<cluster ClusterEB0386A7>/cluster)",
+        "EKS's control-plane log group /aws/eks/lab/cluster (delete it: aws logs delete-log-group --log-group-name "
+        "/aws/eks/lab/cluster)",
+    ]

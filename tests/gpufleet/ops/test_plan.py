@@ -888,8 +888,20 @@ def test_plan_says_nothing_of_destroy_where_it_removes_the_whole_environment(ass
 
     assert "destroy" not in out
     assert document["destroy"] == [
-        {"stack": "gpufleet-dev-cluster", "deleted": True, "why": "deleted", "kept_resources": []},
-        {"stack": "gpufleet-dev-network", "deleted": True, "why": "deleted", "kept_resources": []},
+        {
+            "stack": "gpufleet-dev-cluster",
+            "deleted": True,
+            "why": "deleted",
+            "kept_resources": [],
+            "service_leftovers": [],
+        },
+        {
+            "stack": "gpufleet-dev-network",
+            "deleted": True,
+            "why": "deleted",
+            "kept_resources": [],
+            "service_leftovers": [],
+        },
     ]
 
 

@@ -706,12 +706,47 @@ def test_missing_spot_role_in_the_table(node_image: str, scores: dict[str, int],
     assert lines[-1] == "preflight failed"
 
 
-def test_an_eks_environment_has_no_gpufleet_image_to_check(tmp_path) -> None:
-    """No SSM or EC2 call: the eks flavour's nodes boot EKS's image (passing None for both clients proves it)."""
+def test_an_eks_environment_gets_the_eks_checks_instead_of_the_fleet_ones(
+    tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No gpufleet image, no fleet.backend roles, policies or valid_until on eks: EKS's own checks instead."""
     env = load_environment(write(tmp_path, VALID_EKS))
-    check = preflight.check_ami(None, None, env)
-    assert (check.name, check.status, check.detail) == (
-        "ami",
-        "pass",
-        "no gpufleet image to check: the eks flavour's nodes boot EKS's AL2023 NVIDIA image",
+
+    def named(name: str) -> Any:
+        return lambda *args: preflight.Check(name, "pass", "")
+
+    for function in ("check_offering", "check_efa", "check_placement_score", "check_spot_price"):
+        monkeypatch.setattr(preflight, function, named(function.removeprefix("check_")))
+    monkeypatch.setattr(preflight, "check_vcpu_quota", lambda *args: preflight.Check(f"quota-{args[-1]}", "pass", ""))
+    monkeypatch.setattr(preflight, "run_eks_checks", lambda *args: [preflight.Check("eks", "pass", "")])
+    monkeypatch.setattr(preflight, "capacity_source_checks", lambda *args: [preflight.Check("capacity", "pass", "")])
+    names = [check.name for check in preflight.run_checks(_NoClients(), env, P4D, NOW)]
+    assert names == [
+        "offering",
+        "efa",
+        "quota-on-demand",
+        "quota-spot",
+        "placement_score",
+        "spot_price",
+        "eks",
+        "capacity",
+    ]
+
+
+class _NoClients:
+    """An Aws whose clients are never called (every check is replaced)."""
+
+    def client(self, service: str) -> None:
+        return None
+
+
+def test_preflight_of_an_eks_environment_names_its_node_groups(
+    environments, run_cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (environments_dir() / "lab.yaml").write_text(json.dumps(VALID_EKS))
+    monkeypatch.setattr(preflight, "run_checks", lambda *args: [preflight.Check("eks-version", "pass", "offered")])
+    code, out, _ = run_cli("preflight", "lab")
+    assert code == 0
+    assert out.splitlines()[0] == (
+        "Preflight lab: 2 x p4d.24xlarge (1 on-demand, 1 spot) in us-east-1a, EKS managed node groups, Kubernetes 1.35"
     )
