@@ -12,6 +12,12 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from gpufleet.catalog import InstanceType
+from gpufleet.constants import (
+    EKS_EFA_NODE_LABEL,
+    EKS_GPU_NODE_LABEL,
+    EKS_GPU_NODE_TAINT_KEY,
+    EKS_GPU_NODE_TAINT_VALUE,
+)
 from gpufleet.environment import Environment
 from stacks.constructs.efa_security_group import EfaSecurityGroup
 from stacks.constructs.eks_node_launch_template import EksNodeLaunchTemplate
@@ -25,8 +31,10 @@ CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 # What marks and keeps the GPU nodes, as the lab does (terraform-aws-eks-blueprints patterns/nvidia-gpu-efa/eks.tf):
 # the NVIDIA device plugin's chart runs on nodes labelled nvidia.com/gpu.present, the EFA plugin is to select
 # vpc.amazonaws.com/efa.present, and only pods that tolerate nvidia.com/gpu land on them.
-GPU_NODE_LABELS = {"nvidia.com/gpu.present": "true", "vpc.amazonaws.com/efa.present": "true"}
-GPU_NODE_TAINT = eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key="nvidia.com/gpu", value="true")
+GPU_NODE_LABELS = {EKS_GPU_NODE_LABEL: "true", EKS_EFA_NODE_LABEL: "true"}
+GPU_NODE_TAINT = eks.TaintSpec(
+    effect=eks.TaintEffect.NO_SCHEDULE, key=EKS_GPU_NODE_TAINT_KEY, value=EKS_GPU_NODE_TAINT_VALUE
+)
 # Every control-plane log type, so that the API server's and the authenticator's decisions are kept (cdk-nag
 # AwsSolutions-EKS2).
 # What every managed node needs, the policies aws_eks_v2 2.275 gives the role it makes for a node group
