@@ -3,6 +3,8 @@ one line per problem (never a traceback) for an environment or options that cann
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import yaml
 
 from gpufleet.cli import main
@@ -76,3 +78,16 @@ def test_an_unwritable_output_is_one_line(tmp_path, capsys):
     assert capsys.readouterr().err == (
         f"--output {tmp_path / 'missing' / 'job.yaml'}: cannot write it (No such file or directory)\n"
     )
+
+
+def test_the_launchers_log_passes_the_report_the_command_names(tmp_path, monkeypatch, capsys):
+    """The p4d eks environment's nccl-test, then the report it names on a launcher's log as `kubectl logs --prefix`
+    prints it (tests/fixtures/nccl/eks_all_reduce_launcher_kubectl_prefix.log: 2 p4d nodes, peak 78.05 GB/s)."""
+    write(tmp_path, VALID_EKS)
+    monkeypatch.setenv("GPUFLEET_ENVIRONMENTS_DIR", str(tmp_path))
+    assert main(["k8s", "nccl-test", "lab"]) == 0
+    report = capsys.readouterr().err.split("&& ")[1].split()
+    assert report == ["gpufleet", "nccl-report", "--min-busbw", "70.2", "nccl-test.log"]
+    log = str(Path(__file__).resolve().parents[2] / "fixtures/nccl/eks_all_reduce_launcher_kubectl_prefix.log")
+    assert main([*report[1:-1], log]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == "verdict: PASS"
