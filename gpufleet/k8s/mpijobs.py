@@ -41,8 +41,9 @@ MPIJOB_KIND = "MPIJob"
 # EFA installer 1.48.0, aws-ofi-nccl 1.19.0, NCCL 2.30.4, nccl-tests 2.18.3), the image the lab runs as :latest. The
 # digest and what the tag holds as awslabs/awsome-distributed-ai records them (examples/use-cases/
 # gpu-cluster-failure-patterns/pins.env and README.md at 90ad1f87, "Registry tag resolved on 2026-09-06")
-# (unconfirmed: not pulled here). CUDA 13 needs an NVIDIA driver >= 580 on the node (NVIDIA's CUDA compatibility
-# table, /work/shared/reference/gpu-cluster-facts.md).
+# (unconfirmed: not pulled here). CUDA 13.0 needs an NVIDIA driver >= 580.65.06 on the node (ami/compatibility.yaml,
+# cuda_minimum_driver, from NVIDIA's CUDA Toolkit release notes); whether EKS's AL2023 NVIDIA image for 1.35 has one is
+# (unconfirmed).
 NCCL_TESTS_IMAGE = (
     "public.ecr.aws/hpc-cloud/nccl-tests@sha256:a5390d3f0eb50f3e5854085e2ae0fef90b9eb4f3b7486ed4cab0d47864809d4c"
 )
@@ -81,12 +82,11 @@ class MpiJobError(ValueError):
 
 
 def efa_environment(instance: InstanceType, efa: bool) -> dict[str, str]:
-    """The EFA variables every rank gets. FI_EFA_USE_DEVICE_RDMA=1 only where the catalog says GPUDirect RDMA: there it
-    turns a device without RDMA into an error instead of a slow run (aws-ofi-nccl doc/efa-env-var.md: needed by plugin
-    versions before 1.7, harmless after); on g5 (no RDMA read) it makes libfabric abort
-    (/work/shared/reference/gpu-cluster-facts.md, EKS). The image's aws-ofi-nccl 1.19.0 needs neither FI_PROVIDER nor
-    NCCL_PROTO (only <= 1.5.0 did), and the same document says not to set FI_EFA_FORK_SAFE, NCCL_BUFFSIZE or
-    NCCL_MIN_CHANNELS, which the lab set."""
+    """The EFA variables every rank gets: FI_EFA_USE_DEVICE_RDMA=1 only where the catalog says GPUDirect RDMA, as the
+    lab sets it for p5 (aws-ofi-nccl doc/efa-env-var.md: needed by plugin versions before 1.7, harmless after); on g5,
+    whose EFA device has no RDMA read, it makes libfabric abort (issue 22) (unconfirmed: not read in libfabric's
+    source). The image's aws-ofi-nccl 1.19.0 needs neither FI_PROVIDER nor NCCL_PROTO (only <= 1.5.0 did), and the
+    same document says not to set FI_EFA_FORK_SAFE or NCCL_BUFFSIZE, which the lab set."""
     return {"FI_EFA_USE_DEVICE_RDMA": "1"} if efa and instance.gpudirect_rdma else {}
 
 
