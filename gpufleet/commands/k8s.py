@@ -12,9 +12,6 @@ import argparse
 import sys
 from pathlib import Path
 
-# What each sub-command writes by default: its MPIJob's name.
-DEFAULT_NAMES = {"efa-info": "efa-info", "nccl-test": "nccl-test"}
-
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("k8s", help="MPIJobs that check an eks environment's cluster (YAML for kubectl)")
@@ -26,9 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     for command, help_text in helps.items():
         sub = k8s_subparsers.add_parser(command, help=help_text)
         sub.add_argument("env", metavar="ENV", help="environment name (environments/ENV.yaml), flavour: eks")
-        sub.add_argument(
-            "--name", default=DEFAULT_NAMES[command], help=f"the MPIJob's name (default: {DEFAULT_NAMES[command]})"
-        )
+        sub.add_argument("--name", default=command, help=f"the MPIJob's name (default: {command})")
         sub.add_argument(
             "--workers", type=int, metavar="N", help="how many GPU nodes take part (default: capacity.target)"
         )

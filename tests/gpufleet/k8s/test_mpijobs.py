@@ -7,6 +7,7 @@ from __future__ import annotations
 import jsonschema
 import kubernetes_validate
 import pytest
+import yaml
 
 from gpufleet.catalog import load_catalog
 from gpufleet.k8s.mpijobs import MpiJobError, efa_info_job, nccl_test_job
@@ -56,7 +57,7 @@ def test_the_crd_as_shipped_lets_a_misspelt_field_through(tmp_path):
     """Why the tests close the CRD's schema: as written it names spec's properties but does not refuse others."""
     misspelt = job(tmp_path)
     misspelt["spec"]["slotPerWorker"] = misspelt["spec"].pop("slotsPerWorker")
-    crd = schemas.yaml.safe_load(schemas.CRD_FILE.read_text())
+    crd = yaml.safe_load(schemas.CRD_FILE.read_text())
     (version,) = [version for version in crd["spec"]["versions"] if version["name"] == "v2beta1"]
     jsonschema.Draft7Validator(version["schema"]["openAPIV3Schema"]).validate(misspelt)
 
