@@ -17,6 +17,13 @@ FLAVOURS = (FLAVOUR_FLEET, FLAVOUR_EKS)
 # aws_eks_v2.KubernetesVersion.V1_35 asks for "a KubectlV35Layer from @aws-cdk/lambda-layer-kubectl-v35" (its
 # docstring); EKS has offered 1.35 since 2026-01-28, in standard support until 2027-03-27 (endoflife.date/amazon-eks).
 EKS_KUBERNETES_VERSIONS = ("1.35",)
+# The GPU nodes of an eks environment, labelled as the lab labels them (terraform-aws-eks-blueprints
+# patterns/nvidia-gpu-efa/eks.tf) and tainted so that only pods that tolerate the taint land on them: the stack puts
+# labels and taint on the GPU node groups, the MPIJobs (gpufleet/k8s/) select and tolerate them.
+EKS_GPU_NODE_LABEL = "nvidia.com/gpu.present"
+EKS_EFA_NODE_LABEL = "vpc.amazonaws.com/efa.present"
+EKS_GPU_NODE_TAINT_KEY = "nvidia.com/gpu"
+EKS_GPU_NODE_TAINT_VALUE = "true"
 
 # fleet.backend: what keeps the nodes running, an EC2 Spot Fleet request or an EC2 Auto Scaling group.
 BACKEND_SPOT_FLEET = "spot-fleet"

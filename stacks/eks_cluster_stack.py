@@ -13,7 +13,14 @@ from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
 from gpufleet.catalog import InstanceType
-from gpufleet.constants import AVAILABILITY_ZONE_OUTPUT_KEY, EKS_GPU_NODE_HUGEPAGES_MIB
+from gpufleet.constants import (
+    AVAILABILITY_ZONE_OUTPUT_KEY,
+    EKS_EFA_NODE_LABEL,
+    EKS_GPU_NODE_HUGEPAGES_MIB,
+    EKS_GPU_NODE_LABEL,
+    EKS_GPU_NODE_TAINT_KEY,
+    EKS_GPU_NODE_TAINT_VALUE,
+)
 from gpufleet.environment import Environment
 from stacks.constructs.efa_security_group import EfaSecurityGroup
 from stacks.constructs.eks_add_ons import ClusterFileSystem, EksAddOns
@@ -33,9 +40,11 @@ CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
 # the NVIDIA device plugin's chart runs on nodes labelled nvidia.com/gpu.present, the EFA plugin is to select
 # vpc.amazonaws.com/efa.present (set only where the nodes have EFA), and only pods that tolerate nvidia.com/gpu land on
 # them.
-GPU_NODE_LABEL = {"nvidia.com/gpu.present": "true"}
-EFA_NODE_LABEL = {"vpc.amazonaws.com/efa.present": "true"}
-GPU_NODE_TAINT = eks.TaintSpec(effect=eks.TaintEffect.NO_SCHEDULE, key="nvidia.com/gpu", value="true")
+GPU_NODE_LABEL = {EKS_GPU_NODE_LABEL: "true"}
+EFA_NODE_LABEL = {EKS_EFA_NODE_LABEL: "true"}
+GPU_NODE_TAINT = eks.TaintSpec(
+    effect=eks.TaintEffect.NO_SCHEDULE, key=EKS_GPU_NODE_TAINT_KEY, value=EKS_GPU_NODE_TAINT_VALUE
+)
 # Every control-plane log type, so that the API server's and the authenticator's decisions are kept (cdk-nag
 # AwsSolutions-EKS2).
 # What every managed node needs, the policies aws_eks_v2 2.275 gives the role it makes for a node group

@@ -1,9 +1,9 @@
 """gpufleet nccl-report LOG... [--json] [--plot FILE.png] [--min-busbw GBPS]: judge nccl-tests logs.
 
 Reads each LOG (``-`` or no LOG: stdin), finds every results table (one per collective run), also behind
-launcher prefixes (Open MPI --tag-output, srun --label, SkyPilot/Ray), and prints per message size the
-out-of-place and in-place time, algbw, busbw and #wrong, the peak busbw, the average the log states on its "Avg
-bus bandwidth" line (or, where a finished run's log lost that line, the average computed from the rows, marked
+launcher prefixes (Open MPI --tag-output, srun --label, SkyPilot/Ray, kubectl logs --prefix), and prints per message
+size the out-of-place and in-place time, algbw, busbw and #wrong, the peak busbw, the average the log states on its
+"Avg bus bandwidth" line (or, where a finished run's log lost that line, the average computed from the rows, marked
 as computed), and a verdict.
 
 A table fails when it has wrong elements (or, in the old nccl-tests layout, out-of-bounds checks), when it was

@@ -33,6 +33,11 @@ Lines may carry launcher prefixes, stacked in any order, which are removed first
 * SkyPilot (and Ray, whose log lines it follows): ``(head, rank=0, pid=3808) `` and
   ``(worker1, rank=1, pid=2769, ip=10.100.10.12) ``, in cyan on a terminal, before the ``[1,0]<stdout>:`` tag.
   source: skypilot-org/skypilot examples/gcp_gpu_direct_tcpx/README.md (nccl_rdma_gke_h200 run output).
+* ``kubectl logs --prefix`` (an MPIJob's launcher on the eks flavour: ``gpufleet k8s nccl-test``):
+  ``[pod/nccl-test-launcher-x7k2p/launcher] `` (``[pod/POD/CONTAINER] ``, the container name empty where kubectl was
+  not told it) before the ``[1,0]<stdout>:`` tag. source: kubernetes/kubectl pkg/cmd/logs/logs.go addPrefixIfNeeded
+  (``fmt.Sprintf("[pod/%s/%s] ", ref.Name, containerName)``); a pod name is a DNS subdomain (at most 253
+  characters), a container name a DNS label (at most 63).
 
 Anything that is not part of a table (NCCL INFO lines, warnings, banners) is ignored, also between the rows of a
 table.
@@ -55,7 +60,8 @@ _LAUNCHER_PREFIXES = re.compile(
     r"^(?>\[\d+,\d+\]<std(?:out|err)>:"  # Open MPI --tag-output
     r"|\[[\w.-]+:\d+\]\s?"  # [host:pid]
     r"|(?:P\d+ )?\s*\d+: "  # srun --label, padded to the widest task id
-    r"|\([^()]{0,256}\bpid=\d+[^()]{0,256}\)\s?)*+",  # SkyPilot / Ray: (head, rank=0, pid=3808)
+    r"|\([^()]{0,256}\bpid=\d+[^()]{0,256}\)\s?"  # SkyPilot / Ray: (head, rank=0, pid=3808)
+    r"|\[pod/[a-z0-9.-]{1,253}/[a-z0-9-]{0,63}\] )*+",  # kubectl logs --prefix
     re.ASCII,
 )
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

@@ -15,11 +15,11 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from gpufleet.constants import EKS_SHARED_STORAGE_CLAIM
+from gpufleet.constants import EKS_EFA_NODE_LABEL, EKS_GPU_NODE_LABEL, EKS_GPU_NODE_TAINT_KEY, EKS_SHARED_STORAGE_CLAIM
 from stacks.constructs.provider_findings import acknowledge_provider
 
 # The GPU nodes' taint (stacks/eks_cluster_stack.py GPU_NODE_TAINT): a daemon that must run there tolerates it.
-GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+GPU_TOLERATION = {"key": EKS_GPU_NODE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
 
 # aws/eks-charts stable/aws-efa-k8s-device-plugin at 5239609 (2026-08-03): chart v0.5.30, appVersion and image tag
 # v0.5.20. Plugin >= 0.5.1 mounts /dev/infiniband (aws/eks-charts#1069); >= 0.5.10 stops counting the p6-b200 NVLink
@@ -42,7 +42,6 @@ EKS_ADD_ON_REGISTRIES = {
     "ap-southeast-7": "121268973566",
     "cn-north-1": "918309763551",
 }
-EFA_NODE_LABEL = "vpc.amazonaws.com/efa.present"
 
 # NVIDIA/k8s-device-plugin v0.19.3 (2026-06-16), chart deployments/helm/nvidia-device-plugin 0.19.3. v0.19.0 turned
 # MOFED on by default (#1550), and MOFED mounts every /dev/infiniband/uverbsN, taking the EFA plugin's devices (#1692);
@@ -50,7 +49,6 @@ EFA_NODE_LABEL = "vpc.amazonaws.com/efa.present"
 NVIDIA_PLUGIN_REPOSITORY = "https://nvidia.github.io/k8s-device-plugin"
 NVIDIA_PLUGIN_CHART = "nvidia-device-plugin"
 NVIDIA_PLUGIN_CHART_VERSION = "0.19.3"
-GPU_NODE_LABEL = "nvidia.com/gpu.present"
 
 # kubeflow/mpi-operator v0.8.0 (2026-02) deploy/v2beta1/mpi-operator.yaml, vendored as a local chart (its README
 # there). Its CRD (313477 bytes as compact JSON) is over the 262144-byte cap of the last-applied annotation that
@@ -121,7 +119,7 @@ class EksAddOns(Construct):
                         "/eks/aws-efa-k8s-device-plugin",
                         "tag": EFA_PLUGIN_IMAGE_TAG,
                     },
-                    "nodeSelector": {EFA_NODE_LABEL: "true"},
+                    "nodeSelector": {EKS_EFA_NODE_LABEL: "true"},
                     "tolerations": [GPU_TOLERATION],
                 },
             )
@@ -135,7 +133,7 @@ class EksAddOns(Construct):
                 namespace="nvidia-device-plugin",
                 values={
                     "mofedEnabled": False,
-                    "nodeSelector": {GPU_NODE_LABEL: "true"},
+                    "nodeSelector": {EKS_GPU_NODE_LABEL: "true"},
                     "tolerations": [GPU_TOLERATION],
                 },
             )

@@ -45,6 +45,9 @@ def test_every_command_and_sub_command_has_a_section_in_help_order():
         "## gpufleet stop",
         "## gpufleet logs",
         "## gpufleet acceptance",
+        "## gpufleet k8s",
+        "## gpufleet k8s efa-info",
+        "## gpufleet k8s nccl-test",
         "## gpufleet nccl-report",
         "## gpufleet topo-check",
     ]

@@ -81,7 +81,13 @@ def test_row_values(nccl_fixture, name, index, row_index, expected):
         # stacked in either order
         (" 0: (head, rank=0, pid=3808) [1,0]<stdout>:        1024", "        1024"),
         ("(head, rank=0, pid=3808) 12: [1,12]<stderr>:NCCL version 2.18.5", "NCCL version 2.18.5"),
-        # not prefixes: a timestamp, a parenthesis without a pid, an NCCL INFO line's host:pid:tid
+        # kubectl logs --prefix, before the Open MPI tag; the container name empty where kubectl was not told it
+        ("[pod/nccl-test-launcher-x7k2p/launcher] [1,0]<stdout>:# nThread 1", "# nThread 1"),
+        ("[pod/nccl-test-launcher-x7k2p/] Warning: Permanently added", "Warning: Permanently added"),
+        # not prefixes: a timestamp, a parenthesis without a pid, an NCCL INFO line's host:pid:tid, a pod name in
+        # capitals (no pod has one), kubectl's prefix without its space
+        ("[pod/Launcher/launcher] text", "[pod/Launcher/launcher] text"),
+        ("[pod/launcher/launcher]text", "[pod/launcher/launcher]text"),
         ("12:34:56 started", "12:34:56 started"),
         ("(head, rank=0) text", "(head, rank=0) text"),
         ("ip-10-1-33-117:48211:48211 [0] NCCL INFO", "ip-10-1-33-117:48211:48211 [0] NCCL INFO"),
@@ -97,6 +103,10 @@ def test_strip_launcher_prefix(line, expected):
         ("p4d_all_reduce_srun_label.log", "p4d_2node_all_reduce.log"),
         ("p4d_all_reduce_skypilot_srun.log", "p4d_2node_all_reduce.log"),
         ("p4d_all_reduce_skypilot_mpi.log", "p4d_all_reduce_mpi_tagged.log"),
+        # An MPIJob launcher's log (gpufleet k8s nccl-test) as `kubectl logs` prints it: the tagged capture with the
+        # worker pods' host names and ssh's notes on them, then the same with `kubectl logs --prefix`.
+        ("eks_all_reduce_launcher.log", "p4d_all_reduce_mpi_tagged.log"),
+        ("eks_all_reduce_launcher_kubectl_prefix.log", "p4d_all_reduce_mpi_tagged.log"),
     ],
 )
 def test_launcher_prefixed_log_parses_as_its_plain_capture(nccl_fixture, prefixed, plain):
