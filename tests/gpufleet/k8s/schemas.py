@@ -1,9 +1,9 @@
 """The schemas every manifest `gpufleet k8s` writes is checked against, offline.
 
-- The MPIJob: the MPI operator v0.8.0 CRD's openAPIV3Schema (tests/fixtures/k8s/SOURCE.md), with unknown properties
-  refused wherever it names an object's properties and says nothing about others (the API server would drop an unknown
-  field of a structural schema instead, unless the client asks for strict field validation), so a misspelt field
-  fails here.
+- The MPIJob: the MPI operator v0.8.0 CRD's openAPIV3Schema (the copy the cluster gets, in
+  stacks/constructs/mpi_operator_chart/crds/), with unknown properties refused wherever it names an object's
+  properties and says nothing about others (the API server would drop an unknown field of a structural schema
+  instead, unless the client asks for strict field validation), so a misspelt field fails here.
 - Each pod template in it: kubernetes-validate's strict schemas (unknown properties refused) of the Kubernetes version
   gpufleet pins (eks.kubernetes_version "1.35"), as a v1 PodTemplate: kubernetes-validate has no schema for a custom
   resource, and the pod templates are what Kubernetes itself, not the operator, reads.
@@ -19,7 +19,9 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-CRD_FILE = Path(__file__).resolve().parents[2] / "fixtures/k8s/kubeflow.org_mpijobs-v0.8.0.yaml"
+# The CRD the cluster gets: the vendored chart's copy (kubeflow/mpi-operator v0.8.0 deploy/v2beta1/mpi-operator.yaml;
+# its spec equals manifests/base/kubeflow.org_mpijobs.yaml at the same tag, compared with PyYAML).
+CRD_FILE = Path(__file__).resolve().parents[3] / "stacks/constructs/mpi_operator_chart/crds/mpijobs.kubeflow.org.yaml"
 KUBERNETES_VERSION = "1.35.0"
 
 
