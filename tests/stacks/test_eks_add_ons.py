@@ -8,6 +8,7 @@ import base64
 import json
 from pathlib import Path
 
+import kubernetes_validate
 import pytest
 import yaml
 
@@ -205,3 +206,43 @@ def test_the_mpi_operator_chart_holds_its_crd_for_helm_and_grants_leases():
     assert container["image"] == "mpioperator/mpi-operator:0.8.0"
     assert container["args"] == ["-alsologtostderr", "--lock-namespace=mpi-operator"]
     assert yaml.safe_load((MPI_CHART / "Chart.yaml").read_text())["version"] == "0.8.0"
+
+
+def test_every_manifest_the_cluster_gets_passes_the_kubernetes_schemas(eks_p5):
+    """kubernetes-validate's strict schemas of the pinned Kubernetes version (unknown fields refused): the volume and
+    claim the stack applies, with the imported values filled in, and every object of the vendored MPI operator chart
+    but its CRD (a CustomResourceDefinition is checked as one, not against its own schema)."""
+    (manifest,) = of_type(eks_p5, "Custom::AWSCDK-EKS-KubernetesResource").values()
+    pieces = manifest["Properties"]["Manifest"]["Fn::Join"][1]
+    text = "".join(piece if isinstance(piece, str) else "fs-0123456789abcdef0" for piece in pieces)
+    chart = REPOSITORY / "stacks/constructs/mpi_operator_chart"
+    objects = json.loads(text) + [
+        document
+        for path in sorted(chart.glob("*/*.yaml"))
+        for document in yaml.safe_load_all(path.read_text())
+        if document
+    ]
+
+    for document in objects:
+        kubernetes_validate.validate(document, "1.35.0", strict=True)
+    assert sorted({document["kind"] for document in objects}) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "Deployment",
+        "PersistentVolume",
+        "PersistentVolumeClaim",
+        "ServiceAccount",
+    ]
+
+
+def test_a_misspelt_field_fails_the_kubernetes_schemas():
+    volume = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "gpufleet-shared"},
+        "spec": {"accessMode": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+
+    with pytest.raises(kubernetes_validate.ValidationError, match="accessMode"):
+        kubernetes_validate.validate(volume, "1.35.0", strict=True)
