@@ -27,7 +27,8 @@ from stacks.constructs.capacity_reservations import launch_template_reservations
 from stacks.constructs.node_launch_template import ROOT_VOLUME_IOPS, ROOT_VOLUME_THROUGHPUT_MIBPS
 from stacks.constructs.node_network_interfaces import node_network_interfaces
 
-# The root device of EKS's AL2023 images (unconfirmed: the AL2023 AMIs' RootDeviceName, not read here).
+# The root device of EKS's AL2023 images: Karpenter's AL2023 AMI family maps its root volume there
+# (aws/karpenter-provider-aws pkg/providers/amifamily/al2023.go, EphemeralBlockDevice returns "/dev/xvda").
 AL2023_ROOT_DEVICE = "/dev/xvda"
 # nodeadm reads NodeConfig documents of this MIME type from the user data, which EKS merges with its own (EKS user
 # guide, launch-templates, "Amazon Linux 2023 user data"); localStorage strategy RAID0 stripes the instance-store
