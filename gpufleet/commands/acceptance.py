@@ -15,8 +15,8 @@ nccl-tests table came back). It is written whole or not at all. Progress goes to
 
 Exit codes: 0 every check passed; 3 a check failed (one stderr line per failed check, naming the node's id and
 address, or nccl); 1 could not run: an AWS error (no report), no running node (no report), or no node ready for jobs
-(the report is written, naming each node and why); 2 bad input (an unknown environment, a bad option, a report
-directory that exists and is not empty).
+(the report is written, naming each node and why); 2 bad input (an unknown environment, an eks environment, a bad
+option, a report directory that exists and is not empty).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
 
     from gpufleet.aws import Aws, aws_errors
     from gpufleet.catalog import load_catalog
-    from gpufleet.loading import load_named_environment
+    from gpufleet.commands.flavour_guard import load_environment_for
     from gpufleet.ops.acceptance import (
         FI_INFO_SECTION,
         HEALTH_SECTION,
@@ -138,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
             "(SSM's executionTimeout is at most 172800, and the report needs a margin)"
         )
     try:
-        env = load_named_environment(args.env)
+        env = load_environment_for("acceptance", args.env)
         group_id = group_id_option(args, env)
     except GpufleetError as error:
         raise _bad_input(*error.problems) from None

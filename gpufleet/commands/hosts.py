@@ -33,12 +33,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from gpufleet.aws import Aws, aws_errors
     from gpufleet.catalog import load_catalog
+    from gpufleet.commands.flavour_guard import load_environment_for
     from gpufleet.errors import GpufleetError
-    from gpufleet.loading import load_named_environment
     from gpufleet.ops import hostlists
     from gpufleet.ops.fleet import NODE_GROUP_ID_KEYS, find_node_group, group_id_option
 
-    env = load_named_environment(args.env)
+    env = load_environment_for("hosts", args.env)
     gpus = load_catalog()[env.instance_type].gpu.count
     with aws_errors(env.region):
         fleet = find_node_group(Aws(env.region), env, group_id_option(args, env))

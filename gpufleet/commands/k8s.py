@@ -35,12 +35,12 @@ def run(args: argparse.Namespace) -> int:
     import yaml
 
     from gpufleet.catalog import load_catalog
+    from gpufleet.commands.flavour_guard import load_environment_for
     from gpufleet.errors import GpufleetError
     from gpufleet.k8s.mpijobs import MpiJobError, efa_info_job, nccl_test_job
-    from gpufleet.loading import load_named_environment
     from gpufleet.user_data import nccl_busbw_floor
 
-    env = load_named_environment(args.env)
+    env = load_environment_for(f"k8s {args.k8s_command}", args.env)
     instance = load_catalog()[env.instance_type]
     build = efa_info_job if args.k8s_command == "efa-info" else nccl_test_job
     try:

@@ -19,7 +19,7 @@ DEFAULT_MAX_RESTARTS = 10
 EXIT_CODES = (
     "exit codes: 0 started on every ready node; 3 started on some nodes only (one line each on stderr for the "
     "others: its processes on the nodes that started keep running, stop them with systemctl stop gpufleet-run-RUN); "
-    "1 nothing was sent (no ready node, no command, an AWS error)"
+    "1 nothing was sent (no ready node, no command, an AWS error); 2 an eks environment (the line says what to use)"
 )
 
 
@@ -106,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
 
     from gpufleet.aws import Aws, aws_errors
     from gpufleet.catalog import load_catalog
+    from gpufleet.commands.flavour_guard import load_environment_for
     from gpufleet.errors import GpufleetError
-    from gpufleet.loading import load_named_environment
     from gpufleet.ops.fleet import find_node_group, group_id_option
     from gpufleet.ops.runs import (
         new_run_id,
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         upload_workdir,
     )
 
-    env = load_named_environment(args.env)
+    env = load_environment_for("run", args.env)
     command = split_command(args)
     if args.torchrun and args.mpi:
         raise GpufleetError("--torchrun and --mpi: choose one launcher")

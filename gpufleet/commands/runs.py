@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from gpufleet.environment import Environment
 
 WAIT_SECONDS = 720  # as gpufleet run: SendCommand's 600 s delivery timeout and the script's 120 s
 NOT_EVERY_NODE = 3
 EXIT_CODES = (
     "exit codes: 0 every running node answered; 3 some did not (one line each on stderr: the answer is incomplete); "
-    "1 nothing was sent (no running node, an AWS error)"
+    "1 nothing was sent (no running node, an AWS error); 2 an eks environment (the line says what to use)"
 )
 
 
@@ -46,16 +49,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     logs.set_defaults(handler=show_logs)
 
 
-def _ask_running_nodes(args: argparse.Namespace, script: str, comment: str, done: str) -> tuple[Any, dict, list]:
+def _ask_running_nodes(
+    args: argparse.Namespace, env: Environment, script: str, comment: str, done: str
+) -> tuple[Any, dict, list]:
     """SCRIPT on every running node of the environment: (the ssm client, command id -> nodes, each node's
     NodeResult); one stderr line for each node that did not answer."""
     from gpufleet.aws import Aws, aws_errors
     from gpufleet.errors import GpufleetError
-    from gpufleet.loading import load_named_environment
     from gpufleet.ops.fleet import find_node_group, group_id_option
     from gpufleet.ops.runs import node_results, send_to_nodes
 
-    env = load_named_environment(args.env)
     aws = Aws(env.region)
     with aws_errors(env.region):
         group = find_node_group(aws, env, group_id_option(args, env))
@@ -83,9 +86,11 @@ def _run_id(value: str) -> str:
 
 
 def list_runs(args: argparse.Namespace) -> int:
+    from gpufleet.commands.flavour_guard import load_environment_for
     from gpufleet.ops.runs import LIST_RUNS_SCRIPT, runs_on_nodes
 
-    _, _, results = _ask_running_nodes(args, LIST_RUNS_SCRIPT, "runs", "answered")
+    env = load_environment_for("runs", args.env)
+    _, _, results = _ask_running_nodes(args, env, LIST_RUNS_SCRIPT, "runs", "answered")
     runs = runs_on_nodes([result for result in results if result.ok])
     if not runs:
         print("no run on any node (a run whose processes all ended well leaves no unit behind)")
@@ -99,13 +104,13 @@ def list_runs(args: argparse.Namespace) -> int:
 
 
 def stop_run(args: argparse.Namespace) -> int:
-    from gpufleet.loading import load_named_environment
+    from gpufleet.commands.flavour_guard import load_environment_for
     from gpufleet.ops.runs import stop_script
 
     run_id = _run_id(args.run)
-    env = load_named_environment(args.env)
+    env = load_environment_for("stop", args.env)
     script = stop_script(run_id, env.storage.mount_path if env.storage else "")
-    _, _, results = _ask_running_nodes(args, script, f"stop {run_id}", "stopped")
+    _, _, results = _ask_running_nodes(args, env, script, f"stop {run_id}", "stopped")
     stopped = [result for result in results if result.ok and result.output.strip() == "stopped"]
     print(
         f"run {args.run}: stopped on {len(stopped)} nodes, not running on {sum(r.ok for r in results) - len(stopped)}"
@@ -115,14 +120,18 @@ def stop_run(args: argparse.Namespace) -> int:
 
 def show_logs(args: argparse.Namespace) -> int:
     from gpufleet.aws import aws_errors
+    from gpufleet.commands.flavour_guard import load_environment_for
     from gpufleet.errors import GpufleetError
     from gpufleet.ops.runs import follow_log, logs_script, node_log
 
     run_id = _run_id(args.run)
     if args.node < 0 or args.lines < 1:
         raise GpufleetError("--node is a rank (0 or more) and --lines a count (1 or more)")
+    env = load_environment_for("logs", args.env)
     comment = f"logs {run_id}"
-    ssm, commands, results = _ask_running_nodes(args, logs_script(run_id, args.node, args.lines), comment, "answered")
+    ssm, commands, results = _ask_running_nodes(
+        args, env, logs_script(run_id, args.node, args.lines), comment, "answered"
+    )
     log = node_log(ssm, commands, results, run_id, args.node)
     print(log.text, end="", flush=True)
     if args.follow:

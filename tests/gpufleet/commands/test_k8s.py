@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from gpufleet.cli import main
-from tests.gpufleet.environment_files import VALID, VALID_EKS, changed, write
+from tests.gpufleet.environment_files import VALID_EKS, changed, write
 from tests.gpufleet.k8s import schemas
 
 
@@ -60,16 +60,6 @@ def test_problems_are_lines_naming_the_command_and_environment(tmp_path, monkeyp
     assert err == (
         "gpufleet k8s efa-info lab: --workers 5: must be 1 to 2 (capacity.target of lab)\n"
         "gpufleet k8s efa-info lab: efa is false in lab: its nodes have no EFA device for fi_info to list\n"
-    )
-
-
-def test_a_fleet_environment_is_refused(tmp_path, monkeypatch, capsys):
-    write(tmp_path, VALID)
-    monkeypatch.setenv("GPUFLEET_ENVIRONMENTS_DIR", str(tmp_path))
-    assert main(["k8s", "nccl-test", "lab"]) == 1
-    assert capsys.readouterr().err == (
-        "gpufleet k8s nccl-test lab: lab has flavour: fleet: MPIJobs run on an eks environment's cluster (on the fleet "
-        "flavour, run /opt/gpufleet/ops/run-nccl-tests.sh on a node)\n"
     )
 
 
