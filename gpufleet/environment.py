@@ -584,6 +584,50 @@ def _admin_principals_problem(arns: tuple[str, ...]) -> str | None:
     return None
 
 
+# The public endpoint's allow-list (ResourcesVpcConfig publicAccessCidrs): at most 40 blocks, "Public endpoint access
+# CIDR ranges per cluster", quota L-93A74D60, not adjustable (EKS user guide, service-quotas); a block "cannot include
+# reserved addresses" (EKS user guide, config-cluster-endpoint); IPv4 only, since "You can't add IPv6 CIDR blocks to
+# IPv4 clusters" (EKS API reference, VpcConfigRequest publicAccessCidrs) and aws_eks_v2 2.275 makes IPv4 clusters
+# unless told otherwise (cluster.js: ipFamily defaults to IpFamily.IP_V4).
+PUBLIC_ACCESS_CIDRS_MAX = 40
+# No network wider than a /8 is one organisation's: IANA hands out IPv4 space in /8 blocks (IANA IPv4 Address Space
+# Registry) (unconfirmed: not read this round). A wider block is the internet, which the allow-list exists to keep out.
+PUBLIC_ACCESS_WIDEST_PREFIX = 8
+
+
+def _public_access_cidr_problem(cidr: str) -> str | None:
+    try:
+        network = ipaddress.IPv4Network(cidr, strict=True)
+    except ValueError as error:
+        return (
+            f"'{cidr}' is not an IPv4 network in CIDR notation ({error}; an address and a prefix length, /32 for one "
+            "address)"
+        )
+    if network.prefixlen < PUBLIC_ACCESS_WIDEST_PREFIX:
+        return (
+            f"'{cidr}' opens the API to much of the internet (at most /{PUBLIC_ACCESS_WIDEST_PREFIX} wide: name the "
+            "networks kubectl runs from, e.g. your offices' or VPN's egress addresses)"
+        )
+    if not network.is_global or network.is_multicast:
+        return (
+            f"'{cidr}' is a private or reserved range, which EKS refuses on the public endpoint (the nodes and hosts "
+            "in the VPC reach the private endpoint anyway: name public egress addresses)"
+        )
+    return None
+
+
+def _public_access_cidrs_problem(cidrs: tuple[str, ...]) -> str | None:
+    if len(cidrs) > PUBLIC_ACCESS_CIDRS_MAX:
+        return (
+            f"{len(cidrs)} networks, but EKS allows at most {PUBLIC_ACCESS_CIDRS_MAX} on a cluster's public endpoint "
+            "(a quota it does not raise: merge neighbouring networks)"
+        )
+    repeated = sorted({cidr for cidr in cidrs if cidrs.count(cidr) > 1})
+    if repeated:
+        return f"{', '.join(repeated)} listed twice (list each network once)"
+    return None
+
+
 def _system_node_count_problem(count: int) -> str | None:
     if not 1 <= count <= MANAGED_NODE_GROUP_MAX_NODES:
         return (
@@ -597,6 +641,7 @@ IamPrincipalArn = Annotated[
     StrictStr, _matching("an IAM role or user ARN", IAM_PRINCIPAL_ARN, "arn:aws:iam::123456789012:role/Admin")
 ]
 SubnetId = Annotated[StrictStr, checked(_resource_id_problem("subnet"))]
+PublicAccessCidr = Annotated[StrictStr, checked(_public_access_cidr_problem)]
 
 
 class SystemNodes(_Section):
@@ -646,6 +691,17 @@ class Eks(_Section):
         None,
         description="An existing VPC (network.vpc_id): two or more subnets in different availability zones for the "
         "control plane's network interfaces.",
+    )
+    endpoint_public_cidrs: Annotated[tuple[PublicAccessCidr, ...], checked(_public_access_cidrs_problem)] = Field(
+        (),
+        description="Public IPv4 networks (at most 40, none wider than /8) that may reach the Kubernetes API over the "
+        "internet, e.g. your offices' egress addresses; the endpoint then is public and private, the public side "
+        "limited to them. Empty: private only (reachable from inside the VPC).",
+    )
+    control_plane_log_retention_days: LogRetentionDays = Field(
+        30,
+        description="Days CloudWatch Logs keeps the control plane's logs (/aws/eks/gpufleet-NAME/cluster, which the "
+        "stack creates and deletes).",
     )
     system_nodes: SystemNodes = Field(SystemNodes(), description="The node group for everything but GPU jobs.")
     add_ons: EksAddOns = Field(EksAddOns(), description="What gpufleet installs into the cluster.")
@@ -713,6 +769,13 @@ class Environment(_Section):
     @property
     def stack_prefix(self) -> str:
         return f"gpufleet-{self.name}"
+
+    @property
+    def eks_cluster_name(self) -> str:
+        """The eks flavour's cluster: gpufleet-NAME, which EKS takes as it is (letters, digits, hyphens and
+        underscores, starting with a letter or digit, at most 100 characters, unique in the account's region: EKS API
+        reference, CreateCluster name; NAME has at most 24 characters and its stacks are unique there already)."""
+        return self.stack_prefix
 
     @property
     def auto_scaling_group_prefix(self) -> str:

@@ -16,6 +16,8 @@ it deletes, which it stops at and leaves, and which resources a deleted stack le
   (EKS user guide, control-plane-logs: "The log group name format is /aws/eks/my-cluster/cluster"; terraform-aws-eks
   README, create_cloudwatch_log_group: "If not, AWS will automatically create one if logging is enabled"); that EKS
   does not delete it with the cluster is (unconfirmed: said by terraform-aws-eks users, not in AWS's docs read).
+  gpufleet's eks stack makes that group itself (stacks/eks_cluster_stack.py), so only a template without it leaves
+  one.
 """
 
 from __future__ import annotations
@@ -94,20 +96,29 @@ def kept_resources(template: dict) -> tuple[str, ...]:
 
 
 EKS_CLUSTER_TYPE = "AWS::EKS::Cluster"
+LOG_GROUP_TYPE = "AWS::Logs::LogGroup"
 
 
 def service_leftovers(template: dict) -> tuple[str, ...]:
     """What AWS services made outside the template for its resources, which deleting the stack leaves (module doc)."""
+    resources = template.get("Resources", {})
+    own_log_groups = {
+        resource.get("Properties", {}).get("LogGroupName")
+        for resource in resources.values()
+        if resource.get("Type") == LOG_GROUP_TYPE
+    }
     leftovers = []
-    for logical_id, resource in template.get("Resources", {}).items():
+    for logical_id, resource in resources.items():
         if resource.get("Type") != EKS_CLUSTER_TYPE:
             continue
         properties = resource.get("Properties", {})
         if not properties.get("Logging", {}).get("ClusterLogging", {}).get("EnabledTypes"):
             continue
-        # aws_eks_v2 lets CloudFormation name the cluster: the name is known once deployed (gpufleet status prints it).
+        # Without a Name CloudFormation names the cluster: the name is known once deployed.
         name = properties.get("Name") if isinstance(properties.get("Name"), str) else f"<cluster {logical_id}>"
         log_group = f"/aws/eks/{name}/cluster"
+        if log_group in own_log_groups:
+            continue
         leftovers.append(
             f"EKS's control-plane log group {log_group} (delete it: aws logs delete-log-group --log-group-name "
             f"{log_group})"

@@ -23,7 +23,8 @@ the constructs too. What each entry stands for:
   manual; a SCRATCH_2 file system with no S3 link;
 - eks-p5 (flavour eks): an EKS cluster in a new VPC (control-plane subnets in two AZs) with one on-demand and one
   spot p5 node (32 EFA cards), every add-on written out and on, three larger system nodes, the NVMe drives in RAID0
-  and a new SCRATCH_2 file system mounted for pods by the FSx CSI driver;
+  and a new SCRATCH_2 file system mounted for pods by the FSx CSI driver; its API public to two networks (an office
+  and a VPN egress address) besides private, its control-plane logs kept 90 days;
 - eks-g5 (flavour eks): an EKS cluster in an existing VPC (its named control-plane subnets) with 2 on-demand
   g5.48xlarge nodes without EFA (g5 has no GPUDirect RDMA) in one reservation, every add-on off, an existing file
   system (not mounted: the CSI driver is off).
@@ -212,6 +213,8 @@ MATRIX: dict[str, dict] = {
             "kubernetes_version": "1.35",
             "admin_principal_arns": [ADMIN_ROLE_ARN, "arn:aws:iam::123456789012:user/operator"],
             "control_plane_availability_zones": ["us-west-2a", "us-west-2b"],
+            "endpoint_public_cidrs": ["1.2.3.0/24", "1.2.4.8/32"],
+            "control_plane_log_retention_days": 90,
             "system_nodes": {"instance_type": "m6i.xlarge", "count": 3},
             "add_ons": {
                 "efa_device_plugin": True,

@@ -210,3 +210,65 @@ def test_an_existing_vpc_gives_the_cluster_its_named_control_plane_subnets(tmp_p
     template.has_resource_properties(
         "AWS::EKS::Nodegroup", {"CapacityType": "ON_DEMAND", "Subnets": ["subnet-0a1b2c3d"]}
     )
+
+
+def test_the_control_plane_log_group_is_the_stacks_made_before_the_cluster_and_deleted_with_it(assembly):
+    """EKS would make /aws/eks/NAME/cluster itself, with no retention, and leave it after cdk destroy."""
+    resources = assembly.template_json(STACK)["Resources"]
+    (cluster_id,) = [name for name, resource in resources.items() if resource["Type"] == "AWS::EKS::Cluster"]
+    (log_group_id,) = [
+        name
+        for name, resource in resources.items()
+        if resource["Type"] == "AWS::Logs::LogGroup"
+        and resource["Properties"]["LogGroupName"] == "/aws/eks/gpufleet-p5-eks/cluster"
+    ]
+    assert resources[cluster_id]["Properties"]["Name"] == "gpufleet-p5-eks"
+    assert resources[log_group_id]["Properties"]["RetentionInDays"] == 30
+    assert resources[log_group_id]["DeletionPolicy"] == "Delete"
+    assert log_group_id in resources[cluster_id]["DependsOn"]
+
+
+def eks1_acknowledgements(template: dict) -> list[tuple[str, str]]:
+    return [
+        (resource["Type"], rule["reason"])
+        for resource in template["Resources"].values()
+        for rule in resource.get("Metadata", {}).get("cdk_nag", {}).get("rules_to_suppress", [])
+        if rule["id"] == "AwsSolutions-EKS1"
+    ]
+
+
+def test_the_endpoint_stays_private_without_public_networks(assembly):
+    template = assembly.template_json(STACK)
+    (cluster,) = [resource for resource in template["Resources"].values() if resource["Type"] == "AWS::EKS::Cluster"]
+    assert "PublicAccessCidrs" not in cluster["Properties"]["ResourcesVpcConfig"]
+    assert eks1_acknowledgements(template) == []
+
+
+def test_public_networks_make_the_endpoint_public_to_them_and_private(matrix_assembly):
+    """eks-p5 names two networks (tests/stacks/matrix.py). The AwsSolutions-EKS1 acknowledgement is on its cluster
+    only (cdk-nag 3.0.2's rule does not recognise aws_eks_v2's CfnCluster, so nothing fails without it today)."""
+    stack = matrix_assembly.template("gpufleet-eks-p5-eks")
+    stack.has_resource_properties(
+        "AWS::EKS::Cluster",
+        {
+            "Name": "gpufleet-eks-p5",
+            "ResourcesVpcConfig": Match.object_like(
+                {
+                    "EndpointPrivateAccess": True,
+                    "EndpointPublicAccess": True,
+                    "PublicAccessCidrs": ["1.2.3.0/24", "1.2.4.8/32"],
+                }
+            ),
+        },
+    )
+    stack.has_resource_properties(
+        "AWS::Logs::LogGroup", {"LogGroupName": "/aws/eks/gpufleet-eks-p5/cluster", "RetentionInDays": 90}
+    )
+    assert eks1_acknowledgements(matrix_assembly.template_json("gpufleet-eks-p5-eks")) == [
+        (
+            "AWS::EKS::Cluster",
+            "The environment file names the networks that may reach the EKS cluster's public endpoint "
+            "(eks.endpoint_public_cidrs, public IPv4 blocks no wider than /8); every request still needs an admin "
+            "principal's access entry",
+        )
+    ]

@@ -75,3 +75,24 @@ def test_an_eks_cluster_with_control_plane_logs_leaves_its_log_group():
         "EKS's control-plane log group /aws/eks/lab/cluster (delete it: aws logs delete-log-group --log-group-name "
         "/aws/eks/lab/cluster)",
     ]
+
+
+def test_an_eks_cluster_whose_log_group_is_in_its_template_leaves_nothing():
+    """gpufleet's eks stack makes /aws/eks/NAME/cluster itself, so the stack's deletion takes it along."""
+    logging = {"ClusterLogging": {"EnabledTypes": [{"Type": "api"}]}}
+    eks = DestroyedStack(
+        "gpufleet-x-eks",
+        {
+            "Resources": {
+                "Cluster": {"Type": "AWS::EKS::Cluster", "Properties": {"Name": "gpufleet-x", "Logging": logging}},
+                "ControlPlaneLogs": {
+                    "Type": "AWS::Logs::LogGroup",
+                    "Properties": {"LogGroupName": "/aws/eks/gpufleet-x/cluster"},
+                    "DeletionPolicy": "Delete",
+                },
+            }
+        },
+    )
+    (outcome,) = destroy_outcome([eks])
+    assert outcome.line() == "  gpufleet-x-eks: deleted"
+    assert outcome.service_leftovers == ()

@@ -905,6 +905,20 @@ def test_plan_says_nothing_of_destroy_where_it_removes_the_whole_environment(ass
     ]
 
 
+def test_plan_says_destroy_removes_the_whole_eks_environment_log_group_included(assembly, run_cli, run_json):
+    """p5-eks's stack makes the control plane's log group, so nothing is left for plan to name."""
+    shutil.copy(REPOSITORY / "environments" / "p5-eks.yaml", Path(os.environ["GPUFLEET_ENVIRONMENTS_DIR"]))
+    directory = str(assembly.directory)
+    _, out, _ = run_cli("plan", "p5-eks", "--cdk-out", directory, "--against", directory)
+    _, document = run_json("plan", "p5-eks", "--cdk-out", directory, "--against", directory)
+
+    assert "destroy" not in out
+    assert [(stack["stack"], stack["deleted"], stack["service_leftovers"]) for stack in document["destroy"]] == [
+        ("gpufleet-p5-eks-eks", True, []),
+        ("gpufleet-p5-eks-network", True, []),
+    ]
+
+
 def test_plan_json_says_what_destroy_deletes_and_keeps(assembly, run_json):
     shipped_prod()
     directory = str(assembly.directory)

@@ -74,6 +74,57 @@ def test_the_flavour_is_fleet_unless_the_file_says_otherwise(tmp_path):
             "fsx_csi_driver)",
         ),
         (
+            {"eks.endpoint_public_cidrs": ["0.0.0.0/0"]},
+            "eks.endpoint_public_cidrs.0: '0.0.0.0/0' opens the API to much of the internet (at most /8 wide: name "
+            "the networks kubectl runs from, e.g. your offices' or VPN's egress addresses)",
+        ),
+        (
+            {"eks.endpoint_public_cidrs": ["1.2.3.0/24", "2.0.0.0/7"]},
+            "eks.endpoint_public_cidrs.1: '2.0.0.0/7' opens the API to much of the internet (at most /8 wide: name "
+            "the networks kubectl runs from, e.g. your offices' or VPN's egress addresses)",
+        ),
+        (
+            {"eks.endpoint_public_cidrs": ["1.2.3.4/24"]},
+            "eks.endpoint_public_cidrs.0: '1.2.3.4/24' is not an IPv4 network in CIDR notation (1.2.3.4/24 has host "
+            "bits set; an address and a prefix length, /32 for one address)",
+        ),
+        (
+            {"eks.endpoint_public_cidrs": ["2001:db8::/32"]},
+            "eks.endpoint_public_cidrs.0: '2001:db8::/32' is not an IPv4 network in CIDR notation (Expected 4 octets "
+            "in '2001:db8::'; an address and a prefix length, /32 for one address)",
+        ),
+        (
+            {"eks.endpoint_public_cidrs": ["10.0.0.0/8"]},
+            "eks.endpoint_public_cidrs.0: '10.0.0.0/8' is a private or reserved range, which EKS refuses on the public "
+            "endpoint (the nodes and hosts in the VPC reach the private endpoint anyway: name public egress addresses)",
+        ),
+        (
+            {"eks.endpoint_public_cidrs": ["203.0.113.5/32"]},
+            "eks.endpoint_public_cidrs.0: '203.0.113.5/32' is a private or reserved range, which EKS refuses on the "
+            "public endpoint (the nodes and hosts in the VPC reach the private endpoint anyway: name public egress "
+            "addresses)",
+        ),
+        (
+            {"eks.endpoint_public_cidrs": ["224.0.0.0/24"]},
+            "eks.endpoint_public_cidrs.0: '224.0.0.0/24' is a private or reserved range, which EKS refuses on the "
+            "public endpoint (the nodes and hosts in the VPC reach the private endpoint anyway: name public egress "
+            "addresses)",
+        ),
+        (
+            {"eks.endpoint_public_cidrs": [f"1.2.3.{host}/32" for host in range(41)]},
+            "eks.endpoint_public_cidrs: 41 networks, but EKS allows at most 40 on a cluster's public endpoint (a quota "
+            "it does not raise: merge neighbouring networks)",
+        ),
+        (
+            {"eks.endpoint_public_cidrs": ["1.2.3.0/24", "1.2.4.8/32", "1.2.3.0/24"]},
+            "eks.endpoint_public_cidrs: 1.2.3.0/24 listed twice (list each network once)",
+        ),
+        (
+            {"eks.control_plane_log_retention_days": 31},
+            "eks.control_plane_log_retention_days: 31 is not a CloudWatch Logs retention (allowed: 1, 3, 5, 7, 14, "
+            "30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653)",
+        ),
+        (
             {"eks.control_plane_subnet_ids": ["subnet-12"]},
             "eks.control_plane_subnet_ids.0: 'subnet-12' is not a subnet id (subnet- followed by 8 or 17 hex digits)",
         ),
@@ -90,6 +141,9 @@ def test_the_eks_section_rules(tmp_path, changes, expected):
         {"eks.system_nodes.count": 450},
         {"eks.admin_principal_arns": ["arn:aws:iam::123456789012:user/ops", "arn:aws-cn:iam::123456789012:role/a/b"]},
         {"eks.control_plane_availability_zones": ["us-east-1a", "us-east-1b", "us-east-1c"]},
+        {"eks.endpoint_public_cidrs": []},
+        {"eks.endpoint_public_cidrs": ["11.0.0.0/8"]},
+        {"eks.endpoint_public_cidrs": [f"1.2.3.{host}/32" for host in range(40)]},
     ],
 )
 def test_values_at_and_inside_the_bounds_load(tmp_path, changes):
