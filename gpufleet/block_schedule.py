@@ -21,6 +21,14 @@ What AWS says, and what follows:
   at synthesis, SCHEDULE_AHEAD counted for the deploy to reach them, and the group's DesiredCapacity is what the
   actions already passed would have set. The template therefore depends on the time of synthesis: it holds at most
   three shapes over a block's life (before the start, inside the window, after the scale-in).
+
+On the eks flavour the node group of a block follows what EKS documents for managed node groups (EKS user guide,
+capacity-blocks-mng.adoc at awsdocs/amazon-eks-user-guide f6004140): "If you specify a non-zero desiredSize in the
+create request, Amazon EKS will honor that when creating the Auto Scaling group ... Whenever the reservation becomes
+active, then the launch of instances will succeed and the ASG will be scaled up to the desiredSize mentioned at create
+time" (the launches fail until then), and EKS itself scales the group in to zero EKS_SCALE_IN_LEAD before the end. So
+gpufleet schedules nothing there: the group is created wanting the block's nodes (eks_block_desired_size), and is
+made anew for each block (stacks/eks_cluster_stack.py), since that desired size counts "at create time".
 """
 
 from __future__ import annotations
@@ -28,7 +36,12 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from gpufleet.constants import CAPACITY_BLOCK_TERMINATION_LEAD_MINUTES, TERMINATION_HOOK_TIMEOUT_SECONDS
+from gpufleet.constants import (
+    CAPACITY_BLOCK_TERMINATION_LEAD_MINUTES,
+    FLAVOUR_EKS,
+    FLAVOUR_FLEET,
+    TERMINATION_HOOK_TIMEOUT_SECONDS,
+)
 
 TERMINATION_LEAD = dt.timedelta(minutes=CAPACITY_BLOCK_TERMINATION_LEAD_MINUTES)
 # Our choice: time for the terminations to finish after the hook and for the scheduled action to run (AWS gives no
@@ -38,6 +51,12 @@ SCALE_IN_LEAD = TERMINATION_LEAD + dt.timedelta(seconds=TERMINATION_HOOK_TIMEOUT
 # Our choice: an action due sooner than this after synthesis could be in the past by the time CloudFormation creates
 # it (the stack's other resources come first); the group is synthesized as if it had run.
 SCHEDULE_AHEAD = dt.timedelta(minutes=15)
+
+# On the eks flavour EKS scales a Capacity Block's managed node group in itself: "Amazon EKS will setup a scheduled
+# scale down on the node group 40 minutes prior to their reservation end in order to safely and gracefully evict Pods"
+# (EKS user guide, capacity-blocks-mng.adoc at awsdocs/amazon-eks-user-guide f6004140, a scheduled action named
+# "Amazon EKS Node Group Capacity Scaledown Before Reservation End").
+EKS_SCALE_IN_LEAD = dt.timedelta(minutes=40)
 
 SCALE_OUT = "ScaleOut"
 SCALE_IN = "ScaleIn"
@@ -60,15 +79,21 @@ class BlockSchedule:
     actions: tuple[ScheduledCapacity, ...]
 
 
-def scale_in_time(end: dt.datetime) -> dt.datetime:
-    """When the group scales in to zero, for a block that ends at END."""
-    return end - SCALE_IN_LEAD
+def scale_in_lead(flavour: str) -> dt.timedelta:
+    """How long before a block's end its nodes are scaled in to zero: by gpufleet's scheduled action on the fleet
+    flavour, by EKS's on the eks flavour."""
+    return EKS_SCALE_IN_LEAD if flavour == FLAVOUR_EKS else SCALE_IN_LEAD
+
+
+def scale_in_time(end: dt.datetime, flavour: str) -> dt.datetime:
+    """When the nodes scale in to zero, for a block that ends at END."""
+    return end - scale_in_lead(flavour)
 
 
 def block_schedule(*, start: dt.datetime, end: dt.datetime, target: int, now: dt.datetime) -> BlockSchedule:
     """The schedule of TARGET nodes in the block [START, END) as synthesized at NOW."""
     ahead = now + SCHEDULE_AHEAD
-    scale_in = scale_in_time(end)
+    scale_in = scale_in_time(end, FLAVOUR_FLEET)
     actions = []
     if start > ahead:
         desired = 0
@@ -78,3 +103,9 @@ def block_schedule(*, start: dt.datetime, end: dt.datetime, target: int, now: dt
     if scale_in > ahead:
         actions.append(ScheduledCapacity(SCALE_IN, scale_in, 0))
     return BlockSchedule(desired, tuple(actions))
+
+
+def eks_block_desired_size(*, end: dt.datetime, target: int, now: dt.datetime) -> int:
+    """The desired size of an eks Capacity Block node group synthesized at NOW: TARGET until EKS's scale-in is
+    SCHEDULE_AHEAD away (EKS would set its scale-in action in the past), 0 after."""
+    return target if scale_in_time(end, FLAVOUR_EKS) > now + SCHEDULE_AHEAD else 0

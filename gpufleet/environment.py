@@ -15,7 +15,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from gpufleet.block_schedule import SCALE_IN_LEAD
+from gpufleet.block_schedule import EKS_SCALE_IN_LEAD, SCALE_IN_LEAD
 from gpufleet.constants import (
     ALLOCATION_STRATEGIES,
     BACKEND_SPOT_FLEET,
@@ -306,7 +306,8 @@ class CapacityBlock(_Section):
     shortly before its end (gpufleet.block_schedule)."""
 
     reservation_id: CapacityReservationId = Field(
-        description="The Capacity Block's reservation id (cr-...); needs fleet.backend: auto-scaling."
+        description="The Capacity Block's reservation id (cr-...); on the fleet flavour it needs fleet.backend: "
+        "auto-scaling; on eks a new id makes a new GPU node group."
     )
     start: UtcTime = Field(
         description="When the block starts, with its time zone (its StartDate in DescribeCapacityReservations, e.g. "
@@ -315,7 +316,7 @@ class CapacityBlock(_Section):
     end: UtcTime = Field(
         description="When the block ends, with its time zone (its EndDate, e.g. 2027-01-18T11:30:00Z; set the new one "
         f"after extending the block): the group scales in to zero {SCALE_IN_LEAD // dt.timedelta(minutes=1)} minutes "
-        "before."
+        f"before (on eks, EKS scales its node group in {EKS_SCALE_IN_LEAD // dt.timedelta(minutes=1)} minutes before)."
     )
 
 

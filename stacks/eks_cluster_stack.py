@@ -1,9 +1,13 @@
 """The EKS cluster of an environment with flavour: eks: the cluster (aws_eks_v2, access entries only), a small system
-node group, and one GPU managed node group per capacity type, each from its own launch template
-(stacks/constructs/eks_node_launch_template.py) with EFA interfaces in the environment's placement group, and the
-add-ons (stacks/constructs/eks_add_ons.py) through aws_eks_v2's kubectl handler."""
+node group, and one GPU managed node group per capacity type (on-demand and spot, or a Capacity Block), each from its
+own launch template (stacks/constructs/eks_node_launch_template.py) with EFA interfaces in the environment's placement
+group (a Capacity Block's: placed by EC2), and the add-ons (stacks/constructs/eks_add_ons.py) through aws_eks_v2's
+kubectl handler."""
 
 from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -13,6 +17,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
+from gpufleet.block_schedule import eks_block_desired_size
 from gpufleet.catalog import InstanceType
 from gpufleet.constants import (
     AVAILABILITY_ZONE_OUTPUT_KEY,
@@ -61,6 +66,18 @@ CLUSTER_LOGGING = [
 ]
 
 
+@dataclass(frozen=True)
+class GpuNodeGroup:
+    """A GPU managed node group: its construct name, capacity type, size (its maximum) and the desired and minimum
+    sizes it is synthesized with."""
+
+    name: str
+    capacity_type: eks.CapacityType
+    size: int
+    desired_size: int
+    min_size: int
+
+
 class EksClusterStack(cdk.Stack):
     def __init__(
         self,
@@ -69,13 +86,15 @@ class EksClusterStack(cdk.Stack):
         *,
         environment: Environment,
         instance: InstanceType,
+        now: dt.datetime,
         vpc: ec2.IVpc | None = None,
         node_subnet: ec2.ISubnet | None = None,
         control_plane_subnets: list[ec2.ISubnet] | None = None,
         shared_file_system: SharedFileSystem | None = None,
         **kwargs,
     ) -> None:
-        """vpc, node_subnet and control_plane_subnets come from the environment's NetworkStack; without them the
+        """now: the time of synthesis (a Capacity Block group's desired size depends on it).
+        vpc, node_subnet and control_plane_subnets come from the environment's NetworkStack; without them the
         environment's existing VPC, node subnet and eks.control_plane_subnet_ids are imported by id.
         shared_file_system: the environment's storage (its storage stack's or an existing one), None without."""
         super().__init__(scope, construct_id, **kwargs)
@@ -191,16 +210,11 @@ class EksClusterStack(cdk.Stack):
         placement_group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
         node_tags = {**environment.resource_tags, "Name": f"{environment.stack_prefix}-node"}
         capacity = environment.capacity
-        groups = [
-            ("OnDemand", eks.CapacityType.ON_DEMAND, capacity.on_demand),
-            ("Spot", eks.CapacityType.SPOT, capacity.spot),
-        ]
-        for name, capacity_type, size in groups:
-            if size == 0:
-                continue
+        block = capacity.capacity_block
+        for group in self._gpu_node_groups(environment, now):
             launch_template = EksNodeLaunchTemplate(
                 self,
-                f"{name}LaunchTemplate",
+                f"{group.name}LaunchTemplate",
                 instance=instance,
                 efa=environment.efa,
                 raid0_nvme=environment.node.raid0_nvme,
@@ -210,21 +224,24 @@ class EksClusterStack(cdk.Stack):
                     efa_security_group.security_group.security_group_id,
                     self.cluster.cluster_security_group_id,
                 ],
-                placement_group=placement_group,
-                reservation=capacity.reservation if capacity_type == eks.CapacityType.ON_DEMAND else None,
+                # A Capacity Block's instances are placed close together by EC2 (as on the fleet flavour:
+                # stacks/constructs/node_launch_template.py).
+                placement_group=None if block is not None else placement_group,
+                reservation=capacity.reservation if group.capacity_type == eks.CapacityType.ON_DEMAND else None,
+                capacity_block_id=block.reservation_id if block is not None else None,
                 hugepages_mib=EKS_GPU_NODE_HUGEPAGES_MIB if environment.efa else 0,
                 node_tags=node_tags,
             ).launch_template
             self.cluster.add_nodegroup_capacity(
-                f"{name}GpuNodes",
+                f"{group.name}GpuNodes",
                 ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
-                capacity_type=capacity_type,
+                capacity_type=group.capacity_type,
                 launch_template_spec=eks.LaunchTemplateSpec(
                     id=launch_template.ref, version=launch_template.attr_latest_version_number
                 ),
-                min_size=size,
-                max_size=size,
-                desired_size=size,
+                min_size=group.min_size,
+                max_size=group.size,
+                desired_size=group.desired_size,
                 subnets=node_subnets,
                 labels={**GPU_NODE_LABEL, **(EFA_NODE_LABEL if environment.efa else {})},
                 taints=[GPU_NODE_TAINT],
@@ -264,6 +281,26 @@ class EksClusterStack(cdk.Stack):
         if not public_cidrs:
             return eks.EndpointAccess.PRIVATE
         return eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*public_cidrs)
+
+    @staticmethod
+    def _gpu_node_groups(environment: Environment, now: dt.datetime) -> list[GpuNodeGroup]:
+        """One GPU node group per capacity type: on-demand and spot, or the Capacity Block. A block's group is named
+        after its reservation, so a new block makes a new group: EKS scales a block's group to the desired size it
+        had "at create time" once the block is active, and scales it in to zero itself 40 minutes before the end
+        (gpufleet.block_schedule). Its minimum is 0, where EKS's scale-in puts it."""
+        capacity = environment.capacity
+        block = capacity.capacity_block
+        if block is not None:
+            desired = eks_block_desired_size(end=block.end, target=capacity.target, now=now)
+            name = "CapacityBlock" + block.reservation_id.removeprefix("cr-")
+            return [GpuNodeGroup(name, eks.CapacityType.CAPACITY_BLOCK, capacity.target, desired, 0)]
+        groups = [
+            GpuNodeGroup(
+                "OnDemand", eks.CapacityType.ON_DEMAND, capacity.on_demand, capacity.on_demand, capacity.on_demand
+            ),
+            GpuNodeGroup("Spot", eks.CapacityType.SPOT, capacity.spot, capacity.spot, capacity.spot),
+        ]
+        return [group for group in groups if group.size > 0]
 
     @staticmethod
     def _cluster_file_system(environment: Environment, file_system: SharedFileSystem) -> ClusterFileSystem:

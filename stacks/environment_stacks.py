@@ -80,6 +80,7 @@ def add_environment_stacks(app: cdk.App, environment: Environment, now: dt.datet
                 f"{environment.stack_prefix}-eks",
                 environment=environment,
                 instance=instance,
+                now=now,
                 vpc=vpc,
                 node_subnet=node_subnet,
                 control_plane_subnets=network_stack.control_plane_subnets if network_stack else None,

@@ -228,7 +228,8 @@ def _eks_node_groups(template: JsonFile, typed: dict[str, list[tuple[str, Any]]]
         scaling = template.get(properties, scaling_path, dict)
         size = template.get(scaling, (*scaling_path, "DesiredSize"), int)
         target += size
-        if template.get(properties, (*path, "CapacityType"), str, default="ON_DEMAND") == "ON_DEMAND":
+        # A Capacity Block's nodes are on-demand instances, as the fleet flavour counts them.
+        if template.get(properties, (*path, "CapacityType"), str, default="ON_DEMAND") != "SPOT":
             on_demand += size
     return on_demand, target
 

@@ -40,7 +40,6 @@ from gpufleet.validators.capacity import (
 )
 from gpufleet.validators.eks import (
     ControlPlaneSubnetsValidator,
-    EksCapacityBlockValidator,
     EksSectionValidator,
     FleetOnlyOptionsValidator,
     ImageEgressValidator,
@@ -105,7 +104,6 @@ VALIDATORS: tuple[EnvironmentValidator, ...] = (
     CapacityBlockWindowValidator(),
     CapacityBlockEndedValidator(),
     CapacityBlockRolloutValidator(),
-    EksCapacityBlockValidator(),
     ReservedInstanceTypeValidator(),
     ValidUntilValidator(),
     AutoScalingFleetTypeValidator(),

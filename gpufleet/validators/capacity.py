@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from gpufleet.block_schedule import SCALE_IN_LEAD, scale_in_time
+from gpufleet.block_schedule import scale_in_lead, scale_in_time
 from gpufleet.catalog import load_catalog
 from gpufleet.constants import (
     BACKEND_SPOT_FLEET,
@@ -190,18 +190,19 @@ def _minutes(duration: dt.timedelta) -> int:
 
 
 class CapacityBlockWindowValidator(EnvironmentValidator):
-    """The nodes run from the block's start until SCALE_IN_LEAD before its end (gpufleet.block_schedule): a block
-    whose end comes sooner than that after its start leaves them no time, whatever the two dates were meant to be."""
+    """The nodes run from the block's start until the scale-in lead before its end (gpufleet.block_schedule: gpufleet's
+    on the fleet flavour, EKS's on eks): a block whose end comes sooner than that after its start leaves them no time,
+    whatever the two dates were meant to be."""
 
     field = "capacity.capacity_block.end"
 
     def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
         block = env.capacity.capacity_block
-        if block is None or scale_in_time(block.end) > block.start:
+        if block is None or scale_in_time(block.end, env.flavour) > block.start:
             return []
         return self.problem(
             f"{_moment(block.end)} leaves no time after the start, {_moment(block.start)}: the nodes are scaled in "
-            f"{_minutes(SCALE_IN_LEAD)} minutes before the end (copy StartDate and EndDate from "
+            f"{_minutes(scale_in_lead(env.flavour))} minutes before the end (copy StartDate and EndDate from "
             "DescribeCapacityReservations, with their time zone)"
         )
 
@@ -215,10 +216,11 @@ class CapacityBlockEndedValidator(EnvironmentValidator):
 
     def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
         block = env.capacity.capacity_block
-        if block is None or scale_in_time(block.end) > context.now:
+        if block is None or scale_in_time(block.end, env.flavour) > context.now:
             return []
+        scale_in = scale_in_time(block.end, env.flavour)
         return self.problem(
-            f"the block's nodes were scaled in at {_moment(scale_in_time(block.end))}, {_minutes(SCALE_IN_LEAD)} "
+            f"the block's nodes were scaled in at {_moment(scale_in)}, {_minutes(scale_in_lead(env.flavour))} "
             f"minutes before it ends ({_moment(block.end)}): a deploy launches no node (set the reservation_id, start "
             "and end of a new block, or tear the cluster down)"
         )

@@ -145,20 +145,3 @@ class FleetOnlyOptionsValidator(EnvironmentValidator):
             Problem(f"node.{option}", f"not an eks option: {self.NODE_REASON} (remove it)") for option in node_options
         ]
         return problems
-
-
-class EksCapacityBlockValidator(EnvironmentValidator):
-    """A managed node group in a Capacity Block must sit at zero nodes until the block starts and go back to zero
-    before it ends (EKS user guide, capacity-blocks-mng; shared facts), a schedule the eks stack does not build."""
-
-    field = "capacity.capacity_block"
-    flavours = (FLAVOUR_EKS,)
-
-    def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
-        if env.capacity.capacity_block is not None:
-            return self.problem(
-                "the eks flavour has no Capacity Block node group: its size must follow the block's start and end, "
-                "which gpufleet schedules on the fleet flavour only (use flavour: fleet with fleet.backend: "
-                "auto-scaling, or on-demand capacity)"
-            )
-        return []

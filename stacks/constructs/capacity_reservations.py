@@ -55,15 +55,22 @@ def launch_template_capacity_reservation(
     """The launch template's reservation targeting: a Capacity Block's, or the reservations of a spot-fleet
     environment (backend: its fleet.backend). None leaves EC2's default (open: any open reservation that matches)."""
     if capacity_block_id is not None:
-        # As AWS's example launches into a block: the target alone.
-        return ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
-            capacity_reservation_target=ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(
-                capacity_reservation_id=capacity_block_id
-            )
-        )
+        return launch_template_capacity_block(capacity_block_id)
     if reservation is None or backend != BACKEND_SPOT_FLEET:
         return None
     return launch_template_reservations_only(reservation)
+
+
+def launch_template_capacity_block(
+    capacity_block_id: str,
+) -> ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty:
+    """A launch template's target in a Capacity Block, as AWS's examples launch into one (the EC2 user guide's and the
+    EKS user guide's, capacity-blocks-mng): the target alone."""
+    return ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty(
+        capacity_reservation_target=ec2.CfnLaunchTemplate.CapacityReservationTargetProperty(
+            capacity_reservation_id=capacity_block_id
+        )
+    )
 
 
 def launch_template_reservations_only(

@@ -23,7 +23,11 @@ from gpufleet.constants import (
     NODE_ROOT_VOLUME_TYPE,
 )
 from gpufleet.environment import CapacityReservation
-from stacks.constructs.capacity_reservations import launch_template_reservations_only
+from stacks.constructs.capacity_reservations import (
+    launch_template_capacity_block,
+    launch_template_market_options,
+    launch_template_reservations_only,
+)
 from stacks.constructs.node_launch_template import ROOT_VOLUME_IOPS, ROOT_VOLUME_THROUGHPUT_MIBPS
 from stacks.constructs.node_network_interfaces import node_network_interfaces
 
@@ -97,11 +101,14 @@ class EksNodeLaunchTemplate(Construct):
         security_group_ids: list[str],
         placement_group: ec2.IPlacementGroup | None,
         reservation: CapacityReservation | None,
+        capacity_block_id: str | None,
         node_tags: dict[str, str],
         hugepages_mib: int,
     ) -> None:
         """reservation: the On-Demand Capacity Reservations this group's nodes launch into (preference only, one id or
-        a resource group: gpufleet.validators), None for none. hugepages_mib: 2 MiB pages set aside at boot (0 for
+        a resource group: gpufleet.validators), None for none. capacity_block_id: the Capacity Block every node launches
+        into (market type capacity-block and the block as target, as EKS requires: EKS user guide,
+        capacity-blocks-mng), None for none. hugepages_mib: 2 MiB pages set aside at boot (0 for
         none)."""
         super().__init__(scope, construct_id)
         tags = [cdk.CfnTag(key=key, value=value) for key, value in sorted(node_tags.items())]
@@ -118,9 +125,8 @@ class EksNodeLaunchTemplate(Construct):
                 placement=ec2.CfnLaunchTemplate.PlacementProperty(group_name=placement_group.placement_group_name)
                 if placement_group is not None
                 else None,
-                capacity_reservation_specification=launch_template_reservations_only(reservation)
-                if reservation is not None
-                else None,
+                capacity_reservation_specification=self._reservation_target(reservation, capacity_block_id),
+                instance_market_options=launch_template_market_options(capacity_block_id),
                 metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
                     http_endpoint=NODE_METADATA_HTTP_ENDPOINT,
                     http_tokens=NODE_METADATA_HTTP_TOKENS,
@@ -148,3 +154,11 @@ class EksNodeLaunchTemplate(Construct):
                 ),
             ),
         )
+
+    @staticmethod
+    def _reservation_target(
+        reservation: CapacityReservation | None, capacity_block_id: str | None
+    ) -> ec2.CfnLaunchTemplate.CapacityReservationSpecificationProperty | None:
+        if capacity_block_id is not None:
+            return launch_template_capacity_block(capacity_block_id)
+        return launch_template_reservations_only(reservation) if reservation is not None else None

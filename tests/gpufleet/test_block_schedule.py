@@ -7,7 +7,13 @@ import datetime as dt
 
 import pytest
 
-from gpufleet.block_schedule import BlockSchedule, ScheduledCapacity, block_schedule, scale_in_time
+from gpufleet.block_schedule import (
+    BlockSchedule,
+    ScheduledCapacity,
+    block_schedule,
+    eks_block_desired_size,
+    scale_in_time,
+)
 
 START = dt.datetime(2027, 1, 11, 11, 30, tzinfo=dt.UTC)
 END = dt.datetime(2027, 1, 18, 11, 30, tzinfo=dt.UTC)
@@ -45,9 +51,29 @@ def test_the_scale_in_leaves_the_termination_hook_its_time_before_ec2_terminates
     """EC2 terminates what still runs 30 minutes before the end (EC2 user guide, capacity-blocks-using.html); a node
     the group terminates waits up to the hook's 600 seconds first (the group's LifecycleHookSpecification)."""
     ec2_terminates = END - dt.timedelta(minutes=30)
-    hook_done = scale_in_time(END) + dt.timedelta(seconds=600)
+    hook_done = scale_in_time(END, "fleet") + dt.timedelta(seconds=600)
     assert ec2_terminates - hook_done == dt.timedelta(minutes=10)
 
 
 def test_a_block_ending_at_another_time_of_day_scales_in_50_minutes_before_it():
-    assert scale_in_time(at("2027-03-01 00:05")) == at("2027-02-28 23:15")
+    assert scale_in_time(at("2027-03-01 00:05"), "fleet") == at("2027-02-28 23:15")
+
+
+def test_eks_scales_a_block_in_40_minutes_before_its_end():
+    assert scale_in_time(at("2027-03-01 00:05"), "eks") == at("2027-02-28 23:25")
+
+
+@pytest.mark.parametrize(
+    ("now", "expected"),
+    [
+        # Before the block too: EKS documents that the group launches the nodes once the block is active.
+        pytest.param("2026-11-26 12:00", 4, id="weeks-before"),
+        pytest.param("2027-01-14 00:00", 4, id="inside"),
+        # EKS's scale-in at 10:50, 15 minutes and one second ahead: still the block's nodes.
+        pytest.param("2027-01-18 10:34:59", 4, id="scale-in-just-far-enough"),
+        pytest.param("2027-01-18 10:35", 0, id="scale-in-too-close"),
+        pytest.param("2027-02-01 00:00", 0, id="block-over"),
+    ],
+)
+def test_the_eks_node_groups_desired_size_at_each_time_of_synthesis(now, expected):
+    assert eks_block_desired_size(end=END, target=4, now=at(now)) == expected

@@ -10,7 +10,7 @@ import pytest
 from aws_cdk.assertions import Match
 
 from tests.conftest import synthesize
-from tests.gpufleet.environment_files import VALID_EKS, write
+from tests.gpufleet.environment_files import VALID_EKS, changed, write
 
 STACK = "gpufleet-p5-eks-eks"
 
@@ -272,3 +272,63 @@ def test_public_networks_make_the_endpoint_public_to_them_and_private(matrix_ass
             "principal's access entry",
         )
     ]
+
+
+@pytest.fixture(scope="module")
+def block_template(tmp_path_factory):
+    """An eks environment in a Capacity Block (p4d, 2 nodes, the add-ons off to keep the synthesis short)."""
+    directory = tmp_path_factory.mktemp("block")
+    document = changed(
+        {
+            "name": "block",
+            "capacity.target": 2,
+            "capacity.on_demand": 2,
+            "capacity.capacity_block": {
+                "reservation_id": "cr-0123456789abcdef0",
+                "start": "2099-01-05T11:30:00Z",
+                "end": "2099-01-12T11:30:00Z",
+            },
+            "eks.add_ons": {
+                "efa_device_plugin": False,
+                "nvidia_device_plugin": False,
+                "mpi_operator": False,
+                "fsx_csi_driver": False,
+            },
+        },
+        base=VALID_EKS,
+    )
+    environments = directory / "environments"
+    environments.mkdir()
+    write(environments, document, "block")
+    return synthesize(directory / "cdk.out", environments).template_json("gpufleet-block-eks")
+
+
+def test_a_capacity_block_gets_one_capacity_block_node_group_that_eks_scales(block_template):
+    """EKS user guide, capacity-blocks-mng: capacity type CAPACITY_BLOCK; a desired size given at create time is
+    reached once the block is active; EKS scales the group in to zero itself (so the minimum is 0)."""
+    groups = {
+        name: resource["Properties"]
+        for name, resource in block_template["Resources"].items()
+        if resource["Type"] == "AWS::EKS::Nodegroup" and "LaunchTemplate" in resource["Properties"]
+    }
+    assert len(groups) == 1
+    [(name, group)] = groups.items()
+    # Named after the block: a new block makes a new group, created with the block's nodes as its desired size.
+    assert name.startswith("ClusterNodegroupCapacityBlock0123456789abcdef0GpuNodes")
+    assert group["CapacityType"] == "CAPACITY_BLOCK"
+    assert group["ScalingConfig"] == {"DesiredSize": 2, "MaxSize": 2, "MinSize": 0}
+
+
+def test_a_capacity_blocks_launch_template_targets_the_block_as_eks_requires(block_template):
+    [data] = [
+        resource["Properties"]["LaunchTemplateData"]
+        for resource in block_template["Resources"].values()
+        if resource["Type"] == "AWS::EC2::LaunchTemplate"
+    ]
+    assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
+    assert data["CapacityReservationSpecification"] == {
+        "CapacityReservationTarget": {"CapacityReservationId": "cr-0123456789abcdef0"}
+    }
+    assert data["InstanceType"] == "p4d.24xlarge"
+    # EC2 places a block's instances: no placement group, as on the fleet flavour.
+    assert "Placement" not in data

@@ -167,3 +167,17 @@ def test_a_manifest_far_larger_than_an_assembly_is_refused_unread(assembly, caps
         f"{cdk_out / 'manifest.json'}: larger than 16 MiB, far more than a file of a cloud assembly (tens of KB): "
         "refused unread"
     ]
+
+
+def _capacity_block_node_groups(template: dict) -> None:
+    for resource in template["Resources"].values():
+        if resource["Type"] == "AWS::EKS::Nodegroup" and "LaunchTemplate" in resource["Properties"]:
+            resource["Properties"]["CapacityType"] = "CAPACITY_BLOCK"
+
+
+def test_summary_counts_an_eks_capacity_blocks_nodes_as_on_demand(assembly, tmp_path, capsys):
+    cdk_out = _copy_of(assembly, tmp_path)
+    _edit_eks_template(cdk_out, _capacity_block_node_groups)
+    assert main(["summary", str(cdk_out)]) == 0
+    [row] = [" ".join(line.split()) for line in capsys.readouterr().out.splitlines() if line.startswith("p5-eks")]
+    assert row == "p5-eks eks p5.48xlarge 2/0 16 x H100 32 cluster us-west-2d"

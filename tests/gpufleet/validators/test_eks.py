@@ -4,11 +4,15 @@ flavour's own rules, which an eks file does not meet."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from gpufleet.constants import FLAVOUR_EKS
-from gpufleet.loading import load_environment
-from tests.gpufleet.environment_files import VALID, VALID_EKS, changed, problems_of, write
+from gpufleet.loading import load_environment, parse_environment
+from gpufleet.rules import Problem
+from gpufleet.validators import validate_environment
+from tests.gpufleet.environment_files import ALL_ON_DEMAND, VALID, VALID_EKS, changed, problems_of, write
 
 
 def eks_with(changes: dict[str, object]) -> dict:
@@ -304,16 +308,64 @@ def test_a_managed_node_groups_launch_template_targets_one_reservation(tmp_path,
     assert problems_of(tmp_path, eks_with(changes)) == [expected]
 
 
-def test_a_capacity_block_is_refused_on_eks_in_one_line(tmp_path):
-    """One line: the fleet rule that asks for fleet.backend auto-scaling says nothing on eks."""
-    block = {
-        "reservation_id": "cr-0123456789abcdef0",
-        "start": "2027-01-11T11:30:00Z",
-        "end": "2027-01-18T11:30:00Z",
-    }
-    document = eks_with({"capacity.target": 2, "capacity.on_demand": 2, "capacity.capacity_block": block})
+BLOCK = {"reservation_id": "cr-0123456789abcdef0", "start": "2099-01-05T11:30:00Z", "end": "2099-01-12T11:30:00Z"}
+
+
+def test_a_capacity_block_loads_on_eks(tmp_path):
+    """No fleet.backend to set: the fleet rule that asks for auto-scaling says nothing on eks."""
+    document = eks_with({**ALL_ON_DEMAND, "capacity.capacity_block": BLOCK})
+    assert load_environment(write(tmp_path, document)).capacity.capacity_block.reservation_id == "cr-0123456789abcdef0"
+
+
+def test_every_node_of_an_eks_capacity_block_is_in_the_block(tmp_path):
+    document = eks_with({**ALL_ON_DEMAND, "capacity.on_demand": 1, "capacity.capacity_block": BLOCK})
     assert problems_of(tmp_path, document) == [
-        "capacity.capacity_block: the eks flavour has no Capacity Block node group: its size must follow the "
-        "block's start and end, which gpufleet schedules on the fleet flavour only (use flavour: fleet with "
-        "fleet.backend: auto-scaling, or on-demand capacity)"
+        "capacity.capacity_block: 1 of the 2 nodes are spot, but every node in a Capacity Block is a capacity-block "
+        "instance (set capacity.on_demand to 2)"
     ]
+
+
+@pytest.mark.parametrize(
+    ("end", "expected"),
+    [
+        pytest.param(
+            "2099-01-05T12:10:00Z",
+            [
+                "capacity.capacity_block.end: 2099-01-05 12:10 UTC leaves no time after the start, 2099-01-05 11:30 "
+                "UTC: the nodes are scaled in 40 minutes before the end (copy StartDate and EndDate from "
+                "DescribeCapacityReservations, with their time zone)"
+            ],
+            id="eks-scale-in-at-the-start",
+        ),
+        # 40 minutes and one second: EKS's lead, not the fleet flavour's 50 minutes.
+        pytest.param("2099-01-05T12:10:01Z", [], id="one-second-of-nodes"),
+    ],
+)
+def test_an_eks_block_leaves_its_nodes_time_before_ekss_scale_in(tmp_path, end, expected):
+    document = eks_with({**ALL_ON_DEMAND, "capacity.capacity_block": {**BLOCK, "end": end}})
+    if expected:
+        assert problems_of(tmp_path, document) == expected
+    else:
+        assert load_environment(write(tmp_path, document)).capacity.capacity_block.end.second == 1
+
+
+EKS_ENDED = (
+    "the block's nodes were scaled in at 2099-01-12 10:50 UTC, 40 minutes before it ends (2099-01-12 11:30 UTC): a "
+    "deploy launches no node (set the reservation_id, start and end of a new block, or tear the cluster down)"
+)
+
+
+@pytest.mark.parametrize(
+    ("now", "expected"),
+    [
+        pytest.param(dt.datetime(2099, 1, 12, 10, 49, 59, tzinfo=dt.UTC), [], id="just-before-ekss-scale-in"),
+        pytest.param(
+            dt.datetime(2099, 1, 12, 10, 50, tzinfo=dt.UTC),
+            [Problem("capacity.capacity_block.end", EKS_ENDED, "warning")],
+            id="at-ekss-scale-in",
+        ),
+    ],
+)
+def test_an_eks_block_past_ekss_scale_in_warns(tmp_path, now, expected):
+    path = write(tmp_path, eks_with({**ALL_ON_DEMAND, "capacity.capacity_block": BLOCK}))
+    assert validate_environment(parse_environment(path), path, now=now) == expected
