@@ -9,7 +9,7 @@ group_capacity/ carry a link to this file in runtime/gpufleet/). The import cont
 
 # flavour: how an environment runs its nodes. fleet: gpufleet's own node group (a Spot Fleet or an Auto Scaling group,
 # fleet.backend) booting a gpufleet image with gpufleet's node scripts; eks: an EKS cluster whose GPU managed node
-# groups boot EKS's AL2023 NVIDIA image, jobs running as Kubernetes MPIJobs (NOTES-issue22.md, "Design").
+# groups boot EKS's AL2023 NVIDIA image, jobs running as Kubernetes MPIJobs (docs/design-eks.md, "Design").
 FLAVOUR_FLEET = "fleet"
 FLAVOUR_EKS = "eks"
 FLAVOURS = (FLAVOUR_FLEET, FLAVOUR_EKS)

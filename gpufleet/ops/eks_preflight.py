@@ -19,7 +19,7 @@ from gpufleet.validators.eks import CONTROL_PLANE_AVAILABILITY_ZONES
 
 # DescribeClusterVersions' versionStatus (botocore 1.44.5, eks model, shape VersionStatus). A version in extended
 # support costs more per cluster hour than one in standard support (EKS user guide, kubernetes-versions: 14 months of
-# standard support, then 12 months of extended support at extra cost; NOTES-issue22.md "EKS").
+# standard support, then 12 months of extended support at extra cost; docs/design-eks.md "EKS").
 STANDARD_SUPPORT = "STANDARD_SUPPORT"
 EXTENDED_SUPPORT = "EXTENDED_SUPPORT"
 
@@ -40,7 +40,7 @@ CONTROL_PLANE_RECOMMENDED_ADDRESSES = 16
 DISALLOWED_CONTROL_PLANE_ZONE_IDS = {"us-east-1": "use1-az3", "us-west-1": "usw1-az2", "ca-central-1": "cac1-az3"}
 
 # A route to everywhere is what takes the nodes to nvcr.io, Docker Hub and the charts' repositories (the add-ons'
-# images: NOTES-issue22.md "Device plugins"). A private subnet's nodes reach the internet through a NAT device
+# images: docs/design-eks.md "Device plugins"). A private subnet's nodes reach the internet through a NAT device
 # ("If the subnet that you deploy a node to is a private subnet and its route table doesn't include a route to a
 # network address translation (NAT) device ... add VPC endpoints": network-reqs.adoc above, "Subnet requirements for
 # nodes"); VPC endpoints serve AWS's own registries only, not nvcr.io.

@@ -19,7 +19,7 @@ from gpufleet.input_files import JsonFile, item_path
 
 # The extended resources the two device plugins advertise: the NVIDIA device plugin's nvidia.com/gpu
 # (NVIDIA/k8s-device-plugin README) and the EFA device plugin's vpc.amazonaws.com/efa (aws/eks-charts
-# stable/aws-efa-k8s-device-plugin; the lab's MPIJobs request both: NOTES-issue22.md "The lab").
+# stable/aws-efa-k8s-device-plugin; the lab's MPIJobs request both: docs/design-eks.md "The lab").
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 # EKS labels every managed node with its node group: "eks.amazonaws.com/nodegroup=$nodeGroupName"
@@ -106,7 +106,7 @@ def expected_efa_devices(env: Environment, spec: InstanceType) -> int:
 
 def node_problems(nodes: list[KubernetesNode], env: Environment, spec: InstanceType) -> list[str]:
     """One line per GPU node (of the environment's instance type) that is not Ready or advertises fewer GPUs or EFA
-    devices than the catalog says it has: the complaints the EFA and NVIDIA plugins' users raise most (NOTES-issue22.md,
+    devices than the catalog says it has: the complaints the EFA and NVIDIA plugins' users raise most (docs/design-eks.md,
     the issue's list: a plugin that does not run on the node, or one that lost the devices to the other)."""
     efa = expected_efa_devices(env, spec)
     problems = []

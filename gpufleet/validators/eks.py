@@ -1,5 +1,5 @@
 """The eks flavour (flavour: eks): its section, the control-plane subnets and egress EKS needs and the fleet flavour
-does not, and the options that mean nothing on EKS nodes. Sources and design: NOTES-issue22.md."""
+does not, and the options that mean nothing on EKS nodes. Sources and design: docs/design-eks.md."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ class ControlPlaneSubnetsValidator(EnvironmentValidator):
 
 class ImageEgressValidator(EnvironmentValidator):
     """The add-ons come from outside the VPC: the NVIDIA device plugin's image from nvcr.io, the MPI operator's from
-    Docker Hub (their charts and manifests, NOTES-issue22.md "Device plugins", "Kubeflow MPI operator"), and the
+    Docker Hub (their charts and manifests, docs/design-eks.md "Device plugins", "Kubeflow MPI operator"), and the
     charts from their repositories, which the kubectl handler reaches from the VPC's private subnets (aws_eks_v2
     README, "Kubectl Support"). The VPC endpoints reach AWS services only."""
 

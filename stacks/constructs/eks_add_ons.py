@@ -1,5 +1,5 @@
 """What gpufleet installs into an EKS cluster through aws_eks_v2's kubectl handler, each at a pinned version with the
-upstream bug it avoids next to it (sources: NOTES-issue22.md, "Device plugins", "Kubeflow MPI operator", "ADDONS"):
+upstream bug it avoids next to it (sources: docs/design-eks.md, "Device plugins", "Kubeflow MPI operator"):
 the EFA device plugin, the NVIDIA device plugin, the Kubeflow MPI operator (a vendored local chart) and the
 FSx for Lustre CSI driver with the environment's file system as a PersistentVolume and a claim pods mount."""
 

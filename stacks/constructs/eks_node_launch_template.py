@@ -1,5 +1,5 @@
 """The launch template of an EKS managed node group of GPU nodes, held to the rules EKS sets for one (EKS user guide,
-launch-templates; NOTES-issue22.md "EKS"): no subnet on the interfaces (the node group names it), no instance profile
+launch-templates; docs/design-eks.md "EKS"): no subnet on the interfaces (the node group names it), no instance profile
 (the node group's role), no spot market options (the node group's capacity type), security groups on the interfaces
 only (the EFA group and the cluster security group on every one: with groups in the template EKS adds no cluster
 security group itself), the instance type here and not in the node group (aws_eks_v2 2.275 would refuse the NVIDIA

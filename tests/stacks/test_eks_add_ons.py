@@ -1,6 +1,6 @@
 """The add-ons of the eks flavour (stacks/constructs/eks_add_ons.py) in the matrix's eks stacks (tests/stacks/matrix.py,
 synthesized with cdk-nag attached): eks-p5 has every add-on and a new file system, eks-g5 none (and no EFA). The
-chart versions, values and the vendored MPI operator chart are held to what each avoids (NOTES-issue22.md)."""
+chart versions, values and the vendored MPI operator chart are held to what each avoids (docs/design-eks.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The EKS cluster stack of the shipped eks environment (environments/p5-eks.yaml): the cluster, its access entries,
 the node groups, and the GPU launch templates held to the rules EKS sets for a managed node group's template, which
-cfn-lint does not check (EKS user guide, launch-templates; NOTES-issue22.md)."""
+cfn-lint does not check (EKS user guide, launch-templates; docs/design-eks.md)."""
 
 from __future__ import annotations
 
