@@ -551,6 +551,8 @@ def log_marker(run_id: str, rank: int) -> str:
 
 # The line journalctl --show-cursor ends with (systemd NEWS 206: "--show-cursor ... prints the cursor string of the
 # last shown log line", to continue with --after-cursor=); both are older than every image's systemd (219 and up).
+# The line's form: journalctl.c prints `printf("-- cursor: %s\n", cursor)` after the entries (systemd's
+# src/journal/journalctl.c of the 2xx releases and src/journal/journalctl-show.c today, read through the code search).
 CURSOR_PREFIX = "-- cursor: "
 
 
