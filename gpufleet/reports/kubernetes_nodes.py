@@ -106,8 +106,9 @@ def expected_efa_devices(env: Environment, spec: InstanceType) -> int:
 
 def node_problems(nodes: list[KubernetesNode], env: Environment, spec: InstanceType) -> list[str]:
     """One line per GPU node (of the environment's instance type) that is not Ready or advertises fewer GPUs or EFA
-    devices than the catalog says it has: the complaints the EFA and NVIDIA plugins' users raise most (docs/design-eks.md,
-    the issue's list: a plugin that does not run on the node, or one that lost the devices to the other)."""
+    devices than the catalog says it has: the complaints the EFA and NVIDIA plugins' users raise most
+    (docs/design-eks.md, the issue's list: a plugin that does not run on the node, or one that lost the devices to the
+    other)."""
     efa = expected_efa_devices(env, spec)
     problems = []
     for node in nodes:
