@@ -10,6 +10,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.ami.contract import SCRIPTS_IN_RUN_ORDER
 
@@ -98,3 +99,20 @@ def test_the_console_script_reads_environments_from_the_current_directory(instal
     result = installed_wheel.run("validate", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"{tmp_path}/environments/dev.yaml: ok (dev: 2 x p4d.24xlarge in us-east-1a)\n"
+
+
+def test_the_console_script_writes_the_eks_flavours_mpijob(installed_wheel, tmp_path):
+    """gpufleet.k8s ships in the wheel: `gpufleet k8s nccl-test` as an installed user runs it."""
+    (tmp_path / "environments").mkdir()
+    shutil.copy(REPOSITORY / "environments" / "p5-eks.yaml", tmp_path / "environments")
+    result = installed_wheel.run("k8s", "nccl-test", "p5-eks", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    job = yaml.safe_load(result.stdout)
+    assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v2beta1", "MPIJob")
+    assert job["spec"]["slotsPerWorker"] == 8
+
+
+def test_the_console_script_explains_the_run_command(installed_wheel, tmp_path):
+    result = installed_wheel.run("run", "--help", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "--torchrun" in result.stdout
