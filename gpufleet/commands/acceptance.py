@@ -25,6 +25,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from gpufleet.commands import add_node_group_options
 from gpufleet.errors import GpufleetError
 
 CHECK_FAILED = 3
@@ -52,11 +53,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=EXIT_CODES,
     )
     parser.add_argument("env", metavar="ENV", help="environment name (environments/ENV.yaml)")
-    parser.add_argument("--fleet-id", help="Spot Fleet request id (default: output FleetRequestId of the stack)")
-    parser.add_argument(
-        "--group-name",
-        help="Auto Scaling group name (fleet.backend auto-scaling; default: output AutoScalingGroupName)",
-    )
+    add_node_group_options(parser)
     parser.add_argument(
         "--report-dir",
         type=Path,

@@ -8,6 +8,8 @@ import argparse
 import json
 import sys
 
+from gpufleet.commands import add_node_group_options
+
 FORMATS = ("mpi", "torchrun", "slurm", "json")
 
 
@@ -17,11 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("env", metavar="ENV", help="environment name (environments/ENV.yaml)")
     parser.add_argument("--format", choices=FORMATS, default="mpi", help="output format (default: mpi)")
-    parser.add_argument("--fleet-id", help="Spot Fleet request id (default: output FleetRequestId of the stack)")
-    parser.add_argument(
-        "--group-name",
-        help="Auto Scaling group name (fleet.backend auto-scaling; default: output AutoScalingGroupName)",
-    )
+    add_node_group_options(parser)
     parser.add_argument(
         "--include-not-ready",
         action="store_true",

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from gpufleet.commands import add_node_group_options
+
 # A start SSM takes longer than this to deliver or run is reported as not started (SendCommand's delivery timeout is
 # 600 s, the start itself at most 120 s: gpufleet.ops.runs).
 DEFAULT_WAIT_SECONDS = 720
@@ -58,11 +60,7 @@ def add_options(parser: argparse.ArgumentParser) -> None:
         help="--torchrun: how often each node's torchrun restarts its processes after a failure, a lost node "
         f"included (default: {DEFAULT_MAX_RESTARTS})",
     )
-    parser.add_argument("--fleet-id", help="Spot Fleet request id (default: output FleetRequestId of the stack)")
-    parser.add_argument(
-        "--group-name",
-        help="Auto Scaling group name (fleet.backend auto-scaling; default: output AutoScalingGroupName)",
-    )
+    add_node_group_options(parser)
     parser.add_argument(
         "--wait",
         type=int,

@@ -8,6 +8,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from gpufleet.commands import add_node_group_options
+
 if TYPE_CHECKING:
     from gpufleet.environment import Environment
 
@@ -21,11 +23,7 @@ EXIT_CODES = (
 
 def _add_group_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("env", metavar="ENV", help="environment name (environments/ENV.yaml)")
-    parser.add_argument("--fleet-id", help="Spot Fleet request id (default: output FleetRequestId of the stack)")
-    parser.add_argument(
-        "--group-name",
-        help="Auto Scaling group name (fleet.backend auto-scaling; default: output AutoScalingGroupName)",
-    )
+    add_node_group_options(parser)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

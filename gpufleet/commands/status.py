@@ -15,6 +15,8 @@ import datetime as dt
 import json
 from typing import TYPE_CHECKING
 
+from gpufleet.commands import add_node_group_options
+
 if TYPE_CHECKING:
     from gpufleet.environment import Environment
 
@@ -22,11 +24,7 @@ if TYPE_CHECKING:
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("status", help="node group state, capacity, instances and recent events")
     parser.add_argument("env", metavar="ENV", help="environment name (environments/ENV.yaml)")
-    parser.add_argument("--fleet-id", help="Spot Fleet request id (default: output FleetRequestId of the stack)")
-    parser.add_argument(
-        "--group-name",
-        help="Auto Scaling group name (fleet.backend auto-scaling; default: output AutoScalingGroupName)",
-    )
+    add_node_group_options(parser)
     parser.add_argument(
         "--nodes",
         metavar="FILE",
