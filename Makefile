@@ -16,7 +16,7 @@ unexport PYTHONDONTWRITEBYTECODE
 # (material/templates/__init__.py).
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: setup synth test lint bench mutate clean
+.PHONY: setup synth test lint bench mutate clean box box-shell box-down
 
 setup: $(VENV)/.installed node_modules/.installed
 	@scripts/dev/ensure-system-tools.sh
@@ -72,6 +72,19 @@ bench: setup
 # last results, SURVIVORS=1 reruns only the last survivors. Results stay in mutants/ (see bench/mutation.py).
 mutate: setup
 	python bench/mutation.py $(if $(TESTS),--tests "$(TESTS)") $(if $(REPORT),--report-only) $(if $(SURVIVORS),--survivors) $(MODULES)
+
+# The cluster in a box by hand (docs/development/cluster-in-a-box.md): `make box` brings prod's cluster up on real
+# systemd nodes and holds it until Ctrl-C or `make box-down` from another shell; `make box-shell NODE=1` is a root
+# shell on node 1. Root only (namespaces, mounts, cgroups). BOX_DIR, BOX_NODES and BOX_SPOT change the defaults.
+BOX_DIR ?= /tmp/gpufleet-box
+box: setup
+	python -m tests.box up --dir $(BOX_DIR) $(if $(BOX_NODES),--nodes $(BOX_NODES)) $(if $(BOX_SPOT),--spot $(BOX_SPOT))
+
+box-shell:
+	python -m tests.box shell --dir $(BOX_DIR) $(or $(NODE),0)
+
+box-down:
+	python -m tests.box down --dir $(BOX_DIR)
 
 clean:
 	rm -rf cdk.out .pytest_cache mutants site

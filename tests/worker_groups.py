@@ -25,9 +25,11 @@ GROUP_FILES: dict[str, tuple[str, ...]] = {
         "tests/fuzz/test_plan.py",
     ),
     "wheel": ("tests/packaging/",),
+    # The cluster in a box: real systemd nodes booted once for the suite (tests/box/conftest.py).
+    "box": ("tests/box/",),
 }
 # The session fixture each group builds once.
-GROUP_FIXTURES = {"assembly": "cdk-synth", "installed_wheel": "wheel"}
+GROUP_FIXTURES = {"assembly": "cdk-synth", "installed_wheel": "wheel", "box_cluster": "box"}
 
 
 def group_of(nodeid: str) -> str | None:

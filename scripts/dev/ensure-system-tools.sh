@@ -5,7 +5,9 @@
 # packages: openmpi-bin (mpirun, orted), openssh-server (sshd, in /usr/sbin), openssh-client (ssh, ssh-keygen)
 # (packages.debian.org, bookworm). torchrun: the generated torchrun command line runs for real with PyTorch
 # (tests/examples/test_ddp_train.py); Debian's python3-torch (1.13.1, CPU only) installs /usr/bin/torchrun and torch
-# for /usr/bin/python3 (dpkg -L python3-torch), not into the project's virtualenv.
+# for /usr/bin/python3 (dpkg -L python3-torch), not into the project's virtualenv. mmdebstrap and dnsmasq: the cluster in
+# a box (tests/box) builds its nodes' root file system with mmdebstrap and gives them DHCP and DNS with dnsmasq
+# (Debian's dnsmasq-base: /usr/sbin/dnsmasq without the system service).
 set -euo pipefail
 
 readonly TOOLS=(
@@ -16,11 +18,13 @@ readonly TOOLS=(
   sshd:openssh-server
   ssh:openssh-client
   torchrun:python3-torch
+  mmdebstrap:mmdebstrap
+  dnsmasq:dnsmasq-base
 )
 missing=()
 for tool in "${TOOLS[@]}"; do
   command=${tool%%:*}
-  # sshd lives in /usr/sbin, which a non-root PATH may lack.
+  # sshd and dnsmasq live in /usr/sbin, which a non-root PATH may lack.
   command -v "$command" >/dev/null 2>&1 || [[ -x /usr/sbin/$command ]] || missing+=("${tool#*:}")
 done
 [[ ${#missing[@]} -eq 0 ]] && exit 0
