@@ -24,7 +24,7 @@ RUN_SHELL_SCRIPT = "AWS-RunShellScript"
 # CommandInvocationStatus values of a command that is over, whatever its result.
 FINISHED_COMMANDS = ("Success", "Cancelled", "TimedOut", "Failed")
 # How long a removal waits for the hooks before it ends the nodes anyway: the default hook's own wait (90 seconds,
-# scripts/node/save-checkpoint.sh) with room for Run Command's delivery. A hook still running then runs on until
+# scripts/ops/save-checkpoint.sh) with room for Run Command's delivery. A hook still running then runs on until
 # the node ends.
 REMOVAL_WAIT_SECONDS = 180
 POLL_SECONDS = 5

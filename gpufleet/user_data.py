@@ -9,13 +9,17 @@ same files and re-runs the idempotent setup; the setup unit repeats it at boot.
 
 The operator scripts of scripts/ops/ do not fit beside them: they travel as a gzip-compressed tar archive, a CDK file
 asset (operator_scripts_archive, operator_scripts_location), which the setup step operator-scripts.sh fetches and
-checks against the archive's SHA-256 at boot.
+checks against the archive's SHA-256 at boot and installs under /opt/gpufleet/ops. Scripts needed only after boot go
+there: the health check, nccl-tests, the default checkpoint hook, and the run scripts start-run.sh and stop-run.sh,
+which `gpufleet run` and `gpufleet stop` call through Run Command and join-runs.sh, the boot step after
+operator-scripts, calls to start a run.
 
 The launch template carries the script gzip-compressed: cloud-init uncompresses gzip user data and then treats it
 "as if it were not compressed" (source: cloud-init doc/rtd/topics/format.rst, "Gzip Compressed Content", which gives
 EC2's ~16384-byte limit as the reason). The scripts go to the nodes without their comment-only lines; with every
-option on the compressed user data leaves a quarter of EC2's 16 KiB free (tests/gpufleet/test_user_data.py measures
-every catalog type).
+option on the compressed user data leaves 2 KiB of EC2's 16 KiB for node features to grow
+(tests/gpufleet/test_user_data.py measures every catalog type): a feature that needs more room moves scripts to the
+operator scripts' archive.
 """
 
 from __future__ import annotations
@@ -51,17 +55,21 @@ SCRIPTS_DIR = shipped_path("scripts", "node")
 INSTALL_DIR = "/opt/gpufleet/node"
 # The operator scripts every node gets, beside the node scripts (the same helpers serve both), installed under
 # /opt/gpufleet/ops by operator-scripts.sh: node-ready.sh runs the health check at boot, and a user runs nccl-tests
-# from a node. They need neither gpufleet nor AWS credentials.
+# from a node; `gpufleet run` and `gpufleet stop` call the run scripts through Run Command (gpufleet/ops/runs.py), and
+# join-runs.sh starts a joined run through start-run.sh; the checkpoint hook's callers run save-checkpoint.sh (below).
+# They need neither gpufleet nor AWS credentials.
 OPS_SCRIPTS_DIR = shipped_path("scripts", "ops")
-OPS_SCRIPTS = ("node-health-check", "run-nccl-tests")
+OPS_INSTALL_DIR = "/opt/gpufleet/ops"
+OPS_SCRIPTS = ("node-health-check", "run-nccl-tests", "start-run", "stop-run", "save-checkpoint")
 # run-nccl-tests.sh's floor on a node: the catalog's published all_reduce bus bandwidth less this margin.
 NCCL_BUSBW_TOLERANCE = 0.9
 HELPERS = shipped_path("scripts", "lib", "helpers.sh")
 HELPERS_PATH = "/opt/gpufleet/lib/helpers.sh"
 SETTINGS_FILE = "/etc/gpufleet/node.env"
 UNIT_DIR = "/etc/systemd/system"
-# The default checkpoint hook (scripts/node/save-checkpoint.sh), at the path the shipped environments name, a link to
-# its copy beside the other node scripts (it finds the helpers from there); the folder where it meets the training
+# The default checkpoint hook (scripts/ops/save-checkpoint.sh), at the path the shipped environments name, a link to
+# its copy among the operator scripts (it finds the helpers from there; the link waits for operator-scripts.sh to
+# install it at boot, before any run can start: a node is ready only after); the folder where it meets the training
 # processes (docs/guides/interruptions.md), world-writable with the sticky bit like /tmp, made again at every boot by
 # systemd-tmpfiles ("d" lines: create the directory with that mode, tmpfiles.d(5)) since /run is a tmpfs.
 DEFAULT_CHECKPOINT_HOOK = "/usr/local/bin/save-checkpoint"
@@ -269,7 +277,6 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
         + ["cluster-address", "run-setup"]
         + (["spot-watcher"] if watches_spot(env) else [])
         + (["capacity-block-end"] if in_capacity_block(env) else [])
-        + (["save-checkpoint"] if installs_default_hook(env) else [])
     )
 
     parts = [
@@ -294,7 +301,7 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
     if installs_default_hook(env):
         parts.append(
             f'mkdir -p "$root{Path(DEFAULT_CHECKPOINT_HOOK).parent}"\n'
-            f'ln -sfn "$root{INSTALL_DIR}/save-checkpoint.sh" "$root{DEFAULT_CHECKPOINT_HOOK}"\n'
+            f'ln -sfn "$root{OPS_INSTALL_DIR}/save-checkpoint.sh" "$root{DEFAULT_CHECKPOINT_HOOK}"\n'
             + _write_file(CHECKPOINT_TMPFILES, "0644", f"d {CHECKPOINT_DIR} 1777 root root -\n")
             + f'install -d -m 1777 "$root{CHECKPOINT_DIR}"\n'
         )

@@ -103,13 +103,14 @@ def list_runs(args: argparse.Namespace) -> int:
 
 def stop_run(args: argparse.Namespace) -> int:
     from gpufleet.commands.flavour_guard import load_environment_for
-    from gpufleet.ops.runs import stop_script
+    from gpufleet.ops.runs import stop_script, stopped_line
 
     run_id = _run_id(args.run)
     env = load_environment_for("stop", args.env)
-    script = stop_script(run_id, env.storage.mount_path if env.storage else "")
-    _, _, results = _ask_running_nodes(args, env, script, f"stop {run_id}", "stopped")
-    stopped = [result for result in results if result.ok and result.output.strip() == "stopped"]
+    # The node script marks a described run stopped on the node's own shared file system (node.env's).
+    _, _, results = _ask_running_nodes(args, env, stop_script(run_id), f"stop {run_id}", "stopped")
+    # Its first line says what it did; a warning (stderr) may follow it in the invocation's output.
+    stopped = [result for result in results if result.ok and result.output.split("\n", 1)[0] == stopped_line(run_id)]
     print(
         f"run {args.run}: stopped on {len(stopped)} nodes, not running on {sum(r.ok for r in results) - len(stopped)}"
     )

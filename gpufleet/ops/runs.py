@@ -1,11 +1,14 @@
 """`gpufleet run`: a process started on every ready node through SSM Run Command, kept alive by systemd.
 
 The plan (plan_run) puts the ready nodes in job order (gpufleet.ops.fleet.job_order: on-demand before spot), so
-rank 0 and the head address are a node EC2 cannot reclaim when there is one. Every node gets the same command text
-(node_script), so one SendCommand reaches 50 nodes: the text lists the instance ids in rank order and each node finds
-its rank by its own id, read from IMDSv2. The command only starts a transient systemd service as the cluster user and
-returns: the process belongs to systemd, not to the SSM agent, so neither Run Command's timeouts nor a closed laptop
-end it. docs/guides/running-jobs.md explains it for users.
+rank 0 and the head address are a node EC2 cannot reclaim when there is one. Every node of a SendCommand batch gets
+the same one line (node_script): a call of the operator script scripts/ops/start-run.sh, which every node installs
+at boot from the operator scripts' archive (gpufleet/user_data.py), with the run's specification (start_spec: the
+batch's instance ids in rank order, the unit's script and environment) as one base64 word. Each node finds its rank
+by its own id, read from IMDSv2, and starts a transient systemd service as the cluster user, then returns: the process
+belongs to systemd, not to the SSM agent, so neither Run Command's timeouts nor a closed laptop end it. The node side
+(what root may do where the cluster user writes, the unit's script in a file of root's) is the script's;
+docs/guides/running-jobs.md explains it for users.
 
 Outside facts (botocore 1.44.5's ssm model): SendCommand takes at most 50 InstanceIds; its TimeoutSeconds (30 to
 2592000) is the time a command may wait to start ("If this time is reached and the command hasn't already started
@@ -17,6 +20,7 @@ POSIX sh.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime as dt
 import io
@@ -33,10 +37,11 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from gpufleet.aws import error_code
-from gpufleet.constants import CLUSTER_USER_ID, CLUSTER_USER_NAME
+from gpufleet.constants import CLUSTER_USER_NAME
 from gpufleet.errors import GpufleetError
 from gpufleet.ops.fleet import FleetInstance, job_order
 from gpufleet.ops.torchrun import LAST_CALL_SECONDS, RENDEZVOUS_PORT, torchrun_command
+from gpufleet.user_data import OPS_INSTALL_DIR, SETTINGS_FILE
 
 RUN_SHELL_SCRIPT = "AWS-RunShellScript"
 SEND_COMMAND_MAX_INSTANCES = 50  # botocore ssm model: SendCommandRequest.InstanceIds max 50
@@ -51,13 +56,16 @@ POLL_SECONDS = 5
 FOLLOW_SECONDS = 10
 # CommandInvocationStatus values of an invocation that is over (botocore ssm model).
 FINISHED_STATUSES = ("Success", "Cancelled", "TimedOut", "Failed")
-# The IMDSv2 endpoint every node script uses (scripts/node/node-ready.sh).
-IMDS_URL = "http://169.254.169.254"
+# The scripts a run's start and stop call on each node: operator scripts, which operator-scripts.sh installs at boot
+# from the archive the user data names (gpufleet/user_data.py OPS_SCRIPTS).
+START_SCRIPT = f"{OPS_INSTALL_DIR}/start-run.sh"
+STOP_SCRIPT = f"{OPS_INSTALL_DIR}/stop-run.sh"
 # The EFA environment of the image for shells (scripts/node/efa-env.sh writes it): the FI_/NCCL_ variables and the
 # library path prepended to LD_LIBRARY_PATH.
 EFA_PROFILE = "/etc/profile.d/gpufleet-efa.sh"
-# Each node's rank in each run it started, one file a run, kept across reboots: `gpufleet logs --node RANK` finds the
-# node by it after the unit is gone. GPUFLEET_ROOT prefixes it in tests, as in the node scripts.
+# Each node's rank in each run it started, one file a run, root's, kept across reboots (written by
+# scripts/ops/start-run.sh start_run_unit): `gpufleet logs --node RANK` finds the node by it after the unit is gone.
+# GPUFLEET_ROOT prefixes it in tests, as in the node scripts.
 RANKS_DIR = "${GPUFLEET_ROOT:-}/var/lib/gpufleet/run-ranks"
 RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{4}")
 
@@ -208,6 +216,13 @@ def plan_torchrun(
     )
 
 
+# Amazon's Open MPI, which the EFA installer puts in /opt/amazon/openmpi (scripts/ami/07-efa-installer.sh) and which is
+# on PATH only through /etc/profile.d. mpirun is called by its absolute path: "invoking mpirun via an absolute path
+# name is equivalent to specifying the --prefix option with a <dir> value equivalent to the directory where mpirun
+# resides, minus its last subdirectory" (Open MPI mpirun(1), SYNOPSIS; --prefix sets PATH and LD_LIBRARY_PATH on the
+# remote node, "Remote Execution"), so the orted it starts over SSH on the other nodes is found, where a non-login
+# shell's PATH does not reach.
+MPIRUN = "/opt/amazon/openmpi/bin/mpirun"
 # mpirun's options for a run, as scripts/ops/run-nccl-tests.sh launches nccl-tests: MPI only starts the processes, so
 # its own traffic stays on TCP (not the EFA devices NCCL uses) and pinning is left to the program. The EFA variables
 # and the library path the head's shell has (EFA_PROFILE) go to every process (-x).
@@ -217,25 +232,21 @@ MPI_FORWARDED = (
 )
 
 
-def hostfile_path(run_id: str) -> str:
-    return f"${{TMPDIR:-/tmp}}/{unit_name(run_id)}.hosts"
-
-
 def _mpi_steps(plan: RunPlan, directory: str) -> list[str]:
-    """The head's steps of an MPI run: the hostfile of the plan's nodes (hostlists.mpi_hostfile's lines), the setup
-    once per node through mpirun, then the command, GPUS_PER_NODE processes a node."""
-    hostfile = hostfile_path(plan.run_id)
+    """The head's steps of an MPI run: the hostfile of the plan's nodes (hostlists.mpi_hostfile's lines) in a file of
+    mktemp's (a name nobody can guess beforehand, removed when the unit's bash ends), the setup once per node through
+    mpirun, then the command, GPUS_PER_NODE processes a node."""
     lines = " ".join(shlex.quote(f"{node.private_ip} slots={plan.gpus_per_node}") for node in plan.nodes)
     nodes = len(plan.nodes)
     options = " ".join(shlex.quote(option) for option in MPIRUN_OPTIONS)
-    steps = [f"printf '%s\\n' {lines} > {hostfile}"]
+    mpirun = f'{MPIRUN} --hostfile "$hostfile"'
+    steps = ["hostfile=$(mktemp)", """trap 'rm -f "$hostfile"' EXIT""", f"printf '%s\\n' {lines} > \"$hostfile\""]
     if plan.setup:
         setup = shlex.quote(f"cd {directory} && {plan.setup}")
-        steps.append(f"mpirun --hostfile {hostfile} -n {nodes} -N 1 {options} {MPI_FORWARDED} bash -c {setup}")
+        steps.append(f"{mpirun} -n {nodes} -N 1 {options} {MPI_FORWARDED} bash -c {setup}")
     processes = nodes * plan.gpus_per_node
     steps.append(
-        f"exec mpirun --hostfile {hostfile} -n {processes} -N {plan.gpus_per_node} {options} {MPI_FORWARDED} "
-        + shlex.join(plan.command)
+        f"{mpirun} -n {processes} -N {plan.gpus_per_node} {options} {MPI_FORWARDED} " + shlex.join(plan.command)
     )
     return steps
 
@@ -305,80 +316,35 @@ def run_description(plan: RunPlan) -> dict[str, Any]:
     }
 
 
-def _write_description(plan: RunPlan) -> list[str]:
-    """Rank 0's lines that write the description of a joinable PLAN, as the cluster user's file (by its uid, which
-    every node shares: scripts/node/cluster-user.sh), replaced whole so a reader never sees half of it."""
-    if not plan.joinable:
-        return []
-    directory = shlex.quote(description_dir(plan.shared_dir, plan.run_id))
-    parent = shlex.quote(f"{plan.shared_dir}/{RUNS_SUBDIR}")
-    owner = f"{CLUSTER_USER_ID}:{CLUSTER_USER_ID}"
-    text = shlex.quote(json.dumps(run_description(plan), indent=1, sort_keys=True))
-    return [
-        'if [ "$rank" -eq 0 ]; then',
-        f"  install -d -o {CLUSTER_USER_ID} -g {CLUSTER_USER_ID} -m 0755 {parent} {directory}",
-        f"  printf '%s\\n' {text} > {directory}/run.json.tmp",
-        f"  chown {owner} {directory}/run.json.tmp",
-        f"  mv -f {directory}/run.json.tmp {directory}/run.json",
-        "fi",
-    ]
-
-
-def _choose_body(plan: RunPlan) -> list[str]:
-    """Where the head runs its own command, the lines that put rank 0's body or the others' into $body: one text for
-    every node still, so 50 nodes still share a SendCommand."""
-    if not plan.head_command:
-        return []
-    return [
-        'if [ "$rank" -eq 0 ]; then',
-        f"  body={shlex.quote(unit_body(plan, head=True))}",
-        "else",
-        f"  body={shlex.quote(unit_body(plan))}",
-        "fi",
-    ]
+def start_spec(plan: RunPlan, first_rank: int = 0) -> dict[str, Any]:
+    """The specification scripts/ops/start-run.sh starts PLAN's unit from on the nodes of one SendCommand batch,
+    those from FIRST_RANK on (its header documents each member): the batch's ids in rank order, so that the text's size
+    does not grow with the cluster; rank 0's own script and the run's description only in the batch that holds
+    rank 0."""
+    spec: dict[str, Any] = {
+        "run_id": plan.run_id,
+        "first_rank": first_rank,
+        "nodes": plan.instance_ids[first_rank : first_rank + SEND_COMMAND_MAX_INSTANCES],
+        "node_count": len(plan.nodes),
+        "settings": run_settings(plan),
+        "body": unit_body(plan),
+    }
+    if first_rank == 0 and plan.head_command:
+        spec["head_body"] = unit_body(plan, head=True)
+    if first_rank == 0 and plan.joinable:
+        spec["description"] = run_description(plan)
+    return spec
 
 
 def node_script(plan: RunPlan, first_rank: int = 0) -> str:
-    """The command text Run Command runs on the nodes of one SendCommand batch of PLAN, those from FIRST_RANK on
-    (POSIX sh): find this node's rank, then start the unit as the cluster user with the run's environment. The text
-    lists that batch's nodes only, so its size does not grow with the cluster. Exit 0: started, or already running;
-    3: this node is not in the batch; otherwise IMDS or systemd-run failed (their own message is in the invocation's
-    output)."""
-    batch = plan.instance_ids[first_rank : first_rank + SEND_COMMAND_MAX_INSTANCES]
-    unit = unit_name(plan.run_id)
-    count = len(plan.nodes)
-    setenv = " ".join(f"--setenv={name}={value}" for name, value in run_settings(plan).items())
-    return "\n".join(
-        [
-            "set -eu",
-            f"token=$(curl -fsS --max-time 2 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' "
-            f"{IMDS_URL}/latest/api/token)",
-            'self=$(curl -fsS --max-time 2 -H "X-aws-ec2-metadata-token: $token" '
-            f"{IMDS_URL}/latest/meta-data/instance-id)",
-            f"rank={first_rank}",
-            f"for node in {' '.join(batch)}; do",
-            '  if [ "$node" = "$self" ]; then break; fi',
-            "  rank=$((rank + 1))",
-            "done",
-            f'if [ "$rank" -ge {first_rank + len(batch)} ]; then',
-            f'  echo "gpufleet run {plan.run_id}: $self is not one of its nodes" >&2',
-            "  exit 3",
-            "fi",
-            f"if systemctl is-active --quiet {unit}; then",
-            f'  echo "gpufleet run {plan.run_id}: already running on $self"',
-            "  exit 0",
-            "fi",
-            f"mkdir -p {RANKS_DIR}",
-            f'echo "$rank" > {RANKS_DIR}/{plan.run_id}',
-            *(_write_description(plan) if first_rank == 0 else []),
-            *_choose_body(plan),
-            f"systemd-run --unit={unit} --description='gpufleet run {plan.run_id}' "
-            f"--uid={CLUSTER_USER_NAME} --gid={CLUSTER_USER_NAME} {setenv} "
-            '--setenv=GPUFLEET_NODE_RANK="$rank" /bin/bash -c '
-            + ('"$body"' if plan.head_command else shlex.quote(unit_body(plan))),
-            f'echo "gpufleet run {plan.run_id}: started {unit} on $self as rank $rank of {count}"',
-        ]
-    )
+    """The command text Run Command runs on the nodes of one SendCommand batch of PLAN, those from FIRST_RANK on: one
+    POSIX sh line that reads the node's settings (the cluster user, the shared file system) and calls start-run.sh
+    with start_spec as one argument, compact JSON in base64, whose alphabet (A-Z a-z 0-9 + / =) neither sh nor the
+    script reads as more than a word: every $, ` and % of the scripts inside reaches the unit's bash as it is. Exit 0:
+    started, or already running; 3: this node is not in the batch; 1: it could not start (the script's line says
+    why)."""
+    text = json.dumps(start_spec(plan, first_rank), separators=(",", ":"))
+    return f". {SETTINGS_FILE} && {START_SCRIPT} '{base64.b64encode(text.encode()).decode()}'"
 
 
 def send_batches(instance_ids: list[str]) -> list[list[str]]:
@@ -499,24 +465,18 @@ def node_results(
         sleep(POLL_SECONDS)
 
 
-def stop_script(run_id: str, shared_dir: str = "") -> str:
-    """What `gpufleet stop` runs on every running node: mark a joinable run's description stopped, so that no node
-    joins it later (scripts/node/join-runs.sh), then stop the run's unit where it is active (systemd sends SIGTERM to
-    every process of the unit, then SIGKILL after its stop timeout)."""
-    unit = unit_name(run_id)
-    directory = shlex.quote(description_dir(shared_dir, run_id))
-    marking = [f"if [ -d {directory} ]; then touch {directory}/stopped; fi"] if shared_dir else []
-    return "\n".join(
-        [
-            *marking,
-            f"if systemctl is-active --quiet {unit}; then",
-            f"  systemctl stop {unit}",
-            "  echo stopped",
-            "else",
-            "  echo not running",
-            "fi",
-        ]
-    )
+def stop_script(run_id: str) -> str:
+    """What `gpufleet stop` runs on every running node: scripts/ops/stop-run.sh, which marks a joinable run's
+    description stopped (as the cluster user), so that no node joins it later (scripts/node/join-runs.sh), then stops
+    the run's unit where it is active. RUN_ID is checked (RUN_ID) before it gets here."""
+    if not RUN_ID.fullmatch(run_id):
+        raise ValueError(f"not a run id: {run_id}")
+    return f". {SETTINGS_FILE} && {STOP_SCRIPT} {run_id}"
+
+
+def stopped_line(run_id: str) -> str:
+    """The line stop-run.sh prints first on a node where it stopped the run's unit."""
+    return f"stop-run: run {run_id}: stopped"
 
 
 # `systemctl list-units` takes glob patterns since systemd 209 (systemd NEWS 209: "systemctl now supports globbing on
@@ -568,7 +528,9 @@ class NodeLog:
 def logs_script(run_id: str, rank: int, lines: int, after_cursor: str = "") -> str:
     """What `gpufleet logs` runs on the nodes: only the node that was RANK in RUN_ID prints, its marker line then the
     unit's journal (what the processes printed): the last LINES lines, or those after AFTER_CURSOR; at most
-    LOG_TAIL_CHARACTERS, ending with the cursor line."""
+    LOG_TAIL_CHARACTERS, ending with the cursor line. It stays shell text here, not a node script: as root it reads
+    only root's own rank file (RANKS_DIR, a folder only root writes) and journalctl, nothing the cluster user controls,
+    and every value in it is a number, a run id or a quoted cursor."""
     rank_file = f"{RANKS_DIR}/{run_id}"
     which = f"--after-cursor={shlex.quote(after_cursor)}" if after_cursor else f"--lines={lines}"
     return "\n".join(

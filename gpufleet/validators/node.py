@@ -93,7 +93,7 @@ class UserDataSizeValidator(FleetFlavourValidator):
 class CheckpointHookValidator(FleetFlavourValidator):
     """A hook the nodes cannot run fails only when it is needed, on the node being reclaimed (exit status 127, in that
     node's journal): its program must be one the user data installs (DEFAULT_CHECKPOINT_HOOK, whose arguments are
-    checked as scripts/node/save-checkpoint.sh reads them), or an absolute path on an image gpufleet does not build
+    checked as scripts/ops/save-checkpoint.sh reads them), or an absolute path on an image gpufleet does not build
     (ami.id, or a parameter outside /gpufleet/ami/), which may carry it; the AMI pipeline's images carry none."""
 
     field = "node.checkpoint_hook"

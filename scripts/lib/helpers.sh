@@ -76,3 +76,42 @@ PYTHON
   }
   printf '%s\n' "$image"
 }
+
+# Runs of `gpufleet run` on a node (scripts/ops/start-run.sh and stop-run.sh, scripts/node/join-runs.sh;
+# gpufleet/ops/runs.py); the unit's start itself is start-run.sh's alone (start_run_unit).
+# The trust model: root and the operator are trusted; the cluster user (GPUFLEET_CLUSTER_USER), every workload and
+# every file on the shared file system are not. So root never creates, writes, renames or follows anything in a
+# directory the cluster user controls (the run folders under GPUFLEET_SHARED_DIR/gpufleet-runs): what is done or read
+# there is done by a process of the cluster user's (as_cluster_user), and root takes what it prints as a hostile value.
+readonly RUN_ID_PATTERN='^[0-9]{8}-[0-9]{6}-[0-9a-f]{4}$'
+# A run's settings as systemd-run options, one a line: GPUFLEET_ names, values without anything a shell or systemd
+# would read as more than a value (systemd expands $ and % in ExecStart, not in --setenv values; none gets either).
+readonly SETTINGS_PATTERN='^(--setenv=GPUFLEET_[A-Z_]+=[A-Za-z0-9.:_-]*'$'\n'')*$'
+
+# as_cluster_user SECONDS COMMAND...: COMMAND run as the cluster user (runuser -u, util-linux: root only, no password,
+# a PAM session of its own) from /, its standard input the caller's. Prints at most 1 MiB of what it printed, and fails
+# with its exit status, or 124 when it outlasted SECONDS. The bound is root's: timeout(1) runs as root, so no process
+# of the user's can stop it (SIGTERM at SECONDS, SIGKILL 5 s later: timeout(1) --kill-after). Its output goes to a file
+# of root's own, never a pipe: a process of the user's that kept a pipe open would hold root until it ends. The last
+# line it printed on stderr, cut to 200 printable characters, is left in CLUSTER_USER_ERROR for the caller's message.
+CLUSTER_USER_ERROR=""
+as_cluster_user() {
+  local seconds=$1 work status=0
+  shift
+  work=$(mktemp -d) || return
+  (cd / && timeout -k 5 "$seconds" runuser -u "$GPUFLEET_CLUSTER_USER" -- "$@" >"$work/out" 2>"$work/err") || status=$?
+  head -c 1048576 "$work/out"
+  CLUSTER_USER_ERROR=$(tail -n 1 "$work/err" | tr -cd '[:print:]' | head -c 200)
+  ((status != 124)) || CLUSTER_USER_ERROR="no answer within ${seconds}s"
+  rm -rf "$work"
+  return "$status"
+}
+
+# run_settings FILE: the settings of the run FILE describes (its "settings", a JSON object) as systemd-run options, one
+# a line; fails on any setting outside SETTINGS_PATTERN (join-runs.sh checks a description with it, start-run.sh
+# starts the unit with it).
+run_settings() {
+  local settings
+  settings=$(jq -er '.settings | to_entries[] | "--setenv=\(.key)=\(.value)"' "$1") &&
+    [[ $settings$'\n' =~ $SETTINGS_PATTERN ]] && printf '%s\n' "$settings"
+}

@@ -8,7 +8,9 @@
 #   (GPUFLEET_SHARED_DIR/home/NAME, mounted by the step before this one), so every node sees the same home, as
 #   ParallelCluster shares /home; else /home/NAME on each node's root volume. Every file SSH needs is written again
 #   at every boot, identical on every node, each through a file of this node's own and a rename, since on shared
-#   storage other nodes write the same files at the same time.
+#   storage other nodes write the same files at the same time. Root makes and chowns the home only; every file under
+#   it is written by a process of the user's (runuser, util-linux), so that a link the user planted there leads
+#   nowhere the user could not write anyway.
 # - The key: the private key the cluster stack made at deploy time, read from the Secrets Manager secret
 #   GPUFLEET_CLUSTER_KEY_SECRET with the AWS CLI and the node role's credentials. It is written to a file and nowhere
 #   else: never printed, logged or kept in a variable.
@@ -64,8 +66,23 @@ else
   log "created user $user (uid $uid)"
 fi
 home=$(getent passwd "$user" | cut -d: -f6)
+[[ $home =~ ^/[A-Za-z0-9._/-]+$ && $home != *..* ]] || die "$user's home must be an absolute path, got '$home'"
 # The first node to get here makes a shared home; the others find it. sshd's StrictModes refuses a home that others
-# may write to (sshd_config(5)).
+# may write to (sshd_config(5)). The home's parents must be root's and no links: the shared file system is writable by
+# every user (shared-storage.sh makes its root 1777), and a parent the cluster user had made, or a link to /etc, would
+# have root make and chown a directory of the user's choosing. The home itself sits in a directory only root writes,
+# so the user cannot swap it for a link between the check and the chown.
+parent=${home%/*}
+mkdir -p "${GPUFLEET_ROOT:-}${parent:-/}"
+path=""
+for part in ${parent//\// }; do
+  path+=/$part
+  [[ ! -L ${GPUFLEET_ROOT:-}$path && $(stat -c %u "${GPUFLEET_ROOT:-}$path") == 0 ]] ||
+    die "$path, a parent of $user's home, is a link or not root's: remove it (it may be a trap) and run again"
+done
+if [[ -L ${GPUFLEET_ROOT:-}$home ]]; then
+  die "$user's home $home is a link: remove it and run again"
+fi
 mkdir -p "${GPUFLEET_ROOT:-}$home"
 chmod 0750 "${GPUFLEET_ROOT:-}$home"
 chown "$uid:$uid" "${GPUFLEET_ROOT:-}$home"
@@ -75,38 +92,52 @@ subnet=$(metadata "network/interfaces/macs/$mac/subnet-ipv4-cidr-block")
 [[ $subnet =~ ^[0-9.]+/[0-9]+$ ]] || die "not a subnet CIDR from IMDS: '$subnet'"
 region=$(metadata placement/region)
 
-ssh_dir=${GPUFLEET_ROOT:-}$home/.ssh
+# Everything under the home is the user's: root writes none of it. Root reads the key into a directory of its own;
+# a process of the user's then writes each file, through a file of its own and a rename (on shared storage other
+# nodes write the same files at the same time). A link the user planted (~/.ssh to /root/.ssh, a key file to
+# /etc/shadow) then leads a process that may write only what the user may: root follows nothing.
 umask 077
-mkdir -p "$ssh_dir"
-key=$ssh_dir/id_ed25519
-new_key=$(mktemp "$key.XXXXXX")
-trap 'rm -f "$new_key"' EXIT
-
-# Writes its input to file $1 through a file of this node's own, then renames it over $1.
-put() {
-  local file
-  file=$(mktemp "$1.XXXXXX")
-  cat >"$file"
-  mv -f "$file" "$1"
-}
-
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 aws secretsmanager get-secret-value --region "$region" --secret-id "$secret" --query SecretString --output text \
-  >"$new_key" || die "cannot read the key from secret $secret (see the AWS CLI's error above)"
-public_key=$(ssh-keygen -y -f "$new_key") || die "secret $secret holds no OpenSSH private key"
-mv -f "$new_key" "$key"
+  >"$work/key" || die "cannot read the key from secret $secret (see the AWS CLI's error above)"
+public_key=$(ssh-keygen -y -f "$work/key") || die "secret $secret holds no OpenSSH private key"
 read -r key_type key_body _ <<<"$public_key"
-echo "$key_type $key_body $user" | put "$key.pub"
-echo "from=\"$subnet\" $key_type $key_body $user" | put "$ssh_dir/authorized_keys"
-put "$ssh_dir/config" <<EOF
+echo "$key_type $key_body $user" >"$work/id_ed25519.pub"
+echo "from=\"$subnet\" $key_type $key_body $user" >"$work/authorized_keys"
+cat >"$work/config" <<EOF
 Match exec "$(dirname "$(readlink -f "$0")")/cluster-address.sh %h $subnet"
   StrictHostKeyChecking no
   UserKnownHostsFile /dev/null
   BatchMode yes
   LogLevel ERROR
 EOF
-chmod 0644 "$key.pub"
-chown -R "$uid:$uid" "$ssh_dir"
+# The user's shell: $1 the .ssh directory (a link or a file there is the user's own, replaced), $2 the file's name,
+# $3 its mode; the content on standard input, since the user cannot open root's directory.
+# shellcheck disable=SC2016 # expanded by the user's shell
+write_as_user='set -eu
+umask 077
+if [ -L "$1" ] || { [ -e "$1" ] && [ ! -d "$1" ]; }; then rm -f "$1"; fi
+mkdir -p "$1"
+chmod 0700 "$1"
+file=$(mktemp "$1/$2.XXXXXX")
+cat >"$file"
+chmod "$3" "$file"
+mv -f "$file" "$1/$2"'
+for entry in id_ed25519:0600:key id_ed25519.pub:0644:id_ed25519.pub authorized_keys:0600:authorized_keys \
+  config:0600:config; do
+  IFS=: read -r name mode source <<<"$entry"
+  runuser -u "$user" -- sh -c "$write_as_user" sh "${GPUFLEET_ROOT:-}$home/.ssh" "$name" "$mode" <"$work/$source" ||
+    die "could not write $home/.ssh/$name as $user"
+done
 log "$user trusts its key from $subnet, where host keys are not checked"
 
 ssh-keygen -A
+# sshd may have failed before this step: an image whose host keys the build deleted, on a base image that does not
+# make new ones at boot, fails sshd's start until the keys exist, and systemd stops trying after five failures in ten
+# seconds ("Start request repeated too quickly", systemd.unit(5) StartLimitBurst=/StartLimitIntervalSec= defaults);
+# reset-failed clears that count. Debian and Ubuntu name the unit ssh.service (sshd.service is its alias).
+for unit in sshd.service ssh.service; do
+  systemctl reset-failed "$unit" 2>/dev/null || true
+done
 systemctl start sshd.service 2>/dev/null || systemctl start ssh.service || die "cannot start sshd"

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs the operator scripts of scripts/ops (node-health-check.sh, which node-ready.sh runs at boot, and
-# run-nccl-tests.sh) under /opt/gpufleet/ops, from the archive the cluster stack publishes as a CDK file asset in the
-# CDK bootstrap bucket (stacks/constructs/operator_scripts.py). The user data cannot carry them: with them every node
-# option on passes EC2's 16 KB user data limit. Runs at every boot, so a node always has the archive its launch
-# template names; files are replaced, never edited in place (tar unlinks before it writes), so a running check keeps
-# its own copy.
+# Installs the operator scripts of scripts/ops (node-health-check.sh, which node-ready.sh runs at boot,
+# run-nccl-tests.sh, the run scripts start-run.sh and stop-run.sh, which Run Command and join-runs.sh call, and the
+# default checkpoint hook save-checkpoint.sh) under /opt/gpufleet/ops, from the archive the cluster stack publishes as
+# a CDK file asset in the CDK bootstrap bucket (stacks/constructs/operator_scripts.py). Every script a node needs only
+# after boot is there, so that the user data keeps its room under EC2's 16 KB limit. Runs at every boot, so a node
+# always has the archive its launch template names; files are replaced, never edited in place (tar unlinks before it
+# writes), so a running check keeps its own copy.
 # The download is checked against the archive's SHA-256, which the user data carries, before anything is installed:
 # a node never runs scripts other than the ones synthesized with its launch template.
 # Reading it needs the AWS CLI, the node role's s3:GetObject on that one object, and S3 reachable from the node subnet

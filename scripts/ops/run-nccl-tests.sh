@@ -11,7 +11,8 @@
 #           nccl_allreduce_busbw_gbs less 10%, empty for a type the catalog publishes none for).
 # Optional: GPUFLEET_NCCL_TEST (default all_reduce_perf), GPUFLEET_NCCL_TESTS_DIR (default
 #           /opt/nccl-tests/build), GPUFLEET_NCCL_LOG (default nccl-TEST-TIMESTAMP.log in the current directory),
-#           GPUFLEET_ROOT (prefix of /etc/profile.d/gpufleet-efa.sh, for tests), GPUFLEET_CLI (default gpufleet).
+#           GPUFLEET_ROOT (prefix of /etc/profile.d/gpufleet-efa.sh and /opt/amazon/openmpi, for tests),
+#           GPUFLEET_CLI (default gpufleet).
 set -euo pipefail
 # shellcheck source=../lib/helpers.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
@@ -49,7 +50,14 @@ else
   warn "no $efa_environment (efa-env.sh writes it on EFA nodes): NCCL finds EFA and" \
     "the aws-ofi-nccl plugin only if LD_LIBRARY_PATH already has them"
 fi
-export PATH="$PATH:/opt/amazon/openmpi/bin"
+# Amazon's Open MPI (the EFA installer's, scripts/ami/07-efa-installer.sh), by its absolute path: "invoking mpirun via
+# an absolute path name is equivalent to specifying the --prefix option with a <dir> value equivalent to the directory
+# where mpirun resides, minus its last subdirectory" (Open MPI mpirun(1), SYNOPSIS; --prefix sets PATH and
+# LD_LIBRARY_PATH on the remote node, "Remote Execution"), so the orted it starts on the other hosts over SSH is found
+# where a non-login shell's PATH does not reach. An image without it uses the mpirun on PATH, by its absolute path too.
+mpirun=${GPUFLEET_ROOT:-}/opt/amazon/openmpi/bin/mpirun
+[[ -x $mpirun ]] || mpirun=$(command -v mpirun) ||
+  die "no mpirun: neither Amazon's Open MPI (/opt/amazon/openmpi/bin) nor one on PATH"
 
 forwarded=(-x PATH)
 [[ -z "${LD_LIBRARY_PATH:-}" ]] || forwarded+=(-x LD_LIBRARY_PATH)
@@ -63,7 +71,7 @@ done < <(compgen -e | grep -E '^(FI|NCCL)_' || true)
 # on host R of the hostfile. mig.mode.current is Enabled, Disabled, or [N/A] on GPUs without MIG (nvidia-smi
 # --help-query-gpu).
 mapfile -t hosts < <(awk 'NF {print $1}' "$hostfile")
-mig_modes=$(mpirun --hostfile "$hostfile" -n "$nodes" -N 1 --bind-to none --tag-output \
+mig_modes=$("$mpirun" --hostfile "$hostfile" -n "$nodes" -N 1 --bind-to none --tag-output \
   nvidia-smi --query-gpu=mig.mode.current --format=csv,noheader 2>&1) || {
   printf '%s\n' "$mig_modes" >&2
   error "cannot read the MIG mode of the hosts of $hostfile (mpirun nvidia-smi failed, output above)"
@@ -80,7 +88,7 @@ mig_hosts=$(awk -v hosts="${hosts[*]}" 'BEGIN { split(hosts, host, " ") }
 log "$test_name on $nodes node(s) x $gpus GPU(s), floor $min_busbw GB/s, log $log" >&2
 # MPI only starts the ranks: keep its own traffic on TCP (not the EFA devices NCCL uses) and leave pinning to NCCL.
 status=0
-mpirun --hostfile "$hostfile" -n $((gpus * nodes)) -N "$gpus" \
+"$mpirun" --hostfile "$hostfile" -n $((gpus * nodes)) -N "$gpus" \
   --bind-to none --mca pml '^cm,ucx' --mca btl tcp,self --mca btl_tcp_if_exclude lo,docker0 \
   "${forwarded[@]}" \
   "$binary" -b 8 -e 16G -f 2 -g 1 2>&1 | tee "$log" || status=$?

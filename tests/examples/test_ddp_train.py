@@ -10,8 +10,10 @@ shared storage (here a folder) and starts the run's unit; the run ends with the 
 both remaining agents exiting 0. And on one node: old checkpoints are deleted, and a run started again after its end
 resumes at the end.
 
-Where this differs from a node: the fake systemd-run ignores --uid/--gid (the test runs as root, there is no cluster
-user here) and passes its own environment on, where systemd would give the unit only its --setenv variables: that is
+The start is the real scripts/ops/start-run.sh, called by the very text Run Command sends, with a node.env of the
+test's. Where this differs from a node: there is no cluster user here, so the test's own user plays it (its uid is
+GPUFLEET_CLUSTER_UID, and a fake runuser runs the cluster user's side as that user); the fake systemd-run ignores
+--uid/--gid and passes its own environment on, where systemd would give the unit only its --setenv variables: that is
 how PYTHONPATH (the mend below) and GPUFLEET_CHECKPOINT_REQUESTS (a folder of the test's; /run/gpufleet/checkpoint on a
 node) reach the workers. Both "nodes" share 127.0.0.1: the head's argv names itself the store's host (is_host=1),
 the others not, so the agents behave as on separate machines.
@@ -44,7 +46,8 @@ from gpufleet.ops.torchrun import torchrun_command
 REPOSITORY = Path(__file__).resolve().parents[2]
 EXAMPLES = REPOSITORY / "examples"
 EXAMPLE = EXAMPLES / "ddp_train.py"
-HOOK = REPOSITORY / "scripts" / "node" / "save-checkpoint.sh"
+OPS_SCRIPTS = REPOSITORY / "scripts" / "ops"
+HOOK = OPS_SCRIPTS / "save-checkpoint.sh"
 JOIN_STEP = REPOSITORY / "scripts" / "node" / "join-runs.sh"
 SHIM = Path(__file__).resolve().parent / "debian_torch_shim"
 RUN_ID = "20261126-223000-5eed"
@@ -52,12 +55,14 @@ STEPS = 70
 
 pytestmark = pytest.mark.torch
 
-# Node stand-ins. systemd-run: the options up to the program, then the program (/bin/bash -c BODY) started in its own
+# Node stand-ins. systemd-run: the options up to the program, then the program (/bin/bash FILE) started in its own
 # session with the --setenv variables, its output in $GPUFLEET_ROOT/unit.log, its process id in unit.pid and, once it
-# ended, its exit status in unit.status. It returns at once, as systemd-run does once the unit has started.
+# ended, its exit status in unit.status. It returns at once, as systemd-run does once the unit has started. runuser:
+# the command itself, as the test's user, after checking it is asked for the cluster user.
 FAKE_COMMANDS = {
     "curl": 'case "$*" in *api/token*) echo TOKEN ;; *instance-id*) echo "$FAKE_INSTANCE_ID" ;; *) exit 22 ;; esac',
     "systemctl": "exit 3",  # is-active: no unit of the run is active on a node that starts it
+    "runuser": '[[ "$1 $2 $3" == "-u gpufleet --" ]] || exit 9\nshift 3\nexec "$@"',
     "systemd-run": """settings=()
 while [ "${1#--}" != "$1" ]; do
   case $1 in --setenv=*) settings+=("${1#--setenv=}") ;; esac
@@ -135,10 +140,25 @@ class Cluster:
             OMP_NUM_THREADS="1",
         )
 
+    @property
+    def settings(self) -> dict[str, str]:
+        """What node.env holds for the run's scripts; the test's own user plays the cluster user."""
+        return {
+            "GPUFLEET_SHARED_DIR": str(self.shared),
+            "GPUFLEET_CLUSTER_USER": "gpufleet",
+            "GPUFLEET_CLUSTER_UID": str(os.getuid()),
+        }
+
     def start(self, name: str, instance_id: str) -> None:
-        """What Run Command does on the node: `sh -c` the start's text."""
+        """What Run Command does on the node: `sh -c` the start's text, its node.env and operator scripts this
+        test's."""
+        node_env = self.root / "node.env"
+        node_env.write_text("".join(f"export {key}='{value}'\n" for key, value in self.settings.items()))
+        text = node_script(self.plan)
+        prefix = ". /etc/gpufleet/node.env && /opt/gpufleet/ops/"
+        assert text.startswith(prefix)
         started = subprocess.run(
-            ["sh", "-c", node_script(self.plan)],
+            ["sh", "-c", f". {node_env} && {OPS_SCRIPTS}/" + text.removeprefix(prefix)],
             env=self.node(name, instance_id),
             capture_output=True,
             text=True,
@@ -148,13 +168,8 @@ class Cluster:
 
     def join(self, name: str) -> subprocess.CompletedProcess:
         """The replacement node's last setup step."""
-        settings = {
-            "GPUFLEET_SHARED_DIR": str(self.shared),
-            "GPUFLEET_CLUSTER_USER": "gpufleet",
-            "GPUFLEET_CLUSTER_UID": "2000",
-        }
         return subprocess.run(
-            [str(JOIN_STEP)], env={**self.node(name), **settings}, capture_output=True, text=True, timeout=30
+            [str(JOIN_STEP)], env={**self.node(name), **self.settings}, capture_output=True, text=True, timeout=30
         )
 
     def lose(self, name: str) -> None:
@@ -229,9 +244,9 @@ def mean(values: list[float]) -> float:
 def test_a_lost_node_costs_a_restart_from_the_last_checkpoint_and_a_replacement_joins(cluster):
     cluster.start("head", "i-0000000000000000a")
     cluster.start("spot", "i-0000000000000000b")
-    # Rank 0 described the run for replacement nodes, as the cluster user's file.
+    # Rank 0 described the run for replacement nodes, as the cluster user's file (the test's user plays it).
     description = cluster.shared / "gpufleet-runs" / RUN_ID / "run.json"
-    assert description.stat().st_uid == 2000
+    assert description.stat().st_uid == os.getuid()
     cluster.wait_until(lambda segments: any(len(steps(segment)) >= 15 for segment in segments), "15 steps on two nodes")
 
     # The spot watcher's run of the hook on an interruption notice (docs/guides/interruptions.md).
@@ -317,3 +332,4 @@ def test_older_checkpoints_go_and_a_finished_run_started_again_has_nothing_to_do
         {"event": "start", "resumed_from": 10, "world_size": 1, "format": "torch.save"},
         {"event": "done", "step": 10},
     ]
+

@@ -47,16 +47,14 @@ ALL_SCRIPTS = {
     "join-runs",
     "run-setup",
     "spot-watcher",
-    "save-checkpoint",
 }
-# What each shipped environment turns on (environments/*.yaml): h100 is all on-demand, so it has no spot watcher,
-# and names no checkpoint hook;
+# What each shipped environment turns on (environments/*.yaml): h100 is all on-demand, so it has no spot watcher;
 # p5-block is all on-demand too, but its nodes belong to an Auto Scaling group, whose terminations the watcher sees,
 # and to a Capacity Block, whose end runs capacity-block-end; prod alone has shared storage.
 EXPECTED_SCRIPTS = {
     "dev": ALL_SCRIPTS - {"mig", "shared-storage", "join-runs"},
     "prod": ALL_SCRIPTS - {"mig"},
-    "h100": ALL_SCRIPTS - {"spot-watcher", "mig", "shared-storage", "join-runs", "save-checkpoint"},
+    "h100": ALL_SCRIPTS - {"spot-watcher", "mig", "shared-storage", "join-runs"},
     "p5-block": ALL_SCRIPTS - {"mig", "shared-storage", "join-runs"} | {"capacity-block-end"},
 }
 # An existing FSx for Lustre file system (storage.existing), the shared storage of everything_on().
@@ -141,7 +139,8 @@ def test_every_option_on_p4d_installs_every_script():
 @pytest.mark.parametrize("instance_type", sorted(load_catalog()))
 def test_every_option_on_every_catalog_type_leaves_room_under_the_limit(instance_type):
     """With every node option on (MIG where the GPU has it) the compressed user data leaves 2 KiB of EC2's 16 KiB
-    for node features to grow (the operator scripts every node gets take about 5.5 KiB of what it uses)."""
+    for node features to grow: the scripts needed only after boot (the operator scripts, the run scripts start-run.sh
+    and stop-run.sh, the default checkpoint hook) travel in the operator scripts' archive (operator_scripts_archive)."""
     instance = load_catalog()[instance_type]
     env = everything_on().model_copy(update={"instance_type": instance_type})
     env = with_node(env, mig_profile=instance.mig_profiles[0] if instance.mig_profiles else None)
@@ -244,7 +243,6 @@ def test_with_every_option_off_the_node_still_sets_up_its_cluster_user_agent_and
         "node-ready",
         "run-setup",
         "spot-watcher",
-        "save-checkpoint",
     }
     assert settings(user_data)["GPUFLEET_SETUP_SCRIPTS"] == "cluster-user cloudwatch-agent operator-scripts node-ready"
     assert "systemctl enable gpufleet-spot-watcher.service gpufleet-node-setup.service\n" in user_data
@@ -404,8 +402,7 @@ def test_the_user_data_header_says_what_it_installs_and_stops_on_the_first_error
         "#!/bin/bash",
         "# gpufleet node user data for environment dev (p4d.24xlarge), from gpufleet/user_data.py.",
         "# Installs under /opt/gpufleet/node: raid0-nvme, gpu-clocks, efa-env, cluster-user, cloudwatch-agent, "
-        "operator-scripts, node-ready, cluster-address, run-setup, spot-watcher, "
-        "save-checkpoint; with their systemd units.",
+        "operator-scripts, node-ready, cluster-address, run-setup, spot-watcher; with their systemd units.",
         "# Runs them; safe to run again. GPUFLEET_ROOT (tests) prefixes every path it writes. The scripts'",
         "# commented sources are scripts/node/ in gpufleet; the launch template carries this file gzip-compressed.",
         "set -euo pipefail",
@@ -468,8 +465,8 @@ def test_the_user_data_writes_scripts_executable_and_the_rest_read_only_then_res
         "opt/gpufleet/node/join-runs.sh": "0o755",
         "opt/gpufleet/node/run-setup.sh": "0o755",
         "opt/gpufleet/node/spot-watcher.sh": "0o755",
-        "opt/gpufleet/node/save-checkpoint.sh": "0o755",
-        "usr/local/bin/save-checkpoint": "0o755",  # the link, followed
+        # The default hook's link, usr/local/bin/save-checkpoint, names the copy operator-scripts.sh installs at boot:
+        # no file yet (test_the_default_hook_is_linked_where_environments_name_it...).
         "etc/tmpfiles.d/gpufleet-checkpoint.conf": "0o644",
         "etc/systemd/system/gpufleet-spot-watcher.service": "0o644",
         "etc/systemd/system/gpufleet-node-setup.service": "0o644",
@@ -502,13 +499,12 @@ def test_the_helpers_are_written_before_the_scripts_that_source_them():
         "/opt/gpufleet/node/cluster-address.sh",
         "/opt/gpufleet/node/run-setup.sh",
         "/opt/gpufleet/node/spot-watcher.sh",
-        "/opt/gpufleet/node/save-checkpoint.sh",
     ]
 
 
 def test_a_node_with_every_option_off_still_gets_the_step_that_installs_the_operator_scripts():
-    """h100 is all on-demand: with EFA and every node option off, operator-scripts.sh still installs the health check
-    and run-nccl-tests at boot, beside the agent's step; the user data carries neither."""
+    """h100 is all on-demand: with EFA and every node option off, operator-scripts.sh still installs the health check,
+    run-nccl-tests and the run scripts at boot, beside the agent's step; the user data carries none of them."""
     env = with_node(load_named_environment("h100"), raid0_nvme=False, max_clocks=False)
     user_data = render(env.model_copy(update={"efa": False}))
 
@@ -690,7 +686,8 @@ def test_the_default_hook_is_linked_where_environments_name_it_with_its_folder_m
     run_user_data_in(root, render(load_named_environment("dev")), tmp_path)
 
     link = root / "usr/local/bin/save-checkpoint"
-    assert link.is_symlink() and link.readlink() == root / "opt/gpufleet/node/save-checkpoint.sh"
+    # The operator scripts' copy, which operator-scripts.sh installs at boot, before the node can be ready for a run.
+    assert link.is_symlink() and link.readlink() == root / "opt/gpufleet/ops/save-checkpoint.sh"
     # tmpfiles.d(5): "d" creates the directory with the mode given, at every boot (/run is a tmpfs).
     assert (
         root / "etc/tmpfiles.d/gpufleet-checkpoint.conf"
@@ -702,7 +699,7 @@ def test_the_default_hook_is_linked_where_environments_name_it_with_its_folder_m
 def test_another_hook_or_none_gets_no_default_hook(hook):
     user_data = render(with_node(load_named_environment("dev"), checkpoint_hook=hook))
 
-    assert "save-checkpoint" not in installed_scripts(user_data)
+    assert "save-checkpoint.sh" not in user_data
     assert "tmpfiles" not in user_data
 
 
@@ -718,6 +715,9 @@ def test_the_operator_scripts_archive_holds_scripts_ops_as_written_executable_an
     assert members == {
         "node-health-check.sh": ("0o755", 0, 0, "", 0),
         "run-nccl-tests.sh": ("0o755", 0, 0, "", 0),
+        "start-run.sh": ("0o755", 0, 0, "", 0),
+        "stop-run.sh": ("0o755", 0, 0, "", 0),
+        "save-checkpoint.sh": ("0o755", 0, 0, "", 0),
     }
     assert contents == {name: (SCRIPTS_DIR.parent / "ops" / name).read_bytes() for name in members}
 

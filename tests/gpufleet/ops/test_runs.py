@@ -1,15 +1,16 @@
-"""`gpufleet run`'s plan and start: ranks, the node's command text (run by the real sh against fake curl and
-systemd-run), SendCommand batches, and the SSM side on botocore clients checked against its ssm model."""
+"""`gpufleet run`'s plan and start: ranks, the node's command text (one call of scripts/ops/start-run.sh with the
+run's specification; the script itself is run in tests/scripts/ops/test_start_run.py), the unit's scripts (run by the
+real bash), SendCommand batches, and the SSM side on botocore clients checked against its ssm model."""
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import datetime as dt
 import json
 import os
 import re
 import shlex
-import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 
 from gpufleet.errors import GpufleetError
+from gpufleet.ops import runs
 from gpufleet.ops.fleet import FleetInstance
 from gpufleet.ops.runs import (
     LIST_RUNS_SCRIPT,
@@ -29,9 +31,11 @@ from gpufleet.ops.runs import (
     pack_workdir,
     plan_run,
     plan_torchrun,
+    run_description,
     runs_on_nodes,
     send_batches,
     start_run,
+    start_spec,
     stop_script,
     unit_body,
     upload_workdir,
@@ -87,123 +91,60 @@ def test_a_run_without_ready_nodes_or_command_is_refused_with_what_to_do():
         plan_run(RUN_ID, "dev", [node("i-0000000000000000a", "10.40.0.4")], 8, [])
 
 
-def test_the_node_script_is_the_rank_lookup_then_one_transient_unit():
+START_LINE = re.compile(r". /etc/gpufleet/node\.env && /opt/gpufleet/ops/start-run\.sh '([A-Za-z0-9+/]+={0,2})'")
+
+
+def sent_spec(text: str) -> dict[str, Any]:
+    """The specification a start's text carries: the text must be exactly one call of start-run.sh with one quoted
+    base64 word."""
+    match = START_LINE.fullmatch(text)
+    assert match, text
+    return json.loads(base64.b64decode(match[1], validate=True))
+
+
+EFA_LINE = "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
+
+
+def test_the_start_is_one_line_calling_start_run_with_the_runs_specification():
     plan = two_node_plan(setup="pip install -r requirements.txt", workdir="/fsx/runs/r1")
-    assert node_script(plan) == "\n".join(
-        [
-            "set -eu",
-            "token=$(curl -fsS --max-time 2 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 60' "
-            "http://169.254.169.254/latest/api/token)",
-            'self=$(curl -fsS --max-time 2 -H "X-aws-ec2-metadata-token: $token" '
-            "http://169.254.169.254/latest/meta-data/instance-id)",
-            "rank=0",
-            "for node in i-0000000000000000a i-0000000000000000b; do",
-            '  if [ "$node" = "$self" ]; then break; fi',
-            "  rank=$((rank + 1))",
-            "done",
-            'if [ "$rank" -ge 2 ]; then',
-            '  echo "gpufleet run 20261126-210500-3fa2: $self is not one of its nodes" >&2',
-            "  exit 3",
-            "fi",
-            "if systemctl is-active --quiet gpufleet-run-20261126-210500-3fa2; then",
-            '  echo "gpufleet run 20261126-210500-3fa2: already running on $self"',
-            "  exit 0",
-            "fi",
-            "mkdir -p ${GPUFLEET_ROOT:-}/var/lib/gpufleet/run-ranks",
-            'echo "$rank" > ${GPUFLEET_ROOT:-}/var/lib/gpufleet/run-ranks/20261126-210500-3fa2',
-            "systemd-run --unit=gpufleet-run-20261126-210500-3fa2 --description='gpufleet run 20261126-210500-3fa2' "
-            "--uid=gpufleet --gid=gpufleet --setenv=GPUFLEET_RUN_ID=20261126-210500-3fa2 "
-            "--setenv=GPUFLEET_NODE_COUNT=2 "
-            "--setenv=GPUFLEET_GPUS_PER_NODE=8 --setenv=GPUFLEET_HEAD_ADDRESS=10.40.0.4 "
-            '--setenv=GPUFLEET_NODE_RANK="$rank" /bin/bash -c \'set -eo pipefail\n'
-            "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
-            "cd /fsx/runs/r1\n"
-            "pip install -r requirements.txt\n"
-            "exec python train.py --epochs 2'",
-            'echo "gpufleet run 20261126-210500-3fa2: started gpufleet-run-20261126-210500-3fa2 on $self as rank $rank '
-            'of 2"',
-        ]
+    text = node_script(plan)
+    assert "\n" not in text
+    assert sent_spec(text) == {
+        "run_id": "20261126-210500-3fa2",
+        "first_rank": 0,
+        "nodes": ["i-0000000000000000a", "i-0000000000000000b"],
+        "node_count": 2,
+        "settings": {
+            "GPUFLEET_RUN_ID": "20261126-210500-3fa2",
+            "GPUFLEET_NODE_COUNT": "2",
+            "GPUFLEET_GPUS_PER_NODE": "8",
+            "GPUFLEET_HEAD_ADDRESS": "10.40.0.4",
+        },
+        "body": "set -eo pipefail\n" + EFA_LINE + "cd /fsx/runs/r1\npip install -r requirements.txt\n"
+        "exec python train.py --epochs 2",
+    }
+    # Compact JSON, in insertion order: the text is what a reader of SSM's command history sees.
+    assert text.endswith(
+        "'" + base64.b64encode(json.dumps(start_spec(plan), separators=(",", ":")).encode()).decode() + "'"
     )
 
 
-def fake_node(tmp_path: Path, instance_id: str, active: bool = False) -> dict[str, str]:
-    """PATH with fake curl (IMDSv2: a token, then the instance id), systemctl (is-active answers ACTIVE) and
-    systemd-run (records its arguments, one a line)."""
+def test_every_dollar_percent_and_quote_of_the_run_reaches_the_specification_unchanged(tmp_path):
+    """The specification is one base64 word: sh gives start-run.sh the same bytes, whatever the setup and command
+    hold (the script writes them to the unit's file byte for byte: tests/scripts/ops/test_start_run.py)."""
+    setup = """echo "${HOME} $$ $HOSTNAME" '%n %% %i' `id -u` $(date) \\ "it's" ; exit"""
+    plan = two_node_plan(setup=setup)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    scripts = {
-        "curl": f'case "$*" in *api/token*) echo TOKEN ;; *instance-id*) echo {instance_id} ;; *) exit 22 ;; esac',
-        "systemctl": f"exit {0 if active else 3}",
-        "systemd-run": f'printf "%s\\n" "$@" > {tmp_path}/systemd-run.args',
-    }
-    for name, body in scripts.items():
-        path = bin_dir / name
-        path.write_text(f"#!/bin/sh\n{body}\n")
-        path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "GPUFLEET_ROOT": str(tmp_path)}
-
-
-def run_on_node(tmp_path: Path, instance_id: str, active: bool = False) -> subprocess.CompletedProcess:
-    """The node script as aws:runShellScript runs it: `sh -c TEXT`."""
-    plan = two_node_plan(setup="make data")
-    return subprocess.run(
-        ["sh", "-c", node_script(plan)],
-        env=fake_node(tmp_path, instance_id, active),
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-
-
-def test_each_node_starts_the_unit_with_its_own_rank(tmp_path):
-    result = run_on_node(tmp_path, "i-0000000000000000b")
-    assert result.returncode == 0, result.stderr
-    assert result.stdout == (
-        "gpufleet run 20261126-210500-3fa2: started gpufleet-run-20261126-210500-3fa2 on i-0000000000000000b "
-        "as rank 1 of 2\n"
-    )
-    arguments = (tmp_path / "systemd-run.args").read_text().split("\n")
-    assert arguments[:8] == [
-        "--unit=gpufleet-run-20261126-210500-3fa2",
-        "--description=gpufleet run 20261126-210500-3fa2",
-        "--uid=gpufleet",
-        "--gid=gpufleet",
-        "--setenv=GPUFLEET_RUN_ID=20261126-210500-3fa2",
-        "--setenv=GPUFLEET_NODE_COUNT=2",
-        "--setenv=GPUFLEET_GPUS_PER_NODE=8",
-        "--setenv=GPUFLEET_HEAD_ADDRESS=10.40.0.4",
-    ]
-    assert arguments[8:11] == ["--setenv=GPUFLEET_NODE_RANK=1", "/bin/bash", "-c"]
-    assert (tmp_path / "var/lib/gpufleet/run-ranks/20261126-210500-3fa2").read_text() == "1\n"
-
-
-def test_the_unit_body_runs_the_setup_then_execs_the_command_under_bash(tmp_path):
-    run_on_node(tmp_path, "i-0000000000000000a")
-    body = (tmp_path / "systemd-run.args").read_text().split("\n", 11)[11]
-    assert body == (
-        "set -eo pipefail\n"
-        "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
-        "cd ~gpufleet\n"
-        "make data\n"
-        "exec python train.py --epochs 2\n"
-    )
-    assert "--setenv=GPUFLEET_NODE_RANK=0" in (tmp_path / "systemd-run.args").read_text()
-
-
-def test_a_node_outside_the_plan_starts_nothing_and_says_so(tmp_path):
-    result = run_on_node(tmp_path, "i-0000000000000000c")
-    assert result.returncode == 3
-    assert result.stderr == "gpufleet run 20261126-210500-3fa2: i-0000000000000000c is not one of its nodes\n"
-    assert not (tmp_path / "systemd-run.args").exists()
-
-
-def test_a_repeated_start_leaves_the_running_unit_alone(tmp_path):
-    result = run_on_node(tmp_path, "i-0000000000000000a", active=True)
-    assert (result.returncode, result.stdout) == (
-        0,
-        "gpufleet run 20261126-210500-3fa2: already running on i-0000000000000000a\n",
-    )
-    assert not (tmp_path / "systemd-run.args").exists()
+    (bin_dir / "start-run.sh").write_text(f'#!/bin/sh\nprintf %s "$1" > {tmp_path}/argument\n')
+    (bin_dir / "start-run.sh").chmod(0o755)
+    (tmp_path / "node.env").write_text("")
+    text = node_script(plan).replace("/etc/gpufleet/node.env", str(tmp_path / "node.env"))
+    text = text.replace("/opt/gpufleet/ops/start-run.sh", str(bin_dir / "start-run.sh"))
+    subprocess.run(["sh", "-c", text], check=True)
+    spec = json.loads(base64.b64decode((tmp_path / "argument").read_text()))
+    assert spec["body"] == unit_body(plan)
+    assert f"\n{setup}\n" in spec["body"]
 
 
 def test_sendcommand_batches_hold_at_most_50_ids_in_order():
@@ -311,7 +252,7 @@ def test_a_256_node_run_takes_6_sendcommands_and_6_listings_per_poll():
     assert len(heard) == 256
 
 
-def test_each_sendcommand_carries_its_own_batchs_ranks_and_the_start_timeouts(tmp_path):
+def test_each_sendcommand_carries_its_own_batchs_ranks_and_the_start_timeouts():
     _, calls, _ = start(modelled_fleet(60), FakeSsm())
     sent = [params for name, params in calls if name == "SendCommand"]
     assert sent[0]["DocumentName"] == "AWS-RunShellScript"
@@ -320,18 +261,12 @@ def test_each_sendcommand_carries_its_own_batchs_ranks_and_the_start_timeouts(tm
     assert sent[0]["Comment"] == "gpufleet dev run 20261126-210500-3fa2"
     # Job order: the 30 on-demand nodes (even numbers) are ranks 0-29, the spot ones (odd) 30-59; the second batch
     # is ranks 50-59, spot nodes 41 (0x29) to 59 (0x3b). Its text lists those ten only, so a text's size does not
-    # grow with the cluster.
-    first, second = (params["Parameters"]["commands"][0] for params in sent)
-    odd = " ".join(f"i-{n:017x}" for n in range(41, 60, 2))
-    assert f"rank=50\nfor node in {odd}; do\n" in second
-    assert 'if [ "$rank" -ge 60 ]; then' in second
-    assert "i-0000000000000003b" not in first
-    assert len(first) < 3000
-    # The last spot node finds its rank in the second text, on the real sh.
-    result = subprocess.run(
-        ["sh", "-c", second], env=fake_node(tmp_path, "i-0000000000000003b"), capture_output=True, text=True
-    )
-    assert result.stdout.endswith("as rank 59 of 60\n"), result.stderr
+    # grow with the cluster (start-run.sh finds rank 59 in it: tests/scripts/ops/test_start_run.py).
+    first, second = (sent_spec(params["Parameters"]["commands"][0]) for params in sent)
+    assert (second["first_rank"], second["node_count"]) == (50, 60)
+    assert second["nodes"] == [f"i-{n:017x}" for n in range(41, 60, 2)]
+    assert "i-0000000000000003b" not in first["nodes"] and len(first["nodes"]) == 50
+    assert len(sent[0]["Parameters"]["commands"][0]) < 3000
 
 
 def test_an_offline_node_and_a_timed_out_start_are_reported_and_the_others_start():
@@ -400,9 +335,9 @@ def test_gpufleet_run_starts_on_every_ready_node_head_on_demand(spot_fleet, answ
     assert re.fullmatch(r"run \S+: started on 3 of 3 nodes \(unit gpufleet-run-\S+\)", lines[4])
     (sent,) = [params for name, params in calls if name == "SendCommand"]
     assert sent["InstanceIds"] == [third, first, second]
-    script = sent["Parameters"]["commands"][0]
-    assert "--setenv=GPUFLEET_HEAD_ADDRESS=10.40.0.6 " in script
-    assert "\nmake\nexec python train.py'\n" in script
+    spec = sent_spec(sent["Parameters"]["commands"][0])
+    assert spec["settings"]["GPUFLEET_HEAD_ADDRESS"] == "10.40.0.6"
+    assert spec["body"].endswith("\nmake\nexec python train.py")
 
 
 def test_gpufleet_run_names_each_node_that_did_not_start_and_exits_3(spot_fleet, answered_ssm, run_cli) -> None:
@@ -434,9 +369,9 @@ def test_gpufleet_run_mpi_sends_the_start_to_the_head_only(spot_fleet, answered_
     assert re.fullmatch(r"run \S+: started on 1 of 1 nodes \(unit gpufleet-run-\S+\)", out.splitlines()[2])
     (sent,) = [params for name, params in calls if name == "SendCommand"]
     assert sent["InstanceIds"] == [first]
-    # The hostfile in the head's unit lists both nodes (the body is quoted inside the script).
-    assert "10.40.0.4 slots=8" in sent["Parameters"]["commands"][0]
-    assert "10.40.0.5 slots=8" in sent["Parameters"]["commands"][0]
+    # The hostfile in the head's unit lists both nodes.
+    body = sent_spec(sent["Parameters"]["commands"][0])["body"]
+    assert "printf '%s\\n' '10.40.0.4 slots=8' '10.40.0.5 slots=8' > \"$hostfile\"\n" in body
 
 
 def test_gpufleet_run_without_a_ready_node_sends_nothing(spot_fleet, answered_ssm, run_cli) -> None:
@@ -471,15 +406,12 @@ def test_the_command_is_what_follows_the_first_double_dash_after_the_options(arg
     assert (split_command(args), args.setup, args.env) == (command, setup, "dev")
 
 
-def test_stop_stops_the_unit_where_it_is_active():
-    assert stop_script(RUN_ID) == (
-        "if systemctl is-active --quiet gpufleet-run-20261126-210500-3fa2; then\n"
-        "  systemctl stop gpufleet-run-20261126-210500-3fa2\n"
-        "  echo stopped\n"
-        "else\n"
-        "  echo not running\n"
-        "fi"
-    )
+def test_stop_is_one_line_calling_stop_run_with_the_run_id():
+    """The node script marks a described run stopped where the node has shared storage (its node.env) and stops the
+    unit: tests/scripts/ops/test_start_run.py."""
+    assert stop_script(RUN_ID) == ". /etc/gpufleet/node.env && /opt/gpufleet/ops/stop-run.sh 20261126-210500-3fa2"
+    with pytest.raises(ValueError, match="not a run id"):
+        stop_script("x; reboot")
 
 
 def test_the_runs_listing_reads_systemctls_columns_on_a_real_sh(tmp_path):
@@ -534,7 +466,9 @@ def test_gpufleet_runs_counts_each_runs_unit_states_and_names_a_silent_node(spot
 def test_gpufleet_stop_stops_the_unit_on_every_running_node(spot_fleet, answered_ssm, run_cli) -> None:
     fleet_id = spot_fleet(2)
     first, second = fleet_nodes(fleet_id)
-    calls = answered_ssm(FakeSsm(outputs={first: "stopped\n", second: "not running\n"}))
+    stopped = f"stop-run: run {RUN_ID}: stopped\n"
+    warned = "\n----------ERROR-------\nstop-run: warning: run ...: could not mark it stopped ..."
+    calls = answered_ssm(FakeSsm(outputs={first: stopped + warned, second: f"stop-run: run {RUN_ID}: not running\n"}))
 
     code, out, err = run_cli("stop", "dev", RUN_ID, "--fleet-id", fleet_id)
 
@@ -641,28 +575,55 @@ def test_an_mpi_run_is_started_on_the_head_alone():
 def test_the_mpi_body_writes_the_hostfile_runs_setup_per_node_then_the_command():
     nodes = [node("i-0000000000000000a", "10.40.0.4"), node("i-0000000000000000b", "10.40.0.9", "spot")]
     plan = plan_run(RUN_ID, "dev", nodes, 8, ["all_reduce_perf", "-b", "8"], setup="make", mpi=True)
-    script = node_script(plan)
-    hostfile = "${TMPDIR:-/tmp}/gpufleet-run-20261126-210500-3fa2.hosts"
     forwarded = (
         "-x PATH ${LD_LIBRARY_PATH:+-x LD_LIBRARY_PATH} "
         r"$(env | sed -n 's/^\(\(FI\|NCCL\)_[A-Za-z0-9_]*\)=.*/-x \1/p')"
     )
-    body = (
+    mpirun = '/opt/amazon/openmpi/bin/mpirun --hostfile "$hostfile"'
+    assert unit_body(plan) == (
         "set -eo pipefail\n"
         "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
         "cd ~gpufleet\n"
-        f"printf '%s\\n' '10.40.0.4 slots=8' '10.40.0.9 slots=8' > {hostfile}\n"
-        f"mpirun --hostfile {hostfile} -n 2 -N 1 --bind-to none --mca pml '^cm,ucx' --mca btl tcp,self {forwarded} "
+        "hostfile=$(mktemp)\n"
+        "trap 'rm -f \"$hostfile\"' EXIT\n"
+        "printf '%s\\n' '10.40.0.4 slots=8' '10.40.0.9 slots=8' > \"$hostfile\"\n"
+        f"{mpirun} -n 2 -N 1 --bind-to none --mca pml '^cm,ucx' --mca btl tcp,self {forwarded} "
         "bash -c 'cd ~gpufleet && make'\n"
-        f"exec mpirun --hostfile {hostfile} -n 16 -N 8 --bind-to none --mca pml '^cm,ucx' --mca btl tcp,self "
-        f"{forwarded} all_reduce_perf -b 8"
+        f"{mpirun} -n 16 -N 8 --bind-to none --mca pml '^cm,ucx' --mca btl tcp,self {forwarded} all_reduce_perf -b 8"
     )
-    assert "/bin/bash -c " + shlex.quote(body) + "\n" in script
+    assert sent_spec(node_script(plan))["body"] == unit_body(plan)
 
 
-def test_the_mpi_body_runs_under_real_open_mpi(tmp_path):
-    """The unit body as systemd would run it (bash -c), with Debian's Open MPI on one local node of two slots: the
-    setup once, the command twice, with the EFA-style variables forwarded."""
+def test_the_mpi_body_calls_amazons_mpirun_by_its_path_whatever_is_on_path(tmp_path, monkeypatch):
+    """The unit's PATH need not hold Amazon's Open MPI (/etc/profile.d reaches login shells only): the body calls it by
+    its absolute path, here a stand-in at a path of the test's, with another mpirun first on PATH that must not run.
+    The hostfile is a file of mktemp's in TMPDIR, gone when the unit's bash ends."""
+    amazon = tmp_path / "opt" / "amazon" / "openmpi" / "bin"
+    amazon.mkdir(parents=True)
+    (amazon / "mpirun").write_text('#!/bin/sh\necho "amazon mpirun $4 $6"\ncat "$2"\necho "hostfile $2"\n')
+    decoy = tmp_path / "bin"
+    decoy.mkdir()
+    (decoy / "mpirun").write_text("#!/bin/sh\necho decoy\nexit 7\n")
+    for path in (amazon / "mpirun", decoy / "mpirun"):
+        path.chmod(0o755)
+    monkeypatch.setattr(runs, "MPIRUN", str(amazon / "mpirun"))
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    plan = plan_run(RUN_ID, "dev", [node("i-0000000000000000a", "10.40.0.4")], 2, ["true"], mpi=True, workdir="/")
+    env = {**os.environ, "PATH": f"{decoy}:{os.environ['PATH']}", "TMPDIR": str(temporary)}
+    run = subprocess.run(["/bin/bash", "-c", unit_body(plan)], env=env, capture_output=True, text=True, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    first, content, hostfile = run.stdout.splitlines()
+    assert (first, content) == ("amazon mpirun 2 2", "10.40.0.4 slots=2")
+    assert re.fullmatch(rf"hostfile {temporary}/tmp\.[A-Za-z0-9]{{10}}", hostfile)
+    assert list(temporary.iterdir()) == []
+
+
+def test_the_mpi_body_runs_under_real_open_mpi(tmp_path, monkeypatch):
+    """The unit body as systemd runs it (`bash FILE`), with Debian's Open MPI on one local node of two slots: the
+    setup once, the command twice, with the EFA-style variables forwarded. Debian's mpirun is /usr/bin/mpirun, called
+    by that path as the body calls Amazon's (the box in tests/box runs Amazon's layout)."""
+    monkeypatch.setattr(runs, "MPIRUN", "/usr/bin/mpirun")
     plan = plan_run(
         RUN_ID,
         "dev",
@@ -674,14 +635,16 @@ def test_the_mpi_body_runs_under_real_open_mpi(tmp_path):
         mpi=True,
     )
     root = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"} if os.geteuid() == 0 else {}
-    env = {**os.environ, **root, "TMPDIR": str(tmp_path), "FI_PROVIDER": "efa"}
-    result = subprocess.run(
-        ["/bin/bash", "-c", unit_body(plan)], env=env, capture_output=True, text=True, timeout=120, check=False
-    )
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {**os.environ, **root, "TMPDIR": str(temporary), "FI_PROVIDER": "efa"}
+    body = tmp_path / "body.sh"
+    body.write_text(unit_body(plan))
+    result = subprocess.run(["/bin/bash", str(body)], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
     assert sorted(result.stdout.splitlines()) == [f"rank 0 of 2 efa {tmp_path}", f"rank 1 of 2 efa {tmp_path}"]
     assert (tmp_path / "setup.log").read_text() == "setup\n"
-    assert (tmp_path / "gpufleet-run-20261126-210500-3fa2.hosts").read_text() == "127.0.0.1 slots=2\n"
+    assert [path.name for path in temporary.iterdir() if not path.name.startswith("ompi.")] == []
 
 
 def workdir_tree(directory: Path) -> Path:
@@ -808,8 +771,8 @@ def test_gpufleet_run_workdir_uploads_once_and_every_node_unpacks_it(
     assert out.splitlines()[0] == f"run {run_id}: {tmp_path / 'code'} uploaded to {address}"
     assert [name for name, _ in put] == ["PutObject"]
     (sent,) = [params for name, params in calls if name == "SendCommand"]
-    script = sent["Parameters"]["commands"][0]
-    assert f"aws s3 cp --only-show-errors {address} - | tar -xz -C /var/tmp/gpufleet-run-{run_id}" in script
+    body = sent_spec(sent["Parameters"]["commands"][0])["body"]
+    assert f"\naws s3 cp --only-show-errors {address} - | tar -xz -C /var/tmp/gpufleet-run-{run_id}\n" in body
 
 
 def test_gpufleet_run_workdir_without_a_data_repository_is_refused_before_any_call(answered_ssm, run_cli, tmp_path):
@@ -898,15 +861,7 @@ def test_a_refused_sendcommand_fails_the_run_only_when_nothing_went_out(spot_fle
     assert [result.line() for result in refused] == ["i-00000000000000031: not started (AccessDeniedException)"]
 
 
-@pytest.mark.parametrize(
-    ("instance_id", "command"),
-    [
-        ("i-0000000000000000a", "exec torchrun --rdzv_conf=is_host=1 train.py"),
-        ("i-0000000000000000b", "exec torchrun --rdzv_conf=is_host=0 train.py"),
-    ],
-    ids=["head", "other"],
-)
-def test_the_head_runs_its_own_command_from_the_same_text(tmp_path, instance_id, command):
+def test_the_batch_of_rank_0_carries_the_heads_own_script_and_the_others_the_others():
     nodes = [node("i-0000000000000000a", "10.40.0.4"), node("i-0000000000000000b", "10.40.0.9", "spot")]
     plan = plan_run(
         RUN_ID,
@@ -916,17 +871,12 @@ def test_the_head_runs_its_own_command_from_the_same_text(tmp_path, instance_id,
         ["torchrun", "--rdzv_conf=is_host=0", "train.py"],
         head_command=["torchrun", "--rdzv_conf=is_host=1", "train.py"],
     )
-    result = subprocess.run(
-        ["sh", "-c", node_script(plan)], env=fake_node(tmp_path, instance_id), capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stderr
-    body = (tmp_path / "systemd-run.args").read_text().split("\n", 11)[11]
-    assert body == (
-        "set -eo pipefail\n"
-        "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
-        "cd ~gpufleet\n"
-        f"{command}\n"
-    )
+    spec = sent_spec(node_script(plan))
+    prefix = "set -eo pipefail\n" + EFA_LINE + "cd ~gpufleet\n"
+    assert spec["head_body"] == prefix + "exec torchrun --rdzv_conf=is_host=1 train.py"
+    assert spec["body"] == prefix + "exec torchrun --rdzv_conf=is_host=0 train.py"
+    assert "head_body" not in start_spec(plan, 50)
+    assert "head_body" not in start_spec(two_node_plan())  # a plain run: one script for every node
 
 
 # --torchrun: the plan, the start's text, the description replacement nodes read, the command line.
@@ -977,26 +927,16 @@ def test_a_256_node_torchrun_run_still_takes_6_sendcommands():
     commands, refused = start_run(ssm, plan)
     assert ([name for name, _ in calls], refused) == (["SendCommand"] * 6, [])
     assert len(commands) == 6
-    texts = [params["Parameters"]["commands"][0] for _, params in calls]
-    # Every batch carries both argvs; the node picks its own by rank.
-    assert all("is_host=1" in text and "is_host=0" in text for text in texts)
+    specs = [sent_spec(params["Parameters"]["commands"][0]) for _, params in calls]
+    # The first batch carries both argvs (the head is rank 0 and picks its own), the others the others' alone.
+    assert "is_host=1" in specs[0]["head_body"] and "is_host=0" in specs[0]["body"]
+    assert all("head_body" not in spec and "is_host=0" in spec["body"] for spec in specs[1:])
 
 
-def test_rank_0_writes_the_description_as_the_cluster_users_file_and_the_others_do_not(tmp_path):
-    shared = tmp_path / "fsx"
-    shared.mkdir()
-    plan = torchrun_plan(shared_dir=str(shared))
-    for instance_id in ("i-0000000000000000b", "i-0000000000000000a"):  # rank 1, then rank 0
-        node_dir = tmp_path / instance_id
-        node_dir.mkdir()
-        result = subprocess.run(
-            ["sh", "-c", node_script(plan)], env=fake_node(node_dir, instance_id), capture_output=True, text=True
-        )
-        assert result.returncode == 0, result.stderr
-        if instance_id.endswith("b"):
-            assert not (shared / "gpufleet-runs").exists()
-    described = shared / "gpufleet-runs" / RUN_ID / "run.json"
-    assert json.loads(described.read_text()) == {
+def test_the_batch_of_rank_0_of_a_joinable_run_carries_its_description():
+    """What rank 0 writes as run.json (start-run.sh, as the cluster user) and join-runs.sh reads."""
+    plan = torchrun_plan(shared_dir="/fsx")
+    description = {
         "run_id": "20261126-210500-3fa2",
         "environment": "dev",
         "head_address": "10.40.0.4",
@@ -1011,15 +951,11 @@ def test_rank_0_writes_the_description_as_the_cluster_users_file_and_the_others_
             "GPUFLEET_GPUS_PER_NODE": "8",
             "GPUFLEET_HEAD_ADDRESS": "10.40.0.4",
         },
-        "body": "set -eo pipefail\n"
-        "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
-        "cd ~gpufleet\n"
-        f"exec {OTHER_TORCHRUN}",
+        "body": "set -eo pipefail\n" + EFA_LINE + f"cd ~gpufleet\nexec {OTHER_TORCHRUN}",
     }
-    for path in (described, described.parent, described.parent.parent):
-        assert (path.stat().st_uid, path.stat().st_gid) == (2000, 2000), path
-    assert stat.S_IMODE(described.parent.stat().st_mode) == 0o755
-    assert list(described.parent.iterdir()) == [described]  # no temporary file left
+    assert run_description(plan) == description
+    assert sent_spec(node_script(plan))["description"] == description
+    assert "description" not in start_spec(torchrun_plan())  # no shared storage: nothing to join
 
 
 @pytest.mark.parametrize("status", [0, 5], ids=["done", "failed"])
@@ -1046,21 +982,8 @@ def test_the_heads_unit_marks_a_described_run_ended_when_its_torchrun_ends(tmp_p
 
 def test_only_the_first_batch_writes_the_description():
     plan = plan_torchrun(RUN_ID, "dev", modelled_fleet(60), 8, ["t.py"], min_nodes=1, max_restarts=1, shared_dir="/fsx")
-    assert "/fsx/gpufleet-runs/20261126-210500-3fa2/run.json" in node_script(plan, 0)
-    assert "run.json" not in node_script(plan, 50)
-
-
-def test_stop_marks_a_described_run_stopped_so_no_node_joins_it(tmp_path):
-    described = tmp_path / "fsx" / "gpufleet-runs" / RUN_ID
-    described.mkdir(parents=True)
-    script = stop_script(RUN_ID, str(tmp_path / "fsx"))
-    result = subprocess.run(["sh", "-c", script], env=fake_node(tmp_path, "i-1"), capture_output=True, text=True)
-    assert (result.returncode, result.stdout) == (0, "not running\n")
-    assert (described / "stopped").exists()
-    # A run that was never described (no shared storage then, or no --torchrun) gets no folder.
-    other = stop_script("20261126-220000-beef", str(tmp_path / "fsx"))
-    subprocess.run(["sh", "-c", other], env={**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"})
-    assert sorted(path.name for path in described.parent.iterdir()) == [RUN_ID]
+    assert sent_spec(node_script(plan, 0))["description"]["node_count"] == 60
+    assert "description" not in sent_spec(node_script(plan, 50))
 
 
 def test_gpufleet_run_torchrun_starts_torchrun_on_every_node_and_warns_without_shared_storage(
@@ -1092,15 +1015,15 @@ def test_gpufleet_run_torchrun_starts_torchrun_on_every_node_and_warns_without_s
         "warning: dev has no shared storage: a node that becomes ready later does not join this run"
     ]
     (sent,) = [params for name, params in calls if name == "SendCommand"]
-    script = sent["Parameters"]["commands"][0]
+    spec = sent_spec(sent["Parameters"]["commands"][0])
     run_id = out.split()[1].rstrip(":")
     torchrun = (
         "torchrun --nnodes=2:2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=10.40.0.4:29400 "
         f"--rdzv_id={run_id} --rdzv_conf=is_host={{}},last_call_timeout=30 --max_restarts=0 train.py --lr 1"
     )
-    assert f"exec {torchrun.format(1)}" in script
-    assert f"exec {torchrun.format(0)}" in script
-    assert "gpufleet-runs" not in script
+    assert spec["head_body"].endswith(f"\nexec {torchrun.format(1)}")
+    assert spec["body"].endswith(f"\nexec {torchrun.format(0)}")
+    assert "description" not in spec
 
 
 def test_gpufleet_run_torchrun_with_shared_storage_describes_the_run_for_replacements(
@@ -1118,9 +1041,10 @@ def test_gpufleet_run_torchrun_with_shared_storage_describes_the_run_for_replace
     assert "shared storage" not in err
     run_id = out.split()[1].rstrip(":")
     (sent,) = [params for name, params in calls if name == "SendCommand"]
-    script = sent["Parameters"]["commands"][0]
-    assert f"install -d -o 2000 -g 2000 -m 0755 /fsx/gpufleet-runs /fsx/gpufleet-runs/{run_id}\n" in script
-    assert "--nnodes=1:2 " in script and "--max_restarts=10 " in script  # the defaults
+    spec = sent_spec(sent["Parameters"]["commands"][0])
+    assert (spec["description"]["run_id"], spec["description"]["head_address"]) == (run_id, "10.40.0.4")
+    assert spec["head_body"].endswith(f'\ntouch /fsx/gpufleet-runs/{run_id}/ended\nexit "$status"')
+    assert "--nnodes=1:2 " in spec["body"] and "--max_restarts=10 " in spec["body"]  # the defaults
 
 
 def test_gpufleet_run_refuses_torchrun_with_mpi_before_any_call(answered_ssm, run_cli) -> None:
@@ -1140,14 +1064,13 @@ def test_gpufleet_run_torchrun_refuses_a_minimum_over_the_ready_nodes_before_sen
     assert err == "--min-nodes 3: need 1 to 2 (the nodes ready for jobs now)\n"
 
 
-def test_gpufleet_stop_marks_the_run_stopped_on_the_shared_storage(spot_fleet, answered_ssm, run_cli) -> None:
+def test_gpufleet_stop_sends_the_same_call_with_shared_storage(spot_fleet, answered_ssm, run_cli) -> None:
+    """The node reads its shared file system from its own node.env: the text does not depend on the environment."""
     environments = Path(os.environ["GPUFLEET_ENVIRONMENTS_DIR"])
     (environments / "dev.yaml").write_text((environments / "dev.yaml").read_text() + STORAGE)
     fleet_id = spot_fleet(1)
-    calls = answered_ssm(FakeSsm(outputs={fleet_nodes(fleet_id)[0]: "stopped\n"}))
-    code, _, _ = run_cli("stop", "dev", RUN_ID, "--fleet-id", fleet_id)
-    assert code == 0
+    calls = answered_ssm(FakeSsm(outputs={fleet_nodes(fleet_id)[0]: f"stop-run: run {RUN_ID}: stopped\n"}))
+    code, out, _ = run_cli("stop", "dev", RUN_ID, "--fleet-id", fleet_id)
+    assert (code, out) == (0, "run 20261126-210500-3fa2: stopped on 1 nodes, not running on 0\n")
     (sent,) = [params for name, params in calls if name == "SendCommand"]
-    assert sent["Parameters"]["commands"][0].startswith(
-        f"if [ -d /fsx/gpufleet-runs/{RUN_ID} ]; then touch /fsx/gpufleet-runs/{RUN_ID}/stopped; fi\n"
-    )
+    assert sent["Parameters"]["commands"] == [stop_script(RUN_ID)]

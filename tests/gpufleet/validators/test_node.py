@@ -125,7 +125,7 @@ def test_a_hook_that_would_end_the_user_data_heredoc_is_a_validation_problem(tmp
 
 
 # The AMI pipeline's images (VALID reads /gpufleet/ami/p4d-ubuntu1804-cuda11) carry no hook; the user data installs
-# /usr/local/bin/save-checkpoint, whose only option is --wait SECONDS (scripts/node/save-checkpoint.sh).
+# /usr/local/bin/save-checkpoint, whose only option is --wait SECONDS (scripts/ops/save-checkpoint.sh).
 @pytest.mark.parametrize(
     ("changes", "expected"),
     [

@@ -33,6 +33,7 @@ FAKED = (
     "useradd",
     "chown",
     "ssh-keygen",
+    "runuser",
 )
 
 

@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import struct
+import subprocess
 import sys
 from pathlib import Path
 
@@ -624,6 +625,16 @@ def ssh_keygen(args: list[str], state: dict) -> int:
     return 0
 
 
+def runuser(args: list[str], state: dict) -> int:
+    """runuser -u USER -- COMMAND...: runs COMMAND, as the test's own user: a fake node has no accounts of the kernel's
+    (its users are lines in $GPUFLEET_ROOT/etc/passwd). What runuser keeps from root is proven on real nodes, in the
+    box (tests/box)."""
+    assert args[0] == "-u" and args[2] == "--", args
+    state.setdefault("runuser", []).append(args[1])
+    save(state)
+    return subprocess.run(args[3:], check=False).returncode
+
+
 COMMANDS = {
     "lsblk": lsblk,
     "udevadm": udevadm,
@@ -644,6 +655,7 @@ COMMANDS = {
     "chown": chown,
     "ssh-keygen": ssh_keygen,
     "node-health-check": node_health_check,
+    "runuser": runuser,
 }
 
 if __name__ == "__main__":

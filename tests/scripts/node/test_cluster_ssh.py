@@ -218,16 +218,23 @@ def test_the_key_is_refused_from_outside_the_node_subnet(nodes, cluster_key):
     assert "Permission denied (publickey)" in result.stderr
 
 
-def test_gpufleet_run_mpi_unit_reaches_both_nodes_and_forwards_the_efa_environment(nodes, tmp_path, cluster_key):
-    """The unit body `gpufleet run --mpi` starts on the head (gpufleet.ops.runs.unit_body), run by bash as systemd
-    would, with the hostfile of two nodes at the sshd addresses: the setup runs once per node and the command
-    GPUS_PER_NODE times per node, every process over ssh (sshd gives a fresh environment, so FI_PROVIDER reaching
-    them shows mpirun's -x forwarding). Open MPI takes its ssh command from OMPI_MCA_plm_rsh_agent (an MCA parameter
-    set in the environment, as --mca plm_rsh_agent sets it in the test above)."""
+def test_gpufleet_run_mpi_unit_reaches_both_nodes_and_forwards_the_efa_environment(
+    nodes, tmp_path, cluster_key, monkeypatch
+):
+    """The unit body `gpufleet run --mpi` starts on the head (gpufleet.ops.runs.unit_body), run as systemd runs it
+    (`/bin/bash FILE`: scripts/ops/start-run.sh), with the hostfile of two nodes at the sshd addresses: the setup runs
+    once per node and the command GPUS_PER_NODE times per node, every process over ssh (sshd gives a fresh
+    environment, so FI_PROVIDER reaching them shows mpirun's -x forwarding). Open MPI takes its ssh command from
+    OMPI_MCA_plm_rsh_agent (an MCA parameter set in the environment, as --mca plm_rsh_agent sets it in the test
+    above). The body calls mpirun by its absolute path, Amazon's on a node; here Debian's, /usr/bin/mpirun (the box,
+    tests/box, has Amazon's layout)."""
     import datetime as dt
 
+    from gpufleet.ops import runs
     from gpufleet.ops.fleet import FleetInstance
     from gpufleet.ops.runs import plan_run, unit_body
+
+    monkeypatch.setattr(runs, "MPIRUN", "/usr/bin/mpirun")
 
     nodes.set_up_cluster_user("127.0.0.0/8", cluster_key[0])
     ports = "".join(f"Host {address}\n  Port {port}\n" for address, port in nodes.ports.items())
@@ -259,8 +266,10 @@ def test_gpufleet_run_mpi_unit_reaches_both_nodes_and_forwards_the_efa_environme
         "OMPI_MCA_plm_rsh_agent": f"ssh -F {config}",
     }
 
+    body = tmp_path / "unit.sh"
+    body.write_text(unit_body(plan))
     run = subprocess.run(
-        ["/bin/bash", "-c", unit_body(plan)],
+        ["/bin/bash", str(body)],
         env=environment,
         capture_output=True,
         text=True,

@@ -61,7 +61,9 @@ def test_installs_the_secrets_key_and_trusts_it_from_the_node_subnet_only(cluste
         "authorized_keys": "0o600",
         "config": "0o600",
     }
-    assert cluster_node.calls("chown") == [["2000:2000", str(ssh.parent)], ["-R", "2000:2000", str(ssh)]]
+    # Root chowns the home, in a directory of its own; every file under it is written by a process of the user's.
+    assert cluster_node.calls("chown") == [["2000:2000", str(ssh.parent)]]
+    assert [call[:3] for call in cluster_node.calls("runuser")] == [["-u", "gpufleet", "--"]] * 4
     assert cluster_node.calls("aws") == [
         [
             "secretsmanager",
@@ -100,7 +102,11 @@ def test_makes_missing_host_keys_and_starts_sshd(cluster_node):
     set_up(cluster_node)
 
     assert cluster_node.calls("ssh-keygen")[-1] == ["-A"]
-    assert cluster_node.calls("systemctl") == [["start", "sshd.service"]]
+    assert cluster_node.calls("systemctl") == [
+        ["reset-failed", "sshd.service"],
+        ["reset-failed", "ssh.service"],
+        ["start", "sshd.service"],
+    ]
 
 
 def test_running_again_keeps_the_user_and_rewrites_the_same_files(cluster_node):
@@ -158,7 +164,7 @@ def test_a_missing_secret_fails_naming_it_and_leaves_no_key(cluster_node):
         "cluster-user: error: cannot read the key from secret gpufleet-lab-cluster-user-key "
         "(see the AWS CLI's error above)"
     )
-    assert sorted(path.name for path in ssh_dir(cluster_node).iterdir()) == []
+    assert not ssh_dir(cluster_node).exists()
 
 
 def test_a_secret_that_is_no_openssh_key_fails_without_printing_it(cluster_node):
@@ -171,7 +177,7 @@ def test_a_secret_that_is_no_openssh_key_fails_without_printing_it(cluster_node)
         "cluster-user: error: secret gpufleet-lab-cluster-user-key holds no OpenSSH private key"
     )
     assert "c2VjcmV0" not in result.stdout + result.stderr
-    assert sorted(path.name for path in ssh_dir(cluster_node).iterdir()) == []
+    assert not ssh_dir(cluster_node).exists()
 
 
 def test_a_node_without_the_aws_cli_fails_saying_so(node):

@@ -38,7 +38,13 @@ def test_installs_the_operator_scripts_executable_and_as_written(ops_node):
     result = install(ops_node)
 
     ops = ops_node.root / "opt/gpufleet/ops"
-    assert sorted(path.name for path in ops.iterdir()) == ["node-health-check.sh", "run-nccl-tests.sh"]
+    assert sorted(path.name for path in ops.iterdir()) == [
+        "node-health-check.sh",
+        "run-nccl-tests.sh",
+        "save-checkpoint.sh",
+        "start-run.sh",
+        "stop-run.sh",
+    ]
     for path in ops.iterdir():
         assert path.read_bytes() == (SCRIPTS_DIR.parent / "ops" / path.name).read_bytes()
         assert oct(path.stat().st_mode & 0o777) == "0o755"
@@ -46,7 +52,8 @@ def test_installs_the_operator_scripts_executable_and_as_written(ops_node):
         ["s3", "cp", "--only-show-errors", "--region", "eu-west-1", URL, ops_node.calls("aws")[0][-1]]
     ]
     assert result.stdout == (
-        "operator-scripts: installed node-health-check.sh run-nccl-tests.sh under /opt/gpufleet/ops\n"
+        "operator-scripts: installed node-health-check.sh run-nccl-tests.sh start-run.sh stop-run.sh "
+        "save-checkpoint.sh under /opt/gpufleet/ops\n"
     )
 
 

@@ -129,7 +129,6 @@ CASES = [
 # Scripts that require no setting, and why.
 NO_REQUIRED_SETTINGS = {
     "cloudwatch-agent.sh": "its configuration is the file the user data writes, /etc/gpufleet/cloudwatch-agent.json",
-    "save-checkpoint.sh": "its caller's notice variables and GPUFLEET_SHARED_DIR are each optional",
 }
 
 

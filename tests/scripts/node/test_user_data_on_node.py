@@ -8,7 +8,7 @@ import tarfile
 from gpufleet.catalog import load_catalog
 from gpufleet.environment import Environment, Storage
 from gpufleet.loading import load_named_environment
-from gpufleet.user_data import operator_scripts_location, render_user_data
+from gpufleet.user_data import OPS_SCRIPTS_DIR, operator_scripts_location, render_user_data
 from tests.gpufleet.test_user_data import EXISTING_FILE_SYSTEM
 from tests.scripts.efa_install import install_efa
 from tests.scripts.fake_bin import install_fakes
@@ -55,7 +55,6 @@ def test_user_data_installs_scripts_units_and_settings(node, tmp_path):
         "operator-scripts.sh",
         "raid0-nvme.sh",
         "run-setup.sh",
-        "save-checkpoint.sh",
         "spot-watcher.sh",
     ]
     # The scripts source it from ../lib beside their own directory.
@@ -88,13 +87,15 @@ def test_running_the_user_data_again_changes_nothing(node, tmp_path):
 def publish_operator_scripts(tmp_path) -> tuple[dict[str, str], str]:
     """The operator scripts' archive in the environment's assets bucket, as operator-scripts.sh fetches it, holding
     the fake health check of fake_commands.py (which logs its call and answers from the state) in place of the real
-    one: the fake AWS CLI's s3_objects, and the archive's SHA-256 for the node's settings."""
+    one, and the real start script, which join-runs.sh, the step after, calls: the fake AWS CLI's s3_objects, and the
+    archive's SHA-256 for the node's settings."""
     fake = tmp_path / "fake-ops"
     fake.mkdir()
     install_fakes(fake, FAKE_COMMANDS, ("node-health-check",))
     archive = tmp_path / "operator-scripts.tar.gz"
     with tarfile.open(archive, "w:gz") as packed:
         packed.add(fake / "node-health-check", arcname="node-health-check.sh")
+        packed.add(OPS_SCRIPTS_DIR / "start-run.sh", arcname="start-run.sh")
     objects = {operator_scripts_location(p4d_environment()): str(archive)}
     return objects, hashlib.sha256(archive.read_bytes()).hexdigest()
 

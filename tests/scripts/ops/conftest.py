@@ -1,7 +1,9 @@
 """Stub commands (nvidia-smi, dmesg, systemctl, fi_info, mpirun, gpufleet nccl-report) on PATH for the node scripts.
 
 Each stub's behaviour comes from STUB_* environment variables, and each call is appended to $STUB_LOG, so a test
-can both steer and inspect what a script ran.
+can both steer and inspect what a script ran. The run scripts (start-run.sh, stop-run.sh) and the checkpoint hook
+(save-checkpoint.sh) act on the node's systemd, IMDS and folders instead: they run on the node scripts' fake node
+(the `node` fixture of tests/scripts/node/conftest.py).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from tests.scripts.node.conftest import node  # noqa: F401 (a fixture)
 
 STUBS = {
     # Query output as nvidia-smi prints it with --format=csv,noheader: "value, value", [N/A] where a GPU does not

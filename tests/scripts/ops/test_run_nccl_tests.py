@@ -268,3 +268,22 @@ def test_without_gpufleet_a_log_with_no_table_is_unusable(
     )
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1] == f"run-nccl-tests: error: no nccl-tests table in {tmp_path / 'nccl.log'}"
+
+
+def test_amazons_mpirun_is_called_by_its_absolute_path_before_any_on_path(
+    run_script, calls, stub_dir: Path, hostfile: Path, tmp_path: Path
+) -> None:
+    """Amazon's Open MPI is on PATH only through /etc/profile.d: the script calls /opt/amazon/openmpi/bin/mpirun
+    itself (its absolute path also tells mpirun where orted is on the other hosts), here the stub moved there, with
+    another mpirun first on PATH that must not run. Without Amazon's (the other tests) it takes the one on PATH."""
+    amazon = tmp_path / "root" / "opt" / "amazon" / "openmpi" / "bin"
+    amazon.mkdir(parents=True)
+    (stub_dir / "mpirun").rename(amazon / "mpirun")
+    (stub_dir / "mpirun").write_text('#!/bin/sh\necho "decoy mpirun $*" >> "$STUB_LOG"\nexit 7\n')
+    (stub_dir / "mpirun").chmod(0o755)
+
+    done = run_script("run-nccl-tests.sh", **settings(hostfile, tmp_path))
+
+    assert done.returncode == 0, done.stderr
+    launched = [call.split()[0] for call in calls() if call.split()[0] in ("mpirun", "decoy")]
+    assert launched == ["mpirun", "mpirun"]  # the MIG check, then the benchmark; no decoy

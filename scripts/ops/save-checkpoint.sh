@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# The default checkpoint hook, installed as /usr/local/bin/save-checkpoint (node.checkpoint_hook names it): asks the
-# training processes on this node to save a checkpoint now, and waits a bounded time for each to say it has. Run by
-# the spot watcher (interruption notice, rebalance recommendation, Auto Scaling termination), by the Capacity Block
-# warning, and through SSM Run Command when another node of the environment is warned or when gpufleet removes
-# nodes; GPUFLEET_NOTICE_PATH and GPUFLEET_NOTICE say which.
+# The default checkpoint hook: every node has it as /opt/gpufleet/ops/save-checkpoint.sh (installed at boot by
+# scripts/node/operator-scripts.sh), and the user data links /usr/local/bin/save-checkpoint to it where
+# node.checkpoint_hook names that path (gpufleet/user_data.py). Asks the training processes on this node to save a
+# checkpoint now, and waits a bounded time for each to say it has. Run by the spot watcher (interruption notice,
+# rebalance recommendation, Auto Scaling termination), by the Capacity Block warning, and through SSM Run Command
+# when another node of the environment is warned or when gpufleet removes nodes; GPUFLEET_NOTICE_PATH and
+# GPUFLEET_NOTICE say which.
 #
 # The contract with training code (docs/guides/interruptions.md, in DIR = /run/gpufleet/checkpoint, mode 1777, made
 # at boot by /etc/tmpfiles.d/gpufleet-checkpoint.conf):

@@ -1,12 +1,14 @@
-"""save-checkpoint.sh, the default checkpoint hook, against real processes that keep the contract of
+"""scripts/ops/save-checkpoint.sh, the default checkpoint hook, against real processes that keep the contract of
 docs/guides/interruptions.md: register in /run/gpufleet/checkpoint (under the fake root), take SIGUSR1, read the
-request, acknowledge it."""
+request, acknowledge it. It runs on the node scripts' fake node (tests/scripts/node/conftest.py)."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,10 @@ import pytest
 from gpufleet.catalog import load_catalog
 from gpufleet.checkpoint_hook import hook_command
 from gpufleet.loading import load_named_environment
-from gpufleet.user_data import SETTINGS_FILE, render_user_data
+from gpufleet.user_data import OPS_INSTALL_DIR, SETTINGS_FILE, operator_scripts_archive, render_user_data
+from tests.scripts.ops.test_strict_mode import SCRIPTS_DIR
+
+HOOK = SCRIPTS_DIR / "save-checkpoint.sh"
 
 # A training process as the guide shows it: register, and on SIGUSR1 read the request and (mode "ack") acknowledge
 # it, (mode "ignore") never answer, or (mode "exit") exit without answering. It records each request it read.
@@ -80,7 +85,7 @@ def test_registered_processes_are_signalled_and_the_hook_returns_once_each_ackno
     records = [trainers("rank0"), trainers("rank1")]
 
     result = node.run(
-        "save-checkpoint.sh",
+        HOOK,
         args=["--wait", "20"],
         GPUFLEET_NOTICE_PATH="spot/instance-action",
         GPUFLEET_NOTICE='{"action": "terminate"}',
@@ -103,7 +108,7 @@ def test_registered_processes_are_signalled_and_the_hook_returns_once_each_ackno
 
 
 def test_with_no_process_registered_the_hook_writes_the_request_and_returns_at_once(node, checkpoint_dir):
-    result = node.run("save-checkpoint.sh")
+    result = node.run(HOOK)
 
     request = request_of((checkpoint_dir / "request").read_text())
     assert (request["notice_path"], request["notice"], request["checkpoint_dir"]) == ("manual", "", "")
@@ -118,7 +123,7 @@ def test_with_no_process_registered_the_hook_writes_the_request_and_returns_at_o
 def test_a_process_that_never_acknowledges_ends_the_wait_at_the_deadline_with_status_2(node, checkpoint_dir, trainers):
     record = trainers("slow", mode="ignore")
 
-    result = node.run("save-checkpoint.sh", check=False, args=["--wait", "1"])
+    result = node.run(HOOK, check=False, args=["--wait", "1"])
 
     assert result.returncode == 2
     request = request_of((checkpoint_dir / "request").read_text())
@@ -131,7 +136,7 @@ def test_a_process_that_never_acknowledges_ends_the_wait_at_the_deadline_with_st
 def test_a_process_that_exits_instead_of_acknowledging_ends_the_wait(node, checkpoint_dir, trainers):
     trainers("quitter", mode="exit")
 
-    result = node.run("save-checkpoint.sh", args=["--wait", "20"])
+    result = node.run(HOOK, args=["--wait", "20"])
 
     request_id = request_of((checkpoint_dir / "request").read_text())["id"]
     assert result.stdout.splitlines()[-2:] == [
@@ -144,7 +149,7 @@ def test_an_earlier_acknowledgement_does_not_answer_a_new_request(node, checkpoi
     trainers("rank0", mode="ignore")
     (checkpoint_dir / "rank0.done").write_text("1-1")
 
-    result = node.run("save-checkpoint.sh", check=False, args=["--wait", "1"])
+    result = node.run(HOOK, check=False, args=["--wait", "1"])
 
     assert result.returncode == 2
 
@@ -153,7 +158,7 @@ def test_registrations_that_name_no_live_process_are_skipped(node, checkpoint_di
     (checkpoint_dir / "garbage.pid").write_text("rank zero\n")
     (checkpoint_dir / "gone.pid").write_text("999999999\n")
 
-    result = node.run("save-checkpoint.sh")
+    result = node.run(HOOK)
 
     assert result.stdout.splitlines()[:2] == [
         f"save-checkpoint: {checkpoint_dir}/garbage.pid does not hold a process id; skipped",
@@ -171,7 +176,7 @@ def test_a_registration_by_another_user_than_the_process_owner_is_not_signalled(
         registration.write_text(str(victim.pid))
         os.chown(registration, 65534, 65534)
 
-        result = node.run("save-checkpoint.sh")
+        result = node.run(HOOK)
 
         assert f"save-checkpoint: process {victim.pid} is not owned by the owner of {registration}; skipped" in (
             result.stdout.splitlines()
@@ -191,19 +196,22 @@ def test_a_registration_by_another_user_than_the_process_owner_is_not_signalled(
     ],
 )
 def test_bad_usage_is_one_clear_line(node, checkpoint_dir, args, error):
-    result = node.run("save-checkpoint.sh", check=False, args=args)
+    result = node.run(HOOK, check=False, args=args)
 
     assert (result.returncode, result.stderr) == (1, f"save-checkpoint: error: {error}\n")
     assert not (checkpoint_dir / "request").exists()
 
 
 def test_installed_by_the_user_data_the_hook_answers_the_interruption_fan_outs_command(node, tmp_path):
-    """dev names /usr/local/bin/save-checkpoint: its user data installs the link and the folder on the fake node; the
-    command the fan-out sends (the node's settings, then the hook) reaches a registered process, which acknowledges."""
+    """dev names /usr/local/bin/save-checkpoint: its user data installs the link and the folder on the fake node, and
+    operator-scripts.sh the hook itself at boot (here the archive unpacked as it unpacks it); the command the fan-out
+    sends (the node's settings, then the hook) reaches a registered process, which acknowledges."""
     user_data = tmp_path / "user-data.sh"
     user_data.write_text(render_user_data(load_named_environment("dev"), load_catalog()["p4d.24xlarge"]))
     user_data.chmod(0o755)
     node.run(user_data)
+    with tarfile.open(fileobj=io.BytesIO(operator_scripts_archive()), mode="r:gz") as archive:
+        archive.extractall(node.root / OPS_INSTALL_DIR.lstrip("/"), filter="data")
     settings = node.root / SETTINGS_FILE.lstrip("/")
     # The hook as the node runs it, under the fake root.
     settings.write_text(settings.read_text().replace("/usr/local/bin/", f"{node.root}/usr/local/bin/"))
