@@ -4,6 +4,10 @@
 # it; its README names hwloc-devel for RPM and libhwloc-dev for DPKG distributions); oneDNN needs cmake; the AWS CLI
 # installer is a zip (unzip). python3 reads /etc/gpufleet/versions.json for the node scripts (efa-env.sh) and runs
 # the node's topology check: Ubuntu has it, an Amazon Linux 2 base may not.
+# python3-venv and python3-pip on Ubuntu: a run's --setup makes a virtualenv and installs its packages into it
+# (docs/guides/elastic-training.md), and Debian and Ubuntu leave ensurepip out of python3 ("ensurepip is not available.
+# On Debian/Ubuntu systems, you need to install the python3-venv package", python3 -m venv's own message, seen on a box
+# node, tests/box); Amazon Linux's python3 carries venv and ensurepip itself (unconfirmed).
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "${GPUFLEET_LIB_DIR:-$(dirname "${BASH_SOURCE[0]}")/lib}/common.sh"
@@ -13,7 +17,7 @@ kernel="$(uname -r)"
 
 if is_ubuntu; then
   packages=(build-essential gcc make dkms "linux-headers-$kernel" autoconf automake libtool libhwloc-dev git jq cmake
-    curl ca-certificates gnupg pciutils python3 unzip)
+    curl ca-certificates gnupg pciutils python3 python3-venv python3-pip unzip)
 else
   kernel_version="${kernel%.x86_64}"
   kernel_version="${kernel_version%.aarch64}"
