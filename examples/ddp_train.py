@@ -132,8 +132,11 @@ class CheckpointRequests:
         return bool(flag.item())
 
     def acknowledge(self) -> str | None:
-        self.heard = False
-        if not self.enabled:
+        """Acknowledge, after the save, the request this rank heard. The agreement is cluster-wide but a request is one
+        node's (its hook writes the request file on that node, then signals that node's processes): a rank whose node
+        asked nothing saved with the others and has nothing to acknowledge, and no request file to read."""
+        heard, self.heard = self.heard, False
+        if not (self.enabled and heard):
             return None
         fields = dict(line.split("=", 1) for line in (self.folder / "request").read_text().splitlines())
         (self.folder / f"{self.name}.done").write_text(fields["id"])

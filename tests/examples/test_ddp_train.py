@@ -333,3 +333,31 @@ def test_older_checkpoints_go_and_a_finished_run_started_again_has_nothing_to_do
         {"event": "done", "step": 10},
     ]
 
+
+def test_a_rank_whose_node_asked_nothing_has_nothing_to_acknowledge(tmp_path):
+    """The agreement to save is cluster-wide, a request one node's: the ranks of a node whose hook did not run (no
+    request file there) save with the others and acknowledge nothing; a rank that heard its node's request
+    acknowledges it. Seen on the box (tests/box/test_torchrun_journey.py): every rank of the other node died reading a
+    request file its node never had."""
+    probe = f"""
+import sys
+from pathlib import Path
+sys.path.insert(0, {str(EXAMPLES)!r})
+import torch, ddp_train
+folder = Path({str(tmp_path)!r})
+requests = ddp_train.CheckpointRequests(folder, "ddp-train-rank9", torch.device("cpu"))
+print(requests.acknowledge())
+(folder / "request").write_text("id=1796194756-784\\nnotice_path=spot/instance-action\\n")
+requests.heard = True
+print(requests.acknowledge())
+"""
+    done = subprocess.run(["/usr/bin/python3", "-c", probe], capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["None", "1796194756-784"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == [
+        "ddp-train-rank9.done",
+        "ddp-train-rank9.pid",
+        "request",
+    ]
+    assert (tmp_path / "ddp-train-rank9.done").read_text() == "1796194756-784"
