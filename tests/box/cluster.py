@@ -1,7 +1,7 @@
 """A shipped environment's cluster in the box: its stacks synthesized for real, its nodes booted from the launch
 template's own user data on real systemd nodes, AWS answered by the emulator (tests/box/aws.py).
 
-What stands in for what (docs/guides/cluster-in-a-box.md says it for users):
+What stands in for what (docs/development/cluster-in-a-box.md says it for users):
 - `cdk deploy`: the box publishes the cluster stack's file assets to the emulated CDK assets bucket (as cdk-assets does
   with the stack's assets manifest), makes the cluster user's key with the cluster-user handler's own code
   (stacks/constructs/cluster_user/runtime/handler.py, on_event with a Create request), and records a Spot Fleet
@@ -179,6 +179,8 @@ class BoxCluster:
         shutil.copy(FIXTURES / "fi_info" / "p4d_multiple_interfaces.txt", share / "fi_info.txt")
         shutil.copy(FIXTURES / "nccl" / "p4d_2node_all_reduce.log", share / "all_reduce_perf.log")
         copy_tree(FIXTURES / "nvidia-smi" / "h100-driver580", share / "nvidia-smi")
+        # Debian's torchrun 1.13 on Python 3.11 needs this mend (its docstring); a run's --setup puts it on PYTHONPATH.
+        copy_tree(REPOSITORY / "tests" / "examples" / "debian_torch_shim", share / "debian_torch_shim")
         profile = parse_profile(REPOSITORY / "ami" / "profiles" / f"{self.image_profile}.yaml")
         gpus = {
             "count": self.instance.gpu.count,
@@ -188,6 +190,12 @@ class BoxCluster:
             "topology_capture": f"/usr/share/box/{TOPOLOGY_CAPTURES[self.instance.name]}",
         }
         shutil.copy(FIXTURES / "topo" / TOPOLOGY_CAPTURES[self.instance.name], share)
+        # The stand-ins' record of their calls, which every user's processes append to (mpirun's ranks run as the
+        # cluster user): git keeps no mode but the executable bit, so it is made here.
+        calls = image / "var" / "log" / "box-stand-ins.log"
+        calls.parent.mkdir(parents=True, exist_ok=True)
+        calls.touch()
+        calls.chmod(0o666)
         (image / "etc" / "box").mkdir(parents=True, exist_ok=True)
         (image / "etc" / "box" / "gpus.json").write_text(json.dumps(gpus, indent=1))
         (image / "etc" / "gpufleet").mkdir(parents=True, exist_ok=True)
@@ -273,8 +281,14 @@ class BoxCluster:
 
     # -- nodes -----------------------------------------------------------------------------------------------------
 
-    def launch(self, market: str = "on-demand", extra_addresses: tuple[str, ...] = ()) -> Node:
-        """Launch an instance as the fleet would, and boot its node."""
+    def launch(
+        self,
+        market: str = "on-demand",
+        extra_addresses: tuple[str, ...] = (),
+        files: dict[str, tuple[bytes, int]] | None = None,
+    ) -> Node:
+        """Launch an instance as the fleet would, and boot its node; FILES (path: (content, mode)) go into the node's
+        own layer over the image's (a node whose hardware differs, say)."""
         assert self.aws is not None and self.box is not None and self.launch_template is not None
         ec2 = self.aws.client("ec2")
         tags = {**self.launch_template.instance_tags, FLEET_TAG: self.fleet_id}
@@ -291,8 +305,14 @@ class BoxCluster:
         if market == "spot":
             arguments["InstanceMarketOptions"] = {"MarketType": "spot"}
         instance = ec2.run_instances(**arguments)["Instances"][0]
-        node = self.box.boot(self.node_spec(instance, market, tags, extra_addresses), self.node_files())
-        return node
+        spec = self.node_spec(instance, market, tags, extra_addresses)
+        return self.box.boot(spec, {**self.node_files(), **(files or {})})
+
+    def terminate(self, node: Node) -> None:
+        """EC2 terminates the instance: its node powers off (systemd stops every unit), and the instance is gone."""
+        assert self.aws is not None and self.box is not None
+        self.box.power_off(node)
+        self.aws.client("ec2").terminate_instances(InstanceIds=[node.instance_id])
 
     def node_spec(
         self, instance: dict[str, Any], market: str, tags: dict[str, str], extra_addresses: tuple[str, ...]
@@ -414,6 +434,8 @@ class BoxCluster:
                 **self.aws.environment(),
                 "PATH": os.environ["PATH"],
                 "GPUFLEET_ENVIRONMENTS_DIR": str(self.environments_dir),
+                # This checkout's gpufleet, whichever checkout the virtualenv's editable install points at.
+                "PYTHONPATH": str(REPOSITORY),
             },
             cwd=tempfile.gettempdir(),
         )

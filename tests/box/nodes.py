@@ -1,4 +1,5 @@
-"""Real systemd nodes on a private network: the machinery of the cluster in a box (docs/guides/cluster-in-a-box.md).
+"""Real systemd nodes on a private network: the machinery of the cluster in a box
+(docs/development/cluster-in-a-box.md).
 
 A Box owns one directory. In it: a "switch" network namespace holding a bridge, every node's own network namespace
 with a veth pair whose node end is eth0 on the bridge, every node's overlay upper directory, and the shared directory
@@ -10,7 +11,7 @@ directory named after the box's, so two boxes in two directories never meet. clo
 `make box` call it from finally and a signal handler) and leaves no mount, namespace, veth or cgroup behind.
 
 How this machine runs such nodes, and what it cannot do (memlock, open files, cgroup controllers, sysctl):
-../shared/reference/nodes-in-a-box.md; docs/guides/cluster-in-a-box.md says what that leaves unproven.
+../shared/reference/nodes-in-a-box.md; docs/development/cluster-in-a-box.md says what that leaves unproven.
 """
 
 from __future__ import annotations
@@ -158,6 +159,9 @@ class Box:
         self.directory.mkdir(parents=True, exist_ok=True)
         (self.directory / "nodes").mkdir(exist_ok=True)
         self.shared_dir.mkdir(parents=True, exist_ok=True)
+        # As scripts/node/shared-storage.sh leaves a new file system's root at its first mount (root's, 1777): the box
+        # binds it before boot, so the step finds it mounted and changes nothing.
+        self.shared_dir.chmod(0o1777)
         self.started = True
         self.cgroup.mkdir(exist_ok=True)
         self.switch.touch()

@@ -120,6 +120,10 @@ def ensure_rootfs(progress=print) -> Path:
         (partial / ".complete").write_text(cache_key() + "\n")
         partial.rename(target)
         # Two kept: switching between two branches' package lists builds nothing again.
-        for old in sorted(root.glob("rootfs-*"), key=lambda path: path.stat().st_mtime)[:-KEPT_BUILDS]:
+        builds = sorted(
+            (path for path in root.glob("rootfs-*") if path.is_dir()), key=lambda path: path.stat().st_mtime
+        )
+        for old in builds[:-KEPT_BUILDS]:
             shutil.rmtree(old, ignore_errors=True)
+            old.with_name(old.name + ".log").unlink(missing_ok=True)
     return target

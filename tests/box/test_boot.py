@@ -30,9 +30,9 @@ def test_cloud_init_read_the_user_data_from_the_nodes_metadata_service_and_ran_i
         assert "'X-aws-ec2-metadata-token': 'REDACTED'" in log
         # The script it ran is the launch template's user data, uncompressed (cloud-init: gzip user data is taken "as
         # if it were not compressed").
-        script = (node.root / "var/lib/cloud/instance/scripts/part-001").read_bytes()
-        assert script == gzip.decompress(box_cluster.cluster.launch_template.user_data)
-        assert script.startswith(b"#!/bin/bash\n# gpufleet node user data for environment prod (p4d.24xlarge)")
+        script = node.run("cat", "/var/lib/cloud/instance/scripts/part-001").stdout
+        assert script == gzip.decompress(box_cluster.cluster.launch_template.user_data).decode()
+        assert script.startswith("#!/bin/bash\n# gpufleet node user data for environment prod (p4d.24xlarge)")
 
 
 def test_every_setup_step_ran_and_the_node_said_ready(box_cluster):
