@@ -79,7 +79,13 @@ start_run_unit() {
     return 1
   fi
   chmod 0644 "$body" && mv -f "$body" "$bodies/$run_id.sh" || exit
+  # A unit's processes get the limits systemd gives the unit, not those of /etc/security/limits.d, which pam_limits
+  # applies to logins only (systemd.exec(5), "Process Properties": limits.conf "is not applied to system services"
+  # (unconfirmed wording)): the EFA installer's unlimited memlock there never reaches a run, and libfabric's EFA
+  # provider pins its buffers. The run unit sets what Slurm's own slurmd.service sets for the jobs it starts
+  # (SchedMD slurm, etc/slurmd.service.in: LimitNOFILE=131072, LimitMEMLOCK=infinity, LimitSTACK=infinity).
   if ! systemd-run --unit="gpufleet-run-$run_id" --description="gpufleet run $run_id" \
+    --property=LimitMEMLOCK=infinity --property=LimitNOFILE=131072 --property=LimitSTACK=infinity \
     --uid="$GPUFLEET_CLUSTER_USER" --gid="$GPUFLEET_CLUSTER_USER" "${settings[@]}" \
     --setenv=GPUFLEET_NODE_RANK="$rank" /bin/bash "$bodies/$run_id.sh"; then
     error "run $run_id: could not start gpufleet-run-$run_id"

@@ -115,6 +115,9 @@ def test_a_ready_node_joins_a_run_whose_head_answers_as_the_runs_unit_with_the_n
         [
             f"--unit=gpufleet-run-{RUN_ID}",
             f"--description=gpufleet run {RUN_ID}",
+            "--property=LimitMEMLOCK=infinity",
+            "--property=LimitNOFILE=131072",
+            "--property=LimitSTACK=infinity",
             "--uid=gpufleet",
             "--gid=gpufleet",
             f"--setenv=GPUFLEET_RUN_ID={RUN_ID}",

@@ -95,6 +95,9 @@ def test_each_node_starts_the_unit_with_its_own_rank_from_a_file_of_roots(cluste
         [
             f"--unit={UNIT}",
             f"--description=gpufleet run {RUN_ID}",
+            "--property=LimitMEMLOCK=infinity",
+            "--property=LimitNOFILE=131072",
+            "--property=LimitSTACK=infinity",
             "--uid=gpufleet",
             "--gid=gpufleet",
             f"--setenv=GPUFLEET_RUN_ID={RUN_ID}",
