@@ -60,7 +60,7 @@ lint: setup
 	ruff format --check .
 	mypy
 	lint-imports --no-cache
-	shellcheck scripts/*/*.sh scripts/ami/lib/*.sh tests/box/*.sh tests/box/image/*.sh tests/box/image/layer/*/*/*/*/fi_info tests/box/image/layer/*/*/*/all_reduce_perf tests/box/image/layer/*/*/*/*/amazon-cloudwatch-agent-ctl tests/box/image/layer/etc/profile.d/*.sh
+	shellcheck scripts/*/*.sh scripts/ami/lib/*.sh tests/box/*.sh tests/box/image/*.sh tests/box/image/layer/*/*/*/*/fi_info tests/box/image/nccl-tests/all_reduce_perf tests/box/image/layer/*/*/*/*/amazon-cloudwatch-agent-ctl tests/box/image/layer/etc/profile.d/*.sh
 	packer fmt -check -diff ami/packer
 	site=$$(mktemp -d); trap 'rm -rf "$$site"' EXIT; mkdocs build --strict --site-dir "$$site"
 

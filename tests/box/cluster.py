@@ -22,7 +22,6 @@ What stands in for what (docs/development/cluster-in-a-box.md says it for users)
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import ipaddress
 import json
 import os
@@ -40,8 +39,7 @@ from gpufleet.catalog import load_catalog
 from gpufleet.constants import READINESS_TAG_KEY
 from gpufleet.environment import Environment
 from gpufleet.loading import load_environment
-from gpufleet.user_data import SETTINGS_FILE
-from tests.box.aws import AwsEmulator
+from tests.box.aws import AwsEmulator, instance_credentials
 from tests.box.nodes import Box, Node, NodeSpec, copy_tree
 from tests.box.rootfs import ensure_rootfs
 
@@ -174,6 +172,9 @@ class BoxCluster:
         """The image layer: tests/box/image/layer, the stand-ins' data, versions.json of the environment's profile."""
         image = self.directory / "image"
         copy_tree(IMAGE_LAYER, image)
+        # nccl-tests' stand-in, where scripts/ami/10-nccl-tests.sh builds nccl-tests (build/ is git-ignored).
+        (image / "opt" / "nccl-tests" / "build").mkdir(parents=True, exist_ok=True)
+        shutil.copy(IMAGE_LAYER.parent / "nccl-tests" / "all_reduce_perf", image / "opt" / "nccl-tests" / "build")
         share = image / "usr" / "share" / "box"
         share.mkdir(parents=True, exist_ok=True)
         shutil.copy(FIXTURES / "fi_info" / "p4d_multiple_interfaces.txt", share / "fi_info.txt")
@@ -322,16 +323,6 @@ class BoxCluster:
         address = instance["PrivateIpAddress"]
         mac = instance["NetworkInterfaces"][0]["MacAddress"]
         hostname = "ip-" + address.replace(".", "-") + (".ec2.internal" if env.region == "us-east-1" else "")
-        now = dt.datetime.now(dt.UTC)
-        credentials = {
-            "Code": "Success",
-            "LastUpdated": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "Type": "AWS-HMAC",
-            "AccessKeyId": "ASIABOXNODEKEY000001",
-            "SecretAccessKey": "box-node-secret",
-            "Token": "box-node-session-token",
-            "Expiration": (now + dt.timedelta(hours=6)).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        }
         metadata = {
             "ami-id": self.image_id,
             "hostname": hostname,
@@ -358,15 +349,7 @@ class BoxCluster:
                 }
             },
             "placement": {"availability-zone": env.availability_zone, "region": env.region},
-            "iam": {
-                "info": json.dumps(
-                    {
-                        "Code": "Success",
-                        "InstanceProfileArn": f"arn:aws:iam::{env.account}:instance-profile/{NODE_ROLE}",
-                    }
-                ),
-                "security-credentials": {NODE_ROLE: json.dumps(credentials)},
-            },
+            "iam": instance_credentials(NODE_ROLE, env.account),
         }
         state = {
             "http_tokens": self.launch_template.http_tokens,
@@ -458,7 +441,3 @@ def versions_manifest(profile: Any) -> dict[str, Any]:
         "components": components,
         "paths": {"aws_ofi_nccl_lib": "/opt/amazon/ofi-nccl/lib"},
     }
-
-
-def settings_file() -> str:
-    return SETTINGS_FILE

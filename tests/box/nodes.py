@@ -24,7 +24,7 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +79,6 @@ class Node:
     imds: subprocess.Popen | None = None
     launcher: subprocess.Popen | None = None
     powered_off: bool = False
-    extra_links: list[str] = field(default_factory=list)
 
     @property
     def instance_id(self) -> str:

@@ -22,6 +22,7 @@ import shutil
 import time
 from pathlib import Path
 
+from gpufleet.user_data import SETTINGS_FILE
 from tests.box.journey import journal, started_run, wait_unit_over
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -153,7 +154,7 @@ def test_a_lost_spot_node_costs_a_restart_and_its_replacement_joins(box_cluster)
         "on_notice",
         interruption_warning(spot.instance_id, cluster.env.region, cluster.env.account),
         ENVIRONMENT_NAME=cluster.env.name,
-        SETTINGS_FILE="/etc/gpufleet/node.env",
+        SETTINGS_FILE=SETTINGS_FILE,
     )
     assert line["nodes"] == [head.instance_id]
     # Both hooks run to their end (the spot node's watcher, the head's Run Command) well inside the two minutes.

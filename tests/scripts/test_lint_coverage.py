@@ -22,7 +22,7 @@ def box_shell_scripts() -> set[str]:
     found = set(box.rglob("*.sh"))
     found |= {
         path
-        for path in (box / "image" / "layer").rglob("*")
+        for path in (box / "image").rglob("*")
         if path.is_file() and path.read_bytes().startswith((b"#!/bin/sh\n", b"#!/bin/bash\n"))
     }
     return {str(path.relative_to(REPO)) for path in found}
