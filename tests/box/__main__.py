@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -33,8 +34,16 @@ def up(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, lambda *_: stop.set())
+    pid_file = args.dir / "up.pid"
+    if pid_file.exists() and Path(f"/proc/{pid_file.read_text().strip()}").exists():
+        print(f"box: a box is up in {args.dir} already (make box-down takes it down)", file=sys.stderr)
+        return 1
+    # What an earlier box left there (its synthesis, logs, node layers) goes; a mount left by a box that was killed
+    # makes this fail rather than be deleted through.
+    if args.dir.exists():
+        shutil.rmtree(args.dir)
     cluster = BoxCluster(args.dir, args.environment)
-    (args.dir).mkdir(parents=True, exist_ok=True)
+    args.dir.mkdir(parents=True)
     (args.dir / "up.pid").write_text(f"{os.getpid()}\n")
     try:
         cluster.start(progress=lambda *words: print(*words, flush=True))
@@ -53,9 +62,10 @@ def up(args: argparse.Namespace) -> int:
         print(
             f"\nbox: up in {args.dir}. A root shell on node 0: make box-shell NODE=0 (or python -m tests.box shell 0)"
         )
+        exports = {**cluster.aws.environment(), "GPUFLEET_ENVIRONMENTS_DIR": str(cluster.environments_dir)}
+        (args.dir / "operator.env").write_text("".join(f"export {name}={value}\n" for name, value in exports.items()))
         print(
-            f"box: the operator's view: AWS_ENDPOINT_URL={cluster.aws.url} "
-            f"GPUFLEET_ENVIRONMENTS_DIR={cluster.environments_dir} gpufleet status {cluster.env.name} "
+            f"box: the operator's view: . {args.dir / 'operator.env'} && gpufleet status {cluster.env.name} "
             f"--fleet-id {cluster.fleet_id}"
         )
         print("box: Ctrl-C or make box-down takes it down", flush=True)

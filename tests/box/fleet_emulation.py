@@ -82,7 +82,6 @@ def _describe_spot_fleet_instances(self: SpotRequestBackend, spot_fleet_request_
     if not fleet:
         return []
     instances = fleet_instances(fleet)
-    fleet.fulfilled_capacity = float(len(instances))
     # moto's answer reads a spot request's id and instance; an on-demand instance has no spot request (its entry
     # carries the instance alone in AWS's answer: the id here is left empty).
     return [
@@ -91,7 +90,13 @@ def _describe_spot_fleet_instances(self: SpotRequestBackend, spot_fleet_request_
     ]
 
 
+def _fulfilled_capacity(fleet: SpotFleetRequest) -> float:
+    return float(len(fleet_instances(fleet)))
+
+
 def install() -> None:
+    # moto sets the attribute in __init__; the property ignores that and counts the box's instances when asked.
+    SpotFleetRequest.fulfilled_capacity = property(_fulfilled_capacity, lambda fleet, value: None)  # type: ignore[assignment]
     SpotFleets.describe_spot_fleet_request_history = _describe_spot_fleet_request_history  # type: ignore[attr-defined]
     SpotFleetRequest.create_spot_requests = lambda self, weight_to_add: None  # type: ignore[method-assign]
     SpotRequestBackend.describe_spot_fleet_instances = _describe_spot_fleet_instances  # type: ignore[method-assign]

@@ -61,5 +61,8 @@ def test_status_shows_both_nodes_ready(box_cluster):
     cluster = box_cluster.cluster
     done = cluster.gpufleet("status", "prod", "--fleet-id", cluster.fleet_id)
     assert done.returncode == 0, done.stderr
-    print(done.stdout)
-    assert box_cluster.head.instance_id in done.stdout
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith(f"Fleet {cluster.fleet_id} (prod, us-east-1): active, activity -, fulfilled 2/8")
+    for node, market in ((box_cluster.head, "on-demand"), (box_cluster.spot, "spot")):
+        (row,) = [line.split() for line in lines if line.startswith(node.instance_id)]
+        assert (row[1], row[4], row[7], row[8]) == (market, node.spec.address, "running", "ready")
