@@ -9,7 +9,7 @@ What stands in for what (docs/development/cluster-in-a-box.md says it for users)
 - EC2's fleet (launching, replacing, interrupting instances): BoxCluster.launch and interrupt. This is AWS behaviour
   nothing offline reproduces: the box launches what a test asks for, with RunInstances against the emulator (spot
   through InstanceMarketOptions, as EC2 marks them), tagged as the launch template tags instances plus
-  aws:ec2spot:fleet-request-id, the tag Spot Fleet puts on its instances.
+  aws:ec2spot:fleet-request-id, the box's record of the fleet (tests/box/fleet_emulation.py).
 - An instance: a box node with the instance's id, address, MAC and lifecycle in its metadata service, the launch
   template's MetadataOptions (HttpTokens, InstanceMetadataTags) and instance tags, its user data and the node role's
   credentials.

@@ -6,10 +6,10 @@ where moto's backends live.
 Patched in moto 5.2.5 (moto/ec2/models/spot_requests.py):
 - SpotFleetRequest.create_spot_requests launches nothing: a box fleet's instances are the box's.
 - describe_spot_fleet_instances lists the instances tagged aws:ec2spot:fleet-request-id with the request's id that
-  are pending or running, spot and on-demand alike ("Spot Fleet ... tags the instances it launches with
-  aws:ec2spot:fleet-request-id", EC2 user guide, "Tag a Spot Fleet"; DescribeSpotFleetInstances "Describes the running
-  instances for the specified Spot Fleet", botocore's ec2 model), as Spot Fleet lists the on-demand part of its
-  capacity beside the spot part.
+  are pending or running, spot and on-demand alike (DescribeSpotFleetInstances "Describes the running instances for
+  the specified Spot Fleet", botocore's ec2 model), as Spot Fleet lists the on-demand part of its capacity beside the
+  spot part. That EC2 itself tags a fleet's instances with aws:ec2spot:fleet-request-id is (unconfirmed): here it is
+  the box's own record of which fleet launched an instance.
 - the request's FulfilledCapacity is the number of those instances (one unit each: the box's fleets weigh every
   instance 1).
 - DescribeSpotFleetRequestHistory, which moto lacks: an instanceChange "launched" record for every instance of the
