@@ -15,20 +15,26 @@
 #   GPUFLEET_CLUSTER_KEY_SECRET with the AWS CLI and the node role's credentials. It is written to a file and nowhere
 #   else: never printed, logged or kept in a variable.
 # - authorized_keys: its public key, usable from the node subnet only (from="CIDR": sshd(8), AUTHORIZED_KEYS FILE
-#   FORMAT, "from=pattern-list", CIDR address/masklen).
+#   FORMAT, "from=pattern-list", CIDR address/masklen), in /etc/ssh/gpufleet-authorized-keys/USER, which only root
+#   writes; sshd reads the cluster user's keys from there alone, and lets root in by no key (the block this script
+#   keeps at the end of sshd_config).
 # - ~/.ssh/config: no host key check and no known_hosts for hosts in the node subnet, which cluster-address.sh
 #   decides for ssh (Match exec); a new node takes the address of an old one with another host key. Host keys stay
 #   checked everywhere else. After ParallelCluster (aws-parallelcluster-cookbook: cluster_user.rb, platform.rb's
 #   openssh client settings, ssh_target_checker.sh), which checks the VPC's CIDR blocks; here the node subnet's,
 #   where every node of the environment is (EFA reaches only its own subnet).
-# - sshd: the image build deletes the host keys (scripts/ami/14-cleanup.sh), so missing ones are made
+# - sshd: the image build deletes the host keys (scripts/ami/16-cleanup.sh), so missing ones are made
 #   (ssh-keygen -A: "for each of the key types ... for which host keys do not exist, generate the host keys",
-#   ssh-keygen(1)) before sshd is started.
+#   ssh-keygen(1)) before sshd is started or reloaded.
 # The node subnet and the region come from IMDSv2 (network/interfaces/macs/MAC/subnet-ipv4-cidr-block,
 # placement/region: EC2 user guide, instancedata-data-categories).
 set -euo pipefail
 # shellcheck source=../lib/helpers.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
+
+# The cluster key's authorized_keys, one file a user, root's; sshd's configuration, which gets gpufleet's block.
+readonly KEYS_DIR=/etc/ssh/gpufleet-authorized-keys SSHD_CONFIG=/etc/ssh/sshd_config
+readonly CONFIG_BEGIN="# BEGIN gpufleet cluster-user.sh" CONFIG_END="# END gpufleet cluster-user.sh"
 
 require_settings "$NODE_SETTINGS" GPUFLEET_CLUSTER_USER GPUFLEET_CLUSTER_UID GPUFLEET_CLUSTER_HOME \
   GPUFLEET_CLUSTER_KEY_SECRET
@@ -124,20 +130,54 @@ file=$(mktemp "$1/$2.XXXXXX")
 cat >"$file"
 chmod "$3" "$file"
 mv -f "$file" "$1/$2"'
-for entry in id_ed25519:0600:key id_ed25519.pub:0644:id_ed25519.pub authorized_keys:0600:authorized_keys \
-  config:0600:config; do
+for entry in id_ed25519:0600:key id_ed25519.pub:0644:id_ed25519.pub config:0600:config; do
   IFS=: read -r name mode source <<<"$entry"
   runuser -u "$user" -- sh -c "$write_as_user" sh "${GPUFLEET_ROOT:-}$home/.ssh" "$name" "$mode" <"$work/$source" ||
     die "could not write $home/.ssh/$name as $user"
 done
-log "$user trusts its key from $subnet, where host keys are not checked"
 
+# The keys sshd accepts for the cluster user are in a file only root writes (KEYS_DIR/USER), not in the user's
+# ~/.ssh/authorized_keys, which any of its processes could change; and root logs in with no key at all. Both are a
+# block of sshd's own configuration, replaced whole at every boot between its marker lines and appended at the end,
+# where Match blocks belong (sshd_config(5), Match: "If all of the criteria on the Match line are satisfied, the
+# keywords on the following lines override those set in the global section of the config file, until either another
+# Match line or the end of the file"; AuthorizedKeysFile and PermitRootLogin are among the keywords a Match block
+# takes, and %u is the user's name, TOKENS). The file is checked with `sshd -t` before it is put in place.
+keys_dir=${GPUFLEET_ROOT:-}$KEYS_DIR
+install -d -m 0755 "$keys_dir"
+keys=$(mktemp "$keys_dir/.$user.XXXXXX")
+cp "$work/authorized_keys" "$keys"
+chmod 0644 "$keys"
+mv -f "$keys" "$keys_dir/$user"
+sshd_config=${GPUFLEET_ROOT:-}$SSHD_CONFIG
+new_config=$(mktemp "$sshd_config.XXXXXX")
+sed "/^$CONFIG_BEGIN\$/,/^$CONFIG_END\$/d" "$sshd_config" >"$new_config"
+cat >>"$new_config" <<EOF
+$CONFIG_BEGIN
+Match User root
+  PermitRootLogin no
+Match User $user
+  AuthorizedKeysFile $KEYS_DIR/%u
+$CONFIG_END
+EOF
+chmod 0644 "$new_config"
 ssh-keygen -A
+# sshd -t needs its privilege separation directory, which Debian's and Ubuntu's ssh.service make at its start.
+mkdir -p "${GPUFLEET_ROOT:-}/run/sshd"
+if ! sshd -t -f "$new_config"; then
+  rm -f "$new_config"
+  die "sshd refuses its configuration with gpufleet's block (sshd -t above): $SSHD_CONFIG left as it was"
+fi
+mv -f "$new_config" "$sshd_config"
+log "$user logs in with its key from $subnet ($KEYS_DIR/$user), where host keys are not checked; root logs in by no key"
+
 # sshd may have failed before this step: an image whose host keys the build deleted, on a base image that does not
 # make new ones at boot, fails sshd's start until the keys exist, and systemd stops trying after five failures in ten
 # seconds ("Start request repeated too quickly", systemd.unit(5) StartLimitBurst=/StartLimitIntervalSec= defaults);
-# reset-failed clears that count. Debian and Ubuntu name the unit ssh.service (sshd.service is its alias).
+# reset-failed clears that count. Debian and Ubuntu name the unit ssh.service (sshd.service is its alias). A running
+# sshd reads its configuration again on reload (SIGHUP: sshd(8)).
 for unit in sshd.service ssh.service; do
   systemctl reset-failed "$unit" 2>/dev/null || true
 done
-systemctl start sshd.service 2>/dev/null || systemctl start ssh.service || die "cannot start sshd"
+systemctl reload-or-restart sshd.service 2>/dev/null || systemctl reload-or-restart ssh.service ||
+  die "cannot start sshd"

@@ -82,6 +82,54 @@ def test_a_linked_ssh_folder_does_not_make_roots_keys_the_cluster_users(box_clus
     assert login.returncode != 0 and login.stdout == ""
 
 
+def ssh_as_user(node, target: str, user: str, key: str = "~/.ssh/id_ed25519"):
+    return node.run(
+        "ssh",
+        "-i",
+        key.replace("~", HOME),
+        "-o",
+        "BatchMode=yes",
+        "-o",
+        "ConnectTimeout=5",
+        "-o",
+        "StrictHostKeyChecking=no",
+        "-o",
+        "UserKnownHostsFile=/dev/null",
+        f"{user}@{target}",
+        "id -u",
+        user=USER,
+    )
+
+
+def test_sshd_takes_the_cluster_users_keys_from_roots_file_only(box_cluster, restored_home):
+    """A key the cluster user adds to its own ~/.ssh/authorized_keys lets no one in: sshd reads the user's keys from
+    /etc/ssh/gpufleet-authorized-keys/gpufleet, which only root writes; the cluster key still does."""
+    head, spot = box_cluster.head, box_cluster.spot
+    as_user(spot, f"ssh-keygen -q -t ed25519 -N '' -f {HOME}/planted")
+    as_user(head, f"cat {HOME}/planted.pub >> {HOME}/.ssh/authorized_keys")
+
+    planted = ssh_as_user(spot, head.spec.address, USER, key=f"{HOME}/planted")
+    cluster_key = ssh_as_user(spot, head.spec.address, USER)
+
+    assert (planted.returncode, planted.stdout) == (255, "")
+    assert (cluster_key.returncode, cluster_key.stdout) == (0, "2000\n")
+    as_user(head, f"rm -f {HOME}/planted {HOME}/planted.pub")
+
+
+def test_root_logs_in_by_no_key_even_one_it_trusts(box_cluster):
+    """Root's own authorized_keys holding the cluster key (an administrator's copy, or any way a key got there) still
+    lets no one in as root: the block cluster-user.sh keeps in sshd_config says PermitRootLogin no for root."""
+    head, spot = box_cluster.head, box_cluster.spot
+    public = head.run("cat", f"{HOME}/.ssh/id_ed25519.pub").stdout
+    head.sh(f"mkdir -p -m 0700 /root/.ssh && printf '%s' {shlex.quote(public)} > /root/.ssh/authorized_keys")
+    try:
+        login = ssh_as_user(spot, head.spec.address, "root")
+        assert (login.returncode, login.stdout) == (255, "")
+    finally:
+        head.run("rm", "-f", "/root/.ssh/authorized_keys")
+    assert head.run("sshd", "-T", "-C", "user=root,host=x,addr=10.50.0.5").stdout.count("permitrootlogin no") == 1
+
+
 def test_linked_key_files_do_not_lead_root_to_another_file(box_cluster, secret_file, restored_home):
     """The key files as links to a root-only file: root's setup must neither write through them nor chmod them."""
     head = box_cluster.head

@@ -15,6 +15,8 @@ from tests.scripts.fake_bin import install_fakes
 
 SCRIPTS_DIR = Path(__file__).resolve().parents[3] / "scripts" / "node"
 FAKE_COMMANDS = Path(__file__).with_name("fake_commands.py")
+# The head of Debian's and Ubuntu's sshd_config (openssh-server's), which a fake node's image carries.
+SSHD_CONFIG = "Include /etc/ssh/sshd_config.d/*.conf\nKbdInteractiveAuthentication no\nUsePAM yes\n"
 FAKED = (
     "lsblk",
     "udevadm",
@@ -34,6 +36,7 @@ FAKED = (
     "chown",
     "ssh-keygen",
     "runuser",
+    "sshd",
 )
 
 
@@ -90,6 +93,9 @@ def node(tmp_path: Path) -> FakeNode:
     python3.chmod(0o755)
     root = tmp_path / "root"
     root.mkdir()
+    # The image's sshd configuration, which cluster-user.sh ends with its block.
+    (root / "etc/ssh").mkdir(parents=True)
+    (root / "etc/ssh/sshd_config").write_text(SSHD_CONFIG)
     fake = FakeNode(root, bin_dir, tmp_path / "state.json", tmp_path / "calls.log")
     fake.set_state()
     return fake

@@ -635,6 +635,17 @@ def runuser(args: list[str], state: dict) -> int:
     return subprocess.run(args[3:], check=False).returncode
 
 
+def sshd(args: list[str], state: dict) -> int:
+    """sshd -t -f FILE: the configuration check. The state's sshd_refuses names a line that makes it fail (with sshd's
+    own form of message); the real sshd reads the real block on the box's nodes (tests/box)."""
+    assert args[:2] == ["-t", "-f"], args
+    refused = state.get("sshd_refuses")
+    if refused and refused in Path(args[2]).read_text():
+        print(f"{args[2]} line 1: Bad configuration option: {refused}", file=sys.stderr)
+        return 255
+    return 0
+
+
 COMMANDS = {
     "lsblk": lsblk,
     "udevadm": udevadm,
@@ -656,6 +667,7 @@ COMMANDS = {
     "ssh-keygen": ssh_keygen,
     "node-health-check": node_health_check,
     "runuser": runuser,
+    "sshd": sshd,
 }
 
 if __name__ == "__main__":

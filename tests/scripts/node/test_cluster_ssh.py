@@ -1,7 +1,7 @@
 """The cluster user's SSH trust with the real tools: cluster-user.sh (on a fake node: fake IMDS, AWS CLI and account
-tools) writes the key, authorized_keys and SSH client configuration; then two real sshd instances on loopback
-addresses stand for two nodes, and real Open MPI (Debian's openmpi-bin) launches a command on both through real ssh
-with that configuration, with no prompt.
+tools) writes the key, the SSH client configuration and root's authorized_keys file for the user; then two real sshd
+instances on loopback addresses stand for two nodes, and real Open MPI (Debian's openmpi-bin) launches a command on both
+through real ssh with that configuration, with no prompt.
 
 Loopback stands in for the node subnet: the fake IMDS gives 127.0.0.0/8 as the subnet, so the generated
 configuration's checker (cluster-address.sh) and authorized_keys' from= treat the two sshd addresses as the cluster's.
@@ -149,7 +149,7 @@ def nodes(node, tmp_path) -> Iterator[Nodes]:
     host_key = directory / "ssh_host_ed25519_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key)], check=True)
     ports = {address: free_port(address) for address in ADDRESSES}
-    authorized_keys = node.root / "home/gpufleet/.ssh/authorized_keys"
+    authorized_keys = node.root / "etc/ssh/gpufleet-authorized-keys/gpufleet"
     started = []
     try:
         for address, port in ports.items():

@@ -7,7 +7,7 @@ import pytest
 
 from tests.scripts.fake_bin import install_fakes
 from tests.scripts.node.conftest import CLUSTER_NODE_METADATA as NODE_METADATA
-from tests.scripts.node.conftest import FAKE_COMMANDS, SCRIPTS_DIR
+from tests.scripts.node.conftest import FAKE_COMMANDS, SCRIPTS_DIR, SSHD_CONFIG
 
 SECRET = "gpufleet-lab-cluster-user-key"
 SETTINGS = {
@@ -17,6 +17,16 @@ SETTINGS = {
     "GPUFLEET_CLUSTER_KEY_SECRET": SECRET,
     "GPUFLEET_IMDS_URL": "http://imds.test",
 }
+
+
+BLOCK = (
+    "# BEGIN gpufleet cluster-user.sh\n"
+    "Match User root\n"
+    "  PermitRootLogin no\n"
+    "Match User gpufleet\n"
+    "  AuthorizedKeysFile /etc/ssh/gpufleet-authorized-keys/%u\n"
+    "# END gpufleet cluster-user.sh\n"
+)
 
 
 @pytest.fixture
@@ -52,18 +62,18 @@ def test_installs_the_secrets_key_and_trusts_it_from_the_node_subnet_only(cluste
     # ssh and sshd do in test_cluster_ssh.py).
     assert (ssh / "id_ed25519").read_text() == private_key + "\n"
     assert (ssh / "id_ed25519.pub").read_text() == f"{public_key} gpufleet\n"
-    assert (ssh / "authorized_keys").read_text() == f'from="10.40.0.0/20" {public_key} gpufleet\n'
     modes = {path.name: oct(path.stat().st_mode & 0o777) for path in [ssh, *ssh.iterdir()]}
-    assert modes == {
-        ".ssh": "0o700",
-        "id_ed25519": "0o600",
-        "id_ed25519.pub": "0o644",
-        "authorized_keys": "0o600",
-        "config": "0o600",
+    assert modes == {".ssh": "0o700", "id_ed25519": "0o600", "id_ed25519.pub": "0o644", "config": "0o600"}
+    # sshd takes the cluster user's keys from a file only root writes, not from the user's home.
+    keys = cluster_node.root / "etc/ssh/gpufleet-authorized-keys"
+    assert (keys / "gpufleet").read_text() == f'from="10.40.0.0/20" {public_key} gpufleet\n'
+    assert {path.name: oct(path.stat().st_mode & 0o777) for path in [keys, *keys.iterdir()]} == {
+        "gpufleet-authorized-keys": "0o755",
+        "gpufleet": "0o644",
     }
     # Root chowns the home, in a directory of its own; every file under it is written by a process of the user's.
     assert cluster_node.calls("chown") == [["2000:2000", str(ssh.parent)]]
-    assert [call[:3] for call in cluster_node.calls("runuser")] == [["-u", "gpufleet", "--"]] * 4
+    assert [call[:3] for call in cluster_node.calls("runuser")] == [["-u", "gpufleet", "--"]] * 3
     assert cluster_node.calls("aws") == [
         [
             "secretsmanager",
@@ -80,7 +90,8 @@ def test_installs_the_secrets_key_and_trusts_it_from_the_node_subnet_only(cluste
     ]
     assert result.stdout == (
         "cluster-user: created user gpufleet (uid 2000)\n"
-        "cluster-user: gpufleet trusts its key from 10.40.0.0/20, where host keys are not checked\n"
+        "cluster-user: gpufleet logs in with its key from 10.40.0.0/20 (/etc/ssh/gpufleet-authorized-keys/gpufleet), "
+        "where host keys are not checked; root logs in by no key\n"
     )
     assert "PRIVATE KEY" not in result.stdout + result.stderr
 
@@ -98,15 +109,43 @@ def test_relaxes_host_key_checking_for_the_node_subnet_only(cluster_node):
     )
 
 
-def test_makes_missing_host_keys_and_starts_sshd(cluster_node):
+def test_makes_missing_host_keys_and_starts_or_reloads_sshd(cluster_node):
     set_up(cluster_node)
 
     assert cluster_node.calls("ssh-keygen")[-1] == ["-A"]
     assert cluster_node.calls("systemctl") == [
         ["reset-failed", "sshd.service"],
         ["reset-failed", "ssh.service"],
-        ["start", "sshd.service"],
+        ["reload-or-restart", "sshd.service"],
     ]
+
+
+def test_sshd_takes_the_keys_from_roots_file_and_lets_root_in_by_no_key(cluster_node):
+    set_up(cluster_node)
+    set_up(cluster_node)
+
+    # The block once, at the end, whatever ran before; checked by sshd -t first.
+    assert (cluster_node.root / "etc/ssh/sshd_config").read_text() == SSHD_CONFIG + BLOCK
+    (check,) = cluster_node.calls("sshd")[-1:]
+    assert check[:2] == ["-t", "-f"]
+
+
+def test_a_configuration_sshd_refuses_is_not_put_in_place(cluster_node):
+    cluster_node.set_state(imds=NODE_METADATA, secrets=cluster_node.state["secrets"], sshd_refuses="AuthorizedKeysFile")
+
+    result = set_up(cluster_node, check=False)
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        "cluster-user: error: sshd refuses its configuration with gpufleet's block (sshd -t above): "
+        "/etc/ssh/sshd_config left as it was"
+    )
+    assert (cluster_node.root / "etc/ssh/sshd_config").read_text() == SSHD_CONFIG
+    assert sorted(path.name for path in (cluster_node.root / "etc/ssh").iterdir()) == [
+        "gpufleet-authorized-keys",
+        "sshd_config",
+    ]
+    assert cluster_node.calls("systemctl") == []
 
 
 def test_running_again_keeps_the_user_and_rewrites_the_same_files(cluster_node):
@@ -121,7 +160,6 @@ def test_running_again_keeps_the_user_and_rewrites_the_same_files(cluster_node):
 
 
 def test_an_image_whose_user_has_another_uid_is_refused(cluster_node):
-    (cluster_node.root / "etc").mkdir()
     (cluster_node.root / "etc/passwd").write_text("gpufleet:x:1001:1001::/home/gpufleet:/bin/bash\n")
 
     result = set_up(cluster_node, check=False)
@@ -134,7 +172,6 @@ def test_an_image_whose_user_has_another_uid_is_refused(cluster_node):
 
 
 def test_an_image_that_gives_the_uid_to_another_user_is_refused(cluster_node):
-    (cluster_node.root / "etc").mkdir()
     (cluster_node.root / "etc/passwd").write_text("builder:x:2000:2000::/home/builder:/bin/sh\n")
 
     result = set_up(cluster_node, check=False)
@@ -145,7 +182,6 @@ def test_an_image_that_gives_the_uid_to_another_user_is_refused(cluster_node):
 
 
 def test_an_existing_group_of_the_users_name_and_gid_is_used(cluster_node):
-    (cluster_node.root / "etc").mkdir()
     (cluster_node.root / "etc/group").write_text("gpufleet:x:2000:\n")
 
     set_up(cluster_node)
@@ -232,7 +268,7 @@ def test_a_home_on_shared_storage_is_made_once_and_found_by_every_other_node(clu
     assert oct(home.stat().st_mode & 0o777) == "0o750"
     assert sorted(path.name for path in home.iterdir()) == [".ssh", "train.py"]
     assert {path.name: path.read_bytes() for path in (home / ".ssh").iterdir()} == first
-    assert sorted(first) == ["authorized_keys", "config", "id_ed25519", "id_ed25519.pub"]
+    assert sorted(first) == ["config", "id_ed25519", "id_ed25519.pub"]
 
 
 def test_a_home_that_is_no_absolute_path_is_refused(cluster_node):
