@@ -1,8 +1,8 @@
 """The EKS cluster of an environment with flavour: eks: the cluster (aws_eks_v2, access entries only), a small system
 node group, and one GPU managed node group per capacity type (on-demand and spot, or a Capacity Block), each from its
 own launch template (stacks/constructs/eks_node_launch_template.py) with EFA interfaces in the environment's placement
-group (a Capacity Block's: placed by EC2), and the add-ons (stacks/constructs/eks_add_ons.py) through aws_eks_v2's
-kubectl handler."""
+group (a Capacity Block's: placed by EC2), the EKS Pod Identity agent and the VPC CNI as EKS add-ons made before any
+node, and the add-ons (stacks/constructs/eks_add_ons.py) through aws_eks_v2's kubectl handler."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from gpufleet.constants import (
 from gpufleet.environment import Environment
 from gpufleet.rules import LOG_RETENTION_DAYS
 from stacks.constructs.efa_security_group import EfaSecurityGroup
-from stacks.constructs.eks_add_ons import ClusterFileSystem, EksAddOns
+from stacks.constructs.eks_add_ons import ClusterFileSystem, EksAddOns, PodIdentityAddOns
 from stacks.constructs.eks_node_launch_template import EksNodeLaunchTemplate
 from stacks.constructs.shared_storage_access import SharedFileSystem, SharedStorageAccess
 from stacks.networking import import_network
@@ -52,9 +52,13 @@ EFA_NODE_LABEL = {EKS_EFA_NODE_LABEL: "true"}
 GPU_NODE_TAINT = eks.TaintSpec(
     effect=eks.TaintEffect.NO_SCHEDULE, key=EKS_GPU_NODE_TAINT_KEY, value=EKS_GPU_NODE_TAINT_VALUE
 )
-# What every managed node needs, the policies aws_eks_v2 2.275 gives the role it makes for a node group
-# (managed-nodegroup.js): joining the cluster, the VPC CNI's interfaces and addresses, pulling images from ECR.
-NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly")
+# What the nodes themselves need (EKS user guide, create-node-role): kubelet's EC2 reads and the Pod Identity agent's
+# eks-auth:AssumeRoleForPodIdentity (AmazonEKSWorkerNodePolicy), pulling images from ECR. Not AmazonEKS_CNI_Policy,
+# which aws_eks_v2 2.275 also gives the node role it makes (managed-nodegroup.js): its ec2:*NetworkInterface actions
+# (EKS user guide, security-iam-awsmanpol) apply to every interface in the account (issue 29; the policy document
+# itself not read: unconfirmed), and whatever reaches the node role's credentials would have them. The VPC CNI gets it
+# on a role of its own through EKS Pod Identity (stacks/constructs/eks_add_ons.py PodIdentityAddOns).
+NODE_MANAGED_POLICIES = ("AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly")
 # Every control-plane log type, so that the API server's and the authenticator's decisions are kept (cdk-nag
 # AwsSolutions-EKS2).
 CLUSTER_LOGGING = [
@@ -178,24 +182,31 @@ class EksClusterStack(cdk.Stack):
                 "interfaces and security groups), maintained by AWS as EKS changes",
             )
         )
+        # The Pod Identity agent and the VPC CNI with its own role, before any node (PodIdentityAddOns' boot order).
+        pod_identity = PodIdentityAddOns(self, "PodIdentity", cluster=self.cluster)
+        before_nodes = [pod_identity.agent, pod_identity.vpc_cni]
         # One role for every node group: the nodes of an environment need the same, and access entries follow it.
         node_role = iam.Role(
             self,
             "NodeRole",
             assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"),
-            description=f"gpufleet {environment.name} EKS nodes: join the cluster, VPC CNI, ECR images",
+            description=f"gpufleet {environment.name} EKS nodes: join the cluster, ECR images",
             managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(name) for name in NODE_MANAGED_POLICIES],
         )
+        # On a deployed cluster the node role loses AmazonEKS_CNI_Policy only once aws-node has its own role.
+        node_role.node.add_dependency(pod_identity.vpc_cni)
         for policy in NODE_MANAGED_POLICIES:
             cdk.Validations.of(node_role).acknowledge(
                 cdk.Acknowledgment(
                     id=f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{policy}]",
-                    reason="A policy EKS documents for managed nodes (joining the cluster, the VPC CNI, pulling from "
-                    "ECR), maintained by AWS as EKS changes",
+                    reason="A policy EKS documents for managed nodes (joining the cluster and the Pod Identity agent, "
+                    "pulling from ECR), maintained by AWS as EKS changes",
                 )
             )
         system = settings.system_nodes
-        self.cluster.add_nodegroup_capacity(
+        # No launch template: EKS's own for an AL2023 managed node group, whose hop limit is 1 (EKS user guide, al2023;
+        # its launch-templates page says only that EKS sets it: docs/design-eks.md, "What pods reach").
+        system_nodes = self.cluster.add_nodegroup_capacity(
             "SystemNodes",
             instance_types=[ec2.InstanceType(system.instance_type)],
             ami_type=eks.NodegroupAmiType.AL2023_X86_64_STANDARD,
@@ -205,6 +216,7 @@ class EksClusterStack(cdk.Stack):
             subnets=node_subnets,
             node_role=node_role,
         )
+        system_nodes.node.add_dependency(*before_nodes)
 
         efa_security_group = EfaSecurityGroup(self, "EfaSecurityGroup", vpc=vpc)
         placement_group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
@@ -232,7 +244,7 @@ class EksClusterStack(cdk.Stack):
                 hugepages_mib=EKS_GPU_NODE_HUGEPAGES_MIB if environment.efa else 0,
                 node_tags=node_tags,
             ).launch_template
-            self.cluster.add_nodegroup_capacity(
+            gpu_nodes = self.cluster.add_nodegroup_capacity(
                 f"{group.name}GpuNodes",
                 ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
                 capacity_type=group.capacity_type,
@@ -247,6 +259,7 @@ class EksClusterStack(cdk.Stack):
                 taints=[GPU_NODE_TAINT],
                 node_role=node_role,
             )
+            gpu_nodes.node.add_dependency(*before_nodes)
         # Where the GPU nodes are, as the fleet flavour's cluster stack says it (gpufleet summary reads it).
         cdk.CfnOutput(self, AVAILABILITY_ZONE_OUTPUT_KEY, value=environment.availability_zone)
         if needs_kubectl:

@@ -1,7 +1,9 @@
 """What gpufleet installs into an EKS cluster through aws_eks_v2's kubectl handler, each at a pinned version with the
 upstream bug it avoids next to it (sources: docs/design-eks.md, "Device plugins", "Kubeflow MPI operator"):
 the EFA device plugin, the NVIDIA device plugin, the Kubeflow MPI operator (a vendored local chart) and the
-FSx for Lustre CSI driver with the environment's file system as a PersistentVolume and a claim pods mount."""
+FSx for Lustre CSI driver with the environment's file system as a PersistentVolume and a claim pods mount. And, as EKS
+add-ons every eks cluster gets, the EKS Pod Identity agent and the VPC CNI with a role of its own (PodIdentityAddOns:
+docs/design-eks.md, "What pods reach")."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from typing import cast
 
 import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import custom_resources as cr
 from constructs import Construct
@@ -62,7 +65,11 @@ MPI_OPERATOR_NAMESPACE = "mpi-operator"
 # Chart.yaml; repository from docs/install.md). Only the node component: a PersistentVolume of an existing file system
 # (static provisioning, examples/kubernetes/static_provisioning) is mounted by the node plugin; the controller only
 # creates and deletes file systems, which would need an IAM role with FSx permissions. The node DaemonSet tolerates
-# every taint by default (values.yaml node.tolerateAllTaints), so it runs on the GPU nodes.
+# every taint by default (values.yaml node.tolerateAllTaints), so it runs on the GPU nodes. It is not a host-network
+# pod (templates/node-daemonset.yaml), so with the GPU nodes' hop limit 1 IMDS does not answer it: node.region sets
+# its AWS_REGION, without which it asks IMDS for the region at start and falls back to the Kubernetes API only after
+# that call fails (pkg/driver/node.go newNodeService, pkg/cloud/metadata.go NewMetadataService); its node id comes
+# from CSI_NODE_NAME, which the chart sets (NodeGetInfo). It calls no AWS API: a mount needs none.
 FSX_CSI_REPOSITORY = "https://kubernetes-sigs.github.io/aws-fsx-csi-driver"
 FSX_CSI_CHART = "aws-fsx-csi-driver"
 FSX_CSI_CHART_VERSION = "1.17.0"
@@ -145,10 +152,10 @@ class EksAddOns(Construct):
                 namespace=MPI_OPERATOR_NAMESPACE,
             )
         if file_system is not None:
-            self._shared_storage(cluster, file_system)
+            self._shared_storage(cluster, file_system, region)
         acknowledge_kubectl_handler(cluster)
 
-    def _shared_storage(self, cluster: eks.Cluster, file_system: ClusterFileSystem) -> None:
+    def _shared_storage(self, cluster: eks.Cluster, file_system: ClusterFileSystem, region: str) -> None:
         driver = cluster.add_helm_chart(
             "FsxCsiDriver",
             repository=FSX_CSI_REPOSITORY,
@@ -156,7 +163,7 @@ class EksAddOns(Construct):
             version=FSX_CSI_CHART_VERSION,
             release="aws-fsx-csi-driver",
             namespace="kube-system",
-            values={"nodeComponentOnly": True},
+            values={"nodeComponentOnly": True, "node": {"region": region}},
         )
         capacity = f"{file_system.capacity_gib or NOMINAL_CAPACITY_GIB}Gi"
         # As the driver's static provisioning example writes them (pv.yaml, claim.yaml): ReadWriteMany, Retain (the
@@ -194,6 +201,83 @@ class EksAddOns(Construct):
             },
         )
         volume.node.add_dependency(driver)
+
+
+# EKS Pod Identity (EKS user guide, pod-identities): EKS sets credential variables in the containers of a pod whose
+# service account has an association, and the EKS Pod Identity agent, a DaemonSet on the host network of every node,
+# hands that pod the credentials of the associated role; the agent itself uses the node role's
+# eks-auth:AssumeRoleForPodIdentity, which AmazonEKSWorkerNodePolicy grants (pod-id-agent-setup, create-node-role). The
+# agent's chart tolerates every taint (aws/eks-pod-identity-agent charts/eks-pod-identity-agent values.yaml), so it runs
+# on the GPU nodes. The agent reaches the EKS Auth API through the node subnet's NAT route (pod-id-agent-setup: "For
+# private clusters, the eks-auth endpoint in AWS PrivateLink is required").
+POD_IDENTITY_AGENT_ADD_ON = "eks-pod-identity-agent"
+# The trust policy of a role pods assume through EKS Pod Identity (EKS user guide, pod-id-role), held to the request
+# tags EKS Pod Identity sends (the cluster, the namespace, the service account), so no other association can use it.
+POD_IDENTITY_PRINCIPAL = "pods.eks.amazonaws.com"
+# The VPC CNI, as an EKS add-on with a Pod Identity association for its service account kube-system/aws-node and
+# AmazonEKS_CNI_Policy on that role (EKS user guide, cni-iam-role: "We recommend that you assign it to a separate role";
+# the policy is for IPv4 clusters, gpufleet's; "Step 3: Remove the CNI policy from the node IAM role"). As an add-on,
+# EKS owns the association and restarts aws-node when it changes (add-ons-iam); OVERWRITE takes over the self-managed
+# VPC CNI that EKS installs with every cluster (aws_eks_v2 ClusterProps.bootstrap_self_managed_addons, default true).
+# The add-ons' versions are EKS's default for the cluster's Kubernetes version at creation (unconfirmed which: not
+# pinned, no EKS API read offline).
+VPC_CNI_ADD_ON = "vpc-cni"
+VPC_CNI_NAMESPACE = "kube-system"
+VPC_CNI_SERVICE_ACCOUNT = "aws-node"
+VPC_CNI_POLICY = "AmazonEKS_CNI_Policy"
+
+
+class PodIdentityAddOns(Construct):
+    """The EKS Pod Identity agent and the VPC CNI as EKS add-ons, aws-node with AmazonEKS_CNI_Policy through its own
+    role. Boot order: aws-node must have its credentials before any pod gets an address, and without the agent an
+    aws-node set up for Pod Identity crashes (aws/amazon-vpc-cni-k8s#3840), so the caller makes the node groups (and
+    the node role, which then loses the CNI policy) depend on both add-ons: created before any node, as
+    terraform-aws-eks creates the vpc-cni and eks-pod-identity-agent add-ons `before_compute` (its README and
+    main.tf). Both are host-network DaemonSets, which need no pod network to start."""
+
+    def __init__(self, scope: Construct, construct_id: str, *, cluster: eks.Cluster) -> None:
+        super().__init__(scope, construct_id)
+        agent = cluster.eks_pod_identity_agent
+        assert agent is not None, "aws_eks_v2's Cluster makes the agent's add-on when asked"
+        self.agent = agent
+        self.vpc_cni_role = iam.Role(
+            self,
+            "VpcCniRole",
+            assumed_by=iam.SessionTagsPrincipal(iam.ServicePrincipal(POD_IDENTITY_PRINCIPAL)).with_conditions(
+                {
+                    "StringEquals": {
+                        "aws:RequestTag/eks-cluster-arn": cluster.cluster_arn,
+                        "aws:RequestTag/kubernetes-namespace": VPC_CNI_NAMESPACE,
+                        "aws:RequestTag/kubernetes-service-account": VPC_CNI_SERVICE_ACCOUNT,
+                    }
+                }
+            ),
+            description="The VPC CNI (kube-system/aws-node) through EKS Pod Identity: pods' interfaces and addresses",
+            managed_policies=[iam.ManagedPolicy.from_aws_managed_policy_name(VPC_CNI_POLICY)],
+        )
+        cdk.Validations.of(self.vpc_cni_role).acknowledge(
+            cdk.Acknowledgment(
+                id=f"AwsSolutions-IAM4[Policy::arn:<AWS::Partition>:iam::aws:policy/{VPC_CNI_POLICY}]",
+                reason="The policy EKS documents for the VPC CNI's own role (its network interfaces and addresses), "
+                "maintained by AWS as the CNI changes; only aws-node in kube-system of this EKS cluster may assume it",
+            )
+        )
+        self.vpc_cni = eks.CfnAddon(
+            self,
+            "VpcCni",
+            cluster_name=cluster.cluster_name,
+            addon_name=VPC_CNI_ADD_ON,
+            resolve_conflicts="OVERWRITE",
+            # Removed from the template (or replaced), the add-on leaves aws-node and its association in place: the
+            # pods' network never goes with a template change.
+            preserve_on_delete=True,
+            pod_identity_associations=[
+                eks.CfnAddon.PodIdentityAssociationProperty(
+                    role_arn=self.vpc_cni_role.role_arn, service_account=VPC_CNI_SERVICE_ACCOUNT
+                )
+            ],
+        )
+        self.vpc_cni.node.add_dependency(agent)
 
 
 # The managed policies aws_eks_v2 2.275 gives the kubectl handler's role (kubectl-provider.js): logs, its interfaces in

@@ -4,7 +4,10 @@ launch-templates; docs/design-eks.md "EKS"): no subnet on the interfaces (the no
 only (the EFA group and the cluster security group on every one: with groups in the template EKS adds no cluster
 security group itself), the instance type here and not in the node group (aws_eks_v2 2.275 would refuse the NVIDIA
 AMI type for p4d/p5/g5: its GPU list stops at g4), no image (EKS's AL2023 NVIDIA image and EKS's bootstrap, merged
-with the user data here), IMDSv2 with the hop limit containers need."""
+with the user data here), IMDSv2 with hop limit 1: only the host's network namespace (kubelet, and the host-network
+pods: aws-node, kube-proxy, the Pod Identity agent, the EFA device plugin) reaches the instance metadata and the node
+role's credentials; every other pod gets its AWS access, if any, through EKS Pod Identity (docs/design-eks.md, "What
+pods reach")."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from constructs import Construct
 
 from gpufleet.catalog import InstanceType
 from gpufleet.constants import (
-    NODE_METADATA_HOP_LIMIT,
+    EKS_NODE_METADATA_HOP_LIMIT,
     NODE_METADATA_HTTP_ENDPOINT,
     NODE_METADATA_HTTP_TOKENS,
     NODE_ROOT_VOLUME_ENCRYPTED,
@@ -130,7 +133,7 @@ class EksNodeLaunchTemplate(Construct):
                 metadata_options=ec2.CfnLaunchTemplate.MetadataOptionsProperty(
                     http_endpoint=NODE_METADATA_HTTP_ENDPOINT,
                     http_tokens=NODE_METADATA_HTTP_TOKENS,
-                    http_put_response_hop_limit=NODE_METADATA_HOP_LIMIT,
+                    http_put_response_hop_limit=EKS_NODE_METADATA_HOP_LIMIT,
                 ),
                 block_device_mappings=[
                     ec2.CfnLaunchTemplate.BlockDeviceMappingProperty(

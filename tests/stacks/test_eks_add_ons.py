@@ -98,7 +98,9 @@ def test_the_mpi_operator_and_the_fsx_csi_driver_are_installed_as_charts(eks_p5)
         "Version": "1.17.0",
         "Repository": "https://kubernetes-sigs.github.io/aws-fsx-csi-driver",
         "Namespace": "kube-system",
-        "Values": {"nodeComponentOnly": True},
+        # The region written out: the node plugin is no host-network pod, and IMDS does not answer it on the GPU nodes
+        # (hop limit 1), where it would otherwise ask for the region at start.
+        "Values": {"nodeComponentOnly": True, "node": {"region": "us-west-2"}},
     }
 
 

@@ -1,10 +1,13 @@
 """The EKS cluster stack of the shipped eks environment (environments/p5-eks.yaml): the cluster, its access entries,
 the node groups, and the GPU launch templates held to the rules EKS sets for a managed node group's template, which
-cfn-lint does not check (EKS user guide, launch-templates; docs/design-eks.md)."""
+cfn-lint does not check (EKS user guide, launch-templates; docs/design-eks.md). And in every eks stack (the shipped
+one, the matrix's, a Capacity Block's): no pod off the host network reaches the node role through IMDS, and the VPC
+CNI's policy is on aws-node's own role, not the node role (docs/design-eks.md, "What pods reach")."""
 
 from __future__ import annotations
 
 import base64
+import json
 
 import pytest
 from aws_cdk.assertions import Match
@@ -122,11 +125,6 @@ def test_gpu_launch_templates_keep_the_managed_node_group_rules(launch_templates
         assert "SecurityGroupIds" not in data and "SecurityGroups" not in data
         assert "ImageId" not in data
         assert data["InstanceType"] == "p5.48xlarge"
-        assert data["MetadataOptions"] == {
-            "HttpEndpoint": "enabled",
-            "HttpPutResponseHopLimit": 2,
-            "HttpTokens": "required",
-        }
         placement_group, attribute = data["Placement"]["GroupName"]["Fn::GetAtt"]
         assert placement_group.startswith("PlacementGroup") and attribute == "GroupName"
         interfaces = data["NetworkInterfaces"]
@@ -170,7 +168,9 @@ def test_the_nvme_drives_become_one_raid0_volume_and_2560_huge_pages_are_set_asi
     }
 
 
-def test_every_node_group_shares_one_node_role(assembly):
+def test_every_node_group_shares_one_node_role_without_the_cni_policy(assembly):
+    """What the nodes themselves need (EKS user guide, create-node-role): AmazonEKSWorkerNodePolicy (kubelet, and the
+    Pod Identity agent's eks-auth:AssumeRoleForPodIdentity) and ECR. AmazonEKS_CNI_Policy is aws-node's alone."""
     resources = assembly.template_json(STACK)["Resources"]
     roles = {
         resource["Properties"]["NodeRole"]["Fn::GetAtt"][0]
@@ -181,9 +181,97 @@ def test_every_node_group_shares_one_node_role(assembly):
     (role,) = roles
     assert [arn["Fn::Join"][1][-1] for arn in resources[role]["Properties"]["ManagedPolicyArns"]] == [
         ":iam::aws:policy/AmazonEKSWorkerNodePolicy",
-        ":iam::aws:policy/AmazonEKS_CNI_Policy",
         ":iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
     ]
+
+
+@pytest.fixture(scope="module")
+def eks_templates(assembly, matrix_assembly, block_template) -> dict[str, dict]:
+    """Every eks stack the tests synthesize: the shipped environment's, the matrix's two and the Capacity Block's."""
+    templates = {
+        name: source.template_json(name)
+        for source in (assembly, matrix_assembly)
+        for name in source.stack_names
+        if name.endswith("-eks")
+    }
+    assert sorted(templates) == ["gpufleet-eks-g5-eks", "gpufleet-eks-p5-eks", "gpufleet-p5-eks-eks"]
+    return {**templates, "gpufleet-block-eks": block_template}
+
+
+def of_type(template: dict, resource_type: str) -> dict[str, dict]:
+    return {name: resource for name, resource in template["Resources"].items() if resource["Type"] == resource_type}
+
+
+def test_no_pod_off_the_host_network_reaches_the_instance_metadata_of_a_gpu_node(eks_templates):
+    """Hop limit 1 on every GPU node group's launch template: IMDS's answer to a pod in its own network namespace
+    dies one hop short, so such a pod never gets the node role's credentials. The system group has no launch template:
+    EKS's own for an AL2023 group, hop limit 1 (EKS user guide, al2023)."""
+    for name, template in eks_templates.items():
+        launch_templates = of_type(template, "AWS::EC2::LaunchTemplate")
+        groups = of_type(template, "AWS::EKS::Nodegroup").values()
+        gpu_groups = [group for group in groups if group["Properties"]["AmiType"] == "AL2023_x86_64_NVIDIA"]
+        assert gpu_groups and len(launch_templates) == len(gpu_groups), name
+        assert sorted(group["Properties"]["LaunchTemplate"]["Id"]["Ref"] for group in gpu_groups) == sorted(
+            launch_templates
+        ), name
+        for logical_id, launch_template in launch_templates.items():
+            assert launch_template["Properties"]["LaunchTemplateData"]["MetadataOptions"] == {
+                "HttpEndpoint": "enabled",
+                "HttpPutResponseHopLimit": 1,
+                "HttpTokens": "required",
+            }, (name, logical_id)
+        (system,) = [group["Properties"] for group in groups if group not in gpu_groups]
+        assert system["AmiType"] == "AL2023_x86_64_STANDARD" and "LaunchTemplate" not in system, name
+
+
+def cni_policy_holders(template: dict) -> list[str]:
+    return [
+        logical_id
+        for logical_id, role in of_type(template, "AWS::IAM::Role").items()
+        if any("AmazonEKS_CNI_Policy" in json.dumps(arn) for arn in role["Properties"].get("ManagedPolicyArns", []))
+    ]
+
+
+def test_the_vpc_cni_gets_its_policy_through_its_own_pod_identity_before_any_node(eks_templates):
+    """EKS user guide, cni-iam-role ("We recommend that you assign it to a separate role"), pod-id-role (the trust
+    policy), add-ons-iam (an add-on's Pod Identity association). aws-node must have its credentials before a node
+    can give any pod an address, and crashes without the agent (aws/amazon-vpc-cni-k8s#3840): every node group, and
+    the node role that loses the policy, come after both add-ons."""
+    for name, template in eks_templates.items():
+        resources = template["Resources"]
+        add_ons = {
+            resource["Properties"]["AddonName"]: logical_id
+            for logical_id, resource in of_type(template, "AWS::EKS::Addon").items()
+        }
+        assert sorted(add_ons) == ["eks-pod-identity-agent", "vpc-cni"], name
+        cni = resources[add_ons["vpc-cni"]]
+        assert cni["DependsOn"] == [add_ons["eks-pod-identity-agent"]]
+        properties = cni["Properties"]
+        (association,) = properties["PodIdentityAssociations"]
+        assert association["ServiceAccount"] == "aws-node"
+        assert (properties["ResolveConflicts"], properties["PreserveOnDelete"]) == ("OVERWRITE", True)
+        role_id = association["RoleArn"]["Fn::GetAtt"][0]
+        assert cni_policy_holders(template) == [role_id], name
+        (cluster_id,) = of_type(template, "AWS::EKS::Cluster")
+        assert resources[role_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"] == [
+            {
+                "Action": ["sts:AssumeRole", "sts:TagSession"],
+                "Condition": {
+                    "StringEquals": {
+                        "aws:RequestTag/eks-cluster-arn": {"Fn::GetAtt": [cluster_id, "Arn"]},
+                        "aws:RequestTag/kubernetes-namespace": "kube-system",
+                        "aws:RequestTag/kubernetes-service-account": "aws-node",
+                    }
+                },
+                "Effect": "Allow",
+                "Principal": {"Service": "pods.eks.amazonaws.com"},
+            }
+        ]
+        groups = of_type(template, "AWS::EKS::Nodegroup").values()
+        (node_role,) = {group["Properties"]["NodeRole"]["Fn::GetAtt"][0] for group in groups}
+        assert add_ons["vpc-cni"] in resources[node_role]["DependsOn"], name
+        for group in groups:
+            assert set(add_ons.values()) <= set(group["DependsOn"]), name
 
 
 def test_an_existing_vpc_gives_the_cluster_its_named_control_plane_subnets(tmp_path):
