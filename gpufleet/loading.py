@@ -2,7 +2,9 @@
 
 The one module that brings the models (gpufleet.environment, gpufleet.ami.pipeline) and their validators
 (gpufleet.validators) together: each file is parsed (every rule about one field alone), then validated (the rules that
-combine fields or need outside knowledge), and every problem of every file is reported at once, one line each.
+combine fields or need outside knowledge), and every problem of every file is reported at once, one line each. Files
+checked together (several files, or a named environment and the files beside it) are then compared with one another
+(gpufleet.validators.cross_environment).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from gpufleet.config_file import read_model
 from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
 from gpufleet.validators import validate_environment
+from gpufleet.validators.cross_environment import validate_together
 from gpufleet.validators.pipeline import validate_pipeline
 
 ENVIRONMENTS_DIR_VARIABLE = "GPUFLEET_ENVIRONMENTS_DIR"
@@ -56,9 +59,10 @@ def load_environment(path: Path, ami_pipeline: Pipeline | None = None) -> Enviro
 
 
 def check_environments(paths: list[Path], ami_pipeline: Pipeline | None = None) -> tuple[list[Environment], list[str]]:
-    """Check every file, collecting the problems of all of them before failing; return the environments and the
-    warning lines."""
-    environments: list[Environment] = []
+    """Check every file, collecting the problems of all of them before failing; then compare the files that passed
+    with one another and with the other environment files beside them (gpufleet.validators.cross_environment: a
+    problem there is an error). Return the environments and the warning lines."""
+    checked: list[tuple[Path, Environment]] = []
     lines: list[str] = []
     failed = False
     for path in paths:
@@ -68,11 +72,32 @@ def check_environments(paths: list[Path], ami_pipeline: Pipeline | None = None) 
             failed = True
             lines.extend(error.problems)
         else:
-            environments.append(environment)
+            checked.append((path, environment))
             lines.extend(warnings)
-    if failed:
-        raise GpufleetError(*lines)
-    return environments, lines
+    together = validate_together(checked, beside=environments_beside(paths))
+    if failed or together:
+        raise GpufleetError(*lines, *together)
+    return [environment for _, environment in checked], lines
+
+
+def environments_beside(paths: list[Path]) -> list[tuple[Path, Environment]]:
+    """The other environment files (*.yaml) in the directories of PATHS, those that parse: `cdk deploy -c env=NAME`
+    loads one environment, and must still see the others it may clash with. A file that does not parse is left out
+    (it reports its own problems when it is checked, and cannot be deployed until then)."""
+    given = {path.resolve() for path in paths}
+    beside: list[tuple[Path, Environment]] = []
+    directories: dict[Path, Path] = {}
+    for path in paths:
+        directories.setdefault(path.parent.resolve(), path.parent)
+    for directory in directories.values():
+        for path in environment_files(directory):
+            if path.resolve() in given:
+                continue
+            try:
+                beside.append((path, parse_environment(path)))
+            except GpufleetError:
+                continue
+    return beside
 
 
 def load_environments(paths: list[Path], ami_pipeline: Pipeline | None = None) -> list[Environment]:
@@ -84,7 +109,7 @@ def load_named_environment(name: str, ami_pipeline: Pipeline | None = None) -> E
     if not path.exists():
         known = ", ".join(p.stem for p in environment_files()) or f"none; {WHERE_ENVIRONMENTS_ARE}"
         raise GpufleetError(f"{path}: unknown environment '{name}' (known: {known})")
-    return load_environment(path, ami_pipeline)
+    return load_environments([path], ami_pipeline)[0]
 
 
 def parse_pipeline(path: Path) -> Pipeline:

@@ -1,6 +1,7 @@
 """One small validator per rule an environment must satisfy that needs more than one field or outside knowledge
 (the instance catalog, the AMI pipeline, the node scripts, the clock), one module per domain: naming, network, node,
-capacity, fleet, fallback, image, storage, eks; and the rules of the AMI pipeline's file (pipeline). A validator
+capacity, fleet, fallback, image, storage, eks; the rules between environment files (cross_environment, run by
+gpufleet.loading on the files checked together); and the rules of the AMI pipeline's file (pipeline). A validator
 applies to the flavours it names (EnvironmentValidator.flavours): the fleet flavour's own rules are skipped on eks.
 
 Each validator returns Problems naming the field and saying what is wrong and what is allowed; the caller
@@ -61,7 +62,7 @@ from gpufleet.validators.fleet import (
     ValidUntilValidator,
 )
 from gpufleet.validators.image import AmiSourceValidator, PublishedImageValidator
-from gpufleet.validators.naming import EnvironmentNameValidator
+from gpufleet.validators.naming import EnvironmentNameValidator, ReservedNameValidator
 from gpufleet.validators.network import AvailabilityZoneValidator, NetworkChoiceValidator, NodeSubnetCapacityValidator
 from gpufleet.validators.node import (
     CheckpointHookValidator,
@@ -84,6 +85,7 @@ from gpufleet.validators.storage import (
 # In the order `gpufleet validate` reports their problems.
 VALIDATORS: tuple[EnvironmentValidator, ...] = (
     EnvironmentNameValidator(),
+    ReservedNameValidator(),
     EksSectionValidator(),
     FleetOnlyOptionsValidator(),
     AvailabilityZoneValidator(),

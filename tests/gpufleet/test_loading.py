@@ -13,13 +13,14 @@ from gpufleet.cli import main
 from gpufleet.errors import GpufleetError
 from gpufleet.loading import (
     check_environments,
+    environments_beside,
     environments_dir,
     load_environments,
     load_named_environment,
     load_pipeline,
     parse_environment,
 )
-from tests.gpufleet.environment_files import write
+from tests.gpufleet.environment_files import VALID, write
 
 SHIPPED_DEV = Path(__file__).resolve().parents[2] / "environments" / "dev.yaml"
 NAME_PROBLEM = "is not a valid name (lower-case letters, digits and '-', starting with a letter, at most 24 characters)"
@@ -123,3 +124,19 @@ def test_unreadable_files(tmp_path, text, expected):
     with pytest.raises(GpufleetError) as raised:
         parse_environment(path)
     assert raised.value.problems == (f"{path}: {expected}",)
+
+
+def test_the_environments_beside_are_the_other_files_of_each_directory_that_parse(tmp_path):
+    """What a file is compared with besides the files checked with it (gpufleet.validators.cross_environment)."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    one.mkdir(), two.mkdir()
+    given = [write(one, {**VALID, "name": "a"}, "a"), write(two, {**VALID, "name": "c"}, "c")]
+    beside = [write(one, {**VALID, "name": "b"}, "b"), write(two, {**VALID, "name": "d"}, "d")]
+    write(one, "name: [", "broken")
+    (two / "folder.yaml").mkdir()
+    (two / "notes.txt").write_text("not yaml")
+    assert [(path, env.name) for path, env in environments_beside([*given, one / ".." / "one" / "a.yaml"])] == [
+        (beside[0], "b"),
+        (beside[1], "d"),
+    ]
+    assert environments_beside([]) == []
