@@ -1,11 +1,12 @@
 """A short data-parallel training run that survives a lost node: it checkpoints to shared storage and resumes.
 
 Start it on every node of a cluster with torchrun: `gpufleet run ENV --torchrun --workdir examples -- ddp_train.py
---checkpoint-dir /fsx/checkpoints/demo` (the shared file system's path, written out: the unit does not expand
-variables in the command; docs/guides/elastic-training.md walks through it). When a spot node goes, torchrun on the
-other nodes restarts the workers (the script starts again and resumes from the last checkpoint); when the replacement
-node joins, torchrun restarts them once more with it. The model is a linear regression on generated data, so the loss
-falls step by step and a resume shows as the loss going on from where it was rather than starting high again.
+--checkpoint-dir /fsx/data/checkpoints/demo` (the shared file system's data folder, the one exported to S3, written
+out: the unit does not expand variables in the command; docs/guides/elastic-training.md walks through it). When a
+spot node goes, torchrun on the other nodes restarts the workers (the script starts again and resumes from the last
+checkpoint); when the replacement node joins, torchrun restarts them once more with it. The model is a linear
+regression on generated data, so the loss falls step by step and a resume shows as the loss going on from where it
+was rather than starting high again.
 
 Checkpoints: one folder per saved step (DIR/step-00000040; the format: "Torch versions" below), and DIR/LATEST
 naming the last complete one, replaced atomically after the save has finished on every rank, so a node lost in the
@@ -150,7 +151,12 @@ def report(**fields: object) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--checkpoint-dir", type=Path, required=True, help="shared storage: every node reads it")
+    parser.add_argument(
+        "--checkpoint-dir",
+        type=Path,
+        required=True,
+        help="shared storage: every node reads it (the data folder, e.g. /fsx/data/..., to outlive the file system)",
+    )
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--checkpoint-every", type=int, default=20, help="steps between checkpoints")
     parser.add_argument("--keep", type=int, default=3, help="checkpoints kept (the newest); at least 1")

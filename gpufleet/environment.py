@@ -507,8 +507,8 @@ class DataRepository(_Section):
     )
     prefix: Annotated[StrictStr, checked(_prefix_problem)] | None = Field(
         None,
-        description="Key prefix the file system's root maps to, e.g. training/dev (default: the environment's "
-        "name); the node role may read and write under it only.",
+        description="Key prefix in the bucket, e.g. training/dev (default: the environment's name): the file "
+        "system's data folder (MOUNT/data) maps to PREFIX/data/; the node role may read and write under PREFIX only.",
     )
     import_events: DataRepositoryEvents = Field(
         DATA_REPOSITORY_EVENTS,

@@ -77,6 +77,12 @@ CHECKPOINT_DIR = "/run/gpufleet/checkpoint"
 CHECKPOINT_TMPFILES = "/etc/tmpfiles.d/gpufleet-checkpoint.conf"
 SETUP_UNIT = "gpufleet-node-setup.service"
 WATCHER_UNIT = "gpufleet-spot-watcher.service"
+# The one folder of the shared file system linked to S3 where the environment has storage.data_repository: the storage
+# stack's association links FileSystemPath /data to s3://BUCKET/PREFIX/data/ (stacks/storage_stack.py), so only
+# files under MOUNT/data are exported to the bucket and only they can be made or changed from S3 (auto-import). The
+# cluster user's home, the runs' folders (gpufleet/ops/runs.py RUNS_SUBDIR), caches and everything else on the file
+# system are outside it: never exported, never imported; root never reads or writes under it.
+SHARED_DATA_SUBDIR = "data"
 # Written by the user data, read by scripts/node/cloudwatch-agent.sh (gpufleet/monitoring.py says what is in it).
 CLOUDWATCH_AGENT_CONFIG = "/etc/gpufleet/cloudwatch-agent.json"
 # EC2 rejects user data over 16 KB "in raw form, before it is base64-encoded" (source: EC2 user guide, "Work with
@@ -150,6 +156,17 @@ def hook_program(hook: str | None) -> str | None:
     return words[0] if words else None
 
 
+def shared_data_dir(env: Environment) -> str:
+    """Where data and checkpoints that must outlive the file system go (GPUFLEET_SHARED_DATA_DIR): MOUNT/data, the
+    folder linked to S3, where the environment has a data repository; else the mount path itself (nothing on the file
+    system is exported then); empty without shared storage."""
+    if env.storage is None:
+        return ""
+    if env.data_repository_location is None:
+        return env.storage.mount_path
+    return f"{env.storage.mount_path}/{SHARED_DATA_SUBDIR}"
+
+
 def installs_default_hook(env: Environment) -> bool:
     return hook_program(env.node.checkpoint_hook) == DEFAULT_CHECKPOINT_HOOK
 
@@ -189,8 +206,10 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         # Its home where every node sees it, the shared file system, where the environment has one.
         "GPUFLEET_CLUSTER_HOME": f"{env.storage.mount_path if env.storage else ''}/home/{CLUSTER_USER_NAME}",
         "GPUFLEET_CLUSTER_KEY_SECRET": env.cluster_user_key_secret_name,
-        # shared-storage.sh; training code writes checkpoints under GPUFLEET_SHARED_DIR (empty: no shared storage).
+        # shared-storage.sh (empty: no shared storage); checkpoints that must outlive the file system go under
+        # GPUFLEET_SHARED_DATA_DIR, the only folder exported to S3 (save-checkpoint.sh names it to training code).
         "GPUFLEET_SHARED_DIR": env.storage.mount_path if env.storage else "",
+        "GPUFLEET_SHARED_DATA_DIR": shared_data_dir(env),
         "GPUFLEET_SHARED_STORAGE_TAG": SHARED_STORAGE_TAG_KEY if env.storage else "",
         # operator-scripts.sh: the archive of scripts/ops it installs.
         "GPUFLEET_OPERATOR_SCRIPTS": operator_scripts_location(env),

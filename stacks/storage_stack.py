@@ -2,6 +2,10 @@
 destroying the cluster leaves it: an FSx for Lustre file system in the node subnet, its security group, and
 optionally an S3 data repository association with its bucket.
 
+The association links one folder of the file system, MOUNT/data, to s3://BUCKET/PREFIX/data/ (ASSOCIATED_PATH says
+why and with what sources): the cluster user's home, the runs' folders and everything else on the file system are
+never exported to S3 and never imported from it.
+
 The cluster stack reads the file system's security group, DNS name and mount name (and the bucket's name) through
 this stack's exports, and holds every rule that lets the nodes in (stacks/constructs/shared_storage_access.py): this
 stack depends on nothing of the cluster, so `cdk destroy` of the cluster stack never touches it, and CloudFormation
@@ -29,6 +33,7 @@ from gpufleet.constants import (
     STORAGE_RETAIN,
 )
 from gpufleet.environment import Environment
+from gpufleet.user_data import SHARED_DATA_SUBDIR
 from stacks.constructs.shared_storage_access import LUSTRE_PORT_RANGES, SharedFileSystem, lustre_mount_source
 from stacks.networking import import_network
 
@@ -40,9 +45,25 @@ from stacks.networking import import_network
 # would be 2.10 for SCRATCH_2 and PERSISTENT_1. Which client versions mount a 2.15 file system is (unconfirmed): the
 # ubuntu2204-cuda12 image has the 2.15 client, p4d-ubuntu1804-cuda11 and p4d-al2-cuda11 the 2.10 one.
 LUSTRE_VERSION = "2.15"
-# The file system's path that the association links: its root ("/" links the whole file system, and only the first
-# association of a file system may take it: botocore's fsx model, CreateDataRepositoryAssociation FileSystemPath).
-ASSOCIATED_PATH = "/"
+# What the association links: one folder of the file system, /data (the nodes see MOUNT/data, GPUFLEET_SHARED_DATA_DIR),
+# to s3://BUCKET/PREFIX/data/, not the file system's root: the root holds the cluster user's home (its .ssh, the
+# cluster's private key among it, and every pip cache) and the runs' folders, which must never reach the bucket, where
+# s3:GetObject is all it takes to read them, and which no S3 writer may create files in. Sources, botocore's fsx model
+# (1.44.5), CreateDataRepositoryAssociation: FileSystemPath "points to a high-level directory (such as /ns1/) or
+# subdirectory ... that will be mapped 1-1 with DataRepositoryPath", "Two data repository associations cannot have
+# overlapping file system paths", and "/" may be linked only by a file system's only association; DataRepositoryPath
+# is "an S3 bucket or prefix in the format s3://bucket-name/prefix/". FSx for Lustre carries POSIX metadata both ways
+# (FSx for Lustre user guide, posix-metadata-support.html: x-amz-meta-file-owner, -file-group, -file-permissions, the
+# file type among them, for files, directories and symlinks; setuid is not imported), so whoever may write under
+# PREFIX/data/ (the node role: every workload) can make files, directories and links of any owner and mode under
+# MOUNT/data: no step root runs reads or writes under it (docs/design.md, Trust on a node). The S3 side is a
+# folder of the prefix too, so that what else gpufleet keeps under PREFIX/ (`gpufleet run --workdir` archives,
+# PREFIX/gpufleet-runs/, gpufleet/ops/runs.py) and what an association of the whole file system exported there before
+# are never imported. FileSystemPath and DataRepositoryPath are create-only (createOnlyProperties of
+# AWS::FSx::DataRepositoryAssociation in the schema cfn-lint 1.58.0 bundles, with FileSystemId and
+# BatchImportMetaDataOnCreate): a change replaces the association (docs/guides/storage.md says how to move a deployed
+# one).
+ASSOCIATED_PATH = f"/{SHARED_DATA_SUBDIR}"
 
 
 class StorageStack(cdk.Stack):
@@ -116,8 +137,8 @@ class StorageStack(cdk.Stack):
                 "DataRepositoryAssociation",
                 file_system_id=self.file_system.ref,
                 file_system_path=ASSOCIATED_PATH,
-                data_repository_path=f"s3://{bucket_name}/{prefix}/",
-                # The files already under the prefix appear on the file system from the start.
+                data_repository_path=f"s3://{bucket_name}/{prefix}/{SHARED_DATA_SUBDIR}/",
+                # The files already under PREFIX/data/ appear on the file system from the start.
                 batch_import_meta_data_on_create=True,
                 s3=fsx.CfnDataRepositoryAssociation.S3Property(
                     auto_import_policy=fsx.CfnDataRepositoryAssociation.AutoImportPolicyProperty(

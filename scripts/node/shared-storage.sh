@@ -17,7 +17,10 @@ set -euo pipefail
 # shellcheck source=../lib/helpers.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
 
-readonly MOUNT_OPTIONS=relatime,flock
+# The guide's options, and nosuid,nodev: auto-import takes owners and modes from S3 object metadata (FSx for Lustre
+# user guide, posix-metadata-support.html), which anyone who may write the data prefix sets; setuid is not imported,
+# setgid and device files are not said to be refused (unconfirmed), so the kernel ignores both on this mount.
+readonly MOUNT_OPTIONS=relatime,flock,nosuid,nodev
 readonly SHARED_MODE=1777
 
 require_settings "$NODE_SETTINGS" GPUFLEET_SHARED_DIR GPUFLEET_SHARED_STORAGE_TAG
@@ -27,7 +30,22 @@ attempts=3
 pause=${GPUFLEET_SHARED_MOUNT_RETRY_SECONDS:-10}
 [[ $pause =~ ^[0-9]+$ ]] || die "GPUFLEET_SHARED_MOUNT_RETRY_SECONDS must be a number of seconds, got '$pause'"
 
+# The data folder the data repository association links (GPUFLEET_SHARED_DATA_DIR, MOUNT/data), which FSx makes when
+# the association is created, root's with mode 755 (unconfirmed): made 1777 like the root, so that every user can
+# write data and checkpoints there. Only a folder of root's with that mode and no link: the root is writable by every
+# user, who could have put a folder or a link of their own there first, and an entry of root's in the sticky root can
+# be renamed or removed by root alone, so it cannot change between the check and the chmod.
+open_data_dir() {
+  local data=${GPUFLEET_SHARED_DATA_DIR:-}
+  [[ -n $data && $data != "$dir" ]] || return 0
+  if [[ -d $data && ! -L $data && $(stat -c '%u %a' "$data") == "0 755" ]]; then
+    chmod "$SHARED_MODE" "$data"
+    log "made $data writable by every user (1777)"
+  fi
+}
+
 if mountpoint -q "$dir"; then
+  open_data_dir
   log "$dir is already mounted; nothing to do"
   exit 0
 fi
@@ -49,4 +67,5 @@ until mount -t lustre -o "$MOUNT_OPTIONS" "$source" "$dir"; do
   sleep "$pause"
 done
 [[ $(stat -c %a "$dir") != 755 ]] || chmod "$SHARED_MODE" "$dir"
+open_data_dir
 log "mounted $source at $dir"

@@ -38,14 +38,18 @@ done
 now=$(date +%s)
 id=$now-$$
 deadline=$((now + wait_seconds))
-# Where training code should write: the shared file system when the environment has one (GPUFLEET_SHARED_DIR),
-# never /scratch (instance store) or the root volume, both gone with the node.
-checkpoint_dir=${GPUFLEET_SHARED_DIR:+$GPUFLEET_SHARED_DIR/checkpoints}
+# Where training code should write: the shared file system's data folder when the environment has shared storage
+# (GPUFLEET_SHARED_DATA_DIR: the folder exported to S3 where there is a data repository, so the checkpoints outlive
+# the file system too; gpufleet/user_data.py), never /scratch (instance store) or the root volume, both gone with the
+# node.
+checkpoint_dir=${GPUFLEET_SHARED_DATA_DIR:+$GPUFLEET_SHARED_DATA_DIR/checkpoints}
 request=$(mktemp "$DIR/.request.XXXXXX")
 printf 'id=%s\nnotice_path=%s\nnotice=%s\nrequested_at=%s\ndeadline=%s\ncheckpoint_dir=%s\n' "$id" \
   "${GPUFLEET_NOTICE_PATH:-manual}" "${GPUFLEET_NOTICE:-}" "$now" "$deadline" "$checkpoint_dir" >"$request"
 chmod 0644 "$request"
-mv -f "$request" "$DIR/request"
+# -T: a `request` that a user made a folder or a link to one is not a folder to move into (mv(1),
+# --no-target-directory): the rename replaces a link itself and fails on a folder.
+mv -fT "$request" "$DIR/request"
 
 # alive PID: the process runs (an exited one its parent has not reaped yet stays in /proc as a zombie, state Z; the
 # state is the field after the command name in parentheses, proc(5)).
@@ -56,11 +60,17 @@ alive() {
   [[ ${stat%% *} != Z ]]
 }
 
+# read_small FILE: its first 64 bytes without white space, or nothing, within 2 seconds. The folder is every user's:
+# a file checked to be a regular one can be swapped for a FIFO before it is opened, which would hold a plain read.
+read_small() {
+  { timeout 2 head -c 64 -- "$1" 2>/dev/null || true; } | tr -d '[:space:]'
+}
+
 declare -A signalled=()  # NAME -> process id
 for registration in "$DIR"/*.pid; do
-  [[ -f $registration ]] || continue
+  [[ -f $registration && ! -L $registration ]] || continue
   name=$(basename "$registration" .pid)
-  pid=$(tr -d '[:space:]' <"$registration")
+  pid=$(read_small "$registration")
   if [[ ! $pid =~ ^[1-9][0-9]*$ ]]; then
     log "$registration does not hold a process id; skipped"
   elif ! alive "$pid"; then
@@ -80,7 +90,7 @@ log "request $id (${GPUFLEET_NOTICE_PATH:-manual}): asked ${#signalled[@]} proce
 while :; do
   pending=()
   for name in "${!signalled[@]}"; do
-    if [[ -f $DIR/$name.done && $(<"$DIR/$name.done") == "$id" ]]; then
+    if [[ -f $DIR/$name.done && ! -L $DIR/$name.done && $(read_small "$DIR/$name.done") == "$id" ]]; then
       unset "signalled[$name]"
     elif ! alive "${signalled[$name]}"; then
       log "$name exited without acknowledging request $id"

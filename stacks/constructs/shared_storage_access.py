@@ -43,7 +43,9 @@ class SharedFileSystem:
     dns_name: str
     mount_name: str
     security_group_id: str
-    # The data repository's bucket and the key prefix the file system's root maps to, when there is one.
+    # The data repository's bucket and key prefix, when there is one: the file system's data folder maps to
+    # PREFIX/data/ (stacks/storage_stack.py ASSOCIATED_PATH), and `gpufleet run --workdir` uploads its archives to
+    # PREFIX/gpufleet-runs/, outside it, so they are never imported (gpufleet/ops/runs.py upload_workdir).
     data_repository: tuple[str, str] | None = None
 
     @property
@@ -119,7 +121,8 @@ class SharedStorageAccess(Construct):
         cdk.Validations.of(policy).acknowledge(
             cdk.Acknowledgment(
                 id=f"AwsSolutions-IAM5[Resource::{nag_rendering(stack, objects)}]",
-                reason="the objects under the environment's data repository prefix, which the shared file system "
-                "imports and exports: checkpoints and datasets get names no policy can list in advance",
+                reason="the objects under the environment's data repository prefix: the data folder the shared file "
+                "system imports and exports, and the working directories gpufleet run uploads; checkpoints and "
+                "datasets get names no policy can list in advance",
             )
         )

@@ -39,6 +39,7 @@ from gpufleet.catalog import load_catalog
 from gpufleet.constants import READINESS_TAG_KEY
 from gpufleet.environment import Environment
 from gpufleet.loading import load_environment
+from gpufleet.user_data import SHARED_DATA_SUBDIR
 from tests.box.aws import AwsEmulator, instance_credentials
 from tests.box.nodes import Box, Node, NodeSpec, copy_tree
 from tests.box.rootfs import ensure_rootfs
@@ -152,6 +153,12 @@ class BoxCluster:
             self.env.node.scratch_mount,
         )
         self.box.start()
+        if self.env.data_repository_location is not None:
+            # The folder FSx makes when the data repository association is created (stacks/storage_stack.py: /data),
+            # root's with mode 755 (unconfirmed); shared-storage.sh opens it to every user.
+            data = self.box.shared_dir / SHARED_DATA_SUBDIR
+            data.mkdir()
+            data.chmod(0o755)
         self.aws = AwsEmulator(self.box, [self.env.region])
         self.aws.start()
         known = {

@@ -43,6 +43,16 @@ def test_every_setup_step_ran_and_the_node_said_ready(box_cluster):
         assert box_cluster.cluster.readiness(node) == "ready"
 
 
+def test_the_shared_file_systems_data_folder_is_every_users(box_cluster):
+    """/fsx/data, the one folder linked to S3, opened to every user by shared-storage.sh at boot; the cluster user's
+    home beside it, never exported."""
+    head = box_cluster.head
+    assert head.run("stat", "-c", "%U %a", "/fsx", "/fsx/data", "/fsx/home", "/fsx/home/gpufleet").stdout.split(
+        "\n"
+    ) == ["root 1777", "root 1777", "root 755", "gpufleet 750", ""]
+    assert head.run("grep", "-c", "GPUFLEET_SHARED_DATA_DIR=/fsx/data", "/etc/gpufleet/node.env").stdout == "1\n"
+
+
 def test_hosts_lists_the_ready_nodes_on_demand_first(box_cluster):
     cluster = box_cluster.cluster
     done = cluster.gpufleet("hosts", "prod", "--fleet-id", cluster.fleet_id, "--format", "json")

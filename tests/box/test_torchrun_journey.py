@@ -27,7 +27,7 @@ from tests.box.journey import journal, started_run, wait_unit_over
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 STEPS = 60
-CHECKPOINTS = "/fsx/checkpoints/journey"
+CHECKPOINTS = "/fsx/data/checkpoints/journey"
 SETUP = "export PYTHONPATH=/usr/share/box/debian_torch_shim OMP_NUM_THREADS=1"
 
 
@@ -125,8 +125,6 @@ def test_a_lost_spot_node_costs_a_restart_and_its_replacement_joins(box_cluster)
             "--torchrun",
             "--min-nodes",
             "1",
-            "--max-restarts",
-            "3",
             "--setup",
             SETUP,
             "--",

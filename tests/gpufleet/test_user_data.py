@@ -11,6 +11,7 @@ import re
 import shlex
 import subprocess
 import tarfile
+from pathlib import PurePosixPath
 
 import pytest
 
@@ -356,6 +357,7 @@ def test_the_settings_of_the_dev_environment():
         "GPUFLEET_CLUSTER_HOME": "/home/gpufleet",
         "GPUFLEET_CLUSTER_KEY_SECRET": "gpufleet-dev-cluster-user-key",
         "GPUFLEET_SHARED_DIR": "",
+        "GPUFLEET_SHARED_DATA_DIR": "",
         "GPUFLEET_SHARED_STORAGE_TAG": "",
         "GPUFLEET_READINESS_TAG": "gpufleet:readiness",
     }
@@ -381,6 +383,7 @@ def test_every_option_off_sets_every_flag_to_zero():
         "GPUFLEET_CHECKPOINT_HOOK": "",
         "GPUFLEET_CAPACITY_BLOCK": "",
         "GPUFLEET_SHARED_DIR": "",
+        "GPUFLEET_SHARED_DATA_DIR": "",
         "GPUFLEET_SHARED_STORAGE_TAG": "",
     }
 
@@ -620,6 +623,21 @@ def test_shared_storage_is_mounted_before_readiness_and_runs_are_joined_after_it
     assert found["GPUFLEET_SHARED_DIR"] == mount_path
     assert found["GPUFLEET_CLUSTER_HOME"] == f"{mount_path}/home/gpufleet"
     assert found["GPUFLEET_SHARED_STORAGE_TAG"] == "gpufleet:lustre-mount"
+    # No data repository: nothing on the file system is exported, and data goes anywhere on it.
+    assert found["GPUFLEET_SHARED_DATA_DIR"] == mount_path
+
+
+@pytest.mark.parametrize(("mount_path", "data_dir"), [(None, "/fsx/data"), ("/shared", "/shared/data")])
+def test_with_a_data_repository_data_goes_to_the_folder_linked_to_s3_outside_the_home(mount_path, data_dir):
+    """prod links its new file system to S3: only MOUNT/data is exported (stacks/storage_stack.py ASSOCIATED_PATH,
+    tests/stacks/test_exported_paths.py), and the cluster user's home is beside it, not in it."""
+    env = load_named_environment("prod")
+    if mount_path:
+        env = env.model_copy(update={"storage": env.storage.model_copy(update={"mount_path": mount_path})})
+    found = node_settings(env, load_catalog()["p4d.24xlarge"])
+
+    assert found["GPUFLEET_SHARED_DATA_DIR"] == data_dir
+    assert not PurePosixPath(found["GPUFLEET_CLUSTER_HOME"]).is_relative_to(data_dir)
 
 
 def test_the_agent_configuration_on_the_node_is_the_environments():

@@ -156,24 +156,26 @@ def test_the_created_bucket_is_encrypted_private_tls_only_and_named_after_the_en
     [
         (
             "prod",
-            "s3://gpufleet-prod-123456789012-us-east-1/prod/",
+            "s3://gpufleet-prod-123456789012-us-east-1/prod/data/",
             ["NEW", "CHANGED", "DELETED"],
             ["NEW", "CHANGED", "DELETED"],
             True,
         ),
-        ("asg-g5", "s3://inference-datasets/clusters/asg-g5/", ["NEW", "CHANGED"], ["NEW"], False),
+        ("asg-g5", "s3://inference-datasets/clusters/asg-g5/data/", ["NEW", "CHANGED"], ["NEW"], False),
     ],
 )
-def test_the_association_links_the_whole_file_system_to_the_prefix(
+def test_the_association_links_the_data_folder_to_the_prefixs_data_folder(
     assembly, matrix_assembly, name, path, imports, exports, bucket_created
 ):
+    """/data, not the file system's root: the cluster user's home and the runs' folders stay out of S3 both ways
+    (tests/stacks/test_exported_paths.py)."""
     source = assembly if name == "prod" else matrix_assembly
     template = source.template_json(f"gpufleet-{name}-storage")
     _, association = only(template, "AWS::FSx::DataRepositoryAssociation")
 
     assert association["Properties"] == {
         "FileSystemId": {"Ref": "FileSystem"},
-        "FileSystemPath": "/",
+        "FileSystemPath": "/data",
         "DataRepositoryPath": path,
         "BatchImportMetaDataOnCreate": True,
         "S3": {"AutoImportPolicy": {"Events": imports}, "AutoExportPolicy": {"Events": exports}},

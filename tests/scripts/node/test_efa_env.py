@@ -194,7 +194,8 @@ def test_disabled_writes_nothing(node):
     result = node.run("efa-env.sh", **{**SETTINGS, "GPUFLEET_EFA": "0"})
 
     assert "disabled" in result.stdout
-    assert not (node.root / "etc").exists()
+    assert not (node.root / "etc/gpufleet").exists()
+    assert not (node.root / "etc/profile.d").exists()
 
 
 def write_manifest_with_plugin_dir(node, plugin_dir: str) -> None:

@@ -4,6 +4,8 @@ left alone when there, and one error line when the file system cannot be mounted
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 SOURCE = "fs-0123456789abcdef0.fsx.us-east-1.amazonaws.com@tcp:/abcdefgh"
@@ -43,7 +45,7 @@ def test_the_file_system_of_the_node_tag_is_mounted_as_the_fsx_guide_mounts_it(n
 
     result = node.run("shared-storage.sh", **settings)
 
-    assert node.calls("mount") == [["-t", "lustre", "-o", "relatime,flock", SOURCE, str(shared_dir)]]
+    assert node.calls("mount") == [["-t", "lustre", "-o", "relatime,flock,nosuid,nodev", SOURCE, str(shared_dir)]]
     assert node.state["mounts"] == {str(shared_dir): SOURCE}
     assert f"mounted {SOURCE} at {shared_dir}" in result.stdout
     # The tag is read with an IMDSv2 token.
@@ -161,3 +163,46 @@ def test_a_bad_retry_setting_is_one_line(node, settings):
     assert error_lines(result) == [
         "shared-storage: error: GPUFLEET_SHARED_MOUNT_RETRY_SECONDS must be a number of seconds, got 'soon'"
     ]
+
+
+@pytest.mark.parametrize("mounted", [False, True])
+def test_the_data_folder_of_roots_becomes_writable_for_every_user(node, settings, shared_dir, mounted):
+    """MOUNT/data, the folder the data repository association links (FSx makes it, root's 755): 1777 at every boot,
+    whether this run mounts the file system or finds it mounted."""
+    tagged_node(node)
+    data = shared_dir / "data"
+    data.mkdir(parents=True)
+    data.chmod(0o755)
+    if mounted:
+        node.set_state(mounts={str(shared_dir): SOURCE})
+
+    result = node.run("shared-storage.sh", **settings, GPUFLEET_SHARED_DATA_DIR=str(data))
+
+    assert oct(data.stat().st_mode & 0o7777) == "0o1777"
+    assert f"shared-storage: made {data} writable by every user (1777)" in result.stdout.splitlines()
+
+
+@pytest.mark.parametrize("trap", ["link", "users", "other mode"])
+def test_a_data_folder_root_did_not_make_is_left_alone(node, settings, shared_dir, tmp_path, trap):
+    """A link, a folder of another user's or another mode at MOUNT/data (the file system's root is every user's):
+    chmod would follow the link or open another's folder to all, so nothing is changed."""
+    tagged_node(node)
+    shared_dir.mkdir()
+    data = shared_dir / "data"
+    target = tmp_path / "roots-own"
+    target.mkdir(mode=0o755)
+    target.chmod(0o755)
+    if trap == "link":
+        data.symlink_to(target)
+    else:
+        data.mkdir()
+        data.chmod(0o700 if trap == "other mode" else 0o755)
+        if trap == "users":
+            os.chown(data, 2000, 2000)
+
+    result = node.run("shared-storage.sh", **settings, GPUFLEET_SHARED_DATA_DIR=str(data))
+
+    assert "writable by every user" not in result.stdout
+    assert oct(target.stat().st_mode & 0o7777) == "0o755"
+    if trap != "link":
+        assert oct(data.stat().st_mode & 0o7777) == ("0o700" if trap == "other mode" else "0o755")

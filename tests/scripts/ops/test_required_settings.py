@@ -49,7 +49,7 @@ RUN_SCRIPT_CASES = {
 
 # Scripts that require no setting, and why.
 NO_REQUIRED_SETTINGS = {
-    "save-checkpoint.sh": "its caller's notice variables and GPUFLEET_SHARED_DIR are each optional",
+    "save-checkpoint.sh": "its caller's notice variables and GPUFLEET_SHARED_DATA_DIR are each optional",
 }
 
 

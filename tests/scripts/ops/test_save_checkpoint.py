@@ -90,6 +90,7 @@ def test_registered_processes_are_signalled_and_the_hook_returns_once_each_ackno
         GPUFLEET_NOTICE_PATH="spot/instance-action",
         GPUFLEET_NOTICE='{"action": "terminate"}',
         GPUFLEET_SHARED_DIR="/shared",
+        GPUFLEET_SHARED_DATA_DIR="/shared/data",
     )
 
     request = request_of((checkpoint_dir / "request").read_text())
@@ -97,7 +98,8 @@ def test_registered_processes_are_signalled_and_the_hook_returns_once_each_ackno
     assert (request["notice_path"], request["notice"], request["checkpoint_dir"]) == (
         "spot/instance-action",
         '{"action": "terminate"}',
-        "/shared/checkpoints",
+        # In the folder exported to S3 (gpufleet/user_data.py shared_data_dir), not beside the cluster user's home.
+        "/shared/data/checkpoints",
     )
     assert int(request["deadline"]) - int(request["requested_at"]) == 20
     assert [request_of(record.read_text()) for record in records] == [request, request]
@@ -185,6 +187,50 @@ def test_a_registration_by_another_user_than_the_process_owner_is_not_signalled(
     finally:
         victim.kill()
         victim.wait()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
+def test_a_registration_linked_to_roots_own_pid_file_is_not_followed(node, checkpoint_dir, tmp_path):
+    """A user's link to a pid file root owns (sshd's, the SSM agent's) would pass an owner check that followed it: the
+    hook skips links, so root signals no process of its own (SIGUSR1's default action ends most)."""
+    victim = subprocess.Popen(["sleep", "30"])
+    try:
+        roots_pid_file = tmp_path / "daemon.pid"
+        roots_pid_file.write_text(f"{victim.pid}\n")
+        (checkpoint_dir / "daemon.pid").symlink_to(roots_pid_file)
+        os.chown(checkpoint_dir / "daemon.pid", 65534, 65534, follow_symlinks=False)
+
+        result = node.run(HOOK)
+
+        assert "asked 0 process(es) to checkpoint (none registered)" in result.stdout
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_a_request_made_a_link_to_a_folder_is_replaced_not_written_into(node, checkpoint_dir, tmp_path):
+    """`request` as a user's link to a folder: mv without -T would move root's request file into that folder."""
+    elsewhere = tmp_path / "etc"
+    elsewhere.mkdir()
+    (checkpoint_dir / "request").symlink_to(elsewhere)
+
+    node.run(HOOK)
+
+    assert list(elsewhere.iterdir()) == []
+    request = checkpoint_dir / "request"
+    assert request.is_file() and not request.is_symlink()
+    assert request.read_text().startswith("id=")
+
+
+def test_a_registration_that_is_a_fifo_does_not_hold_the_hook(node, checkpoint_dir):
+    """A FIFO where a registration was (swapped in after the hook checked the name, or there from the start): the hook
+    reads within its bound and goes on."""
+    os.mkfifo(checkpoint_dir / "stuck.pid")
+
+    result = node.run(HOOK, args=["--wait", "1"])
+
+    assert "asked 0 process(es) to checkpoint (none registered)" in result.stdout
 
 
 @pytest.mark.parametrize(
