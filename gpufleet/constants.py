@@ -88,6 +88,12 @@ CAPACITY_BLOCK_USAGE_CLASS = "capacity-block"
 NODE_METADATA_HTTP_ENDPOINT = "enabled"
 NODE_METADATA_HTTP_TOKENS = "required"  # IMDSv2 only
 NODE_METADATA_HOP_LIMIT = 2  # containers (nvidia-docker) reach IMDSv2 through one extra network hop
+# The EKS GPU nodes' hop limit (stacks/constructs/eks_node_launch_template.py): 1, so that a pod outside the host's
+# network namespace gets no answer from IMDS and so not the node role's credentials; pods that need AWS get a role of
+# their own through EKS Pod Identity (EKS user guide, al2023: "the default hop count for managed node groups is set to
+# 1. This means that containers won't have access to the node's credentials using IMDS"; docs/design-eks.md, "What
+# pods reach"). Host-network pods (aws-node, kube-proxy, the Pod Identity agent, the EFA plugin) still reach IMDS.
+EKS_NODE_METADATA_HOP_LIMIT = 1
 NODE_ROOT_VOLUME_TYPE = "gp3"
 NODE_ROOT_VOLUME_ENCRYPTED = True
 
@@ -211,6 +217,13 @@ INTERFACE_ENDPOINT_SERVICES = {
 # StagingBucket; aws-cdk-lib's DefaultStackSynthesizer.DEFAULT_FILE_ASSETS_BUCKET_NAME). The nodes fetch the operator
 # scripts from it; stacks/constructs/operator_scripts.py fails synthesis if the app's synthesizer names another.
 CDK_ASSETS_BUCKET = "cdk-hnb659fds-assets-{account}-{region}"
+
+# The AMI pipeline's acceptance gate names every environment it deploys accept-<the first 8 hex digits of its CodeBuild
+# build's id> (scripts/lib/pipeline.sh acceptance_environment_name), and its grants reach every stack named
+# gpufleet-accept-* and every node tagged gpufleet:environment accept-* (stacks/constructs/ami_acceptance_gate.py
+# ACCEPTANCE_ENVIRONMENTS, ACCEPTANCE_STACKS). So the name accept and every name starting accept- are the gate's:
+# gpufleet.validators.naming refuses them for any other environment (docs/guides/environments.md, "Reserved names").
+ACCEPTANCE_NAME_PREFIX = "accept-"
 
 # What `gpufleet acceptance` (gpufleet.ops.acceptance) has each node print before and after each check's output, read
 # back by gpufleet.reports.acceptance: "gpufleet-acceptance: CHECK begin", then "gpufleet-acceptance: CHECK exit N".

@@ -59,6 +59,9 @@ class AmiPipelineStack(cdk.Stack):
             exclude=SOURCE_EXCLUDES,
             follow_symlinks=cdk.SymlinkFollowMode.BLOCK_EXTERNAL,
         )
+        gate = (
+            AmiAcceptanceGate(self, "AcceptanceGate", acceptance=pipeline.acceptance) if pipeline.acceptance else None
+        )
         build = AmiBuildProject(
             self,
             "AmiBuild",
@@ -69,16 +72,10 @@ class AmiPipelineStack(cdk.Stack):
             source=source,
             publish_regions=publish_regions(pipeline, environments),
             acceptance=pipeline.acceptance,
+            gate_variables=gate.variables if gate is not None else {},
         )
-        if pipeline.acceptance is not None:
-            AmiAcceptanceGate(
-                self,
-                "AcceptanceGate",
-                build_project=build.project,
-                source=source,
-                key=build.key,
-                log_group=build.log_group,
-            )
+        if gate is not None:
+            gate.attach(build_project=build.project, source=source, key=build.key, log_group=build.log_group)
         if pipeline.schedule is not None:
             for profile in pipeline.profiles:
                 rule = events.Rule(

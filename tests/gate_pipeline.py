@@ -1,5 +1,6 @@
 """The AMI pipeline with its acceptance gate on (ami/pipeline.yaml ships it off), for the tests of the gate's
-settings, the stack and the buildspec run: the settings, the file, and the pipeline stack synthesized with cdk-nag."""
+settings, the stack and the buildspec run: the settings, the file, the pipeline stack synthesized with cdk-nag, and
+the gate's environment synthesized as the build's `cdk synth -c env=NAME` writes it."""
 
 from __future__ import annotations
 
@@ -8,11 +9,12 @@ from pathlib import Path
 import aws_cdk as cdk
 import yaml
 
-from gpufleet.ami.pipeline import Pipeline
+from gpufleet.ami.pipeline import Pipeline, acceptance_environment
+from gpufleet.environment import Environment
 from gpufleet.loading import environment_files, load_environments, load_pipeline
 from stacks.ami_pipeline_stack import add_ami_pipeline_stack
-from stacks.environment_stacks import add_compliance_checks
-from tests.conftest import CDK_CONTEXT, REPOSITORY, Assembly
+from stacks.environment_stacks import add_compliance_checks, add_environment_stacks
+from tests.conftest import CDK_CONTEXT, REPOSITORY, SYNTHESIS_TIME, Assembly
 
 GATE = {
     "instance_type": "p4d.24xlarge",
@@ -43,5 +45,21 @@ def synthesize_gate_pipeline(directory: Path) -> Assembly:
     app = cdk.App(outdir=str(directory / "cdk.out"), context=CDK_CONTEXT)
     add_compliance_checks(app)
     add_ami_pipeline_stack(app, pipeline, load_environments(environment_files(REPOSITORY / "environments"), pipeline))
+    app.synth()
+    return Assembly(directory / "cdk.out")
+
+
+# The gate's environment of the build whose id starts 5f0c1d2e (scripts/lib/pipeline.sh acceptance_environment_name).
+GATE_NAME = "accept-5f0c1d2e"
+
+
+def synthesize_gate_environment(directory: Path, image: str) -> Assembly:
+    """The cloud assembly of the gate's environment GATE_NAME for IMAGE, as `cdk synth -c env=accept-5f0c1d2e`
+    writes it in the build (app.py's stacks and cdk-nag for the one environment)."""
+    pipeline = gate_pipeline(directory)
+    environment = Environment.model_validate(acceptance_environment(pipeline, GATE_NAME, image))
+    app = cdk.App(outdir=str(directory / "cdk.out"), context=CDK_CONTEXT)
+    add_compliance_checks(app)
+    add_environment_stacks(app, environment, SYNTHESIS_TIME)
     app.synth()
     return Assembly(directory / "cdk.out")

@@ -45,17 +45,7 @@ secret=$GPUFLEET_CLUSTER_KEY_SECRET
 [[ $uid =~ ^[1-9][0-9]{3,8}$ ]] || die "GPUFLEET_CLUSTER_UID must be a uid from 1000 up, got '$uid'"
 [[ $GPUFLEET_CLUSTER_HOME =~ ^/[A-Za-z0-9._/-]+$ ]] ||
   die "GPUFLEET_CLUSTER_HOME must be an absolute path, got '$GPUFLEET_CLUSTER_HOME'"
-imds=${GPUFLEET_IMDS_URL:-http://169.254.169.254}
 command -v aws >/dev/null || die "no AWS CLI on this node (aws is not on PATH) to read the key from secret $secret"
-
-# Prints IMDSv2 item $1.
-metadata() {
-  local token
-  if ! token=$(curl -fsS --retry 3 -X PUT -H "X-aws-ec2-metadata-token-ttl-seconds: 60" "$imds/latest/api/token") ||
-    ! curl -fsS --retry 3 -H "X-aws-ec2-metadata-token: $token" "$imds/latest/meta-data/$1"; then
-    die "cannot read $1 from $imds"
-  fi
-}
 
 # The same uid and gid on every node, or the node refuses: files on shared storage keep their owner by number.
 if entry=$(getent passwd "$user"); then
@@ -93,10 +83,12 @@ mkdir -p "${GPUFLEET_ROOT:-}$home"
 chmod 0750 "${GPUFLEET_ROOT:-}$home"
 chown "$uid:$uid" "${GPUFLEET_ROOT:-}$home"
 
-mac=$(metadata mac)
-subnet=$(metadata "network/interfaces/macs/$mac/subnet-ipv4-cidr-block")
+token=$(imds_token) || die "no IMDSv2 token from $IMDS_URL"
+mac=$(imds_get "$token" mac) || die "cannot read mac from $IMDS_URL"
+subnet=$(imds_get "$token" "network/interfaces/macs/$mac/subnet-ipv4-cidr-block") ||
+  die "cannot read the node subnet from $IMDS_URL"
 [[ $subnet =~ ^[0-9.]+/[0-9]+$ ]] || die "not a subnet CIDR from IMDS: '$subnet'"
-region=$(metadata placement/region)
+region=$(imds_get "$token" placement/region) || die "cannot read placement/region from $IMDS_URL"
 
 # Everything under the home is the user's: root writes none of it. Root reads the key into a directory of its own;
 # a process of the user's then writes each file, through a file of its own and a rename (on shared storage other

@@ -6,22 +6,30 @@
 #  1. the on-demand price of the test nodes (Price List API), and `gpufleet ami acceptance-environment`, which
 #     writes the environment file and refuses, before any launch, a gate whose nodes could cost more than
 #     acceptance.max_cost_usd;
-#  2. `cdk deploy`, a wait until GPUFLEET_ACCEPTANCE_NODES nodes say they are ready (the stack is complete once its
-#     Auto Scaling group exists; each node then boots and tags itself ready: scripts/node/node-ready.sh), and
-#     `gpufleet acceptance`, together limited to GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS (`timeout` signals its whole
-#     process group: coreutils timeout(1));
+#  2. the deploy, with no CDK bootstrap role: `cdk synth` of the environment (no AWS call), the staging of its one
+#     template and assets (gpufleet/commands/ami_acceptance.py stage_gate_stack: assets moved to the gate's bucket,
+#     every name gpufleet-accept-..., every role bounded by the gate's boundary), their upload to
+#     s3://GPUFLEET_GATE_ASSETS_BUCKET/NAME/ and CloudFormation CreateStack with the gate's execution role, the only
+#     role the build may pass (stacks/constructs/ami_acceptance_gate.py); then a wait until GPUFLEET_ACCEPTANCE_NODES
+#     nodes say they are ready (the stack is complete once its Auto Scaling group exists; each node then boots and
+#     tags itself ready: scripts/node/node-ready.sh), and `gpufleet acceptance`, together limited to
+#     GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS (`timeout` signals its whole process group: coreutils timeout(1));
 #  3. acceptance-teardown.sh from the EXIT trap (also after SIGTERM or SIGINT). A build that is stopped or times out
 #     may end this script without it: the buildspec's finally runs the teardown again, and the stack's backstop rule
 #     starts it in a teardown build once the build has ended, whatever its status.
 # Settings: GPUFLEET_PACKER_MANIFEST, CODEBUILD_BUILD_ARN, AWS_REGION, GPUFLEET_ACCEPTANCE_INSTANCE_TYPE,
-# GPUFLEET_ACCEPTANCE_NODES, GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS, GPUFLEET_VENV (default .venv).
+# GPUFLEET_ACCEPTANCE_NODES, GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS, GPUFLEET_GATE_EXECUTION_ROLE_ARN,
+# GPUFLEET_GATE_ASSETS_BUCKET, GPUFLEET_GATE_BOUNDARY_ARN, GPUFLEET_VENV (default .venv).
 set -euo pipefail
 # shellcheck source=../lib/helpers.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
+# shellcheck source=../lib/pipeline.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/pipeline.sh"
 here="$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")"
 
 require_settings "$PIPELINE_SETTINGS" GPUFLEET_PACKER_MANIFEST CODEBUILD_BUILD_ARN AWS_REGION \
-  GPUFLEET_ACCEPTANCE_INSTANCE_TYPE GPUFLEET_ACCEPTANCE_NODES GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS
+  GPUFLEET_ACCEPTANCE_INSTANCE_TYPE GPUFLEET_ACCEPTANCE_NODES GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS \
+  GPUFLEET_GATE_EXECUTION_ROLE_ARN GPUFLEET_GATE_ASSETS_BUCKET GPUFLEET_GATE_BOUNDARY_ARN
 cd "$here/../.."
 venv="$(readlink -f "${GPUFLEET_VENV:-.venv}")"
 work="$PWD/build/acceptance"
@@ -39,7 +47,7 @@ aws pricing get-products --region us-east-1 --service-code AmazonEC2 --format-ve
 "$venv/bin/gpufleet" ami acceptance-environment --name "$name" --image "$image" \
   --price-list "$work/price-list.json" --out "$work/environments"
 
-# The CDK CLI pinned in package.json (package-lock.json).
+# The CDK CLI pinned in package.json (package-lock.json): only `cdk synth` runs, which reads nothing from AWS.
 npm ci --no-fund --no-audit --loglevel=error
 export PATH="$PWD/node_modules/.bin:$PATH"
 export GPUFLEET_ENVIRONMENTS_DIR="$work/environments"
@@ -63,14 +71,24 @@ verdict=0
 # shellcheck disable=SC2016 # the inner bash expands its own arguments
 timeout --kill-after=60 "$GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS" bash -c '
   set -euo pipefail
-  cdk deploy --all --app "$1/bin/python app.py" -c "env=$2" --require-approval never
+  venv=$1 name=$2 work=$3 nodes=$4
+  stack="gpufleet-$name-cluster" bucket=$GPUFLEET_GATE_ASSETS_BUCKET
+  cdk synth --app "$venv/bin/python app.py" -c "env=$name" --output "$work/cdk.out" --quiet
+  "$venv/bin/python" -m gpufleet.commands.ami_acceptance --cdk-out "$work/cdk.out" --name "$name" \
+    --bucket "$bucket" --boundary "$GPUFLEET_GATE_BOUNDARY_ARN" --out "$work/stack"
+  aws s3 cp "$work/stack" "s3://$bucket/$name" --recursive --only-show-errors --region "$AWS_REGION"
+  # Named IAM roles (the staging names them): CAPABILITY_NAMED_IAM (CloudFormation API reference, CreateStack).
+  aws cloudformation create-stack --region "$AWS_REGION" --stack-name "$stack" \
+    --template-url "https://$bucket.s3.$AWS_REGION.amazonaws.com/$name/template.json" \
+    --role-arn "$GPUFLEET_GATE_EXECUTION_ROLE_ARN" --capabilities CAPABILITY_NAMED_IAM --output text
+  aws cloudformation wait stack-create-complete --region "$AWS_REGION" --stack-name "$stack"
   ready_nodes() {
-    "$1/bin/gpufleet" status "$2" --json |
+    "$venv/bin/gpufleet" status "$name" --json |
       python3 -c "import json, sys; print(sum(i[\"readiness\"] == \"ready\" for i in json.load(sys.stdin)[\"instances\"]))"
   }
-  until (($(ready_nodes "$@" || echo 0) >= $4)); do sleep 30; done
-  "$1/bin/gpufleet" acceptance "$2" --report-dir "$3" --min-nodes "$4"
-' gate "$venv" "$name" "$work/report" "$GPUFLEET_ACCEPTANCE_NODES" || verdict=$?
+  until (($(ready_nodes || echo 0) >= nodes)); do sleep 30; done
+  "$venv/bin/gpufleet" acceptance "$name" --report-dir "$work/report" --min-nodes "$nodes"
+' gate "$venv" "$name" "$work" "$GPUFLEET_ACCEPTANCE_NODES" || verdict=$?
 case $verdict in
   0) log "$image passed the acceptance test on $name (report: $work/report)" ;;
   124 | 137) die "the deploy and acceptance test of $image did not finish in ${GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS}s" ;;

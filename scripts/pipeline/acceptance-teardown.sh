@@ -1,36 +1,29 @@
 #!/usr/bin/env bash
 # Deletes the acceptance gate's stack of one AMI build, gpufleet-NAME-cluster (NAME: acceptance_environment_name of
-# scripts/lib/helpers.sh), and waits until CloudFormation has deleted it, its Auto Scaling group's instances included.
+# scripts/lib/pipeline.sh), and waits until CloudFormation has deleted it, its Auto Scaling group's instances included.
 # A stack that does not exist is nothing to do, so every path may run it: the gate's EXIT trap, the build phase's
 # finally, and the backstop teardown build that the stack's rule starts when an AMI build ends (with the ended build's
 # ARN in GPUFLEET_GATE_BUILD_ARN).
-# It deletes through CloudFormation rather than `cdk destroy`, which would synthesize the environment first: the
-# backstop has neither the environment file nor the image id, only the build's ARN. As `cdk destroy` does, it acts
-# as the CDK bootstrap's deploy role, which may delete the stacks the bootstrap's execution role created.
+# It deletes through CloudFormation (the backstop has neither the environment file nor the image id, only the build's
+# ARN), with the build's own credentials, naming the gate's execution role: the build and teardown roles may delete
+# only stacks named gpufleet-accept-* and only through that role (stacks/constructs/ami_acceptance_gate.py), which
+# may delete only what such a stack creates. No CDK bootstrap role is used.
 # Settings: GPUFLEET_GATE_BUILD_ARN (the build whose stack to delete; default CODEBUILD_BUILD_ARN, this build),
-# AWS_REGION.
+# GPUFLEET_GATE_EXECUTION_ROLE_ARN, AWS_REGION.
 set -euo pipefail
 # shellcheck source=../lib/helpers.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
+# shellcheck source=../lib/pipeline.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/pipeline.sh"
 
 GPUFLEET_GATE_BUILD_ARN=${GPUFLEET_GATE_BUILD_ARN:-${CODEBUILD_BUILD_ARN:-}}
-require_settings "$PIPELINE_SETTINGS" GPUFLEET_GATE_BUILD_ARN AWS_REGION
+require_settings "$PIPELINE_SETTINGS" GPUFLEET_GATE_BUILD_ARN GPUFLEET_GATE_EXECUTION_ROLE_ARN AWS_REGION
 # source (format): https://docs.aws.amazon.com/codebuild/latest/userguide/sample-build-notifications.html, detail
 # build-id "arn:aws:codebuild:REGION:ACCOUNT:build/PROJECT:UUID"
-[[ "$GPUFLEET_GATE_BUILD_ARN" =~ ^arn:(aws[a-z-]*):codebuild:[a-z0-9-]+:([0-9]{12}):build/[^:]+:[0-9a-f-]{36}$ ]] ||
+[[ "$GPUFLEET_GATE_BUILD_ARN" =~ ^arn:aws[a-z-]*:codebuild:[a-z0-9-]+:[0-9]{12}:build/[^:]+:[0-9a-f-]{36}$ ]] ||
   die "'$GPUFLEET_GATE_BUILD_ARN' is not a CodeBuild build ARN (arn:aws:codebuild:REGION:ACCOUNT:build/PROJECT:UUID)"
-partition=${BASH_REMATCH[1]}
-account=${BASH_REMATCH[2]}
 name="$(acceptance_environment_name "$GPUFLEET_GATE_BUILD_ARN")"
 stack="gpufleet-$name-cluster"
-
-# The default bootstrap's (qualifier hnb659fds) deploy role, cdk-hnb659fds-deploy-role-ACCOUNT-REGION
-# (source: https://docs.aws.amazon.com/cdk/v2/guide/bootstrapping-env.html, the bootstrap template's roles).
-role="arn:$partition:iam::$account:role/cdk-hnb659fds-deploy-role-$account-$AWS_REGION"
-credentials="$(aws sts assume-role --region "$AWS_REGION" --role-arn "$role" --role-session-name "gpufleet-teardown-$name" \
-  --query 'Credentials.[AccessKeyId,SecretAccessKey,SessionToken]' --output text)" || die "could not assume $role"
-read -r AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN <<<"$credentials"
-export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_SESSION_TOKEN
 
 if ! found="$(aws cloudformation describe-stacks --region "$AWS_REGION" --stack-name "$stack" \
   --query 'Stacks[0].StackStatus' --output text 2>&1)"; then
@@ -41,7 +34,8 @@ if ! found="$(aws cloudformation describe-stacks --region "$AWS_REGION" --stack-
   exit 0
 fi
 log "deleting $stack ($found)"
-aws cloudformation delete-stack --region "$AWS_REGION" --stack-name "$stack" || die "cannot delete $stack"
+aws cloudformation delete-stack --region "$AWS_REGION" --stack-name "$stack" \
+  --role-arn "$GPUFLEET_GATE_EXECUTION_ROLE_ARN" || die "cannot delete $stack"
 # The waiter polls every 30 s, 120 times (botocore cloudformation waiters-2.json, StackDeleteComplete) and fails on
 # DELETE_FAILED.
 aws cloudformation wait stack-delete-complete --region "$AWS_REGION" --stack-name "$stack" ||

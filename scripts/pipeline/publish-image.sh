@@ -10,6 +10,8 @@
 set -euo pipefail
 # shellcheck source=../lib/helpers.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
+# shellcheck source=../lib/pipeline.sh
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/pipeline.sh"
 
 require_settings "$PIPELINE_SETTINGS" GPUFLEET_AMI_PROFILE GPUFLEET_PACKER_MANIFEST CODEBUILD_BUILD_ID AWS_REGION
 profile=$GPUFLEET_AMI_PROFILE

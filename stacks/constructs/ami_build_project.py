@@ -256,10 +256,12 @@ class AmiBuildProject(Construct):
         source: s3_assets.Asset,
         publish_regions: Mapping[str, tuple[str, ...]],
         acceptance: Acceptance | None,
+        gate_variables: Mapping[str, str] | None = None,
     ) -> None:
         """packer, session_manager_plugin_version, build_subnet_id, acceptance: the tools, subnet and gate of
         ami/pipeline.yaml; publish_regions: the regions each profile is published in
-        (gpufleet.ami.pipeline.publish_regions)."""
+        (gpufleet.ami.pipeline.publish_regions); gate_variables: the acceptance gate's settings of the build (its
+        bucket, boundary and execution role: stacks/constructs/ami_acceptance_gate.py), empty without a gate."""
         super().__init__(scope, construct_id)
         self.key = kms.Key(
             self,
@@ -319,7 +321,11 @@ class AmiBuildProject(Construct):
             environment_variables={
                 BUILD_INSTANCE_PROFILE_VARIABLE: codebuild.BuildEnvironmentVariable(
                     value=self.build_instance_profile.instance_profile_name
-                )
+                ),
+                **{
+                    name: codebuild.BuildEnvironmentVariable(value=value)
+                    for name, value in (gate_variables or {}).items()
+                },
             },
             encryption_key=self.key,
             timeout=build_timeout(acceptance),

@@ -556,3 +556,20 @@ def test_acknowledgements_are_granular_and_specific(template_json):
     for rule in rules:
         assert rule["id"].startswith("AwsSolutions-IAM5[") and rule["id"].endswith("]"), rule
         assert "gpufleet" in rule["reason"] and len(rule["reason"]) >= 60, rule
+
+
+def test_without_the_gate_nothing_of_the_gate_is_made(template, template_json):
+    """ami/pipeline.yaml ships the acceptance gate off: no gate bucket, boundary or execution role, and no gate
+    settings on the build (tests/stacks/test_ami_acceptance_gate.py has the stack with the gate on)."""
+    assert not [key for key in template_json["Resources"] if key.startswith("AcceptanceGate")]
+    assert template.find_resources("AWS::S3::Bucket") == {}
+    assert (
+        template.find_resources(
+            "AWS::IAM::ManagedPolicy", {"Properties": {"Description": Match.string_like_regexp("acceptance gate")}}
+        )
+        == {}
+    )
+    _, project = only(template, "AWS::CodeBuild::Project")
+    assert [v["Name"] for v in project["Properties"]["Environment"]["EnvironmentVariables"]] == [
+        "GPUFLEET_BUILD_INSTANCE_PROFILE"
+    ]

@@ -6,17 +6,22 @@ $FAKE_LOG as a JSON list (tool name, then arguments); what the tools answer come
 which a test prepares: "fail" lists calls that fail, as "TOOL SUBCOMMAND" or "aws ec2 copy-image REGION".
 
 The acceptance gate's world is in the same file, under "stacks": each CloudFormation stack by name, with its status
-and the EC2 instances it launched, as the CDK CLI and CloudFormation leave them:
-- `cdk deploy --all -c env=NAME` synthesizes the app for environment NAME (its file in $GPUFLEET_ENVIRONMENTS_DIR;
-  an unknown name fails as the app does) and creates its one stack gpufleet-NAME-cluster, CREATE_COMPLETE with
-  capacity.target instances. A create that fails is rolled back: CloudFormation deletes what it created and leaves
-  the stack ROLLBACK_COMPLETE (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/
-  using-cfn-describing-stacks.html, stack status codes).
+and the EC2 instances it launched, as CloudFormation leaves them; the objects uploaded to S3 are files under
+$FAKE_STATE's directory (s3/BUCKET/KEY):
+- `cdk synth -c env=NAME --output DIR` synthesizes the app for environment NAME (its file in
+  $GPUFLEET_ENVIRONMENTS_DIR; an unknown name fails as the app does): a copy of the cloud assembly $FAKE_CDK_OUT,
+  which the test synthesized from the same environment with the real app.
+- `aws s3 cp DIR s3://BUCKET/PREFIX --recursive` uploads DIR's files.
+- `aws cloudformation create-stack --template-url https://BUCKET.s3.REGION.amazonaws.com/KEY` reads the uploaded
+  template and creates the stack, CREATE_COMPLETE with as many instances as its group's capacity target; with
+  STATE["create_fails"] the creation fails and is rolled back: CloudFormation deletes what it created and leaves the
+  stack ROLLBACK_COMPLETE (https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/
+  using-cfn-describing-stacks.html, stack status codes), and the StackCreateComplete waiter fails on it.
+  "created_with" records each creation's role and capabilities.
 - `aws cloudformation delete-stack` deletes the stack and terminates its instances (an Auto Scaling group's
   deletion terminates its instances first); the stack is then gone from DescribeStacks, which answers
   ValidationError "Stack with id NAME does not exist"; the StackDeleteComplete waiter treats that as success
-  (botocore cloudformation waiters-2.json). "deleted_with" records the credentials each deletion used.
-- `aws sts assume-role` hands out credentials named after the role (session token "token-for-ROLE").
+  (botocore cloudformation waiters-2.json). "deleted_with" records the role each deletion named.
 - `gpufleet status NAME --json` lists the stack's instances, all ready (the stub does not model boot time).
 - `gpufleet acceptance NAME` answers STATE["acceptance"]: "pass" (every instance of the stack checked: exit 0 and
   the report), "fail" (a node's check failed: exit 3), "hang" (never answers), "kill-build" (the build container
@@ -159,9 +164,65 @@ def packer(args: list[str]) -> int:
     return 0
 
 
+def s3_root() -> Path:
+    return Path(os.environ["FAKE_STATE"]).parent / "s3"
+
+
+def s3(command: str, args: list[str]) -> int:
+    """`aws s3 cp DIR s3://BUCKET/PREFIX --recursive`, the one form the gate uses."""
+    source, destination = args[2], args[3]
+    if command != "cp" or "--recursive" not in args or not destination.startswith("s3://"):
+        print(f"fake aws s3: unexpected {args}", file=sys.stderr)
+        return 2
+    target = s3_root() / destination.removeprefix("s3://")
+    shutil.copytree(source, target, dirs_exist_ok=True)
+    return 0
+
+
+def nodes_of(template: dict) -> int:
+    """The capacity target of the stack's group (its GroupCapacity custom resource), as the nodes it launches."""
+    (target,) = [
+        resource["Properties"]["Target"]
+        for resource in template["Resources"].values()
+        if resource["Type"] == "Custom::GpufleetGroupCapacity"
+    ]
+    return int(target)
+
+
+def create_stack(name: str, args: list[str]) -> int:
+    if name in stacks():
+        print(f"An error occurred (AlreadyExistsException): Stack [{name}] already exists", file=sys.stderr)
+        return 254
+    url = option(args, "--template-url")
+    found = re.fullmatch(r"https://([a-z0-9.-]+)\.s3\.[a-z0-9-]+\.amazonaws\.com/(.+)", url or "")
+    template_file = s3_root() / found[1] / found[2] if found else None
+    if template_file is None or not template_file.exists():
+        print(f"An error occurred (ValidationError): TemplateURL must be an Amazon S3 URL: {url}", file=sys.stderr)
+        return 254
+    template = json.loads(template_file.read_text())
+    STATE.setdefault("created_with", []).append(
+        [
+            name,
+            option(args, "--role-arn"),
+            option(args, "--capabilities"),
+            template_file.relative_to(s3_root()).as_posix(),
+        ]
+    )
+    if STATE.get("create_fails"):
+        stacks()[name] = {"status": "ROLLBACK_COMPLETE", "instances": []}
+    else:
+        launched = [f"i-0{hashlib.sha256(f'{name}/{n}'.encode()).hexdigest()[:16]}" for n in range(nodes_of(template))]
+        stacks()[name] = {"status": "CREATE_COMPLETE", "instances": launched}
+    save()
+    print(f"arn:aws:cloudformation:us-east-1:123456789012:stack/{name}/0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")
+    return 0
+
+
 def cloudformation(command: str, args: list[str]) -> int:
     name = option(args, "--stack-name")
     stack = stacks().get(name)
+    if command == "create-stack":
+        return create_stack(name, args)
     if command == "describe-stacks":
         if stack is None:
             print(
@@ -173,10 +234,17 @@ def cloudformation(command: str, args: list[str]) -> int:
         print(stack["status"])
     elif command == "delete-stack" and stack is not None:
         STATE.setdefault("terminated", []).extend(stack["instances"])
-        STATE.setdefault("deleted_with", []).append([name, os.environ.get("AWS_SESSION_TOKEN", "")])
+        STATE.setdefault("deleted_with", []).append([name, option(args, "--role-arn")])
         del stacks()[name]
         save()
-    elif command == "wait" and stack is not None:
+    elif command == "wait" and args[2] == "stack-create-complete" and (stack or {}).get("status") != "CREATE_COMPLETE":
+        print(
+            "Waiter StackCreateComplete failed: Waiter encountered a terminal failure state: For expression "
+            f'"Stacks[].StackStatus" we matched expected path: "{(stack or {}).get("status")}"',
+            file=sys.stderr,
+        )
+        return 255
+    elif command == "wait" and args[2] == "stack-delete-complete" and stack is not None:
         print("Waiter StackDeleteComplete failed: Waiter encountered a terminal failure state", file=sys.stderr)
         return 255
     return 0
@@ -190,10 +258,8 @@ def aws(args: list[str]) -> int:
         return 254
     if service == "cloudformation":
         return cloudformation(command, args)
-    if command == "assume-role":
-        role = option(args, "--role-arn")
-        print(f"ASIA{role.rsplit('/', 1)[-1]}\tsecret\ttoken-for-{role}")
-        return 0
+    if service == "s3":
+        return s3(command, args)
     if command == "get-products":
         filters = dict(
             re.fullmatch(r"Type=TERM_MATCH,Field=(\w+),Value=(.*)", f).groups() for f in args if "Field=" in f
@@ -234,25 +300,20 @@ def npm(args: list[str]) -> int:
 
 
 def cdk(args: list[str]) -> int:
+    """`cdk synth --app APP -c env=NAME --output DIR --quiet`: the only CDK command the gate runs."""
     name = option(args, "-c").removeprefix("env=")
     environment = Path(os.environ["GPUFLEET_ENVIRONMENTS_DIR"]) / f"{name}.yaml"
+    if args[0] != "synth":
+        print(f"fake cdk: the gate runs only cdk synth, not {args}", file=sys.stderr)
+        return 2
     if not environment.exists():
         print(f"{environment}: unknown environment '{name}'", file=sys.stderr)
         return 1
-    (nodes,) = re.findall(r"^  target: (\d+)$", environment.read_text(), re.MULTILINE)
-    stack = f"gpufleet-{name}-cluster"
-    if fails("cdk", "deploy"):
-        stacks()[stack] = {"status": "ROLLBACK_COMPLETE", "instances": []}
-        save()
-        print(
-            f"❌  {stack} failed: The stack named {stack} failed creation, it may need to be manually deleted",
-            file=sys.stderr,
-        )
+    synthesized = Path(os.environ["FAKE_CDK_OUT"])
+    if not (synthesized / f"gpufleet-{name}-cluster.template.json").exists():
+        print(f"fake cdk: {synthesized} holds no stack of {name}", file=sys.stderr)
         return 1
-    launched = [f"i-0{hashlib.sha256(f'{stack}/{n}'.encode()).hexdigest()[:16]}" for n in range(int(nodes))]
-    stacks()[stack] = {"status": "CREATE_COMPLETE", "instances": launched}
-    save()
-    print(f" ✅  {stack}")
+    shutil.copytree(synthesized, option(args, "--output"), dirs_exist_ok=True)
     return 0
 
 

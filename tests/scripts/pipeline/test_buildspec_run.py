@@ -36,7 +36,13 @@ from gpufleet.ami.pipeline import Acceptance, publish_regions
 from gpufleet.loading import environment_files, load_environments, load_pipeline
 from stacks.ami_pipeline_stack import AMI_PIPELINE_STACK_NAME, SOURCE_EXCLUDES
 from stacks.constructs.ami_build_project import BUILD_INSTANCE_PROFILE_VARIABLE, buildspec
-from tests.gate_pipeline import GATE, gate_pipeline_text, synthesize_gate_pipeline
+from tests.gate_pipeline import (
+    GATE,
+    GATE_NAME,
+    gate_pipeline_text,
+    synthesize_gate_environment,
+    synthesize_gate_pipeline,
+)
 from tests.scripts.pipeline.build_events import backstop, build_state_change, matches, transform
 from tests.scripts.pipeline.conftest import FAKE_TOOLS, REPO
 from tests.scripts.pipeline.fake_tools import BUILT_IMAGE, copy_id
@@ -296,31 +302,51 @@ GATE_SPEC = buildspec(
     publish_regions={},
     acceptance=Acceptance(**GATE),
 )
-GATE_STACK = "gpufleet-accept-5f0c1d2e-cluster"
-DEPLOY_ROLE = "arn:aws:iam::123456789012:role/cdk-hnb659fds-deploy-role-123456789012-us-east-1"
+GATE_STACK = f"gpufleet-{GATE_NAME}-cluster"
+# The gate's settings, as the pipeline stack's project sets them (stacks/constructs/ami_acceptance_gate.py
+# AmiAcceptanceGate.variables): its execution role, bucket and permissions boundary.
+EXECUTION_ROLE = "arn:aws:iam::123456789012:role/gpufleet-ami-pipeline-AcceptanceGateExecutionRole-1A2B3C4D5E6F"
+GATE_BUCKET = "gpufleet-ami-pipeline-acceptancegateassets-0a1b2c3d4e5f"
+BOUNDARY = "arn:aws:iam::123456789012:policy/gpufleet-ami-pipeline-AcceptanceGateBoundary-6F5E4D3C2B1A"
+GATE_SETTINGS = {
+    "GPUFLEET_GATE_EXECUTION_ROLE_ARN": EXECUTION_ROLE,
+    "GPUFLEET_GATE_ASSETS_BUCKET": GATE_BUCKET,
+    "GPUFLEET_GATE_BOUNDARY_ARN": BOUNDARY,
+}
 GATE_NODES = [f"i-0{hashlib.sha256(f'{GATE_STACK}/{n}'.encode()).hexdigest()[:16]}" for n in (0, 1)]
+# No sts assume-role anywhere: the build deletes with its own credentials, naming the gate's execution role.
 TEARDOWN = [
-    "aws sts assume-role us-east-1",
     "aws cloudformation describe-stacks us-east-1",
     "aws cloudformation delete-stack us-east-1",
     "aws cloudformation wait us-east-1",
 ]
 # The finally's teardown after the gate's own: the stack is gone already.
-NOTHING_LEFT_TO_TEAR_DOWN = ["aws sts assume-role us-east-1", "aws cloudformation describe-stacks us-east-1"]
+NOTHING_LEFT_TO_TEAR_DOWN = ["aws cloudformation describe-stacks us-east-1"]
 GATE_UNTIL_DEPLOY = [
     *INSTALL,
     "packer init",
     "packer build",
     "aws pricing get-products us-east-1",
     "npm ci",
-    "cdk deploy",
+    "cdk synth",
+    "aws s3 cp us-east-1",
+    "aws cloudformation create-stack us-east-1",
+    "aws cloudformation wait us-east-1",
 ]
 GATE_UNTIL_ACCEPTANCE = [*GATE_UNTIL_DEPLOY, "gpufleet status", "gpufleet acceptance"]
 PUBLISHED = ["aws ssm put-parameter us-east-1", "aws ssm add-tags-to-resource us-east-1"]
 
 
+@pytest.fixture(scope="module")
+def gate_cdk_out(tmp_path_factory) -> Path:
+    """The cloud assembly `cdk synth -c env=accept-5f0c1d2e` writes in the build (the fake cdk copies it): the gate's
+    environment for the image the fake packer builds, synthesized by the real app's stacks."""
+    return synthesize_gate_environment(tmp_path_factory.mktemp("gate-environment"), BUILT_IMAGE).directory
+
+
 def gate_build(build, venv, tools, **overrides: str) -> dict[str, str]:
-    """A build of ubuntu2204-cuda12 with the gate on."""
+    """A build of ubuntu2204-cuda12 with the gate on (the project's gate settings and, for the fake cdk, the
+    synthesized assembly among OVERRIDES)."""
     for copy in ("ami", "gpufleet/data/ami"):
         (build.source / copy / "pipeline.yaml").write_text(gate_pipeline_text())
 
@@ -336,7 +362,7 @@ def gate_build(build, venv, tools, **overrides: str) -> dict[str, str]:
         )
         installed.chmod(0o755)
 
-    return build("ubuntu2204-cuda12", GATE_SPEC, stub_acceptance, **overrides)
+    return build("ubuntu2204-cuda12", GATE_SPEC, stub_acceptance, **(GATE_SETTINGS | overrides))
 
 
 def world(tools) -> dict:
@@ -344,12 +370,15 @@ def world(tools) -> dict:
     return {key: state.get(key) for key in ("stacks", "terminated", "deleted_with")}
 
 
-TORN_DOWN = {"stacks": {}, "terminated": GATE_NODES, "deleted_with": [[GATE_STACK, f"token-for-{DEPLOY_ROLE}"]]}
+TORN_DOWN = {"stacks": {}, "terminated": GATE_NODES, "deleted_with": [[GATE_STACK, EXECUTION_ROLE]]}
 
 
-def test_a_passing_gate_tears_the_nodes_down_and_publishes(build, tools, venv):
+def test_a_passing_gate_tears_the_nodes_down_and_publishes(build, tools, venv, gate_cdk_out):
     tools.set_state(acceptance="pass")
-    assert gate_build(build, venv, tools) == {"install": "SUCCEEDED", "build": "SUCCEEDED"}
+    assert gate_build(build, venv, tools, FAKE_CDK_OUT=str(gate_cdk_out)) == {
+        "install": "SUCCEEDED",
+        "build": "SUCCEEDED",
+    }
     assert steps(tools) == [
         *GATE_UNTIL_ACCEPTANCE,
         *TEARDOWN,
@@ -358,17 +387,52 @@ def test_a_passing_gate_tears_the_nodes_down_and_publishes(build, tools, venv):
         *NOTHING_LEFT_TO_TEAR_DOWN,
     ]
     assert world(tools) == TORN_DOWN
-    (deploy,) = tools.calls("cdk")
-    assert deploy[1:] == [
-        "deploy",
-        "--all",
+    (synth,) = tools.calls("cdk")
+    work = f"{build.source}/build/acceptance"
+    assert synth[1:] == [
+        "synth",
         "--app",
         f"{venv}/bin/python app.py",
         "-c",
         "env=accept-5f0c1d2e",
-        "--require-approval",
-        "never",
+        "--output",
+        f"{work}/cdk.out",
+        "--quiet",
     ]
+    (upload, create) = [
+        call for call in tools.calls("aws") if call[1] in ("s3", "cloudformation") and call[2] != "describe-stacks"
+    ][:2]
+    assert upload[1:5] == ["s3", "cp", f"{work}/stack", f"s3://{GATE_BUCKET}/{GATE_NAME}"]
+    assert create[1:] == [
+        "cloudformation",
+        "create-stack",
+        "--region",
+        "us-east-1",
+        "--stack-name",
+        GATE_STACK,
+        "--template-url",
+        f"https://{GATE_BUCKET}.s3.us-east-1.amazonaws.com/{GATE_NAME}/template.json",
+        "--role-arn",
+        EXECUTION_ROLE,
+        "--capabilities",
+        "CAPABILITY_NAMED_IAM",
+        "--output",
+        "text",
+    ]
+    state = json.loads(tools.state_file.read_text())
+    assert state["created_with"] == [
+        [GATE_STACK, EXECUTION_ROLE, "CAPABILITY_NAMED_IAM", f"{GATE_BUCKET}/{GATE_NAME}/template.json"]
+    ]
+    # What CloudFormation got: the staged template (every role bounded, nothing in the CDK bootstrap's bucket) and
+    # the assets it names, uploaded beside it.
+    uploaded = tools.state_file.parent / "s3" / GATE_BUCKET / GATE_NAME
+    template = json.loads((uploaded / "template.json").read_text())
+    assert "cdk-hnb659fds" not in json.dumps(template)
+    roles = [r["Properties"] for r in template["Resources"].values() if r["Type"] == "AWS::IAM::Role"]
+    assert roles and {role["PermissionsBoundary"] for role in roles} == {BOUNDARY}
+    code = [r["Properties"]["Code"] for r in template["Resources"].values() if r["Type"] == "AWS::Lambda::Function"]
+    assert code and {c["S3Bucket"] for c in code} == {GATE_BUCKET}
+    assert all((uploaded / c["S3Key"].removeprefix(f"{GATE_NAME}/")).is_file() for c in code)
     (status, acceptance) = tools.calls("gpufleet")
     assert status[1:] == ["status", "accept-5f0c1d2e", "--json"]
     report = f"{build.source}/build/acceptance/report"
@@ -378,17 +442,17 @@ def test_a_passing_gate_tears_the_nodes_down_and_publishes(build, tools, venv):
     assert environment["ami"] == {"id": BUILT_IMAGE}
 
 
-def test_a_failing_gate_tears_the_nodes_down_and_publishes_nothing(build, tools, venv):
+def test_a_failing_gate_tears_the_nodes_down_and_publishes_nothing(build, tools, venv, gate_cdk_out):
     tools.set_state(acceptance="fail")
-    assert gate_build(build, venv, tools) == {"install": "SUCCEEDED", "build": "FAILED"}
+    assert gate_build(build, venv, tools, FAKE_CDK_OUT=str(gate_cdk_out)) == {"install": "SUCCEEDED", "build": "FAILED"}
     assert steps(tools) == [*GATE_UNTIL_ACCEPTANCE, *TEARDOWN, *NOTHING_LEFT_TO_TEAR_DOWN]
     assert world(tools) == TORN_DOWN
 
 
-def test_a_gate_that_times_out_tears_the_nodes_down_and_publishes_nothing(build, tools, venv):
+def test_a_gate_that_times_out_tears_the_nodes_down_and_publishes_nothing(build, tools, venv, gate_cdk_out):
     tools.set_state(acceptance="hang")
     started = time.monotonic()
-    assert gate_build(build, venv, tools, GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS="3") == {
+    assert gate_build(build, venv, tools, GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS="3", FAKE_CDK_OUT=str(gate_cdk_out)) == {
         "install": "SUCCEEDED",
         "build": "FAILED",
     }
@@ -398,17 +462,17 @@ def test_a_gate_that_times_out_tears_the_nodes_down_and_publishes_nothing(build,
     assert world(tools) == TORN_DOWN
 
 
-def test_a_failed_deploy_is_rolled_back_and_its_stack_deleted(build, tools, venv):
-    tools.set_state(fail=["cdk deploy"])
-    assert gate_build(build, venv, tools) == {"install": "SUCCEEDED", "build": "FAILED"}
+def test_a_failed_deploy_is_rolled_back_and_its_stack_deleted(build, tools, venv, gate_cdk_out):
+    tools.set_state(create_fails=True)
+    assert gate_build(build, venv, tools, FAKE_CDK_OUT=str(gate_cdk_out)) == {"install": "SUCCEEDED", "build": "FAILED"}
     assert steps(tools) == [*GATE_UNTIL_DEPLOY, *TEARDOWN, *NOTHING_LEFT_TO_TEAR_DOWN]
-    assert world(tools) == {"stacks": {}, "terminated": [], "deleted_with": [[GATE_STACK, f"token-for-{DEPLOY_ROLE}"]]}
+    assert world(tools) == {"stacks": {}, "terminated": [], "deleted_with": [[GATE_STACK, EXECUTION_ROLE]]}
 
 
 def test_a_gate_over_its_cost_bound_launches_nothing(build, tools, venv):
     tools.set_state(hourly_usd="40.9660000000")
     assert gate_build(build, venv, tools) == {"install": "SUCCEEDED", "build": "FAILED"}
-    assert steps(tools) == [*GATE_UNTIL_DEPLOY[:-2], *NOTHING_LEFT_TO_TEAR_DOWN]
+    assert steps(tools) == [*GATE_UNTIL_DEPLOY[:-5], *NOTHING_LEFT_TO_TEAR_DOWN]
     assert world(tools) == {"stacks": None, "terminated": None, "deleted_with": None}
 
 
@@ -418,9 +482,14 @@ def gate_stack(tmp_path_factory) -> dict:
     return assembly.template_json(AMI_PIPELINE_STACK_NAME)
 
 
-def test_a_build_killed_mid_acceptance_is_torn_down_by_the_backstop(build, tools, venv, gate_stack, tmp_path):
+def test_a_build_killed_mid_acceptance_is_torn_down_by_the_backstop(
+    build, tools, venv, gate_stack, gate_cdk_out, tmp_path
+):
     tools.set_state(acceptance="kill-build")
-    assert gate_build(build, venv, tools) == {"install": "SUCCEEDED", "build": "STOPPED"}
+    assert gate_build(build, venv, tools, FAKE_CDK_OUT=str(gate_cdk_out)) == {
+        "install": "SUCCEEDED",
+        "build": "STOPPED",
+    }
     assert steps(tools) == GATE_UNTIL_ACCEPTANCE
     # Nothing in the build ran after the kill: the nodes are still up.
     assert world(tools) == {"stacks": {GATE_STACK: {"status": "CREATE_COMPLETE", "instances": GATE_NODES}}} | {
@@ -438,6 +507,10 @@ def test_a_build_killed_mid_acceptance_is_torn_down_by_the_backstop(build, tools
     }
     teardown_spec = json.loads(teardown_project["Properties"]["Source"]["BuildSpec"])
     overrides = {item["name"]: item["value"] for item in start_build["environmentVariablesOverride"]}
+    # The teardown project's own setting: the gate's execution role (here the stand-in ARN the build had).
+    (project_setting,) = teardown_project["Properties"]["Environment"]["EnvironmentVariables"]
+    assert project_setting["Name"] == "GPUFLEET_GATE_EXECUTION_ROLE_ARN"
+    assert gate_stack["Resources"][project_setting["Value"]["Fn::GetAtt"][0]]["Type"] == "AWS::IAM::Role"
     teardown_source = tmp_path / "teardown-src"
     shutil.copytree(build.source, teardown_source)
     statuses = run_build(
@@ -447,6 +520,7 @@ def test_a_build_killed_mid_acceptance_is_torn_down_by_the_backstop(build, tools
             AWS_REGION="us-east-1",
             CODEBUILD_BUILD_ARN="arn:aws:codebuild:us-east-1:123456789012:build/gpufleet-teardown:"
             "0b1c2d3e-4f50-4617-8293-a4b5c6d7e8f9",
+            GPUFLEET_GATE_EXECUTION_ROLE_ARN=EXECUTION_ROLE,
             **overrides,
         ),
     )

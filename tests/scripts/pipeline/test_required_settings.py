@@ -20,12 +20,16 @@ CASES = {
             f"acceptance-gate: error: GPUFLEET_ACCEPTANCE_INSTANCE_TYPE is not set {FROM}",
             f"acceptance-gate: error: GPUFLEET_ACCEPTANCE_NODES is not set {FROM}",
             f"acceptance-gate: error: GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS is not set {FROM}",
+            f"acceptance-gate: error: GPUFLEET_GATE_EXECUTION_ROLE_ARN is not set {FROM}",
+            f"acceptance-gate: error: GPUFLEET_GATE_ASSETS_BUCKET is not set {FROM}",
+            f"acceptance-gate: error: GPUFLEET_GATE_BOUNDARY_ARN is not set {FROM}",
         ],
     ),
     "acceptance-teardown.sh": (
         {"CODEBUILD_BUILD_ARN": ""},
         [
             f"acceptance-teardown: error: GPUFLEET_GATE_BUILD_ARN is not set {FROM}",
+            f"acceptance-teardown: error: GPUFLEET_GATE_EXECUTION_ROLE_ARN is not set {FROM}",
             f"acceptance-teardown: error: AWS_REGION is not set {FROM}",
         ],
     ),

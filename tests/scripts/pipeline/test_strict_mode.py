@@ -55,6 +55,9 @@ SETTINGS = {
         "GPUFLEET_ACCEPTANCE_INSTANCE_TYPE": "p4d.24xlarge",
         "GPUFLEET_ACCEPTANCE_NODES": "2",
         "GPUFLEET_ACCEPTANCE_TIMEOUT_SECONDS": "3600",
+        "GPUFLEET_GATE_EXECUTION_ROLE_ARN": "arn:aws:iam::123456789012:role/gpufleet-ami-pipeline-GateExecutionRole",
+        "GPUFLEET_GATE_ASSETS_BUCKET": "gpufleet-ami-pipeline-acceptancegateassets-0a1b2c3d4e5f",
+        "GPUFLEET_GATE_BOUNDARY_ARN": "arn:aws:iam::123456789012:policy/gpufleet-ami-pipeline-GateBoundary",
     },
     "build-image.sh": {
         "GPUFLEET_AMI_PROFILE": "ubuntu2204-cuda12",
