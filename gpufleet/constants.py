@@ -24,6 +24,58 @@ EKS_GPU_NODE_LABEL = "nvidia.com/gpu.present"
 EKS_EFA_NODE_LABEL = "vpc.amazonaws.com/efa.present"
 EKS_GPU_NODE_TAINT_KEY = "nvidia.com/gpu"
 EKS_GPU_NODE_TAINT_VALUE = "true"
+# The AWS account whose ECR registry serves EKS's add-on images in each region EKS runs in, as
+# ACCOUNT.dkr.ecr.REGION.DOMAIN (the EFA device plugin's image comes from there: stacks/constructs/eks_add_ons.py).
+# source: EKS user guide, "View Amazon container image registries for Amazon EKS add-ons" (add-ons-images):
+#   awsdocs/amazon-eks-user-guide latest/ug/workloads/add-ons-images.adoc at 4d52b4d (2024-12-18) for every row but
+#   the five below, and the current page (docs.aws.amazon.com/eks/latest/userguide/add-ons-images.html, as the search
+#   tool stored it) for ap-east-2, ap-southeast-5, ap-southeast-6 and ap-southeast-7. That page writes ap-east-2's
+#   registry as "533267051163.dkr.ecr.ap-east-1.amazonaws.com"; the host is built from the environment's region here,
+#   as awslabs/amazon-eks-ami templates/al2/runtime/get-ecr-uri.sh builds it (${acct}.dkr.ecr.${region}).
+#   mx-central-1 (730335286997) is in get-ecr-uri.sh and the GuardDuty agent's table, not in the excerpts of the
+#   user guide page read here (unconfirmed there). get-ecr-uri.sh agrees with every other row.
+# A region that is not here is one gpufleet cannot tell an eks node where to pull from: gpufleet validate refuses it
+# (gpufleet/validators/eks.py AddOnRegistryRegionValidator).
+EKS_ADD_ON_REGISTRY_ACCOUNTS = {
+    "af-south-1": "877085696533",
+    "ap-east-1": "800184023465",
+    "ap-east-2": "533267051163",
+    "ap-northeast-1": "602401143452",
+    "ap-northeast-2": "602401143452",
+    "ap-northeast-3": "602401143452",
+    "ap-south-1": "602401143452",
+    "ap-south-2": "900889452093",
+    "ap-southeast-1": "602401143452",
+    "ap-southeast-2": "602401143452",
+    "ap-southeast-3": "296578399912",
+    "ap-southeast-4": "491585149902",
+    "ap-southeast-5": "151610086707",
+    "ap-southeast-6": "333609536671",
+    "ap-southeast-7": "121268973566",
+    "ca-central-1": "602401143452",
+    "ca-west-1": "761377655185",
+    "cn-north-1": "918309763551",
+    "cn-northwest-1": "961992271922",
+    "eu-central-1": "602401143452",
+    "eu-central-2": "900612956339",
+    "eu-north-1": "602401143452",
+    "eu-south-1": "590381155156",
+    "eu-south-2": "455263428931",
+    "eu-west-1": "602401143452",
+    "eu-west-2": "602401143452",
+    "eu-west-3": "602401143452",
+    "il-central-1": "066635153087",
+    "me-central-1": "759879836304",
+    "me-south-1": "558608220178",
+    "mx-central-1": "730335286997",
+    "sa-east-1": "602401143452",
+    "us-east-1": "602401143452",
+    "us-east-2": "602401143452",
+    "us-gov-east-1": "151742754352",
+    "us-gov-west-1": "013241004608",
+    "us-west-1": "602401143452",
+    "us-west-2": "602401143452",
+}
 
 # fleet.backend: what keeps the nodes running, an EC2 Spot Fleet request or an EC2 Auto Scaling group.
 BACKEND_SPOT_FLEET = "spot-fleet"

@@ -40,6 +40,7 @@ from gpufleet.validators.capacity import (
     ReservedInstanceTypeValidator,
 )
 from gpufleet.validators.eks import (
+    AddOnRegistryRegionValidator,
     ControlPlaneSubnetsValidator,
     EksSectionValidator,
     FleetOnlyOptionsValidator,
@@ -93,6 +94,7 @@ VALIDATORS: tuple[EnvironmentValidator, ...] = (
     NodeSubnetCapacityValidator(),
     ControlPlaneSubnetsValidator(),
     ImageEgressValidator(),
+    AddOnRegistryRegionValidator(),
     InstanceTypeValidator(),
     EfaSupportValidator(),
     OnDemandCapacityValidator(),

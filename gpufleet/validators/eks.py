@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from gpufleet.constants import FLAVOUR_EKS, FLAVOUR_FLEET
+from gpufleet.constants import EKS_ADD_ON_REGISTRY_ACCOUNTS, FLAVOUR_EKS, FLAVOUR_FLEET
 from gpufleet.environment import Environment
 from gpufleet.rules import Problem
 from gpufleet.validators.base import EnvironmentValidator, ValidationContext
@@ -100,6 +100,24 @@ class ControlPlaneSubnetsValidator(EnvironmentValidator):
                 )
             )
         return problems
+
+
+class AddOnRegistryRegionValidator(EnvironmentValidator):
+    """The region must be one whose EKS add-on registry gpufleet knows (gpufleet.constants
+    EKS_ADD_ON_REGISTRY_ACCOUNTS, from the EKS user guide's add-ons-images table): the EFA device plugin's image comes
+    from there, and a guessed account gives nodes that never advertise vpc.amazonaws.com/efa."""
+
+    field = "region"
+    flavours = (FLAVOUR_EKS,)
+
+    def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
+        if env.region in EKS_ADD_ON_REGISTRY_ACCOUNTS:
+            return []
+        return self.problem(
+            f"{env.region!r} has no EKS add-on image registry in gpufleet's table (gpufleet/constants.py "
+            "EKS_ADD_ON_REGISTRY_ACCOUNTS, from the EKS user guide's add-ons-images page): choose a region listed "
+            "there, or add the region's row from that page"
+        )
 
 
 class ImageEgressValidator(EnvironmentValidator):

@@ -18,7 +18,13 @@ from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import custom_resources as cr
 from constructs import Construct
 
-from gpufleet.constants import EKS_EFA_NODE_LABEL, EKS_GPU_NODE_LABEL, EKS_GPU_NODE_TAINT_KEY, EKS_SHARED_STORAGE_CLAIM
+from gpufleet.constants import (
+    EKS_ADD_ON_REGISTRY_ACCOUNTS,
+    EKS_EFA_NODE_LABEL,
+    EKS_GPU_NODE_LABEL,
+    EKS_GPU_NODE_TAINT_KEY,
+    EKS_SHARED_STORAGE_CLAIM,
+)
 from stacks.constructs.provider_findings import acknowledge_provider
 
 # The GPU nodes' taint (stacks/eks_cluster_stack.py GPU_NODE_TAINT): a daemon that must run there tolerates it.
@@ -33,18 +39,8 @@ EFA_PLUGIN_REPOSITORY = "https://aws.github.io/eks-charts"
 EFA_PLUGIN_CHART = "aws-efa-k8s-device-plugin"
 EFA_PLUGIN_CHART_VERSION = "v0.5.30"
 EFA_PLUGIN_IMAGE_TAG = "v0.5.20"
-# The chart's image defaults to us-west-2's registry; each region serves EKS's add-on images from its own account
-# (EKS user guide, add-ons-images): 602401143452 for most regions, these for the others.
-EKS_ADD_ON_REGISTRY_DEFAULT = "602401143452"
-EKS_ADD_ON_REGISTRIES = {
-    "af-south-1": "877085696533",
-    "ap-east-1": "800184023465",
-    "ap-south-2": "900889452093",
-    "ap-southeast-3": "296578399912",
-    "ap-southeast-4": "491585149902",
-    "ap-southeast-7": "121268973566",
-    "cn-north-1": "918309763551",
-}
+# The chart's image defaults to us-west-2's registry (602401143452.dkr.ecr.us-west-2...): each region serves EKS's
+# add-on images from its own registry, some from another account (gpufleet.constants.EKS_ADD_ON_REGISTRY_ACCOUNTS).
 
 # NVIDIA/k8s-device-plugin v0.19.3 (2026-06-16), chart deployments/helm/nvidia-device-plugin 0.19.3. v0.19.0 turned
 # MOFED on by default (#1550), and MOFED mounts every /dev/infiniband/uverbsN, taking the EFA plugin's devices (#1692);
@@ -92,11 +88,6 @@ class ClusterFileSystem:
     capacity_gib: int | None
 
 
-def add_on_registry(region: str) -> str:
-    """The account of the ECR registry that serves EKS's add-on images in REGION."""
-    return EKS_ADD_ON_REGISTRIES.get(region, EKS_ADD_ON_REGISTRY_DEFAULT)
-
-
 class EksAddOns(Construct):
     def __init__(
         self,
@@ -122,7 +113,7 @@ class EksAddOns(Construct):
                 namespace="kube-system",
                 values={
                     "image": {
-                        "repository": f"{add_on_registry(region)}.dkr.ecr.{region}.{cdk.Aws.URL_SUFFIX}"
+                        "repository": f"{EKS_ADD_ON_REGISTRY_ACCOUNTS[region]}.dkr.ecr.{region}.{cdk.Aws.URL_SUFFIX}"
                         "/eks/aws-efa-k8s-device-plugin",
                         "tag": EFA_PLUGIN_IMAGE_TAG,
                     },

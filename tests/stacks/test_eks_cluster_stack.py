@@ -10,7 +10,7 @@ import base64
 import json
 
 import pytest
-from aws_cdk.assertions import Match
+from aws_cdk.assertions import Match, Template
 
 from tests.conftest import synthesize
 from tests.gpufleet.environment_files import VALID_EKS, changed, write
@@ -274,23 +274,32 @@ def test_the_vpc_cni_gets_its_policy_through_its_own_pod_identity_before_any_nod
             assert set(add_ons.values()) <= set(group["DependsOn"]), name
 
 
-def test_an_existing_vpc_gives_the_cluster_its_named_control_plane_subnets(tmp_path):
-    """No network stack: the node subnet and the control-plane subnets are the file's, imported by id."""
+@pytest.fixture(scope="module")
+def existing_vpc_template(tmp_path_factory):
+    """An eks environment in an existing VPC (no network stack: the node subnet and the control-plane subnets are the
+    file's, imported by id), every add-on on, in eu-south-2, whose EKS add-on registry is not 602401143452's."""
     document = {
         **{key: value for key, value in VALID_EKS.items() if key != "network"},
         "name": "existing",
+        "region": "eu-south-2",
+        "availability_zone": "eu-south-2a",
         "network": {"vpc_id": "vpc-0a1b2c3d", "subnet_id": "subnet-0a1b2c3d"},
         "eks": {
             **{key: value for key, value in VALID_EKS["eks"].items() if key != "control_plane_availability_zones"},
             "control_plane_subnet_ids": ["subnet-0a1b2c3e", "subnet-0a1b2c3f"],
         },
     }
-    environments = tmp_path / "environments"
+    directory = tmp_path_factory.mktemp("existing-vpc")
+    environments = directory / "environments"
     environments.mkdir()
     write(environments, document, "existing")
-    assembly = synthesize(tmp_path / "cdk.out", environments)
+    assembly = synthesize(directory / "cdk.out", environments)
     assert assembly.stack_names == ["gpufleet-existing-eks"]
-    template = assembly.template("gpufleet-existing-eks")
+    return assembly.template_json("gpufleet-existing-eks")
+
+
+def test_an_existing_vpc_gives_the_cluster_its_named_control_plane_subnets(existing_vpc_template):
+    template = Template.from_json(existing_vpc_template)
     template.has_resource_properties(
         "AWS::EKS::Cluster",
         {"ResourcesVpcConfig": Match.object_like({"SubnetIds": ["subnet-0a1b2c3e", "subnet-0a1b2c3f"]})},
@@ -298,6 +307,19 @@ def test_an_existing_vpc_gives_the_cluster_its_named_control_plane_subnets(tmp_p
     template.has_resource_properties(
         "AWS::EKS::Nodegroup", {"CapacityType": "ON_DEMAND", "Subnets": ["subnet-0a1b2c3d"]}
     )
+
+
+def test_the_efa_plugin_pulls_from_the_regions_own_add_on_registry(existing_vpc_template):
+    """eu-south-2's registry is account 455263428931's (EKS user guide, add-ons-images), not 602401143452's: from the
+    old fallback's account no node there would advertise vpc.amazonaws.com/efa."""
+    (efa,) = [
+        resource["Properties"]
+        for resource in existing_vpc_template["Resources"].values()
+        if resource["Type"] == "Custom::AWSCDK-EKS-HelmChart"
+        and resource["Properties"]["Release"] == "aws-efa-k8s-device-plugin"
+    ]
+    pieces = efa["Values"]["Fn::Join"][1]
+    assert pieces[:2] == ['{"image":{"repository":"455263428931.dkr.ecr.eu-south-2.', {"Ref": "AWS::URLSuffix"}]
 
 
 def test_the_control_plane_log_group_is_the_stacks_made_before_the_cluster_and_deleted_with_it(assembly):

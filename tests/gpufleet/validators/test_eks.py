@@ -369,3 +369,105 @@ EKS_ENDED = (
 def test_an_eks_block_past_ekss_scale_in_warns(tmp_path, now, expected):
     path = write(tmp_path, eks_with({**ALL_ON_DEMAND, "capacity.capacity_block": BLOCK}))
     assert validate_environment(parse_environment(path), path, now=now) == expected
+
+
+# Every row of the EKS user guide's add-ons-images table (and mx-central-1 from amazon-eks-ami's get-ecr-uri.sh),
+# written out again: gpufleet/constants.py says where each comes from.
+ADD_ON_REGISTRY_ACCOUNTS = {
+    "af-south-1": "877085696533",
+    "ap-east-1": "800184023465",
+    "ap-east-2": "533267051163",
+    "ap-northeast-1": "602401143452",
+    "ap-northeast-2": "602401143452",
+    "ap-northeast-3": "602401143452",
+    "ap-south-1": "602401143452",
+    "ap-south-2": "900889452093",
+    "ap-southeast-1": "602401143452",
+    "ap-southeast-2": "602401143452",
+    "ap-southeast-3": "296578399912",
+    "ap-southeast-4": "491585149902",
+    "ap-southeast-5": "151610086707",
+    "ap-southeast-6": "333609536671",
+    "ap-southeast-7": "121268973566",
+    "ca-central-1": "602401143452",
+    "ca-west-1": "761377655185",
+    "cn-north-1": "918309763551",
+    "cn-northwest-1": "961992271922",
+    "eu-central-1": "602401143452",
+    "eu-central-2": "900612956339",
+    "eu-north-1": "602401143452",
+    "eu-south-1": "590381155156",
+    "eu-south-2": "455263428931",
+    "eu-west-1": "602401143452",
+    "eu-west-2": "602401143452",
+    "eu-west-3": "602401143452",
+    "il-central-1": "066635153087",
+    "me-central-1": "759879836304",
+    "me-south-1": "558608220178",
+    "mx-central-1": "730335286997",
+    "sa-east-1": "602401143452",
+    "us-east-1": "602401143452",
+    "us-east-2": "602401143452",
+    "us-gov-east-1": "151742754352",
+    "us-gov-west-1": "013241004608",
+    "us-west-1": "602401143452",
+    "us-west-2": "602401143452",
+}
+
+
+def test_the_add_on_registry_table_is_the_user_guides_row_for_row():
+    from gpufleet.constants import EKS_ADD_ON_REGISTRY_ACCOUNTS
+
+    assert EKS_ADD_ON_REGISTRY_ACCOUNTS == ADD_ON_REGISTRY_ACCOUNTS
+
+
+@pytest.mark.parametrize(
+    ("region", "account"),
+    [
+        # The regions issue 30 found served from the wrong account: none of them is 602401143452.
+        ("ca-west-1", "761377655185"),
+        ("cn-northwest-1", "961992271922"),
+        ("eu-central-2", "900612956339"),
+        ("eu-south-1", "590381155156"),
+        ("eu-south-2", "455263428931"),
+        ("il-central-1", "066635153087"),
+        ("me-south-1", "558608220178"),
+        ("me-central-1", "759879836304"),
+        ("us-gov-east-1", "151742754352"),
+        ("us-gov-west-1", "013241004608"),
+    ],
+)
+def test_the_regions_that_the_old_fallback_got_wrong(region, account):
+    from gpufleet.constants import EKS_ADD_ON_REGISTRY_ACCOUNTS
+
+    assert EKS_ADD_ON_REGISTRY_ACCOUNTS[region] == account
+
+
+def in_region(region: str) -> dict:
+    return eks_with(
+        {
+            "region": region,
+            "availability_zone": f"{region}a",
+            "eks.control_plane_availability_zones": [f"{region}a", f"{region}b"],
+        }
+    )
+
+
+@pytest.mark.parametrize("region", ["me-west-1", "sa-west-1", "us-iso-east-1"])
+def test_an_eks_environment_in_a_region_without_a_known_registry_is_refused(tmp_path, region):
+    """Regions the pinned botocore knows and the table does not: the EFA plugin's image would have no registry."""
+    assert problems_of(tmp_path, in_region(region)) == [
+        f"region: '{region}' has no EKS add-on image registry in gpufleet's table (gpufleet/constants.py "
+        "EKS_ADD_ON_REGISTRY_ACCOUNTS, from the EKS user guide's add-ons-images page): choose a region listed there, "
+        "or add the region's row from that page"
+    ]
+
+
+@pytest.mark.parametrize("region", ["mx-central-1", "eu-south-2", "us-gov-west-1"])
+def test_an_eks_environment_in_a_listed_region_loads(tmp_path, region):
+    assert load_environment(write(tmp_path, in_region(region))).region == region
+
+
+def test_a_fleet_environment_needs_no_add_on_registry(tmp_path):
+    document = changed({"region": "me-west-1", "availability_zone": "me-west-1a"}, base=VALID)
+    assert load_environment(write(tmp_path, document)).region == "me-west-1"
