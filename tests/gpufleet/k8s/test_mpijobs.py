@@ -174,20 +174,52 @@ def test_efa_info_runs_fi_info_once_per_worker_without_the_labs_typo(tmp_path):
     assert not any("rsh_agent" in argument for argument in command)
 
 
-def test_images_are_pinned_by_digest_and_the_launcher_runs_once_on_a_gpu_node(tmp_path):
+def test_images_are_pinned_by_digest_and_the_launcher_retries_on_a_gpu_node(tmp_path):
     nccl = job(tmp_path)
     launcher = nccl["spec"]["mpiReplicaSpecs"]["Launcher"]
     assert [launcher["template"]["spec"]["containers"][0]["image"], worker_spec(nccl)["containers"][0]["image"]] == [
         IMAGE,
         IMAGE,
     ]
-    assert launcher["restartPolicy"] == "Never"
-    assert nccl["spec"]["runPolicy"] == {"cleanPodPolicy": "Running", "backoffLimit": 0}
+    # Three more runs of the launcher's container in its pod, the MPI operator's default launcher restart policy
+    # (kubeflow/mpi-operator v0.8.0 pkg/apis/kubeflow/v2beta1/constants.go DefaultLauncherRestartPolicy): a worker
+    # not yet in DNS or not yet answering ssh fails one attempt, not the job.
+    assert launcher["restartPolicy"] == "OnFailure"
+    assert nccl["spec"]["runPolicy"] == {"cleanPodPolicy": "Running", "backoffLimit": 3}
     assert nccl["spec"]["launcherCreationPolicy"] == "WaitForWorkersReady"
     toleration = {"key": "nvidia.com/gpu", "operator": "Equal", "value": "true", "effect": "NoSchedule"}
     assert launcher["template"]["spec"]["tolerations"] == [toleration]
     assert launcher["template"]["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
     assert worker_spec(nccl)["tolerations"] == [toleration]
+
+
+def launcher_job(job_: dict) -> dict:
+    """The batch/v1 Job the MPI operator v0.8.0 makes of an MPIJob's launcher (pkg/controller/mpi_job_controller.go
+    newLauncherJob, newLauncherPodTemplate, setRestartPolicy): runPolicy.backoffLimit as the Job's backoffLimit, the
+    launcher's template with the replica's restartPolicy."""
+    launcher = job_["spec"]["mpiReplicaSpecs"]["Launcher"]
+    template = {"spec": {**launcher["template"]["spec"], "restartPolicy": launcher["restartPolicy"]}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": f"{job_['metadata']['name']}-launcher"},
+        "spec": {"backoffLimit": job_["spec"]["runPolicy"]["backoffLimit"], "template": template},
+    }
+
+
+@pytest.mark.parametrize("kind", BUILDERS)
+def test_the_launcher_job_the_operator_makes_of_it_is_a_valid_job(tmp_path, kind):
+    schemas.validate_manifest(job(tmp_path, kind))
+    kubernetes_validate.validate(launcher_job(job(tmp_path, kind)), schemas.KUBERNETES_VERSION, strict=True)
+
+
+def test_a_retry_count_of_the_wrong_type_fails_both_checks(tmp_path):
+    wrong = job(tmp_path)
+    wrong["spec"]["runPolicy"]["backoffLimit"] = "3"
+    with pytest.raises(jsonschema.ValidationError, match="'3' is not of type 'integer'"):
+        schemas.validate_mpijob(wrong)
+    with pytest.raises(kubernetes_validate.ValidationError, match="'3' is not of type 'integer'"):
+        kubernetes_validate.validate(launcher_job(wrong), schemas.KUBERNETES_VERSION, strict=True)
 
 
 def test_without_efa_the_workers_ask_for_no_efa_device_and_no_hugepages(tmp_path):
