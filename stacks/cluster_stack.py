@@ -35,6 +35,7 @@ from stacks.constructs.node_launch_template import NodeLaunchTemplate
 from stacks.constructs.node_monitoring import NodeMonitoring
 from stacks.constructs.node_readiness import let_nodes_mark_their_readiness
 from stacks.constructs.operator_scripts import OperatorScripts
+from stacks.constructs.run_secrets import let_nodes_read_run_secrets
 from stacks.constructs.shared_storage_access import SharedFileSystem, SharedStorageAccess
 from stacks.constructs.spot_interruption_rehearsal import SpotInterruptionRehearsal
 from stacks.networking import import_network
@@ -123,6 +124,7 @@ class ClusterStack(cdk.Stack):
                 node_role=launch_template.role,
             )
         let_nodes_mark_their_readiness(self, role=launch_template.role, environment_name=environment.name)
+        let_nodes_read_run_secrets(self, role=launch_template.role, stack_prefix=environment.stack_prefix)
         nodes = node_group(
             self,
             environment_name=environment.name,

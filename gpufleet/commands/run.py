@@ -1,6 +1,6 @@
-"""gpufleet run ENV [--setup CMD] [--workdir DIR] [--torchrun | --mpi] [--fleet-id ID | --group-name NAME] -- CMD...:
-start CMD on every node that is ready for jobs, as the cluster user, in a systemd unit that outlives this command
-(gpufleet.ops.runs)."""
+"""gpufleet run ENV [--setup CMD] [--secret NAME=SECRET_ID]... [--workdir DIR] [--torchrun | --mpi]
+[--fleet-id ID | --group-name NAME] -- CMD...: start CMD on every node that is ready for jobs, as the cluster user, in a
+systemd unit that outlives this command (gpufleet.ops.runs)."""
 
 from __future__ import annotations
 
@@ -21,12 +21,22 @@ DEFAULT_MAX_RESTARTS = 10
 EXIT_CODES = (
     "exit codes: 0 started on every ready node; 3 started on some nodes only (one line each on stderr for the "
     "others: its processes on the nodes that started keep running, stop them with systemctl stop gpufleet-run-RUN); "
-    "1 nothing was sent (no ready node, no command, an AWS error); 2 an eks environment (the line says what to use)"
+    "1 nothing was sent (no ready node, no command, an AWS error); 2 nothing was sent: an eks environment (the line "
+    "says what to use), or a --secret that is not NAME=SECRET_ID in the environment's namespace"
 )
 
 
 def add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--setup", default="", help="shell command run first on every node (e.g. pip install ...)")
+    parser.add_argument(
+        "--secret",
+        action="append",
+        default=None,
+        metavar="NAME=SECRET_ID",
+        help="every node reads the Secrets Manager secret SECRET_ID (a name starting gpufleet-ENV/, or its ARN) with "
+        "its node role into the environment variable NAME, before --setup; only the reference travels with the run "
+        "(repeatable). --setup and the command themselves are visible in SSM's command history: no secrets there",
+    )
     parser.add_argument(
         "--workdir",
         metavar="DIR",
@@ -111,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
         new_run_id,
         node_results,
         node_workdir,
+        parse_secrets,
         plan_run,
         plan_torchrun,
         start_run,
@@ -122,6 +133,10 @@ def run(args: argparse.Namespace) -> int:
     command = split_command(args)
     if args.torchrun and args.mpi:
         raise GpufleetError("--torchrun and --mpi: choose one launcher")
+    # Before any AWS call: a bad reference (or a value pasted where its name belongs) never leaves this machine.
+    run_secrets = parse_secrets(
+        args.secret or [], stack_prefix=env.stack_prefix, region=env.region, account=env.account
+    )
     gpus = load_catalog()[env.instance_type].gpu.count
     location = env.data_repository_location
     if args.workdir and location is None:
@@ -144,9 +159,12 @@ def run(args: argparse.Namespace) -> int:
                 max_restarts=args.max_restarts,
                 setup=args.setup,
                 shared_dir=env.storage.mount_path if env.storage else "",
+                secrets=run_secrets,
             )
         else:
-            plan = plan_run(run_id, env.name, group.ready, gpus, command, setup=args.setup, mpi=args.mpi)
+            plan = plan_run(
+                run_id, env.name, group.ready, gpus, command, setup=args.setup, mpi=args.mpi, secrets=run_secrets
+            )
         if args.workdir and location is not None:
             # After the plan, so that a run refused for want of ready nodes uploads nothing.
             archive = upload_workdir(aws.client("s3"), Path(args.workdir), location, run_id)

@@ -69,6 +69,114 @@ EFA_PROFILE = "/etc/profile.d/gpufleet-efa.sh"
 RANKS_DIR = "${GPUFLEET_ROOT:-}/var/lib/gpufleet/run-ranks"
 RUN_ID = re.compile(r"[0-9]{8}-[0-9]{6}-[0-9a-f]{4}")
 
+# --secret NAME=SECRET_ID: a Secrets Manager secret every node of the run reads into the environment variable NAME
+# (secret_steps), so that the value never travels with the run: only the reference is in the SendCommand text, the
+# unit's file and run.json. NAME: a shell variable name; the names starting gpufleet_ (any case) are gpufleet's own
+# (the run's GPUFLEET_ settings, the reader's locals). SECRET_ID: a secret name, or its ARN, in the environment's
+# namespace, the one the node role may read (stacks/constructs/run_secrets.py): names starting with the environment's
+# stack prefix and a slash, gpufleet-NAME/. Secret names (botocore 1.44.5's secretsmanager model, CreateSecret Name:
+# "ASCII letters, numbers, and the following characters: /_+=.@-", NameType at most 512 characters); a secret's ARN
+# is arn:${Partition}:secretsmanager:${Region}:${Account}:secret:${SecretId} (the Service Authorization Reference as
+# parliament 1.6.4 bundles it), where "Secrets Manager automatically adds a hyphen and six random characters after the
+# secret name" (the same model, CreateSecret Name).
+SECRET_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+SECRET_NAME = re.compile(r"[A-Za-z0-9/_+=.@-]{1,512}")
+SECRET_ARN = re.compile(
+    r"arn:(?P<partition>aws[a-z-]*):secretsmanager:(?P<region>[a-z0-9-]+):(?P<account>[0-9]{12}):"
+    r"secret:(?P<name>.+)"
+)
+RESERVED_VARIABLE_PREFIX = "gpufleet_"
+
+
+def secret_namespace(stack_prefix: str) -> str:
+    """The secret names an environment's nodes may read begin with this: its stack prefix and a slash (gpufleet-dev/).
+    The slash ends the environment's name, which has none, so no environment's namespace holds another's (dev's holds
+    no gpufleet-dev-2/...), nor the cluster user's key secret (gpufleet-NAME-cluster-user-key)."""
+    return f"{stack_prefix}/"
+
+
+@dataclass(frozen=True)
+class RunSecret:
+    """A secret a run's nodes read into an environment variable: NAME from SECRET_ID in REGION, the environment's."""
+
+    name: str
+    secret_id: str
+    region: str
+
+
+def parse_secrets(options: list[str], *, stack_prefix: str, region: str, account: str) -> tuple[RunSecret, ...]:
+    """The --secret NAME=SECRET_ID options of a run of the environment of STACK_PREFIX, REGION and ACCOUNT, checked
+    before any AWS call: GpufleetError (exit 2) with a line for each bad one. A SECRET_ID outside the namespace is not
+    repeated in its line: it may be a value pasted where its name belongs."""
+    namespace = secret_namespace(stack_prefix)
+    secrets: list[RunSecret] = []
+    problems: list[str] = []
+    for option in options:
+        name, equals, secret_id = option.partition("=")
+        if not equals or not name:
+            problems.append("--secret: expected NAME=SECRET_ID, e.g. --secret HF_TOKEN=" + namespace + "hf-token")
+            continue
+        if not SECRET_VARIABLE.fullmatch(name):
+            problems.append(
+                f"--secret {name}=...: NAME must be a shell variable name (letters, digits and _, not starting with a "
+                "digit)"
+            )
+            continue
+        if name.lower().startswith(RESERVED_VARIABLE_PREFIX):
+            problems.append(
+                f"--secret {name}=...: names starting {RESERVED_VARIABLE_PREFIX.upper()} are gpufleet's own"
+            )
+            continue
+        if any(secret.name == name for secret in secrets):
+            problems.append(f"--secret {name}=...: {name} is given twice")
+            continue
+        arn = SECRET_ARN.fullmatch(secret_id)
+        secret_name = arn["name"] if arn else secret_id
+        if not (SECRET_NAME.fullmatch(secret_name) and secret_name.startswith(namespace) and secret_name != namespace):
+            problems.append(
+                f"--secret {name}=...: SECRET_ID is not one the nodes may read: a Secrets Manager secret name starting "
+                f"{namespace} (letters, digits and /_+=.@-, at most 512) or its ARN, never the value itself"
+            )
+            continue
+        if arn and (arn["region"], arn["account"]) != (region, account):
+            problems.append(
+                f"--secret {name}=...: the ARN names region {arn['region']} and account {arn['account']}: the nodes "
+                f"read secrets of their own, {region} and {account}"
+            )
+            continue
+        secrets.append(RunSecret(name, secret_id, region))
+    if problems:
+        raise GpufleetError(*problems, exit_code=2)
+    return tuple(secrets)
+
+
+# What the unit's bash (and, in an MPI run, each process's bash) defines to read a secret: `gpufleet_secret NAME
+# SECRET_ID REGION` reads the secret's string with the node role's credentials (the AWS CLI, which every image profile
+# installs, through the instance's metadata, as scripts/node/cluster-user.sh reads the cluster key) into the exported
+# variable NAME. Command substitution keeps the value in memory: no file, no command line, no journal holds it (the
+# AWS CLI's own stderr goes to a file of mktemp's, removed at once, read only when the call failed). A failed read
+# ends the shell (status 1) with one line naming the variable and the secret, and the AWS CLI's last line of error.
+# One line, so that it can also stand in an MPI process's `bash -c` text. The AWS CLI prints the string and a newline
+# (--output text); command substitution drops every trailing newline. Its locals begin gpufleet_, which no NAME may.
+SECRET_READER = (
+    "gpufleet_secret() { local gpufleet_value gpufleet_error; gpufleet_error=$(mktemp); "
+    'if ! gpufleet_value=$(aws secretsmanager get-secret-value --region "$3" --secret-id "$2" '
+    '--query SecretString --output text 2>"$gpufleet_error"); then '
+    'echo "gpufleet run: --secret $1=$2: cannot read it in $3 with the node role: '
+    '$(grep -v \'^$\' "$gpufleet_error" | tail -n 1 | cut -c 1-300)" >&2; rm -f "$gpufleet_error"; exit 1; fi; '
+    'rm -f "$gpufleet_error"; export "$1=$gpufleet_value"; }'
+)
+
+
+def secret_steps(secrets: tuple[RunSecret, ...]) -> list[str]:
+    """The shell lines that read SECRETS into their variables (none without secrets)."""
+    if not secrets:
+        return []
+    return [SECRET_READER] + [
+        f"gpufleet_secret {secret.name} {shlex.quote(secret.secret_id)} {shlex.quote(secret.region)}"
+        for secret in secrets
+    ]
+
 
 def new_run_id(now: dt.datetime, token: str) -> str:
     """A run id: the UTC start time and four hex digits (TOKEN, e.g. secrets.token_hex(2)), e.g. 20261126-210500-3fa2.
@@ -104,6 +212,8 @@ class RunPlan:
     # The environment's shared file system (empty: none), where a torchrun run's description waits for replacement
     # nodes (run_description).
     shared_dir: str = ""
+    # Secrets every node reads into the unit's environment before the setup (--secret; secret_steps).
+    secrets: tuple[RunSecret, ...] = ()
 
     @property
     def targets(self) -> list[str]:
@@ -142,6 +252,7 @@ def plan_run(
     workdir_archive: str = "",
     mpi: bool = False,
     head_command: list[str] | None = None,
+    secrets: tuple[RunSecret, ...] = (),
 ) -> RunPlan:
     """The plan of a run on READY (the nodes that say they are ready), ranked in job order."""
     if not ready:
@@ -160,6 +271,7 @@ def plan_run(
         workdir_archive,
         mpi,
         tuple(head_command or ()),
+        secrets=secrets,
     )
 
 
@@ -176,11 +288,12 @@ def plan_torchrun(
     shared_dir: str = "",
     port: int = RENDEZVOUS_PORT,
     last_call_seconds: int = LAST_CALL_SECONDS,
+    secrets: tuple[RunSecret, ...] = (),
 ) -> RunPlan:
     """The plan of a torchrun run: every node runs torchrun (gpufleet.ops.torchrun) with COMMAND, GPUS_PER_NODE
     processes a node, between MIN_NODES and every ready node, the head hosting the c10d store (its own argv). A node
     that joins later runs the others' argv, so the node range's maximum is the number of nodes ready now."""
-    plan = plan_run(run_id, environment, ready, gpus_per_node, command, setup=setup)
+    plan = plan_run(run_id, environment, ready, gpus_per_node, command, setup=setup, secrets=secrets)
     problems = []
     if not 1 <= min_nodes <= len(plan.nodes):
         problems.append(f"--min-nodes {min_nodes}: need 1 to {len(plan.nodes)} (the nodes ready for jobs now)")
@@ -235,27 +348,33 @@ MPI_FORWARDED = (
 def _mpi_steps(plan: RunPlan, directory: str) -> list[str]:
     """The head's steps of an MPI run: the hostfile of the plan's nodes (hostlists.mpi_hostfile's lines) in a file of
     mktemp's (a name nobody can guess beforehand, removed when the unit's bash ends), the setup once per node through
-    mpirun, then the command, GPUS_PER_NODE processes a node."""
+    mpirun, then the command, GPUS_PER_NODE processes a node. With secrets, each process mpirun starts reads them on its
+    own node first (a bash that then runs the setup, or execs the command): the values never travel between nodes, nor
+    through mpirun's command line or -x."""
     lines = " ".join(shlex.quote(f"{node.private_ip} slots={plan.gpus_per_node}") for node in plan.nodes)
     nodes = len(plan.nodes)
     options = " ".join(shlex.quote(option) for option in MPIRUN_OPTIONS)
     mpirun = f'{MPIRUN} --hostfile "$hostfile"'
     steps = ["hostfile=$(mktemp)", """trap 'rm -f "$hostfile"' EXIT""", f"printf '%s\\n' {lines} > \"$hostfile\""]
+    reads = "".join(f"{step}; " for step in secret_steps(plan.secrets))
     if plan.setup:
-        setup = shlex.quote(f"cd {directory} && {plan.setup}")
+        setup = shlex.quote(f"{reads}cd {directory} && {plan.setup}")
         steps.append(f"{mpirun} -n {nodes} -N 1 {options} {MPI_FORWARDED} bash -c {setup}")
     processes = nodes * plan.gpus_per_node
-    steps.append(
-        f"{mpirun} -n {processes} -N {plan.gpus_per_node} {options} {MPI_FORWARDED} " + shlex.join(plan.command)
-    )
+    command = shlex.join(plan.command)
+    if reads:
+        wrapper = shlex.quote(reads + 'exec "$@"')
+        command = f"bash -c {wrapper} bash {command}"
+    steps.append(f"{mpirun} -n {processes} -N {plan.gpus_per_node} {options} {MPI_FORWARDED} {command}")
     return steps
 
 
 def unit_body(plan: RunPlan, head: bool = False) -> str:
-    """What the unit's bash runs: the EFA environment, the working directory, the setup, then the command (the head's
-    own where the plan has one and HEAD; with MPI: mpirun, which runs both on every node)."""
+    """What the unit's bash runs: the EFA environment, the secrets (references: each node reads the values), the
+    working directory, the setup, then the command (the head's own where the plan has one and HEAD; with MPI: mpirun,
+    which runs both on every node)."""
     directory = shlex.quote(plan.workdir) if plan.workdir else f"~{CLUSTER_USER_NAME}"
-    steps = [f"if [ -r {EFA_PROFILE} ]; then . {EFA_PROFILE}; fi"]
+    steps = [f"if [ -r {EFA_PROFILE} ]; then . {EFA_PROFILE}; fi", *secret_steps(plan.secrets)]
     if plan.workdir_archive:
         # Every node unpacks its own copy: the AWS CLI (every AMI profile installs it) reads the object with the node
         # role, which may read the data repository prefix (storage.data_repository).
@@ -310,6 +429,7 @@ def run_description(plan: RunPlan) -> dict[str, Any]:
         "node_count": len(plan.nodes),
         "command": list(plan.command),
         "setup": plan.setup,
+        "secrets": {secret.name: secret.secret_id for secret in plan.secrets},
         "workdir_archive": plan.workdir_archive,
         "settings": run_settings(plan),
         "body": unit_body(plan),

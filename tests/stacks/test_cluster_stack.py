@@ -202,8 +202,8 @@ def test_node_role_is_ssm_and_the_environments_cloudwatch_agent_only(assembly, n
         for logical, policy in template.find_resources("AWS::IAM::Policy").items()
         if {"Ref": node_role} in policy["Properties"]["Roles"]
     ]
-    # Nodes read the cluster user's key (tests/stacks/test_cluster_user.py) run the CloudWatch agent
-    # and set their readiness tag (tests/stacks/constructs/test_node_readiness.py)
+    # Nodes read the cluster user's key (tests/stacks/test_cluster_user.py) and their environment's run secrets
+    # (below), run the CloudWatch agent and set their readiness tag (tests/stacks/constructs/test_node_readiness.py)
     # (tests/stacks/constructs/test_node_monitoring.py) and fetch the operator scripts
     # (tests/stacks/constructs/test_operator_scripts.py); prod's reach its shared file system's data repository prefix
     # (tests/stacks/test_storage_stack.py); nodes of a group complete their own termination lifecycle action
@@ -212,6 +212,7 @@ def test_node_role_is_ssm_and_the_environments_cloudwatch_agent_only(assembly, n
         "ClusterUserNodesReadTheKey9B7D92B9",
         "NodeMonitoringAgentPolicyF3A4C9C0",
         "NodeReadinessTag939A92B1",
+        "NodesReadRunSecretsCFBF1909",
         "OperatorScriptsNodesReadTheArchive7617C101",
     ]
     if name == "prod":
@@ -219,6 +220,47 @@ def test_node_role_is_ssm_and_the_environments_cloudwatch_agent_only(assembly, n
     if ENVIRONMENTS[name].fleet.backend != BACKEND_SPOT_FLEET:
         expected.append("NodeGroupCompleteLifecycleActionFE2A0165")
     assert sorted(attached) == sorted(expected), "the node role must not gain other permissions"
+
+
+@pytest.mark.parametrize("name", ENVIRONMENTS)
+def test_the_node_role_reads_the_run_secrets_of_its_environments_namespace_only(assembly, name):
+    """`gpufleet run --secret` (gpufleet/ops/runs.py): the node role may read the secrets named gpufleet-NAME/... of
+    its account and region, whatever random suffix their ARNs end with (tests/stacks/constructs/test_run_secrets.py),
+    and no other secret but the cluster user's key."""
+    template = cluster(assembly, name)
+    region, account = SHIPPED[name][0], ENVIRONMENTS[name].account
+    node_role = next(
+        logical
+        for logical, role in template.find_resources("AWS::IAM::Role").items()
+        if "ec2.amazonaws.com" in str(role["Properties"]["AssumeRolePolicyDocument"])
+    )
+    template.has_resource_properties(
+        "AWS::IAM::Policy",
+        Match.object_like(
+            {
+                "PolicyDocument": {
+                    "Statement": [
+                        {
+                            "Action": "secretsmanager:GetSecretValue",
+                            "Effect": "Allow",
+                            "Resource": {
+                                "Fn::Join": [
+                                    "",
+                                    [
+                                        "arn:",
+                                        {"Ref": "AWS::Partition"},
+                                        f":secretsmanager:{region}:{account}:secret:gpufleet-{name}/*",
+                                    ],
+                                ]
+                            },
+                        }
+                    ],
+                    "Version": "2012-10-17",
+                },
+                "Roles": [{"Ref": node_role}],
+            }
+        ),
+    )
 
 
 EXPECTED_FLEETS = {

@@ -92,11 +92,23 @@ def test_the_node_role_reads_the_key_and_no_other_role_does(assembly, name):
         if "secretsmanager:GetSecretValue" in str(statement["Action"])
     ]
 
+    # Besides the key: the secrets of the environment's own namespace, gpufleet-NAME/..., which the key's name is not
+    # in (`gpufleet run --secret`, tests/stacks/constructs/test_run_secrets.py).
+    region, account = SHIPPED[name].region, SHIPPED[name].account
+    namespace = f":secretsmanager:{region}:{account}:secret:gpufleet-{name}/*"
     assert readers == [
         (
             [{"Ref": node_role(resources)}],
             {"Action": "secretsmanager:GetSecretValue", "Effect": "Allow", "Resource": {"Ref": secret}},
-        )
+        ),
+        (
+            [{"Ref": node_role(resources)}],
+            {
+                "Action": "secretsmanager:GetSecretValue",
+                "Effect": "Allow",
+                "Resource": {"Fn::Join": ["", ["arn:", {"Ref": "AWS::Partition"}, namespace]]},
+            },
+        ),
     ]
 
 

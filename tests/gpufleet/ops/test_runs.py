@@ -24,11 +24,13 @@ from gpufleet.ops.runs import (
     LIST_RUNS_SCRIPT,
     NodeResult,
     RunPlan,
+    RunSecret,
     logs_script,
     new_run_id,
     node_results,
     node_script,
     pack_workdir,
+    parse_secrets,
     plan_run,
     plan_torchrun,
     run_description,
@@ -944,6 +946,7 @@ def test_the_batch_of_rank_0_of_a_joinable_run_carries_its_description():
         "node_count": 2,
         "command": OTHER_TORCHRUN.split(),
         "setup": "",
+        "secrets": {},
         "workdir_archive": "",
         "settings": {
             "GPUFLEET_RUN_ID": "20261126-210500-3fa2",
@@ -1074,3 +1077,248 @@ def test_gpufleet_stop_sends_the_same_call_with_shared_storage(spot_fleet, answe
     assert (code, out) == (0, "run 20261126-210500-3fa2: stopped on 1 nodes, not running on 0\n")
     (sent,) = [params for name, params in calls if name == "SendCommand"]
     assert sent["Parameters"]["commands"] == [stop_script(RUN_ID)]
+
+
+# --secret NAME=SECRET_ID (runs.parse_secrets, secret_steps): the reference travels with the run, each node reads the
+# value with its node role.
+DEV_NAMESPACE_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:gpufleet-dev/hf-token-AbCdEf"
+SECRET_READER_LINE = (
+    "gpufleet_secret() { local gpufleet_value gpufleet_error; gpufleet_error=$(mktemp); "
+    'if ! gpufleet_value=$(aws secretsmanager get-secret-value --region "$3" --secret-id "$2" '
+    '--query SecretString --output text 2>"$gpufleet_error"); then '
+    'echo "gpufleet run: --secret $1=$2: cannot read it in $3 with the node role: '
+    '$(grep -v \'^$\' "$gpufleet_error" | tail -n 1 | cut -c 1-300)" >&2; rm -f "$gpufleet_error"; exit 1; fi; '
+    'rm -f "$gpufleet_error"; export "$1=$gpufleet_value"; }\n'
+)
+
+
+def dev_secrets(*options: str) -> tuple[RunSecret, ...]:
+    return parse_secrets(list(options), stack_prefix="gpufleet-dev", region="us-east-1", account="123456789012")
+
+
+def test_a_secret_is_a_variable_name_and_a_secret_of_the_environments_namespace_or_its_arn():
+    assert dev_secrets("HF_TOKEN=gpufleet-dev/hf-token", f"WANDB_API_KEY={DEV_NAMESPACE_ARN}", "_x=gpufleet-dev/a") == (
+        RunSecret("HF_TOKEN", "gpufleet-dev/hf-token", "us-east-1"),
+        RunSecret("WANDB_API_KEY", DEV_NAMESPACE_ARN, "us-east-1"),
+        RunSecret("_x", "gpufleet-dev/a", "us-east-1"),
+    )
+    assert dev_secrets() == ()
+    # Secrets Manager's name characters (botocore's secretsmanager model, CreateSecret Name) and its 512 bound.
+    longest = "gpufleet-dev/" + "a" * (512 - len("gpufleet-dev/"))
+    assert dev_secrets("A=gpufleet-dev/team/k_+=.@-1", f"B={longest}") == (
+        RunSecret("A", "gpufleet-dev/team/k_+=.@-1", "us-east-1"),
+        RunSecret("B", longest, "us-east-1"),
+    )
+
+
+NOT_READABLE = (
+    "--secret {name}=...: SECRET_ID is not one the nodes may read: a Secrets Manager secret name starting "
+    "gpufleet-dev/ (letters, digits and /_+=.@-, at most 512) or its ARN, never the value itself"
+)
+
+
+@pytest.mark.parametrize(
+    ("option", "problem"),
+    [
+        ("HF_TOKEN", "--secret: expected NAME=SECRET_ID, e.g. --secret HF_TOKEN=gpufleet-dev/hf-token"),
+        ("=gpufleet-dev/a", "--secret: expected NAME=SECRET_ID, e.g. --secret HF_TOKEN=gpufleet-dev/hf-token"),
+        (
+            "1TOKEN=gpufleet-dev/a",
+            "--secret 1TOKEN=...: NAME must be a shell variable name (letters, digits and _, not starting with a "
+            "digit)",
+        ),
+        (
+            "HF-TOKEN=gpufleet-dev/a",
+            "--secret HF-TOKEN=...: NAME must be a shell variable name (letters, digits and _, not starting with a "
+            "digit)",
+        ),
+        ("GPUFLEET_RUN_ID=gpufleet-dev/a", "--secret GPUFLEET_RUN_ID=...: names starting GPUFLEET_ are gpufleet's own"),
+        ("gpufleet_value=gpufleet-dev/a", "--secret gpufleet_value=...: names starting GPUFLEET_ are gpufleet's own"),
+        ("HF_TOKEN=hf_abcdefghijklmnop", NOT_READABLE.format(name="HF_TOKEN")),  # a value where its name belongs
+        ("HF_TOKEN=gpufleet-dev/", NOT_READABLE.format(name="HF_TOKEN")),
+        ("HF_TOKEN=gpufleet-dev-2/hf-token", NOT_READABLE.format(name="HF_TOKEN")),  # another environment's
+        ("HF_TOKEN=gpufleet-dev-cluster-user-key", NOT_READABLE.format(name="HF_TOKEN")),
+        ("HF_TOKEN=gpufleet-dev/a b", NOT_READABLE.format(name="HF_TOKEN")),
+        ("HF_TOKEN=gpufleet-dev/" + "a" * (513 - len("gpufleet-dev/")), NOT_READABLE.format(name="HF_TOKEN")),
+        (
+            "HF_TOKEN=arn:aws:secretsmanager:us-east-1:123456789012:secret:gpufleet-prod/hf-token-AbCdEf",
+            NOT_READABLE.format(name="HF_TOKEN"),
+        ),
+        (
+            "HF_TOKEN=arn:aws:secretsmanager:eu-west-1:123456789012:secret:gpufleet-dev/hf-token-AbCdEf",
+            "--secret HF_TOKEN=...: the ARN names region eu-west-1 and account 123456789012: the nodes read secrets of "
+            "their own, us-east-1 and 123456789012",
+        ),
+        (
+            "HF_TOKEN=arn:aws:secretsmanager:us-east-1:210987654321:secret:gpufleet-dev/hf-token-AbCdEf",
+            "--secret HF_TOKEN=...: the ARN names region us-east-1 and account 210987654321: the nodes read secrets of "
+            "their own, us-east-1 and 123456789012",
+        ),
+    ],
+)
+def test_a_bad_secret_option_is_refused_with_its_line_and_never_echoes_the_secret_id(option, problem):
+    with pytest.raises(GpufleetError) as raised:
+        dev_secrets(option)
+    assert (raised.value.problems, raised.value.exit_code) == ((problem,), 2)
+
+
+def test_every_bad_secret_option_is_reported_at_once_and_a_name_given_twice_too():
+    with pytest.raises(GpufleetError) as raised:
+        dev_secrets("A=gpufleet-dev/a", "A=gpufleet-dev/b", "B=plain-value")
+    assert raised.value.problems == ("--secret A=...: A is given twice", NOT_READABLE.format(name="B"))
+
+
+def test_the_unit_reads_each_secret_after_the_efa_environment_and_before_the_setup():
+    plan = two_node_plan(setup="make", secrets=dev_secrets("HF_TOKEN=gpufleet-dev/hf-token", f"W={DEV_NAMESPACE_ARN}"))
+    assert unit_body(plan) == (
+        "set -eo pipefail\n"
+        + EFA_LINE
+        + SECRET_READER_LINE
+        + "gpufleet_secret HF_TOKEN gpufleet-dev/hf-token us-east-1\n"
+        + f"gpufleet_secret W {DEV_NAMESPACE_ARN} us-east-1\n"
+        + "cd ~gpufleet\n"
+        + "make\n"
+        + "exec python train.py --epochs 2"
+    )
+    assert (
+        unit_body(two_node_plan(setup="make"))
+        == "set -eo pipefail\n" + EFA_LINE + "cd ~gpufleet\nmake\nexec python train.py --epochs 2"
+    )
+
+
+def fake_aws(directory: Path, script: str) -> dict[str, str]:
+    """An environment whose `aws` is SCRIPT (sh), its TMPDIR an empty folder of DIRECTORY's."""
+    bin_dir = directory / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "aws").write_text("#!/bin/sh\n" + script)
+    (bin_dir / "aws").chmod(0o755)
+    (directory / "tmp").mkdir()
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "TMPDIR": str(directory / "tmp")}
+
+
+# A value with what a shell would expand, split or strip, as the AWS CLI prints a SecretString with --output text: the
+# string and one newline.
+AWKWARD_VALUE = "hf_$HOME `id` $(id) 'q' \"dq\" \\ %n\n second line  "
+
+
+def test_each_node_reads_the_secret_into_its_variable_unchanged_and_leaves_no_file(tmp_path):
+    """The unit body under the real bash, the AWS CLI faked: the call's arguments, and the value exactly as the
+    command sees it."""
+    (tmp_path / "value").write_text(AWKWARD_VALUE + "\n")
+    env = fake_aws(tmp_path, f'printf "%s\\n" "$*" >> {tmp_path}/aws.args\ncat {tmp_path}/value\n')
+    plan = plan_run(
+        RUN_ID,
+        "dev",
+        [node("i-0000000000000000a", "10.40.0.4")],
+        8,
+        ["sh", "-c", 'printf "%s|" "$HF_TOKEN" "$W"'],
+        setup=f'printf "%s" "$HF_TOKEN" > {tmp_path}/seen-by-setup',
+        workdir=str(tmp_path),
+        secrets=dev_secrets("HF_TOKEN=gpufleet-dev/hf-token", f"W={DEV_NAMESPACE_ARN}"),
+    )
+    run = subprocess.run(["/bin/bash", "-c", unit_body(plan)], env=env, capture_output=True, text=True, check=False)
+    assert (run.returncode, run.stdout, run.stderr) == (0, f"{AWKWARD_VALUE}|{AWKWARD_VALUE}|", "")
+    assert (tmp_path / "seen-by-setup").read_text() == AWKWARD_VALUE
+    assert (tmp_path / "aws.args").read_text() == (
+        "secretsmanager get-secret-value --region us-east-1 --secret-id gpufleet-dev/hf-token --query SecretString "
+        "--output text\n"
+        f"secretsmanager get-secret-value --region us-east-1 --secret-id {DEV_NAMESPACE_ARN} --query SecretString "
+        "--output text\n"
+    )
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_secret_the_node_cannot_read_fails_the_unit_with_one_line_before_the_setup(tmp_path):
+    """The AWS CLI's error as it prints it (a blank line, then the error), its exit status 254 (AWS CLI v2's return
+    codes: 254, the service returned an error)."""
+    env = fake_aws(
+        tmp_path,
+        "printf '\\nAn error occurred (AccessDeniedException) when calling the GetSecretValue operation: User is "
+        "not authorized\\n' >&2\nexit 254\n",
+    )
+    plan = plan_run(
+        RUN_ID,
+        "dev",
+        [node("i-0000000000000000a", "10.40.0.4")],
+        8,
+        ["touch", str(tmp_path / "command-ran")],
+        setup=f"touch {tmp_path}/setup-ran",
+        workdir=str(tmp_path),
+        secrets=dev_secrets("HF_TOKEN=gpufleet-dev/hf-token"),
+    )
+    run = subprocess.run(["/bin/bash", "-c", unit_body(plan)], env=env, capture_output=True, text=True, check=False)
+    assert (run.returncode, run.stdout, run.stderr) == (
+        1,
+        "",
+        "gpufleet run: --secret HF_TOKEN=gpufleet-dev/hf-token: cannot read it in us-east-1 with the node role: An "
+        "error occurred (AccessDeniedException) when calling the GetSecretValue operation: User is not authorized\n",
+    )
+    assert not (tmp_path / "setup-ran").exists() and not (tmp_path / "command-ran").exists()
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_every_mpi_process_reads_the_secret_on_its_own_node_under_real_open_mpi(tmp_path, monkeypatch):
+    """Each process mpirun starts reads the secret itself (the value never crosses mpirun's command line or -x): here
+    Debian's Open MPI on one node of two slots, the AWS CLI faked and found through the forwarded PATH."""
+    monkeypatch.setattr(runs, "MPIRUN", "/usr/bin/mpirun")
+    (tmp_path / "value").write_text(AWKWARD_VALUE + "\n")
+    env = fake_aws(tmp_path, f"echo call >> {tmp_path}/aws.calls\ncat {tmp_path}/value\n")
+    root = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"} if os.geteuid() == 0 else {}
+    plan = plan_run(
+        RUN_ID,
+        "dev",
+        [node("i-0000000000000000a", "127.0.0.1")],
+        2,
+        ["sh", "-c", 'printf "rank %s %s|\\n" "$OMPI_COMM_WORLD_RANK" "$HF_TOKEN"'],
+        setup=f'printf "%s" "$HF_TOKEN" > {tmp_path}/seen-by-setup',
+        workdir=str(tmp_path),
+        mpi=True,
+        secrets=dev_secrets("HF_TOKEN=gpufleet-dev/hf-token"),
+    )
+    body = tmp_path / "body.sh"
+    body.write_text(unit_body(plan))
+    result = subprocess.run(
+        ["/bin/bash", str(body)], env={**env, **root}, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert sorted(result.stdout.split("|\n")) == ["", f"rank 0 {AWKWARD_VALUE}", f"rank 1 {AWKWARD_VALUE}"]
+    assert (tmp_path / "seen-by-setup").read_text() == AWKWARD_VALUE
+    # The head's unit, the setup's one process and the command's two each read it.
+    assert (tmp_path / "aws.calls").read_text() == "call\n" * 4
+    assert "hf_" not in body.read_text()
+
+
+def test_only_the_references_travel_with_a_run_and_its_description():
+    plan = torchrun_plan(shared_dir="/fsx", secrets=dev_secrets("HF_TOKEN=gpufleet-dev/hf-token"))
+    description = run_description(plan)
+    assert description["secrets"] == {"HF_TOKEN": "gpufleet-dev/hf-token"}
+    assert "gpufleet_secret HF_TOKEN gpufleet-dev/hf-token us-east-1\n" in description["body"]
+    spec = sent_spec(node_script(plan))
+    assert "gpufleet_secret HF_TOKEN gpufleet-dev/hf-token us-east-1\n" in spec["head_body"]
+
+
+def test_gpufleet_run_refuses_a_bad_secret_before_any_call(answered_ssm, run_cli) -> None:
+    calls = answered_ssm(FakeSsm())
+    code, out, err = run_cli("run", "dev", "--secret", "HF_TOKEN=hf_live_value", "--", "train.py")
+    assert (code, out, err, calls) == (2, "", NOT_READABLE.format(name="HF_TOKEN") + "\n", [])
+
+
+def test_gpufleet_run_sends_the_secrets_reference_and_never_a_value(spot_fleet, answered_ssm, run_cli) -> None:
+    fleet_id = spot_fleet(2)
+    first, second = fleet_nodes(fleet_id)
+    mark_readiness([first, second])
+    make_on_demand(second)
+    calls = answered_ssm(FakeSsm())
+
+    code, _, err = run_cli(
+        "run", "dev", "--fleet-id", fleet_id, "--secret", "HF_TOKEN=gpufleet-dev/hf-token", "--", "python", "train.py"
+    )
+
+    assert (code, err) == (0, "")
+    (sent,) = [params for name, params in calls if name == "SendCommand"]
+    body = sent_spec(sent["Parameters"]["commands"][0])["body"]
+    assert body.splitlines()[1:4] == [
+        EFA_LINE.rstrip("\n"),
+        SECRET_READER_LINE.rstrip("\n"),
+        "gpufleet_secret HF_TOKEN gpufleet-dev/hf-token us-east-1",
+    ]
