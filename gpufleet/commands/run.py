@@ -167,8 +167,8 @@ def run(args: argparse.Namespace) -> int:
             )
         if args.workdir and location is not None:
             # After the plan, so that a run refused for want of ready nodes uploads nothing.
-            archive = upload_workdir(aws.client("s3"), Path(args.workdir), location, run_id)
-            print(f"run {run_id}: {args.workdir} uploaded to {archive}", flush=True)
+            archive = upload_workdir(aws.client("s3"), Path(args.workdir), location, run_id, region=env.region)
+            print(f"run {run_id}: {args.workdir} uploaded to {archive.address}", flush=True)
             plan = dataclasses.replace(plan, workdir=node_workdir(run_id), workdir_archive=archive)
         head = plan.nodes[0]
         print(f"run {run_id}: {len(plan.nodes)} nodes, head {head.instance_id} ({head.private_ip})", flush=True)

@@ -96,6 +96,14 @@ def secret_namespace(stack_prefix: str) -> str:
 
 
 @dataclass(frozen=True)
+class WorkdirArchive:
+    """A run's --workdir packed: its s3:// address and the region of its bucket, the environment's."""
+
+    address: str
+    region: str
+
+
+@dataclass(frozen=True)
 class RunSecret:
     """A secret a run's nodes read into an environment variable: NAME from SECRET_ID in REGION, the environment's."""
 
@@ -202,7 +210,7 @@ class RunPlan:
     command: tuple[str, ...]  # the argv run on every node
     setup: str = ""  # a shell command run first on every node, in the working directory
     workdir: str = ""  # the node's working directory; empty: the cluster user's home
-    workdir_archive: str = ""  # s3://BUCKET/KEY of a tar.gz every node unpacks into workdir first (upload_workdir)
+    workdir_archive: WorkdirArchive | None = None  # a tar.gz every node unpacks into workdir first (upload_workdir)
     mpi: bool = False  # mpirun on the head starts the command on every node over SSH
     # The head's own argv where it differs from the others' (torchrun: the head hosts the c10d store, is_host=1,
     # gpufleet.ops.torchrun); empty: the head runs `command` too.
@@ -249,7 +257,7 @@ def plan_run(
     command: list[str],
     setup: str = "",
     workdir: str = "",
-    workdir_archive: str = "",
+    workdir_archive: WorkdirArchive | None = None,
     mpi: bool = False,
     head_command: list[str] | None = None,
     secrets: tuple[RunSecret, ...] = (),
@@ -377,10 +385,14 @@ def unit_body(plan: RunPlan, head: bool = False) -> str:
     steps = [f"if [ -r {EFA_PROFILE} ]; then . {EFA_PROFILE}; fi", *secret_steps(plan.secrets)]
     if plan.workdir_archive:
         # Every node unpacks its own copy: the AWS CLI (every AMI profile installs it) reads the object with the node
-        # role, which may read the data repository prefix (storage.data_repository).
+        # role, which may read the data repository prefix (storage.data_repository). With its region: without one the
+        # call goes to S3's global endpoint, which the S3 gateway endpoint of a VPC outside us-east-1 does not serve
+        # (issue 30; gpufleet.reachability).
+        archive = plan.workdir_archive
         steps += [
             f"mkdir -p {directory}",
-            f"aws s3 cp --only-show-errors {shlex.quote(plan.workdir_archive)} - | tar -xz -C {directory}",
+            f"aws s3 cp --only-show-errors --region {shlex.quote(archive.region)} {shlex.quote(archive.address)} - "
+            f"| tar -xz -C {directory}",
         ]
     steps.append(f"cd {directory}")
     if plan.mpi:
@@ -430,7 +442,7 @@ def run_description(plan: RunPlan) -> dict[str, Any]:
         "command": list(plan.command),
         "setup": plan.setup,
         "secrets": {secret.name: secret.secret_id for secret in plan.secrets},
-        "workdir_archive": plan.workdir_archive,
+        "workdir_archive": plan.workdir_archive.address if plan.workdir_archive else "",
         "settings": run_settings(plan),
         "body": unit_body(plan),
     }
@@ -728,9 +740,9 @@ def pack_workdir(directory: Path) -> bytes:
     return buffer.getvalue()
 
 
-def upload_workdir(s3: Any, directory: Path, location: tuple[str, str], run_id: str) -> str:
-    """Upload DIRECTORY once, to the data repository's bucket and prefix (LOCATION) under gpufleet-runs/RUN_ID/;
-    returns its s3:// address."""
+def upload_workdir(s3: Any, directory: Path, location: tuple[str, str], run_id: str, *, region: str) -> WorkdirArchive:
+    """Upload DIRECTORY once, to the data repository's bucket and prefix (LOCATION, in REGION) under
+    gpufleet-runs/RUN_ID/."""
     if not directory.is_dir():
         raise GpufleetError(f"--workdir: {directory} is not a directory")
     archive = pack_workdir(directory)
@@ -742,4 +754,4 @@ def upload_workdir(s3: Any, directory: Path, location: tuple[str, str], run_id: 
     bucket, prefix = location
     key = f"{prefix}/gpufleet-runs/{run_id}/workdir.tar.gz"
     s3.put_object(Bucket=bucket, Key=key, Body=archive)
-    return f"s3://{bucket}/{key}"
+    return WorkdirArchive(f"s3://{bucket}/{key}", region)

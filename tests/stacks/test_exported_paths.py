@@ -115,7 +115,7 @@ def test_a_workdir_archive_is_under_the_node_roles_prefix_and_never_imported(
     (tmp_path / "train.py").write_text("print('hello')\n")
     s3 = RecordedS3()
 
-    address = upload_workdir(s3, tmp_path, location, "20261126-210500-3fa2")
+    address = upload_workdir(s3, tmp_path, location, "20261126-210500-3fa2", region=env.region).address
 
     ((bucket, key),) = s3.keys
     assert address == f"s3://{bucket}/{key}"

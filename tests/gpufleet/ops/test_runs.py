@@ -25,6 +25,7 @@ from gpufleet.ops.runs import (
     NodeResult,
     RunPlan,
     RunSecret,
+    WorkdirArchive,
     logs_script,
     new_run_id,
     node_results,
@@ -660,9 +661,13 @@ def test_the_workdir_is_uploaded_once_under_the_data_repository_prefix(tmp_path)
     put: list[dict[str, Any]] = []
     s3, calls = answering_client("s3", {"PutObject": lambda params: put.append(params) or {}}, region_name="us-east-1")
 
-    address = upload_workdir(s3, workdir_tree(tmp_path / "code"), ("gpufleet-dev-data", "training/dev"), RUN_ID)
+    archive = upload_workdir(
+        s3, workdir_tree(tmp_path / "code"), ("gpufleet-dev-data", "training/dev"), RUN_ID, region="eu-west-1"
+    )
 
-    assert address == "s3://gpufleet-dev-data/training/dev/gpufleet-runs/20261126-210500-3fa2/workdir.tar.gz"
+    assert archive == WorkdirArchive(
+        "s3://gpufleet-dev-data/training/dev/gpufleet-runs/20261126-210500-3fa2/workdir.tar.gz", "eu-west-1"
+    )
     assert [name for name, _ in calls] == ["PutObject"]
     (params,) = put
     assert (params["Bucket"], params["Key"]) == (
@@ -680,10 +685,10 @@ def test_a_workdir_that_is_missing_or_too_large_is_refused_before_any_upload(tmp
 
     s3, calls = answering_client("s3", {}, region_name="us-east-1")
     with pytest.raises(GpufleetError, match=r"^--workdir: .*/missing is not a directory$"):
-        upload_workdir(s3, tmp_path / "missing", ("bucket", "dev"), RUN_ID)
+        upload_workdir(s3, tmp_path / "missing", ("bucket", "dev"), RUN_ID, region="us-east-1")
     monkeypatch.setattr(runs, "WORKDIR_ARCHIVE_LIMIT_BYTES", 10)
     with pytest.raises(GpufleetError, match=r"packs to 0 MiB, over 0 MiB: keep data on the shared file system"):
-        upload_workdir(s3, workdir_tree(tmp_path / "code"), ("bucket", "dev"), RUN_ID)
+        upload_workdir(s3, workdir_tree(tmp_path / "code"), ("bucket", "dev"), RUN_ID, region="us-east-1")
     assert calls == []
 
 
@@ -703,13 +708,16 @@ def test_each_node_unpacks_the_workdir_then_runs_in_it(tmp_path):
         8,
         ["sh", "-c", "pwd; cat src/model.py"],
         workdir=str(node_dir),
-        workdir_archive="s3://gpufleet-dev-data/dev/gpufleet-runs/20261126-210500-3fa2/workdir.tar.gz",
+        workdir_archive=WorkdirArchive(
+            "s3://gpufleet-dev-data/dev/gpufleet-runs/20261126-210500-3fa2/workdir.tar.gz", "eu-west-1"
+        ),
     )
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     run = subprocess.run(["/bin/bash", "-c", unit_body(plan)], env=env, capture_output=True, text=True, check=False)
     assert (run.returncode, run.stdout) == (0, f"{node_dir}\nLAYERS = 2\n"), run.stderr
     assert (tmp_path / "aws.args").read_text() == (
-        "s3 cp --only-show-errors s3://gpufleet-dev-data/dev/gpufleet-runs/20261126-210500-3fa2/workdir.tar.gz -\n"
+        "s3 cp --only-show-errors --region eu-west-1 "
+        "s3://gpufleet-dev-data/dev/gpufleet-runs/20261126-210500-3fa2/workdir.tar.gz -\n"
     )
 
 
@@ -725,7 +733,7 @@ def test_a_failed_download_fails_the_unit_before_the_command(tmp_path):
         8,
         ["touch", str(tmp_path / "ran")],
         workdir=str(tmp_path / "node"),
-        workdir_archive="s3://b/k",
+        workdir_archive=WorkdirArchive("s3://b/k", "us-east-1"),
     )
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     run = subprocess.run(["/bin/bash", "-c", unit_body(plan)], env=env, capture_output=True, text=True, check=False)
@@ -774,7 +782,9 @@ def test_gpufleet_run_workdir_uploads_once_and_every_node_unpacks_it(
     assert [name for name, _ in put] == ["PutObject"]
     (sent,) = [params for name, params in calls if name == "SendCommand"]
     body = sent_spec(sent["Parameters"]["commands"][0])["body"]
-    assert f"\naws s3 cp --only-show-errors {address} - | tar -xz -C /var/tmp/gpufleet-run-{run_id}\n" in body
+    assert (
+        f"\naws s3 cp --only-show-errors --region us-east-1 {address} - | tar -xz -C /var/tmp/gpufleet-run-{run_id}\n"
+    ) in body
 
 
 def test_gpufleet_run_workdir_without_a_data_repository_is_refused_before_any_call(answered_ssm, run_cli, tmp_path):
