@@ -119,6 +119,7 @@ class EksClusterStack(cdk.Stack):
         # EKS writes the control plane's logs to this group, creating it if it is missing ("The log group name format
         # is /aws/eks/my-cluster/cluster": EKS user guide, control-plane-logs); made here first, it gets a retention
         # and goes with the stack instead of outliving it (as terraform-aws-eks's create_cloudwatch_log_group does).
+        kubectl_security_group = self._kubectl_security_group(vpc) if needs_kubectl else None
         control_plane_logs = logs.LogGroup(
             self,
             "ControlPlaneLogs",
@@ -142,15 +143,23 @@ class EksClusterStack(cdk.Stack):
             bootstrap_cluster_creator_admin_permissions=False,
             cluster_logging=CLUSTER_LOGGING,
             # Only with an add-on: the handler is a Lambda function, a layer of 35 MB and a custom resource provider.
-            # It runs in the node subnet, whose route to the NAT gateway reaches the charts' repositories.
+            # aws_eks_v2 runs it and its Provider framework function in the control-plane subnets (the endpoint has
+            # private access: stacks/network_stack.py _control_plane_subnets), whatever subnets are given here.
             kubectl_provider_options=eks.KubectlProviderOptions(
                 kubectl_layer=KUBECTL_LAYERS[settings.kubernetes_version](self, "KubectlLayer"),
-                private_subnets=[node_subnet],
+                security_groups=[kubectl_security_group],
             )
-            if needs_kubectl
+            if kubectl_security_group is not None
             else None,
         )
         self.cluster.node.add_dependency(control_plane_logs)
+        if kubectl_security_group is not None:
+            # The handler's kubectl and helm reach the Kubernetes API at the endpoint's private side, whose interfaces
+            # carry the cluster's security groups (aws_eks_v2 Cluster.connections: EKS's cluster security group and
+            # the control-plane group aws_eks_v2 makes).
+            self.cluster.connections.allow_from(
+                kubectl_security_group, ec2.Port.tcp(443), "the kubectl handler to the Kubernetes API"
+            )
         if settings.endpoint_public_cidrs:
             # On the AWS::EKS::Cluster alone (an acknowledgement reaches every child of its construct). cdk-nag 3.0.2
             # does not flag it today: its EKS1 (and EKS2) rule tests `instanceof aws_eks.CfnCluster`
@@ -285,6 +294,20 @@ class EksClusterStack(cdk.Stack):
                 node_security_group=efa_security_group.security_group,
                 node_role=node_role,
             )
+
+    def _kubectl_security_group(self, vpc: ec2.IVpc) -> ec2.SecurityGroup:
+        """The kubectl handler's and its Provider framework's group: HTTPS out, to the Kubernetes API, the VPC's
+        interface endpoints, S3 and the charts' repositories (aws_eks_v2 would give them EKS's cluster security group,
+        which EKS makes, outside the template, and which every node carries too)."""
+        group = ec2.SecurityGroup(
+            self,
+            "KubectlSecurityGroup",
+            vpc=vpc,
+            allow_all_outbound=False,
+            description="gpufleet kubectl handler: HTTPS to the EKS API, AWS endpoints and chart repositories",
+        )
+        group.add_egress_rule(ec2.Peer.any_ipv4(), ec2.Port.tcp(443), "HTTPS to AWS APIs and chart repositories")
+        return group
 
     @staticmethod
     def _endpoint_access(public_cidrs: tuple[str, ...]) -> eks.EndpointAccess:

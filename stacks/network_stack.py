@@ -1,5 +1,7 @@
 """The network of an environment that creates its VPC: a private node subnet in the cluster AZ, VPC endpoints
-so nodes work without a NAT gateway, optional NAT, and flow logs."""
+so nodes work without a NAT gateway, optional NAT, and flow logs. The eks flavour adds its control-plane subnets,
+where the kubectl handler runs too: they get the NAT route and the S3 endpoint (docs/design-eks.md, "Where the kubectl
+handler runs")."""
 
 from __future__ import annotations
 
@@ -62,6 +64,8 @@ class NetworkStack(cdk.Stack):
                     name="public", subnet_type=ec2.SubnetType.PUBLIC, cidr_mask=network.node_subnet_prefix + 2
                 )
             )
+        # Named, so that the eks flavour's control-plane subnets can route through the same NAT gateway.
+        nat_gateways = ec2.NatProvider.gateway()
         flow_log_group = logs.LogGroup(
             self,
             "FlowLogs",
@@ -74,6 +78,7 @@ class NetworkStack(cdk.Stack):
             ip_addresses=ec2.IpAddresses.cidr(cidr),
             availability_zones=[environment.availability_zone],
             nat_gateways=1 if network.nat_gateway else 0,
+            nat_gateway_provider=nat_gateways,
             subnet_configuration=subnets,
             restrict_default_security_group=True,
             flow_logs={
@@ -85,7 +90,6 @@ class NetworkStack(cdk.Stack):
         )
         node_subnets = ec2.SubnetSelection(subnet_group_name="nodes")
         self.node_subnet = self.vpc.select_subnets(subnet_group_name="nodes").subnets[0]
-        self.vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[node_subnets])
         endpoint_security_group = ec2.SecurityGroup(
             self,
             "EndpointSecurityGroup",
@@ -104,25 +108,45 @@ class NetworkStack(cdk.Stack):
                 open=False,
                 security_groups=[endpoint_security_group],
             )
-        # The control-plane interfaces need no route beyond the VPC: the nodes and the kubectl handler reach them.
         self.control_plane_subnets: list[ec2.ISubnet] = []
         if environment.flavour == FLAVOUR_EKS:
-            assert environment.eks is not None and environment.eks.control_plane_availability_zones is not None, (
-                "the environment's validation: an eks environment with network.cidr names its control-plane AZs"
+            self.control_plane_subnets = self._control_plane_subnets(environment, cidr, nat_gateways)
+        # S3 from the node subnet and, on eks, from the control-plane subnets (the kubectl handler's chart asset and
+        # CloudFormation's response URL): a gateway endpoint serves only the route tables it is given.
+        s3_subnets = [node_subnets]
+        if self.control_plane_subnets:
+            s3_subnets.append(ec2.SubnetSelection(subnets=self.control_plane_subnets))
+        self.vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=s3_subnets)
+
+    def _control_plane_subnets(
+        self, environment: Environment, cidr: str, nat_gateways: ec2.NatProvider
+    ) -> list[ec2.ISubnet]:
+        """One /28 per control-plane AZ, each with a default route to the NAT gateway. EKS puts the control plane's
+        interfaces there, and aws_eks_v2 puts the kubectl handler and its Provider framework function there too: with
+        private endpoint access it replaces the kubectl provider's subnets with the cluster's private subnets
+        (aws-cdk-lib 2.275 aws-eks-v2/lib/cluster.js, Cluster's constructor: `kubectlSubnets = privateSubnets` when
+        `endpointAccess._config.privateAccess`; aws/aws-cdk packages/aws-cdk-lib/aws-eks-v2/lib/cluster.ts). Those
+        functions call the EKS and Lambda APIs, S3 and the charts' repositories outside AWS: without a route out
+        every chart waits for the custom resource's timeout (issue 30, D1)."""
+        network = environment.network
+        assert environment.eks is not None and environment.eks.control_plane_availability_zones is not None, (
+            "the environment's validation: an eks environment with network.cidr names its control-plane AZs"
+        )
+        assert network.nat_gateway, "the environment's validation: an eks environment's new VPC has a NAT gateway"
+        (gateway,) = nat_gateways.configured_gateways
+        zones = environment.eks.control_plane_availability_zones
+        subnets: list[ec2.ISubnet] = []
+        for index, (zone, block) in enumerate(zip(zones, control_plane_subnet_cidrs(cidr, len(zones)), strict=True)):
+            subnet = ec2.Subnet(
+                self,
+                f"ControlPlaneSubnet{index + 1}",
+                vpc_id=self.vpc.vpc_id,
+                availability_zone=zone,
+                cidr_block=block,
             )
-            zones = environment.eks.control_plane_availability_zones
-            for index, (zone, block) in enumerate(
-                zip(zones, control_plane_subnet_cidrs(cidr, len(zones)), strict=True)
-            ):
-                self.control_plane_subnets.append(
-                    ec2.Subnet(
-                        self,
-                        f"ControlPlaneSubnet{index + 1}",
-                        vpc_id=self.vpc.vpc_id,
-                        availability_zone=zone,
-                        cidr_block=block,
-                    )
-                )
+            subnet.add_default_nat_route(gateway.gateway_id)
+            subnets.append(subnet)
+        return subnets
 
     @property
     def availability_zones(self) -> list[str]:

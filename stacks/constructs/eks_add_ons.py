@@ -25,6 +25,7 @@ from gpufleet.constants import (
     EKS_GPU_NODE_TAINT_KEY,
     EKS_SHARED_STORAGE_CLAIM,
 )
+from stacks.constructs.calls import declare_calls
 from stacks.constructs.provider_findings import acknowledge_provider
 
 # The GPU nodes' taint (stacks/eks_cluster_stack.py GPU_NODE_TAINT): a daemon that must run there tolerates it.
@@ -67,6 +68,9 @@ MPI_OPERATOR_NAMESPACE = "mpi-operator"
 # that call fails (pkg/driver/node.go newNodeService, pkg/cloud/metadata.go NewMetadataService); its node id comes
 # from CSI_NODE_NAME, which the chart sets (NodeGetInfo). It calls no AWS API: a mount needs none.
 FSX_CSI_REPOSITORY = "https://kubernetes-sigs.github.io/aws-fsx-csi-driver"
+# The chart's archive itself is a GitHub release asset that the repository's index.yaml points to (chart-releaser's
+# layout: github.com/kubernetes-sigs/aws-fsx-csi-driver/releases/download/...) (unconfirmed: the index not read here).
+FSX_CSI_CHART_HOST = "https://github.com"
 FSX_CSI_CHART = "aws-fsx-csi-driver"
 FSX_CSI_CHART_VERSION = "1.17.0"
 FSX_CSI_DRIVER = "fsx.csi.aws.com"
@@ -103,7 +107,10 @@ class EksAddOns(Construct):
     ) -> None:
         """Each add-on is installed when its flag is on; file_system None installs no CSI driver."""
         super().__init__(scope, construct_id)
+        # The outside hosts the kubectl handler's helm fetches charts from.
+        chart_hosts: list[str] = []
         if efa_device_plugin:
+            chart_hosts.append(EFA_PLUGIN_REPOSITORY)
             cluster.add_helm_chart(
                 "EfaDevicePlugin",
                 repository=EFA_PLUGIN_REPOSITORY,
@@ -122,6 +129,7 @@ class EksAddOns(Construct):
                 },
             )
         if nvidia_device_plugin:
+            chart_hosts.append(NVIDIA_PLUGIN_REPOSITORY)
             cluster.add_helm_chart(
                 "NvidiaDevicePlugin",
                 repository=NVIDIA_PLUGIN_REPOSITORY,
@@ -143,8 +151,10 @@ class EksAddOns(Construct):
                 namespace=MPI_OPERATOR_NAMESPACE,
             )
         if file_system is not None:
+            chart_hosts += [FSX_CSI_REPOSITORY, FSX_CSI_CHART_HOST]
             self._shared_storage(cluster, file_system, region)
         acknowledge_kubectl_handler(cluster)
+        declare_kubectl_calls(cluster, chart_hosts, local_chart=mpi_operator)
 
     def _shared_storage(self, cluster: eks.Cluster, file_system: ClusterFileSystem, region: str) -> None:
         driver = cluster.add_helm_chart(
@@ -286,6 +296,35 @@ ECR_PUBLIC_CONDITIONAL_POLICY = (
 # What the handler's role may read from the CDK bootstrap bucket (aws_eks_v2 grants it read on the chart assets'
 # bucket): grantRead's actions, on the whole bucket (default qualifier hnb659fds, CDK's bootstrap template).
 KUBECTL_HANDLER_ASSET_ACTIONS = ("s3:GetObject*", "s3:GetBucket*", "s3:List*")
+
+
+def declare_kubectl_calls(cluster: eks.Cluster, chart_repositories: list[str], *, local_chart: bool) -> None:
+    """What the kubectl handler and its Provider framework function call from the subnets they run in (aws-cdk-lib
+    2.275's kubectl handler, custom-resource-handlers/dist/aws-eks-v2/kubectl-handler: helm/__init__.py and
+    apply/__init__.py), for the reachability check. The Kubernetes API itself is the endpoint's private side, inside
+    the VPC."""
+    kubectl = cluster.node.find_child("KubectlProvider")
+    handler = kubectl.node.find_child("Handler")
+    framework = kubectl.node.find_child("Provider").node.find_child("framework-onEvent")
+    declare_calls(handler, "eks", source="the kubectl handler: aws eks update-kubeconfig (DescribeCluster)")
+    declare_calls(
+        handler,
+        "sts",
+        source="the kubectl handler: aws eks get-token, kubectl's credential, signs an STS GetCallerIdentity request "
+        "(aws_eks_v2 sets AWS_STS_REGIONAL_ENDPOINTS=regional for its AWS CLI)",
+    )
+    if local_chart:
+        declare_calls(handler, "s3", source="the kubectl handler: aws s3 cp of the MPI operator's chart asset")
+    hosts = sorted({"https://" + url.removeprefix("https://").split("/")[0] for url in chart_repositories})
+    if hosts:
+        declare_calls(handler, *hosts, source="the kubectl handler: helm fetches each chart's index and archive")
+    declare_calls(framework, "lambda", source="the kubectl Provider framework: invokes the kubectl handler")
+    declare_calls(
+        framework,
+        "s3",
+        source="the kubectl Provider framework: answers CloudFormation at the request's ResponseURL, a pre-signed "
+        "URL of a bucket in the stack's region",
+    )
 
 
 def acknowledge_kubectl_handler(cluster: eks.Cluster) -> None:

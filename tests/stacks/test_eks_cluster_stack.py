@@ -307,6 +307,11 @@ def test_an_existing_vpc_gives_the_cluster_its_named_control_plane_subnets(exist
     template.has_resource_properties(
         "AWS::EKS::Nodegroup", {"CapacityType": "ON_DEMAND", "Subnets": ["subnet-0a1b2c3d"]}
     )
+    # The kubectl handler and its Provider framework run in the file's control-plane subnets (aws_eks_v2's choice):
+    # gpufleet preflight's eks-egress checks their route out.
+    for logical_id in KUBECTL_FUNCTIONS:
+        subnets = existing_vpc_template["Resources"][logical_id]["Properties"]["VpcConfig"]["SubnetIds"]
+        assert subnets == ["subnet-0a1b2c3e", "subnet-0a1b2c3f"], logical_id
 
 
 def test_the_efa_plugin_pulls_from_the_regions_own_add_on_registry(existing_vpc_template):
@@ -320,6 +325,73 @@ def test_the_efa_plugin_pulls_from_the_regions_own_add_on_registry(existing_vpc_
     ]
     pieces = efa["Values"]["Fn::Join"][1]
     assert pieces[:2] == ['{"image":{"repository":"455263428931.dkr.ecr.eu-south-2.', {"Ref": "AWS::URLSuffix"}]
+
+
+KUBECTL_FUNCTIONS = ("ClusterKubectlProviderHandler2E05C68A", "ClusterKubectlProviderframeworkonEvent68E0CF80")
+
+
+def test_the_kubectl_handler_and_its_provider_run_in_the_control_plane_subnets_which_route_out(assembly):
+    """Issue 30, D1. aws_eks_v2 puts both functions in the cluster's private subnets whenever the endpoint has private
+    access (aws-cdk-lib 2.275 aws-eks-v2/lib/cluster.js: `kubectlSubnets = privateSubnets`): here the network stack's
+    control-plane subnets. Each of those has a default route to the VPC's NAT gateway (the charts' repositories, the
+    EKS, Lambda and STS APIs), the S3 gateway endpoint on its route table (the chart asset, CloudFormation's response
+    URL), and the interface endpoints (STS among them) answer it on 443. The functions' own group lets HTTPS out, and
+    the cluster's groups let it in to the private endpoint."""
+    resources = assembly.template_json(STACK)["Resources"]
+    network = assembly.template_json("gpufleet-p5-eks-network")["Resources"]
+    for logical_id in KUBECTL_FUNCTIONS:
+        vpc_config = resources[logical_id]["Properties"]["VpcConfig"]
+        assert [subnet["Fn::ImportValue"].split("ExportsOutputRef")[1][:19] for subnet in vpc_config["SubnetIds"]] == [
+            "ControlPlaneSubnet1",
+            "ControlPlaneSubnet2",
+        ], logical_id
+        assert vpc_config["SecurityGroupIds"] == [{"Fn::GetAtt": ["KubectlSecurityGroupF060FCAE", "GroupId"]}]
+    group = resources["KubectlSecurityGroupF060FCAE"]["Properties"]
+    assert [
+        (rule["CidrIp"], rule["IpProtocol"], rule["FromPort"], rule["ToPort"]) for rule in group["SecurityGroupEgress"]
+    ] == [("0.0.0.0/0", "tcp", 443, 443)]
+    admitted = sorted(
+        json.dumps(rule["Properties"]["GroupId"])
+        for rule in resources.values()
+        if rule["Type"] == "AWS::EC2::SecurityGroupIngress"
+        and rule["Properties"].get("SourceSecurityGroupId")
+        == {"Fn::GetAtt": ["KubectlSecurityGroupF060FCAE", "GroupId"]}
+        and (rule["Properties"]["FromPort"], rule["Properties"]["ToPort"]) == (443, 443)
+    )
+    assert admitted == [
+        '{"Fn::GetAtt": ["ClusterControlPlaneSecurityGroupD274242C", "GroupId"]}',
+        '{"Fn::GetAtt": ["ClusterEB0386A7", "ClusterSecurityGroupId"]}',
+    ]
+    (nat_gateway,) = [name for name, resource in network.items() if resource["Type"] == "AWS::EC2::NatGateway"]
+    tables = {"ControlPlaneSubnet1RouteTable5339B122", "ControlPlaneSubnet2RouteTableDD876247"}
+    routes = [
+        resource["Properties"]
+        for resource in network.values()
+        if resource["Type"] == "AWS::EC2::Route" and resource["Properties"]["RouteTableId"]["Ref"] in tables
+    ]
+    assert sorted(
+        (route["RouteTableId"]["Ref"], route["DestinationCidrBlock"], route["NatGatewayId"]) for route in routes
+    ) == [
+        ("ControlPlaneSubnet1RouteTable5339B122", "0.0.0.0/0", {"Ref": nat_gateway}),
+        ("ControlPlaneSubnet2RouteTableDD876247", "0.0.0.0/0", {"Ref": nat_gateway}),
+    ]
+    endpoints = [resource["Properties"] for resource in network.values() if resource["Type"] == "AWS::EC2::VPCEndpoint"]
+    (s3,) = [endpoint for endpoint in endpoints if endpoint.get("VpcEndpointType") == "Gateway"]
+    assert tables <= {table["Ref"] for table in s3["RouteTableIds"]}
+    (sts,) = [endpoint for endpoint in endpoints if endpoint["ServiceName"] == "com.amazonaws.us-west-2.sts"]
+    assert sts["PrivateDnsEnabled"] is True
+    (endpoint_group,) = sts["SecurityGroupIds"]
+    ingress = network[endpoint_group["Fn::GetAtt"][0]]["Properties"]["SecurityGroupIngress"]
+    assert [(rule["CidrIp"], rule["FromPort"], rule["ToPort"]) for rule in ingress] == [("10.50.0.0/16", 443, 443)]
+
+
+def test_the_kubectl_functions_declare_what_they_call(assembly):
+    """For the reachability check (stacks/constructs/calls.py): the charts of p5-eks's add-ons (the EFA and NVIDIA
+    device plugins from their GitHub Pages repositories, the MPI operator's from the CDK assets bucket)."""
+    resources = assembly.template_json(STACK)["Resources"]
+    handler, framework = (resources[logical_id]["Metadata"]["gpufleet:calls"] for logical_id in KUBECTL_FUNCTIONS)
+    assert sorted(handler) == ["eks", "https://aws.github.io", "https://nvidia.github.io", "s3", "sts"]
+    assert sorted(framework) == ["lambda", "s3"]
 
 
 def test_the_control_plane_log_group_is_the_stacks_made_before_the_cluster_and_deleted_with_it(assembly):
