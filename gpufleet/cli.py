@@ -18,6 +18,7 @@ from gpufleet.errors import GpufleetError
 COMMAND_MODULES = (
     "gpufleet.commands.validate",
     "gpufleet.commands.summary",
+    "gpufleet.commands.reachability",
     "gpufleet.commands.environment_reference",
     "gpufleet.commands.ami_profile_reference",
     "gpufleet.commands.cli_reference",

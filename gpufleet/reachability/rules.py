@@ -179,9 +179,9 @@ class Network:
 
 @dataclass(frozen=True)
 class Caller:
-    """What runs code in a VPC. NAME: how lines name it. PUBLIC_IP: whether it has a public IPv4 address; None when
-    the subnet decides (MapPublicIpOnLaunch). DESTINATIONS: what its code calls; None when nothing declares it.
-    UNCHECKED: why the check cannot see where it runs, when it cannot."""
+    """What runs code in a VPC. NAME: how lines name it. REGION: empty when unknown. PUBLIC_IP: whether it has a
+    public IPv4 address; None when the subnet decides (MapPublicIpOnLaunch). DESTINATIONS: what its code calls; None
+    when nothing declares it. UNCHECKED: why the check cannot see where it runs, when it cannot."""
 
     name: str
     region: str
@@ -242,6 +242,8 @@ def _unreachable(
 
     def ways() -> Iterator[str | None]:
         if destination == S3_GLOBAL:
+            if not caller.region:
+                raise NotChecked("its stack names no region, and where S3 without a region leads depends on it")
             if caller.region == GLOBAL_S3_REGION:
                 yield _gateway_way(network, groups, subnet, "s3")
             else:

@@ -25,6 +25,7 @@ def test_every_command_and_sub_command_has_a_section_in_help_order():
         "## gpufleet",
         "## gpufleet validate",
         "## gpufleet summary",
+        "## gpufleet reachability",
         "## gpufleet environment-reference",
         "## gpufleet ami-profile-reference",
         "## gpufleet cli-reference",
