@@ -14,6 +14,8 @@ from typing import cast
 import aws_cdk as cdk
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import custom_resources as cr
 from constructs import Construct
@@ -26,8 +28,12 @@ from gpufleet.constants import (
     EKS_SHARED_STORAGE_CLAIM,
 )
 from stacks.constructs.calls import declare_calls
+from stacks.constructs.lambda_functions import log_group
 from stacks.constructs.provider_findings import acknowledge_provider
 
+# How long the kubectl handler's and its Provider's logs are kept: a month, as the fleet flavour's functions keep theirs
+# (stacks/cluster_stack.py).
+KUBECTL_LOG_RETENTION = logs.RetentionDays.ONE_MONTH
 # The GPU nodes' taint (stacks/eks_cluster_stack.py GPU_NODE_TAINT): a daemon that must run there tolerates it.
 GPU_TOLERATION = {"key": EKS_GPU_NODE_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
 
@@ -155,6 +161,25 @@ class EksAddOns(Construct):
             self._shared_storage(cluster, file_system, region)
         acknowledge_kubectl_handler(cluster)
         declare_kubectl_calls(cluster, chart_hosts, local_chart=mpi_operator)
+        self._kubectl_log_groups(cluster)
+
+    def _kubectl_log_groups(self, cluster: eks.Cluster) -> None:
+        """A log group of the stack's for the kubectl handler and one for its Provider framework function, so that
+        `cdk destroy` takes their logs too: without, Lambda writes to /aws/lambda/FUNCTION, a group it makes itself
+        and nothing deletes. aws_eks_v2 2.275 passes neither function a log group and offers no option to
+        (kubectl-provider.js), so each function's LoggingConfig.LogGroup is set on its CfnFunction
+        (AWS::Lambda::Function LoggingConfig: "The name of the Amazon CloudWatch log group the function sends logs
+        to"; its AWSLambdaBasicExecutionRole may write to any group). The function refers to its group, so
+        CloudFormation deletes the function first and the group after."""
+        kubectl = cluster.node.find_child("KubectlProvider")
+        functions = {
+            "KubectlHandlerLogs": kubectl.node.find_child("Handler"),
+            "KubectlProviderLogs": kubectl.node.find_child("Provider").node.find_child("framework-onEvent"),
+        }
+        for construct_id, function in functions.items():
+            group = log_group(self, construct_id, KUBECTL_LOG_RETENTION)
+            resource = cast(lambda_.CfnFunction, function.node.default_child)
+            resource.add_property_override("LoggingConfig.LogGroup", group.log_group_name)
 
     def _shared_storage(self, cluster: eks.Cluster, file_system: ClusterFileSystem, region: str) -> None:
         driver = cluster.add_helm_chart(

@@ -394,6 +394,22 @@ def test_the_kubectl_functions_declare_what_they_call(assembly):
     assert sorted(framework) == ["lambda", "s3"]
 
 
+def test_every_function_of_an_eks_stack_logs_to_a_group_cdk_destroy_removes(eks_templates):
+    """Issue 30: without a log group of its own a function logs to /aws/lambda/NAME, which Lambda makes and nothing
+    deletes. aws_eks_v2 passes the kubectl functions none, so gpufleet sets their LoggingConfig.LogGroup."""
+    for name, template in eks_templates.items():
+        resources = template["Resources"]
+        functions = of_type(template, "AWS::Lambda::Function")
+        if name in ("gpufleet-p5-eks-eks", "gpufleet-eks-p5-eks"):
+            assert sorted(functions) == sorted(KUBECTL_FUNCTIONS), name
+        for logical_id, function in functions.items():
+            group = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
+            assert resources[group]["Type"] == "AWS::Logs::LogGroup", (name, logical_id)
+            assert resources[group]["DeletionPolicy"] == "Delete", (name, logical_id)
+            assert resources[group]["Properties"]["RetentionInDays"] == 30, (name, logical_id)
+            assert "LogGroupName" not in resources[group]["Properties"], (name, logical_id)
+
+
 def test_the_control_plane_log_group_is_the_stacks_made_before_the_cluster_and_deleted_with_it(assembly):
     """EKS would make /aws/eks/NAME/cluster itself, with no retention, and leave it after cdk destroy."""
     resources = assembly.template_json(STACK)["Resources"]
@@ -402,7 +418,7 @@ def test_the_control_plane_log_group_is_the_stacks_made_before_the_cluster_and_d
         name
         for name, resource in resources.items()
         if resource["Type"] == "AWS::Logs::LogGroup"
-        and resource["Properties"]["LogGroupName"] == "/aws/eks/gpufleet-p5-eks/cluster"
+        and resource["Properties"].get("LogGroupName") == "/aws/eks/gpufleet-p5-eks/cluster"
     ]
     assert resources[cluster_id]["Properties"]["Name"] == "gpufleet-p5-eks"
     assert resources[log_group_id]["Properties"]["RetentionInDays"] == 30
