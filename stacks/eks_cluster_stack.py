@@ -13,7 +13,6 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_eks_v2 as eks
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_logs as logs
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
@@ -28,9 +27,9 @@ from gpufleet.constants import (
     EKS_GPU_NODE_TAINT_VALUE,
 )
 from gpufleet.environment import Environment
-from gpufleet.rules import LOG_RETENTION_DAYS
 from stacks.constructs.efa_security_group import EfaSecurityGroup
 from stacks.constructs.eks_add_ons import ClusterFileSystem, EksAddOns, PodIdentityAddOns
+from stacks.constructs.eks_control_plane_logs import ControlPlaneLogGroup
 from stacks.constructs.eks_node_launch_template import EksNodeLaunchTemplate
 from stacks.constructs.shared_storage_access import SharedFileSystem, SharedStorageAccess
 from stacks.networking import import_network
@@ -116,16 +115,15 @@ class EksClusterStack(cdk.Stack):
         mounted_file_system = shared_file_system if add_ons.fsx_csi_driver else None
         needs_kubectl = efa_device_plugin or add_ons.nvidia_device_plugin or add_ons.mpi_operator or mounted_file_system
 
-        # EKS writes the control plane's logs to this group, creating it if it is missing ("The log group name format
-        # is /aws/eks/my-cluster/cluster": EKS user guide, control-plane-logs); made here first, it gets a retention
-        # and goes with the stack instead of outliving it (as terraform-aws-eks's create_cloudwatch_log_group does).
+        # EKS writes the control plane's logs to /aws/eks/NAME/cluster: made here first, the group gets a retention,
+        # goes with the stack, and a group a destroyed cluster left behind does not fail the next deploy
+        # (stacks/constructs/eks_control_plane_logs.py).
         kubectl_security_group = self._kubectl_security_group(vpc) if needs_kubectl else None
-        control_plane_logs = logs.LogGroup(
+        control_plane_logs = ControlPlaneLogGroup(
             self,
             "ControlPlaneLogs",
             log_group_name=f"/aws/eks/{environment.eks_cluster_name}/cluster",
-            retention=logs.RetentionDays[LOG_RETENTION_DAYS[settings.control_plane_log_retention_days]],
-            removal_policy=cdk.RemovalPolicy.DESTROY,
+            retention_days=settings.control_plane_log_retention_days,
         )
         self.cluster = eks.Cluster(
             self,

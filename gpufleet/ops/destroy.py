@@ -16,12 +16,14 @@ it deletes, which it stops at and leaves, and which resources a deleted stack le
   (EKS user guide, control-plane-logs: "The log group name format is /aws/eks/my-cluster/cluster"; terraform-aws-eks
   README, create_cloudwatch_log_group: "If not, AWS will automatically create one if logging is enabled"); that EKS
   does not delete it with the cluster is (unconfirmed: said by terraform-aws-eks users, not in AWS's docs read).
-  gpufleet's eks stack makes that group itself (stacks/eks_cluster_stack.py), so only a template without it leaves
-  one.
+  gpufleet's eks stack makes that group itself, and deletes it with the stack, through aws-cdk-lib's AwsCustomResource
+  (stacks/constructs/eks_control_plane_logs.py: a Custom::AWS resource whose Delete call is CloudWatch Logs'
+  deleteLogGroup), so only a template with neither that nor an AWS::Logs::LogGroup of the name leaves one.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 KEEPING_POLICIES = frozenset({"Retain", "RetainExceptOnCreate"})
@@ -97,6 +99,10 @@ def kept_resources(template: dict) -> tuple[str, ...]:
 
 EKS_CLUSTER_TYPE = "AWS::EKS::Cluster"
 LOG_GROUP_TYPE = "AWS::Logs::LogGroup"
+# aws-cdk-lib's AwsCustomResource: its Delete property is the SDK call it makes when CloudFormation deletes it, as JSON
+# (custom-resources/lib/aws-custom-resource/aws-custom-resource.js).
+AWS_CUSTOM_RESOURCE_TYPE = "Custom::AWS"
+DELETE_LOG_GROUP = ("CloudWatchLogs", "deleteLogGroup")
 
 
 def service_leftovers(template: dict) -> tuple[str, ...]:
@@ -106,7 +112,7 @@ def service_leftovers(template: dict) -> tuple[str, ...]:
         resource.get("Properties", {}).get("LogGroupName")
         for resource in resources.values()
         if resource.get("Type") == LOG_GROUP_TYPE
-    }
+    } | {name for resource in resources.values() if (name := _deleted_log_group(resource))}
     leftovers = []
     for logical_id, resource in resources.items():
         if resource.get("Type") != EKS_CLUSTER_TYPE:
@@ -124,3 +130,17 @@ def service_leftovers(template: dict) -> tuple[str, ...]:
             f"{log_group})"
         )
     return tuple(leftovers)
+
+
+def _deleted_log_group(resource: dict) -> str | None:
+    """The log group an AwsCustomResource deletes when its stack is deleted, or None."""
+    if resource.get("Type") != AWS_CUSTOM_RESOURCE_TYPE:
+        return None
+    delete = resource.get("Properties", {}).get("Delete")
+    if not isinstance(delete, str):
+        return None
+    call = json.loads(delete)
+    if (call.get("service"), call.get("action")) != DELETE_LOG_GROUP:
+        return None
+    name = call.get("parameters", {}).get("logGroupName")
+    return name if isinstance(name, str) else None

@@ -328,6 +328,7 @@ def test_the_efa_plugin_pulls_from_the_regions_own_add_on_registry(existing_vpc_
 
 
 KUBECTL_FUNCTIONS = ("ClusterKubectlProviderHandler2E05C68A", "ClusterKubectlProviderframeworkonEvent68E0CF80")
+AWS_CUSTOM_RESOURCE_FUNCTION = "AWS679f53fac002430cb0da5b7982bd22872D164C4C"
 
 
 def test_the_kubectl_handler_and_its_provider_run_in_the_control_plane_subnets_which_route_out(assembly):
@@ -400,8 +401,13 @@ def test_every_function_of_an_eks_stack_logs_to_a_group_cdk_destroy_removes(eks_
     for name, template in eks_templates.items():
         resources = template["Resources"]
         functions = of_type(template, "AWS::Lambda::Function")
+        # The kubectl functions where there are add-ons, and everywhere the one function of aws-cdk-lib's
+        # AwsCustomResource (the control-plane log group's calls).
+        expected = [*KUBECTL_FUNCTIONS, AWS_CUSTOM_RESOURCE_FUNCTION]
         if name in ("gpufleet-p5-eks-eks", "gpufleet-eks-p5-eks"):
-            assert sorted(functions) == sorted(KUBECTL_FUNCTIONS), name
+            assert sorted(functions) == sorted(expected), name
+        else:
+            assert sorted(functions) == [AWS_CUSTOM_RESOURCE_FUNCTION], name
         for logical_id, function in functions.items():
             group = function["Properties"]["LoggingConfig"]["LogGroup"]["Ref"]
             assert resources[group]["Type"] == "AWS::Logs::LogGroup", (name, logical_id)
@@ -410,20 +416,100 @@ def test_every_function_of_an_eks_stack_logs_to_a_group_cdk_destroy_removes(eks_
             assert "LogGroupName" not in resources[group]["Properties"], (name, logical_id)
 
 
-def test_the_control_plane_log_group_is_the_stacks_made_before_the_cluster_and_deleted_with_it(assembly):
-    """EKS would make /aws/eks/NAME/cluster itself, with no retention, and leave it after cdk destroy."""
-    resources = assembly.template_json(STACK)["Resources"]
-    (cluster_id,) = [name for name, resource in resources.items() if resource["Type"] == "AWS::EKS::Cluster"]
-    (log_group_id,) = [
-        name
-        for name, resource in resources.items()
-        if resource["Type"] == "AWS::Logs::LogGroup"
-        and resource["Properties"].get("LogGroupName") == "/aws/eks/gpufleet-p5-eks/cluster"
+def control_plane_log_calls(template: dict) -> dict[str, dict]:
+    """The control-plane log group's SDK calls (stacks/constructs/eks_control_plane_logs.py), by custom resource
+    (Create, Retention) and event (Create, Update, Delete), parsed."""
+    return {
+        logical_id.removeprefix("ControlPlaneLogs")[:-8]: {
+            event: json.loads(resource["Properties"][event])
+            for event in ("Create", "Update", "Delete")
+            if event in resource["Properties"]
+        }
+        for logical_id, resource in template["Resources"].items()
+        if resource["Type"] == "Custom::AWS" and logical_id.startswith("ControlPlaneLogs")
+    }
+
+
+def test_the_control_plane_log_group_is_made_before_the_cluster_adopted_if_left_and_deleted_with_it(assembly):
+    """EKS writes to /aws/eks/NAME/cluster and makes it again when a deleted cluster writes a last line
+    (terraform-aws-eks#2486, #2763): an AWS::Logs::LogGroup of that name would then fail the next deploy "already
+    exists". So the group is made by CreateLogGroup with "already exists" taken for success, given the file's
+    retention on every deploy, deleted with the stack ("not found" taken for success), all before the cluster."""
+    template = assembly.template_json(STACK)
+    resources = template["Resources"]
+    assert not [
+        logical_id
+        for logical_id, resource in of_type(template, "AWS::Logs::LogGroup").items()
+        if "LogGroupName" in resource["Properties"]
     ]
-    assert resources[cluster_id]["Properties"]["Name"] == "gpufleet-p5-eks"
-    assert resources[log_group_id]["Properties"]["RetentionInDays"] == 30
-    assert resources[log_group_id]["DeletionPolicy"] == "Delete"
-    assert log_group_id in resources[cluster_id]["DependsOn"]
+    name = {"logGroupName": "/aws/eks/gpufleet-p5-eks/cluster"}
+    physical_id = {"id": "/aws/eks/gpufleet-p5-eks/cluster"}
+    create = {
+        "action": "createLogGroup",
+        "service": "CloudWatchLogs",
+        "ignoreErrorCodesMatching": "ResourceAlreadyExistsException",
+        "parameters": name,
+        "physicalResourceId": physical_id,
+    }
+    retention = {
+        "action": "putRetentionPolicy",
+        "service": "CloudWatchLogs",
+        "parameters": {**name, "retentionInDays": 30},
+        "physicalResourceId": physical_id,
+    }
+    assert control_plane_log_calls(template) == {
+        "Create": {
+            "Create": create,
+            "Update": create,
+            "Delete": {
+                "action": "deleteLogGroup",
+                "service": "CloudWatchLogs",
+                "ignoreErrorCodesMatching": "ResourceNotFoundException",
+                "parameters": name,
+            },
+        },
+        "Retention": {"Create": retention, "Update": retention},
+    }
+    (cluster,) = of_type(template, "AWS::EKS::Cluster").values()
+    custom = [logical_id for logical_id in resources if logical_id.startswith("ControlPlaneLogs")]
+    assert set(custom) <= set(cluster["DependsOn"])
+    retention_id = next(logical_id for logical_id in custom if logical_id.startswith("ControlPlaneLogsRetention"))
+    create_id = next(logical_id for logical_id in custom if logical_id.startswith("ControlPlaneLogsCreate"))
+    assert create_id in resources[retention_id]["DependsOn"]
+    arn = {
+        "Fn::Join": [
+            "",
+            [
+                "arn:",
+                {"Ref": "AWS::Partition"},
+                ":logs:us-west-2:123456789012:log-group:/aws/eks/gpufleet-p5-eks/cluster:*",
+            ],
+        ]
+    }
+    granted = sorted(
+        (statement["Action"], json.dumps(statement["Resource"]))
+        for logical_id in custom
+        if resources[logical_id]["Type"] == "AWS::IAM::Policy"
+        for statement in resources[logical_id]["Properties"]["PolicyDocument"]["Statement"]
+    )
+    assert granted == [
+        (action, json.dumps(arn))
+        for action in ("logs:CreateLogGroup", "logs:DeleteLogGroup", "logs:PutRetentionPolicy")
+    ]
+
+
+def test_the_error_codes_taken_for_success_are_the_ones_cloudwatch_logs_answers():
+    """botocore's CloudWatch Logs model: CreateLogGroup answers ResourceAlreadyExistsException for a group that
+    exists, DeleteLogGroup ResourceNotFoundException for one that does not."""
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("logs")
+    errors = {
+        operation: [shape.name for shape in model.operation_model(operation).error_shapes]
+        for operation in ("CreateLogGroup", "DeleteLogGroup")
+    }
+    assert "ResourceAlreadyExistsException" in errors["CreateLogGroup"]
+    assert "ResourceNotFoundException" in errors["DeleteLogGroup"]
 
 
 def eks1_acknowledgements(template: dict) -> list[tuple[str, str]]:
@@ -459,9 +545,8 @@ def test_public_networks_make_the_endpoint_public_to_them_and_private(matrix_ass
             ),
         },
     )
-    stack.has_resource_properties(
-        "AWS::Logs::LogGroup", {"LogGroupName": "/aws/eks/gpufleet-eks-p5/cluster", "RetentionInDays": 90}
-    )
+    retention = control_plane_log_calls(matrix_assembly.template_json("gpufleet-eks-p5-eks"))["Retention"]["Create"]
+    assert retention["parameters"] == {"logGroupName": "/aws/eks/gpufleet-eks-p5/cluster", "retentionInDays": 90}
     assert eks1_acknowledgements(matrix_assembly.template_json("gpufleet-eks-p5-eks")) == [
         (
             "AWS::EKS::Cluster",

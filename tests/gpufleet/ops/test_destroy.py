@@ -3,6 +3,10 @@ gpufleet plan prints of it for the shipped environments is in tests/gpufleet/ops
 
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from gpufleet.ops.destroy import DestroyedStack, destroy_outcome
 
 
@@ -75,6 +79,33 @@ def test_an_eks_cluster_with_control_plane_logs_leaves_its_log_group():
         "EKS's control-plane log group /aws/eks/lab/cluster (delete it: aws logs delete-log-group --log-group-name "
         "/aws/eks/lab/cluster)",
     ]
+
+
+@pytest.mark.parametrize(
+    ("service", "action", "name", "leaves"),
+    [
+        ("CloudWatchLogs", "deleteLogGroup", "/aws/eks/gpufleet-x/cluster", False),
+        ("CloudWatchLogs", "deleteLogGroup", "/aws/eks/other/cluster", True),
+        ("CloudWatchLogs", "putRetentionPolicy", "/aws/eks/gpufleet-x/cluster", True),
+        ("S3", "deleteLogGroup", "/aws/eks/gpufleet-x/cluster", True),
+    ],
+)
+def test_an_eks_cluster_whose_log_group_an_aws_custom_resource_deletes_leaves_nothing(service, action, name, leaves):
+    """gpufleet's eks stack makes the group with CreateLogGroup and deletes it with DeleteLogGroup, through
+    aws-cdk-lib's AwsCustomResource (stacks/constructs/eks_control_plane_logs.py); another call or group does not."""
+    logging = {"ClusterLogging": {"EnabledTypes": [{"Type": "api"}]}}
+    delete = {"service": service, "action": action, "parameters": {"logGroupName": name}}
+    eks = DestroyedStack(
+        "gpufleet-x-eks",
+        {
+            "Resources": {
+                "Cluster": {"Type": "AWS::EKS::Cluster", "Properties": {"Name": "gpufleet-x", "Logging": logging}},
+                "ControlPlaneLogsCreate": {"Type": "Custom::AWS", "Properties": {"Delete": json.dumps(delete)}},
+            }
+        },
+    )
+    (outcome,) = destroy_outcome([eks])
+    assert bool(outcome.service_leftovers) is leaves
 
 
 def test_an_eks_cluster_whose_log_group_is_in_its_template_leaves_nothing():
