@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.gpufleet.validators.test_network import NO_NAT
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -68,7 +70,9 @@ def test_user_data_over_ec2s_limit_stops_synthesis_at_validation_with_one_line(t
     (environments / "dev.yaml").write_text(yaml.safe_dump(document))
     result = run_app(tmp_path, {}, environments)
     assert result.returncode == 1
-    (line,) = result.stderr.splitlines()
+    # dev's one warning (no NAT gateway) comes with the one error.
+    warning, line = result.stderr.splitlines()
+    assert warning == f"{environments}/dev.yaml: {NO_NAT}"
     assert re.fullmatch(
         rf"{re.escape(str(environments))}/dev.yaml: node: the user data is \d+ bytes compressed, "
         r"over EC2's limit of 16384; turn off a node feature or shorten node.checkpoint_hook",

@@ -13,7 +13,9 @@ A problem is an error or a warning. Errors stop synthesis. Warnings are rules ab
 can come to break with no edit, by the clock alone: synthesis goes on, because `cdk destroy` synthesizes first and
 the teardown of an existing cluster must stay possible. `gpufleet validate` prints warnings and `gpufleet preflight`
 fails on them. Two such rules: fleet.valid_until in the past, and a Capacity Block whose nodes' time is over
-(capacity.capacity_block.end): every other rule judges the file against itself,
+(capacity.capacity_block.end). A third kind warns of what the guides have a user run that the environment cannot
+(network.nat_gateway: no way to the internet for a --setup's pip install): gpufleet's own steps work, so synthesis
+goes on. Every other rule judges the file against itself,
 the instance catalog, ami/pipeline.yaml or the node scripts, which change only when someone edits them (the
 capacity and subnet-size rules included: a file that passed at deploy passes at teardown).
 """
@@ -64,7 +66,12 @@ from gpufleet.validators.fleet import (
 )
 from gpufleet.validators.image import AmiSourceValidator, PublishedImageValidator
 from gpufleet.validators.naming import EnvironmentNameValidator, ReservedNameValidator
-from gpufleet.validators.network import AvailabilityZoneValidator, NetworkChoiceValidator, NodeSubnetCapacityValidator
+from gpufleet.validators.network import (
+    AvailabilityZoneValidator,
+    InternetEgressValidator,
+    NetworkChoiceValidator,
+    NodeSubnetCapacityValidator,
+)
 from gpufleet.validators.node import (
     CheckpointHookValidator,
     EfaSupportValidator,
@@ -91,6 +98,7 @@ VALIDATORS: tuple[EnvironmentValidator, ...] = (
     FleetOnlyOptionsValidator(),
     AvailabilityZoneValidator(),
     NetworkChoiceValidator(),
+    InternetEgressValidator(),
     NodeSubnetCapacityValidator(),
     ControlPlaneSubnetsValidator(),
     ImageEgressValidator(),

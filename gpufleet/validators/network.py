@@ -8,7 +8,7 @@ from gpufleet.catalog import load_catalog
 from gpufleet.constants import INTERFACE_ENDPOINT_SERVICES
 from gpufleet.environment import LARGEST_VPC_PREFIX, Environment
 from gpufleet.rules import Problem
-from gpufleet.validators.base import EnvironmentValidator, ValidationContext
+from gpufleet.validators.base import EnvironmentValidator, FleetFlavourValidator, ValidationContext
 
 
 class AvailabilityZoneValidator(EnvironmentValidator):
@@ -39,6 +39,26 @@ class NetworkChoiceValidator(EnvironmentValidator):
         if network.nat_gateway and network.cidr is None:
             return [Problem("network.nat_gateway", "only a new VPC gets a NAT gateway (remove it, or use cidr)")]
         return []
+
+
+class InternetEgressValidator(FleetFlavourValidator):
+    """A warning: a new VPC without a NAT gateway reaches AWS through its endpoints only (stacks/network_stack.py,
+    checked by gpufleet.reachability), which is all the node scripts need; what the guides have a user run on the nodes
+    may need more, e.g. `gpufleet run --setup 'pip install ...'` (docs/guides/running-jobs.md,
+    docs/guides/elastic-training.md). Synthesis goes on: the environment is sound for what gpufleet itself does.
+    An existing VPC's routes are `gpufleet preflight`'s to check. The eks flavour requires the gateway (eks.py)."""
+
+    field = "network.nat_gateway"
+    severity = "warning"
+
+    def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
+        if env.network.cidr is None or env.network.nat_gateway:
+            return []
+        return self.problem(
+            "no NAT gateway: the nodes reach AWS through the VPC's endpoints only, so a run's --setup that installs "
+            "from PyPI (as the guides do) or downloads anything else from the internet fails; set nat_gateway: true, "
+            "or bring packages in through S3 (docs/guides/environments.md, What needs a NAT gateway)"
+        )
 
 
 class NodeSubnetCapacityValidator(EnvironmentValidator):

@@ -17,7 +17,7 @@ VALID = {
     "account": "123456789012",
     "region": "us-east-1",
     "availability_zone": "us-east-1a",
-    "network": {"cidr": "10.40.0.0/16"},
+    "network": {"cidr": "10.40.0.0/16", "nat_gateway": True},
     "instance_type": "p4d.24xlarge",
     "capacity": {"target": 2, "on_demand": 1},
     "ami": {"ssm_parameter": "/gpufleet/ami/p4d-ubuntu1804-cuda11"},

@@ -257,7 +257,12 @@ def test_rule_reports_exact_message(tmp_path, field, value, expected):
             "region: 'useast1' is not a region name (for example us-east-1, eu-west-2)",
         ),
         (
-            {"network.cidr": None, "network.vpc_id": "vpc-0a1b2c3d", "network.subnet_id": "subnet-123"},
+            {
+                "network.cidr": None,
+                "network.nat_gateway": None,
+                "network.vpc_id": "vpc-0a1b2c3d",
+                "network.subnet_id": "subnet-123",
+            },
             "network.subnet_id: 'subnet-123' is not a subnet id (subnet- followed by 8 or 17 hex digits)",
         ),
     ],
@@ -338,11 +343,21 @@ BEFORE_TERMINATE = "launch-before-terminate"
             "ami.id: 'ami-0A1B2C3D' is not an AMI id (ami- followed by 8 or 17 hex digits)",
         ),
         (
-            {"network.cidr": None, "network.vpc_id": "vpc-0a1b2c3d4e5f60718", "network.subnet_id": "subnet-0a1b2c3d"},
+            {
+                "network.cidr": None,
+                "network.nat_gateway": None,
+                "network.vpc_id": "vpc-0a1b2c3d4e5f60718",
+                "network.subnet_id": "subnet-0a1b2c3d",
+            },
             None,
         ),
         (
-            {"network.cidr": None, "network.vpc_id": "vpc-0a1b2c3", "network.subnet_id": "subnet-0a1b2c3d"},
+            {
+                "network.cidr": None,
+                "network.nat_gateway": None,
+                "network.vpc_id": "vpc-0a1b2c3",
+                "network.subnet_id": "subnet-0a1b2c3d",
+            },
             "network.vpc_id: 'vpc-0a1b2c3' is not a vpc id (vpc- followed by 8 or 17 hex digits)",
         ),
         ({"ami.root_device_name": "/dev/xvda"}, None),

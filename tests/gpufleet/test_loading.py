@@ -21,6 +21,7 @@ from gpufleet.loading import (
     parse_environment,
 )
 from tests.gpufleet.environment_files import VALID, write
+from tests.gpufleet.validators.test_network import NO_NAT
 
 SHIPPED_DEV = Path(__file__).resolve().parents[2] / "environments" / "dev.yaml"
 NAME_PROBLEM = "is not a valid name (lower-case letters, digits and '-', starting with a letter, at most 24 characters)"
@@ -78,7 +79,7 @@ def test_the_ami_pipeline_reaches_the_image_rule(tmp_path, monkeypatch):
     ):
         with pytest.raises(GpufleetError) as raised:
             load()
-        assert raised.value.problems == (problem,)
+        assert raised.value.problems == (f"{path}: {NO_NAT}", problem)
 
 
 def test_an_unknown_environment_names_the_known_ones(tmp_path, monkeypatch):
@@ -104,8 +105,10 @@ def test_several_files_report_every_problem_of_every_file(tmp_path):
     with pytest.raises(GpufleetError) as raised:
         check_environments([bad_name, good, bad_target])
 
+    # dev's warning comes with the others' errors, every line at once (a file that does not parse gets no further).
     assert raised.value.problems == (
         f"{bad_name}: name: 'Bad' {NAME_PROBLEM}",
+        f"{good}: {NO_NAT}",
         f"{bad_target}: capacity.target: 0 nodes is too few (at least 1)",
     )
     assert [env.name for env in load_environments([good, good])] == ["dev", "dev"]

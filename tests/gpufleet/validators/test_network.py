@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpufleet.loading import load_environment
+from gpufleet.loading import check_environment, load_environment
 from tests.gpufleet.environment_files import changed, problems_of, with_change, write
 
 RULES = [
@@ -132,3 +132,36 @@ def test_without_efa_a_node_takes_one_address(tmp_path):
         "network.cidr: /24 leaves 123 addresses in the node subnet, but 115 nodes (p4d.24xlarge, 1 per node) and 10 "
         "VPC endpoints need 125 (use /23 or larger)"
     ]
+
+
+NO_NAT = (
+    "network.nat_gateway: warning: no NAT gateway: the nodes reach AWS through the VPC's endpoints only, so a run's "
+    "--setup that installs from PyPI (as the guides do) or downloads anything else from the internet fails; set "
+    "nat_gateway: true, or bring packages in through S3 (docs/guides/environments.md, What needs a NAT gateway)"
+)
+
+
+@pytest.mark.parametrize(
+    ("changes", "warnings"),
+    [
+        ({"network.nat_gateway": None}, [NO_NAT]),
+        ({"network.nat_gateway": False}, [NO_NAT]),
+        ({"network.nat_gateway": True}, []),
+        # An existing VPC's routes are preflight's to check: validate cannot see them.
+        (
+            {
+                "network.cidr": None,
+                "network.nat_gateway": None,
+                "network.vpc_id": "vpc-0a1b2c3d",
+                "network.subnet_id": "subnet-0a1b2c3d",
+            },
+            [],
+        ),
+    ],
+    ids=["new-vpc", "nat-off", "nat-on", "existing-vpc"],
+)
+def test_a_new_vpc_without_a_nat_gateway_warns_that_setup_installs_need_one(tmp_path, changes, warnings):
+    path = write(tmp_path, changed(changes))
+    environment, lines = check_environment(path)
+    assert [line.removeprefix(f"{path}: ") for line in lines] == warnings
+    assert environment.name == "lab"
