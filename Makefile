@@ -34,7 +34,8 @@ node_modules/.installed: package.json package-lock.json
 	@touch $@
 
 # Main job: validate every environment, synthesize all of them with the pinned CDK CLI (cdk-nag runs as a
-# policy-validation plugin during synthesis), cfn-lint every template, then print one summary per environment.
+# policy-validation plugin during synthesis), cfn-lint every template, check that every call made from inside a VPC has
+# a route (gpufleet reachability: fails on any that has none), then print one summary per environment.
 # CDK_VALIDATION=false skips aws-cdk-lib's built-in CloudFormation validator, which only warns and would check the
 # templates with cfn-lint's rules a few seconds before cfn-lint itself checks them and fails on an error (bench/
 # synth_bench.py, MAKE_SYNTH_ENV). `cdk deploy` and `cdk synth` run by hand keep it.
@@ -45,6 +46,7 @@ synth: setup
 	@echo "cdk-nag AwsSolutions: no unacknowledged findings (synthesis fails on any)"
 	cfn-lint --config-file .cfnlintrc.yaml -- cdk.out/*.template.json
 	@echo "cfn-lint: every template passes"
+	gpufleet reachability cdk.out
 	@gpufleet summary cdk.out
 
 # The static checks bind: make test runs them first and fails on any finding.

@@ -24,7 +24,9 @@ from gpufleet.constants import (
     SUBNET_OUTPUT_KEY,
 )
 from gpufleet.environment import Environment
+from gpufleet.node_calls import node_calls
 from gpufleet.user_data import launch_template_user_data, operator_scripts_archive, operator_scripts_location
+from stacks.constructs.calls import declare_calls
 from stacks.constructs.capacity_block_warning import CapacityBlockWarning
 from stacks.constructs.capacity_fallback.infrastructure import CapacityFallback
 from stacks.constructs.cluster_user.infrastructure import ClusterUser
@@ -86,6 +88,9 @@ class ClusterStack(cdk.Stack):
             user_data=launch_template_user_data(environment, instance),
             metadata_tags={SHARED_STORAGE_TAG_KEY: shared_file_system.mount_source} if shared_file_system else None,
         )
+        # What the nodes' code calls, for the reachability check (gpufleet reachability).
+        for source, destinations in node_calls(environment, instance).items():
+            declare_calls(launch_template.launch_template, *destinations, source=source)
         # sshd is reachable from the node security group only: EfaSecurityGroup lets in nothing but the group's own
         # traffic, and the nodes have no public address.
         cluster_user = ClusterUser(

@@ -12,8 +12,9 @@ from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from gpufleet.constants import FLAVOUR_EKS, INTERFACE_ENDPOINT_SERVICES
+from gpufleet.constants import FLAVOUR_EKS
 from gpufleet.environment import Environment
+from gpufleet.node_calls import interface_endpoint_services
 from gpufleet.rules import LOG_RETENTION_DAYS
 
 # The eks flavour's control-plane subnets: /28, the size EKS recommends as the least ("at least six IP addresses for
@@ -28,11 +29,6 @@ def control_plane_subnet_cidrs(vpc_cidr: str, count: int) -> list[str]:
     top = ipaddress.IPv4Network(vpc_cidr).broadcast_address + 1
     size = 2 ** (32 - CONTROL_PLANE_SUBNET_PREFIX)
     return [f"{top - size * (count - index)}/{CONTROL_PLANE_SUBNET_PREFIX}" for index in range(count)]
-
-
-INTERFACE_ENDPOINTS = {
-    construct_id: ec2.InterfaceVpcEndpointAwsService(name) for construct_id, name in INTERFACE_ENDPOINT_SERVICES.items()
-}
 
 
 class NetworkStack(cdk.Stack):
@@ -99,10 +95,10 @@ class NetworkStack(cdk.Stack):
         )
         # The literal CIDR (not the VPC's CidrBlock attribute) keeps the rule reviewable in the template.
         endpoint_security_group.add_ingress_rule(ec2.Peer.ipv4(cidr), ec2.Port.tcp(443), "HTTPS from the VPC")
-        for name, service in INTERFACE_ENDPOINTS.items():
+        for name, service in interface_endpoint_services(environment).items():
             self.vpc.add_interface_endpoint(
                 name,
-                service=service,
+                service=ec2.InterfaceVpcEndpointAwsService(service),
                 subnets=node_subnets,
                 private_dns_enabled=True,
                 open=False,

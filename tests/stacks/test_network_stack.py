@@ -27,6 +27,9 @@ INTERFACE_SERVICES = [
     "ssmmessages",
     "sts",
 ]
+# The nodes of an Auto Scaling group complete its lifecycle actions (gpufleet.node_calls): p5-block's VPC has Auto
+# Scaling's endpoint too.
+AUTO_SCALING_VPCS = {"p5-block"}
 
 
 def network(assembly, name):
@@ -69,8 +72,9 @@ def test_endpoints_let_nodes_work_without_a_nat(assembly, name):
         if e["Properties"].get("VpcEndpointType") == "Interface"
     )
     region = NEW_VPCS[name][0]
-    assert interface_names == sorted(f"com.amazonaws.{region}.{service}" for service in INTERFACE_SERVICES)
-    assert len(endpoints) == len(INTERFACE_SERVICES) + 1
+    services = INTERFACE_SERVICES + (["autoscaling"] if name in AUTO_SCALING_VPCS else [])
+    assert interface_names == sorted(f"com.amazonaws.{region}.{service}" for service in services)
+    assert len(endpoints) == len(services) + 1
     for endpoint in endpoints.values():
         if endpoint["Properties"].get("VpcEndpointType") == "Interface":
             assert endpoint["Properties"]["PrivateDnsEnabled"] is True

@@ -1,0 +1,138 @@
+"""The reachability check (gpufleet reachability) over the syntheses the suite shares: every shipped environment,
+the environment matrix, the auto-scaling environments and the AMI pipeline; and over a small stack that reproduces
+issue 30's D1 as aws-cdk-lib wrote it (a function in subnets whose route tables have no route)."""
+
+from __future__ import annotations
+
+import json
+
+import aws_cdk as cdk
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_lambda as lambda_
+
+from gpufleet.commands.reachability import assembly_findings
+from gpufleet.reachability.rules import Findings
+from stacks.constructs.calls import declare_calls
+from tests.conftest import CDK_CONTEXT, Assembly
+
+# The EKS node groups declare nothing yet (issue 30, Build item 2): the check names each.
+UNDECLARED_NODE_GROUPS = [
+    "ClusterNodegroupSystemNodes9C3907F1",
+    "ClusterNodegroupOnDemandGpuNodes2763099E",
+    "ClusterNodegroupSpotGpuNodes931BD0E7",
+]
+
+
+def undeclared(stack: str, node_groups: list[str]) -> list[str]:
+    return [
+        f"node group {group} in {stack} runs in a VPC but declares no calls: declare what its code calls with "
+        "stacks/constructs/calls.py declare_calls"
+        for group in node_groups
+    ]
+
+
+def not_checked(stack: str, subnet: str) -> str:
+    return (
+        f"launch template NodeLaunchTemplateCABE86F2 in {stack}: not checked here (its subnet {subnet} is not "
+        "described here): gpufleet preflight checks it"
+    )
+
+
+def test_every_call_of_the_shipped_environments_has_a_route(assembly):
+    assert assembly_findings(assembly.directory) == Findings(
+        problems=undeclared("gpufleet-p5-eks-eks", UNDECLARED_NODE_GROUPS),
+        # h100 places its nodes in an existing VPC.
+        not_checked=[not_checked("gpufleet-h100-cluster", "subnet-0f1e2d3c4b5a69788")],
+    )
+
+
+def test_every_call_of_the_matrix_has_a_route(matrix_assembly):
+    assert assembly_findings(matrix_assembly.directory) == Findings(
+        problems=undeclared("gpufleet-eks-g5-eks", UNDECLARED_NODE_GROUPS[:2])
+        + undeclared("gpufleet-eks-p5-eks", UNDECLARED_NODE_GROUPS),
+        not_checked=[not_checked("gpufleet-request-p4de-cluster", "subnet-0a1b2c3d")],
+    )
+
+
+def test_every_call_of_the_auto_scaling_environments_has_a_route(auto_scaling_assembly):
+    assert assembly_findings(auto_scaling_assembly.directory) == Findings(
+        problems=[], not_checked=[not_checked("gpufleet-asgp5-cluster", "subnet-0a1b2c3d")]
+    )
+
+
+def test_the_ami_pipeline_runs_nothing_in_a_vpc(ami_pipeline_assembly):
+    """Its CodeBuild projects and functions run outside any VPC (the Packer build instance, which Packer launches
+    into ami/pipeline.yaml's subnet, is no resource of the template)."""
+    assert assembly_findings(ami_pipeline_assembly.directory) == Findings(problems=[], not_checked=[])
+
+
+def test_the_nodes_launch_template_declares_what_the_nodes_call(assembly):
+    metadata = assembly.template_json("gpufleet-p5-block-cluster")["Resources"]["NodeLaunchTemplateCABE86F2"]
+    assert sorted(metadata["Metadata"]["gpufleet:calls"]) == [
+        "autoscaling",
+        "ec2",
+        "ec2messages",
+        "logs",
+        "monitoring",
+        "s3",
+        "secretsmanager",
+        "ssm",
+        "ssmmessages",
+    ]
+
+
+def d1_assembly(directory) -> Assembly:
+    """Issue 30's D1: the kubectl handler in the control-plane subnets, whose route tables have no route; the S3
+    gateway endpoint on the node subnet's table only; no interface endpoint of EKS, Lambda or STS."""
+    app = cdk.App(outdir=str(directory), context=CDK_CONTEXT)
+    stack = cdk.Stack(app, "D1", env=cdk.Environment(account="123456789012", region="us-west-2"))
+    vpc = ec2.Vpc(
+        stack,
+        "Vpc",
+        ip_addresses=ec2.IpAddresses.cidr("10.50.0.0/16"),
+        availability_zones=["us-west-2d"],
+        nat_gateways=0,
+        subnet_configuration=[
+            ec2.SubnetConfiguration(name="nodes", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED, cidr_mask=17)
+        ],
+    )
+    vpc.add_gateway_endpoint(
+        "S3", service=ec2.GatewayVpcEndpointAwsService.S3, subnets=[ec2.SubnetSelection(subnet_group_name="nodes")]
+    )
+    control_plane = ec2.Subnet(
+        stack, "ControlPlaneSubnet", vpc_id=vpc.vpc_id, availability_zone="us-west-2a", cidr_block="10.50.255.224/28"
+    )
+    handler = lambda_.Function(
+        stack,
+        "Handler",
+        runtime=lambda_.Runtime.PYTHON_3_13,
+        handler="index.handler",
+        code=lambda_.Code.from_inline("def handler(event, context): pass"),
+        vpc=vpc,
+        vpc_subnets=ec2.SubnetSelection(subnets=[control_plane]),
+    )
+    declare_calls(handler, "eks", "s3", "lambda", "sts", source="the kubectl handler")
+    app.synth()
+    return Assembly(directory)
+
+
+def test_the_check_catches_d1(tmp_path):
+    findings = assembly_findings(d1_assembly(tmp_path).directory)
+    no_way_out = "its route table ControlPlaneSubnetRouteTable0B9B405F in D1 has no route to a NAT or internet gateway"
+    reason = {
+        "eks": "no eks interface endpoint in the VPC Vpc8378EB38 in D1; " + no_way_out,
+        "lambda": "no lambda interface endpoint in the VPC Vpc8378EB38 in D1; " + no_way_out,
+        "s3": "no s3 gateway endpoint on its route table ControlPlaneSubnetRouteTable0B9B405F in D1; no s3 interface "
+        "endpoint in the VPC Vpc8378EB38 in D1; " + no_way_out,
+        "sts": "no sts interface endpoint in the VPC Vpc8378EB38 in D1; " + no_way_out,
+    }
+    assert findings == Findings(
+        problems=[
+            f"Lambda function Handler886CB40B in D1 cannot reach {service} from ControlPlaneSubnet86156145 in D1: "
+            + why
+            for service, why in sorted(reason.items())
+        ],
+        not_checked=[],
+    )
+    template = json.loads((tmp_path / "D1.template.json").read_text())
+    assert template["Resources"]["Handler886CB40B"]["Metadata"]["gpufleet:calls"]["eks"] == ["the kubectl handler"]
