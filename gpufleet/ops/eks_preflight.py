@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 
 from gpufleet.aws import error_code, is_unavailable
 from gpufleet.environment import Environment
-from gpufleet.ops.checks import Check, unavailable
+from gpufleet.ops.checks import Check, Status, unavailable
 from gpufleet.ops.eks_status import deployed_cluster_name, eks_stack_name
 from gpufleet.validators.eks import CONTROL_PLANE_AVAILABILITY_ZONES
 
@@ -245,56 +245,85 @@ def check_vpc_dns(ec2: Any, env: Environment) -> Check:
     return Check(name, "pass", f"{vpc_id} resolves names and gives hostnames")
 
 
+# Who needs a way out from which subnets, and what fails without it: the GPU nodes pull the device plugins' and the
+# jobs' images from outside AWS; the kubectl handler and its Provider framework function, which aws-cdk-lib 2.275's
+# aws_eks_v2 runs in the cluster's own subnets whenever the endpoint has private access (cluster.js: `kubectlSubnets =
+# privateSubnets`; docs/design-eks.md "Where the kubectl handler runs"), fetch the charts from their repositories and
+# call the EKS, Lambda and S3 APIs. Neither has a public address (the nodes several network cards; "Lambda functions
+# in a VPC don't have public IP addresses": Lambda developer guide, configuration-vpc-internet) (unconfirmed: that
+# page not read this round), so an internet gateway route is no way out for either.
+NODE_SUBNET_ROLE = ("the node subnet", "the nodes cannot pull the device plugins' images (nvcr.io) or the jobs'")
+CONTROL_PLANE_SUBNET_ROLE = (
+    "the control-plane subnet",
+    "the kubectl handler, which aws-cdk-lib runs there, cannot fetch the add-ons' charts nor answer CloudFormation",
+)
+SEVERITY: dict[Status, int] = {"pass": 0, "warn": 1, "fail": 2}
+
+
 def check_egress(ec2: Any, env: Environment) -> Check:
-    """The node subnet's default route: the GPU nodes pull the device plugins' and the jobs' images from outside AWS.
-    A new VPC has its NAT gateway (gpufleet validate requires network.nat_gateway on eks)."""
+    """The default route of the node subnet and of every control-plane subnet (the kubectl handler's). A new VPC's
+    network stack routes both through its NAT gateway (gpufleet validate requires network.nat_gateway on eks)."""
     name = "eks-egress"
     if env.network.creates_vpc:
-        return Check(name, "pass", "the network stack's NAT gateway (network.nat_gateway)")
-    subnet_id = env.network.subnet_id
+        return Check(
+            name,
+            "pass",
+            "the network stack's NAT gateway (network.nat_gateway), the route of the node subnet and of the "
+            "control-plane subnets",
+        )
+    assert env.network.subnet_id is not None and env.eks is not None, "the environment's validation: no cidr needs both"
+    subnets = [(env.network.subnet_id, NODE_SUBNET_ROLE)] + [
+        (subnet_id, CONTROL_PLANE_SUBNET_ROLE) for subnet_id in dict.fromkeys(env.eks.control_plane_subnet_ids or ())
+    ]
+    verdicts = []
     try:
-        tables = ec2.describe_route_tables(Filters=[{"Name": "association.subnet-id", "Values": [subnet_id]}])[
-            "RouteTables"
-        ]
-        if not tables:
-            # A subnet with no table of its own uses the VPC's main route table (VPC user guide, route tables).
-            tables = ec2.describe_route_tables(
-                Filters=[
-                    {"Name": "vpc-id", "Values": [env.network.vpc_id]},
-                    {"Name": "association.main", "Values": ["true"]},
-                ]
-            )["RouteTables"]
+        for subnet_id, role in subnets:
+            verdicts.append(_subnet_egress(subnet_id, role, _default_routes(ec2, env, subnet_id)))
     except ClientError as error:
         if is_unavailable(error):
             return unavailable(name, error)
         raise
-    routes = [
+    status = max((status for status, _ in verdicts), key=SEVERITY.__getitem__)
+    return Check(name, status, "; ".join(text for _, text in verdicts))
+
+
+def _default_routes(ec2: Any, env: Environment, subnet_id: str) -> list[dict]:
+    tables = ec2.describe_route_tables(Filters=[{"Name": "association.subnet-id", "Values": [subnet_id]}])[
+        "RouteTables"
+    ]
+    if not tables:
+        # A subnet with no table of its own uses the VPC's main route table (VPC user guide, route tables).
+        tables = ec2.describe_route_tables(
+            Filters=[
+                {"Name": "vpc-id", "Values": [env.network.vpc_id]},
+                {"Name": "association.main", "Values": ["true"]},
+            ]
+        )["RouteTables"]
+    return [
         route
         for table in tables
         for route in table.get("Routes", [])
         if route.get("DestinationCidrBlock") == DEFAULT_ROUTE and route.get("State", "active") == "active"
     ]
+
+
+def _subnet_egress(subnet_id: str, role: tuple[str, str], routes: list[dict]) -> tuple[Status, str]:
+    """(status, text) of one subnet's way out."""
+    what, consequence = role
     if not routes:
-        return Check(
-            name,
-            "fail",
-            f"the node subnet {subnet_id} has no route to {DEFAULT_ROUTE}: the nodes cannot pull the device plugins' "
-            "images (nvcr.io) or the jobs'; add a NAT gateway route",
-        )
+        return "fail", f"{what} {subnet_id} has no route to {DEFAULT_ROUTE}: {consequence}; add a NAT gateway route"
     route = routes[0]
     if route.get("NatGatewayId"):
-        return Check(name, "pass", f"the node subnet {subnet_id} reaches the internet through {route['NatGatewayId']}")
+        return "pass", f"{what} {subnet_id} reaches the internet through {route['NatGatewayId']}"
     if str(route.get("GatewayId", "")).startswith("igw-"):
-        return Check(
-            name,
+        return (
             "fail",
-            f"the node subnet {subnet_id} routes {DEFAULT_ROUTE} to {route['GatewayId']}, but the nodes have no public "
-            "address (several network cards): route it through a NAT gateway",
+            f"{what} {subnet_id} routes {DEFAULT_ROUTE} to {route['GatewayId']}, but nothing there has a public "
+            f"address ({consequence}): route it through a NAT gateway",
         )
     target = next((str(value) for key, value in route.items() if key.endswith("Id") and value), "an unknown target")
-    return Check(
-        name,
+    return (
         "warn",
-        f"the node subnet {subnet_id} routes {DEFAULT_ROUTE} to {target}: check that it reaches nvcr.io and the "
-        "add-ons' registries",
+        f"{what} {subnet_id} routes {DEFAULT_ROUTE} to {target}: check that it reaches nvcr.io, the add-ons' "
+        "registries and the charts' repositories",
     )

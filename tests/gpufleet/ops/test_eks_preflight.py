@@ -267,38 +267,120 @@ def route_table(ec2: Any, vpc: str, node: str, **target: str) -> None:
         ec2.create_route(RouteTableId=table, DestinationCidrBlock="0.0.0.0/0", **target)
 
 
-def test_a_node_subnet_behind_a_nat_gateway_has_egress(tmp_path, ec2, vpc) -> None:
-    node = subnet(ec2, vpc, "10.40.0.0/20", "us-east-1a")
+def nat_gateway(ec2: Any, vpc: str) -> str:
     public = subnet(ec2, vpc, "10.40.16.0/24", "us-east-1a")
     allocation = ec2.allocate_address(Domain="vpc")["AllocationId"]
-    nat = ec2.create_nat_gateway(SubnetId=public, AllocationId=allocation)["NatGateway"]["NatGatewayId"]
-    route_table(ec2, vpc, node, NatGatewayId=nat)
-    check = eks_preflight.check_egress(ec2, existing_vpc_env(tmp_path, vpc, node, CONTROL_PLANE_IDS))
-    assert (check.status, check.detail) == ("pass", f"the node subnet {node} reaches the internet through {nat}")
+    return ec2.create_nat_gateway(SubnetId=public, AllocationId=allocation)["NatGateway"]["NatGatewayId"]
 
 
-def test_a_node_subnet_without_a_default_route_fails(tmp_path, ec2, vpc) -> None:
-    node = subnet(ec2, vpc, "10.40.0.0/20", "us-east-1a")
-    route_table(ec2, vpc, node)
-    check = eks_preflight.check_egress(ec2, existing_vpc_env(tmp_path, vpc, node, CONTROL_PLANE_IDS))
+@pytest.fixture
+def routed(ec2: Any, vpc: str) -> dict[str, str]:
+    """A node subnet and two control-plane subnets, each with a route table of its own whose default route goes to
+    one NAT gateway; a test changes the route it is about."""
+    nat = nat_gateway(ec2, vpc)
+    subnets = {
+        "node": subnet(ec2, vpc, "10.40.0.0/20", "us-east-1a"),
+        "cp1": subnet(ec2, vpc, "10.40.250.0/28", "us-east-1a"),
+        "cp2": subnet(ec2, vpc, "10.40.250.16/28", "us-east-1b"),
+    }
+    for subnet_id in subnets.values():
+        route_table(ec2, vpc, subnet_id, NatGatewayId=nat)
+    return {**subnets, "nat": nat}
+
+
+def egress(tmp_path: Path, ec2: Any, vpc: str, routed: dict[str, str]):
+    env = existing_vpc_env(tmp_path, vpc, routed["node"], [routed["cp1"], routed["cp2"]])
+    return eks_preflight.check_egress(ec2, env)
+
+
+def default_route_to(ec2: Any, subnet_id: str, **target: str) -> None:
+    """Replace SUBNET_ID's default route (its own table's) by one to TARGET, or by none."""
+    (table,) = ec2.describe_route_tables(Filters=[{"Name": "association.subnet-id", "Values": [subnet_id]}])[
+        "RouteTables"
+    ]
+    ec2.delete_route(RouteTableId=table["RouteTableId"], DestinationCidrBlock="0.0.0.0/0")
+    if target:
+        ec2.create_route(RouteTableId=table["RouteTableId"], DestinationCidrBlock="0.0.0.0/0", **target)
+
+
+def test_the_node_and_control_plane_subnets_behind_a_nat_gateway_have_egress(tmp_path, ec2, vpc, routed) -> None:
+    check = egress(tmp_path, ec2, vpc, routed)
+    nat = routed["nat"]
     assert (check.status, check.detail) == (
-        "fail",
-        f"the node subnet {node} has no route to 0.0.0.0/0: the nodes cannot pull the device plugins' images "
-        "(nvcr.io) or the jobs'; add a NAT gateway route",
+        "pass",
+        f"the node subnet {routed['node']} reaches the internet through {nat}; the control-plane subnet "
+        f"{routed['cp1']} reaches the internet through {nat}; the control-plane subnet {routed['cp2']} reaches the "
+        f"internet through {nat}",
     )
 
 
-def test_a_node_subnet_routed_to_an_internet_gateway_fails(tmp_path, ec2, vpc) -> None:
-    node = subnet(ec2, vpc, "10.40.0.0/20", "us-east-1a")
+def test_a_node_subnet_without_a_default_route_fails(tmp_path, ec2, vpc, routed) -> None:
+    default_route_to(ec2, routed["node"])
+    check = egress(tmp_path, ec2, vpc, routed)
+    assert check.status == "fail"
+    assert check.detail.startswith(
+        f"the node subnet {routed['node']} has no route to 0.0.0.0/0: the nodes cannot pull the device plugins' images "
+        "(nvcr.io) or the jobs'; add a NAT gateway route; "
+    )
+
+
+def test_a_control_plane_subnet_without_a_default_route_fails(tmp_path, ec2, vpc, routed) -> None:
+    """Issue 30: the check looked at the node subnet only, where the kubectl handler does not run."""
+    default_route_to(ec2, routed["cp2"])
+    check = egress(tmp_path, ec2, vpc, routed)
+    assert check.status == "fail"
+    assert check.detail.endswith(
+        f"the control-plane subnet {routed['cp2']} has no route to 0.0.0.0/0: the kubectl handler, which aws-cdk-lib "
+        "runs there, cannot fetch the add-ons' charts nor answer CloudFormation; add a NAT gateway route"
+    )
+
+
+def test_a_control_plane_subnet_on_the_vpcs_main_table_is_judged_by_it(tmp_path, ec2, vpc, routed) -> None:
+    """A subnet with no table of its own uses the VPC's main one, which here has only the local route."""
+    lonely = subnet(ec2, vpc, "10.40.250.32/28", "us-east-1b")
+    env = existing_vpc_env(tmp_path, vpc, routed["node"], [routed["cp1"], lonely])
+    check = eks_preflight.check_egress(ec2, env)
+    assert check.status == "fail"
+    assert f"the control-plane subnet {lonely} has no route to 0.0.0.0/0" in check.detail
+
+
+def test_a_node_subnet_routed_to_an_internet_gateway_fails(tmp_path, ec2, vpc, routed) -> None:
     gateway = ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
     ec2.attach_internet_gateway(InternetGatewayId=gateway, VpcId=vpc)
-    route_table(ec2, vpc, node, GatewayId=gateway)
-    check = eks_preflight.check_egress(ec2, existing_vpc_env(tmp_path, vpc, node, CONTROL_PLANE_IDS))
+    default_route_to(ec2, routed["node"], GatewayId=gateway)
+    check = egress(tmp_path, ec2, vpc, routed)
     assert check.status == "fail"
-    assert check.detail.startswith(f"the node subnet {node} routes 0.0.0.0/0 to {gateway}, but the nodes have no")
+    assert check.detail.startswith(f"the node subnet {routed['node']} routes 0.0.0.0/0 to {gateway}, but nothing")
+
+
+def test_a_control_plane_subnet_routed_to_an_internet_gateway_fails(tmp_path, ec2, vpc, routed) -> None:
+    """A Lambda function in a VPC has no public address: an internet gateway route is no way out for it."""
+    gateway = ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
+    ec2.attach_internet_gateway(InternetGatewayId=gateway, VpcId=vpc)
+    default_route_to(ec2, routed["cp1"], GatewayId=gateway)
+    check = egress(tmp_path, ec2, vpc, routed)
+    assert check.status == "fail"
+    assert f"the control-plane subnet {routed['cp1']} routes 0.0.0.0/0 to {gateway}, but nothing there" in check.detail
+
+
+def test_a_control_plane_subnet_routed_elsewhere_warns(tmp_path, ec2, vpc, routed) -> None:
+    """A transit gateway or a firewall may lead out or not: only a person can tell."""
+    peer = ec2.create_vpc(CidrBlock="10.60.0.0/16")["Vpc"]["VpcId"]
+    peering = ec2.create_vpc_peering_connection(VpcId=vpc, PeerVpcId=peer)["VpcPeeringConnection"]
+    default_route_to(ec2, routed["cp1"], VpcPeeringConnectionId=peering["VpcPeeringConnectionId"])
+    check = egress(tmp_path, ec2, vpc, routed)
+    assert check.status == "warn"
+    assert (
+        f"the control-plane subnet {routed['cp1']} routes 0.0.0.0/0 to {peering['VpcPeeringConnectionId']}: check"
+        in check.detail
+    )
 
 
 def test_a_new_vpc_has_its_nat_gateway(tmp_path) -> None:
     """No EC2 call for a new VPC (passing None as the client proves it)."""
     check = eks_preflight.check_egress(None, eks_env(tmp_path))
-    assert (check.status, check.detail) == ("pass", "the network stack's NAT gateway (network.nat_gateway)")
+    assert (check.status, check.detail) == (
+        "pass",
+        "the network stack's NAT gateway (network.nat_gateway), the route of the node subnet and of the control-plane "
+        "subnets",
+    )
