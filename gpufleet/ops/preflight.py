@@ -36,6 +36,7 @@ from gpufleet.constants import (
 from gpufleet.environment import Environment
 from gpufleet.ops.checks import Check, unavailable
 from gpufleet.ops.eks_preflight import run_eks_checks
+from gpufleet.ops.reachability_preflight import check_reachability
 from gpufleet.ops.reservations import capacity_source_checks
 from gpufleet.rules import partition_of
 from gpufleet.validators.fleet import valid_until_problem
@@ -645,10 +646,11 @@ def run_checks(aws: Any, env: Environment, spec: InstanceType, now: dt.datetime)
     if env.flavour == FLAVOUR_EKS:
         # The eks flavour's nodes boot EKS's image in managed node groups: no gpufleet image, no fleet.backend (its
         # roles, API policies and valid_until), and EKS's own needs instead.
-        return [*nodes, *spot, *run_eks_checks(aws, env, now), *capacity_sources]
+        return [*nodes, *spot, *run_eks_checks(aws, env, now), check_reachability(ec2, env, spec), *capacity_sources]
     return [
         *nodes,
         check_ami(ssm, ec2, env),
+        check_reachability(ec2, env, spec),
         *spot,
         check_service_roles(iam, env),
         check_valid_until(env, now),

@@ -95,6 +95,7 @@ def test_json_reports_every_check(node_image: str, spot_roles: None, scores: dic
         "quota-on-demand": "warn",
         "quota-spot": "warn",
         "ami": "pass",
+        "reachability": "pass",  # a new VPC: checked at synthesis
         "spot-score": "pass",
         "spot-price": "pass",
         "service-roles": "pass",
@@ -719,6 +720,7 @@ def test_an_eks_environment_gets_the_eks_checks_instead_of_the_fleet_ones(
         monkeypatch.setattr(preflight, function, named(function.removeprefix("check_")))
     monkeypatch.setattr(preflight, "check_vcpu_quota", lambda *args: preflight.Check(f"quota-{args[-1]}", "pass", ""))
     monkeypatch.setattr(preflight, "run_eks_checks", lambda *args: [preflight.Check("eks", "pass", "")])
+    monkeypatch.setattr(preflight, "check_reachability", named("reachability"))
     monkeypatch.setattr(preflight, "capacity_source_checks", lambda *args: [preflight.Check("capacity", "pass", "")])
     names = [check.name for check in preflight.run_checks(_NoClients(), env, P4D, NOW)]
     assert names == [
@@ -729,6 +731,7 @@ def test_an_eks_environment_gets_the_eks_checks_instead_of_the_fleet_ones(
         "placement_score",
         "spot_price",
         "eks",
+        "reachability",
         "capacity",
     ]
 
