@@ -21,7 +21,7 @@ TEARDOWN_RUNTIME = "stacks/constructs/fleet_teardown/runtime"
 GROUP_CAPACITY_RUNTIME = "stacks/constructs/group_capacity/runtime"
 LAMBDA = (
     "Lambda runtime code imports only the gpufleet modules the assets carry (constants, fallback, aws_faults, "
-    "checkpoint_hook)"
+    "checkpoint_hook, ssm_batches)"
 )
 
 
@@ -54,6 +54,7 @@ def test_the_tree_keeps_every_contract():
         # Indirect imports count: the Lambda code imports the vocabulary, the stacks import the models.
         ("gpufleet/constants.py", "from gpufleet import errors", [LAYERS, LAMBDA]),
         ("gpufleet/aws_faults.py", "from gpufleet.aws import Aws", [LAYERS, LAMBDA]),
+        ("gpufleet/ssm_batches.py", "from gpufleet.aws import error_code", [LAYERS, LAMBDA]),
         ("gpufleet/environment.py", "from gpufleet.loading import load_environment", [LAYERS, STACKS]),
         ("gpufleet/validators/node.py", "from gpufleet.loading import load_environment", [LAYERS]),
         ("gpufleet/ami/pipeline.py", "from gpufleet.user_data import render_user_data", [LAYERS]),

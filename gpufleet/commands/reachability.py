@@ -54,6 +54,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def assembly_findings(cdk_out: Path) -> Findings:
+    network, callers = read_assembly(assembly_stacks(cdk_out))
+    return check(network, callers)
+
+
+def assembly_stacks(cdk_out: Path) -> list[StackTemplate]:
+    """Every stack template of the assembly at CDK_OUT, with its region."""
     manifest_file = cdk_out / "manifest.json"
     if not manifest_file.is_file():
         raise GpufleetError(f"{cdk_out}: no cloud assembly here (run `cdk synth` first)")
@@ -73,5 +79,4 @@ def assembly_findings(cdk_out: Path) -> Findings:
         if not isinstance(template.document, dict):
             raise template.problem((), "an object", template.document)
         stacks.append(StackTemplate(name, None if region == UNKNOWN_REGION else region, template.document))
-    network, callers = read_assembly(stacks)
-    return check(network, callers)
+    return stacks

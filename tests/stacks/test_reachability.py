@@ -10,8 +10,11 @@ import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_lambda as lambda_
 
-from gpufleet.commands.reachability import assembly_findings
+from gpufleet.commands.reachability import assembly_findings, assembly_stacks
+from gpufleet.loading import environment_files, load_environments
+from gpufleet.ops.reachability_preflight import KUBECTL_CALLS, NEW_GROUP_EGRESS, kubectl_runs
 from gpufleet.reachability.rules import Findings
+from gpufleet.reachability.templates import read_assembly
 from stacks.constructs.calls import declare_calls
 from tests.conftest import CDK_CONTEXT, Assembly
 
@@ -136,3 +139,41 @@ def test_the_check_catches_d1(tmp_path):
     )
     template = json.loads((tmp_path / "D1.template.json").read_text())
     assert template["Resources"]["Handler886CB40B"]["Metadata"]["gpufleet:calls"]["eks"] == ["the kubectl handler"]
+
+
+def test_preflight_takes_the_callers_new_groups_as_the_stacks_make_them(assembly):
+    """gpufleet preflight cannot describe the security groups the deploy will make: it takes their way out as
+    NEW_GROUP_EGRESS, which is what the synthesized nodes' and kubectl handler's groups let out (their rules to other
+    groups aside)."""
+    network, _ = read_assembly(assembly_stacks(assembly.directory))
+    for group in (
+        "gpufleet-dev-cluster/EfaSecurityGroup84B158D9",
+        "gpufleet-p5-eks-eks/EfaSecurityGroup84B158D9",
+        "gpufleet-p5-eks-eks/KubectlSecurityGroupF060FCAE",
+    ):
+        assert tuple(rule for rule in network.security_groups[group].egress if rule.group is None) == NEW_GROUP_EGRESS
+
+
+def kubectl_functions(template: dict) -> list[dict]:
+    return [
+        resource
+        for logical_id, resource in template["Resources"].items()
+        if logical_id.startswith("ClusterKubectlProvider") and resource["Type"] == "AWS::Lambda::Function"
+    ]
+
+
+def test_preflight_asks_what_the_kubectl_handler_declares(assembly, matrix, matrix_assembly):
+    """For every eks environment: a kubectl handler exactly where preflight expects one (kubectl_runs), and the AWS
+    services it and its Provider framework declare are KUBECTL_CALLS."""
+    shipped = {env.name: env for env in load_environments(environment_files())}
+    eks = [(shipped["p5-eks"], assembly)] + [(env, matrix_assembly) for env in matrix.values() if env.eks is not None]
+    for env, synthesized in eks:
+        functions = kubectl_functions(synthesized.template_json(f"gpufleet-{env.name}-eks"))
+        assert bool(functions) == kubectl_runs(env), env.name
+        declared = {
+            name
+            for function in functions
+            for name in function["Metadata"]["gpufleet:calls"]
+            if not name.startswith("https://")
+        }
+        assert declared == (set(KUBECTL_CALLS) if functions else set()), env.name

@@ -11,18 +11,22 @@ filters: an id EC2 does not describe yet is left out, not an error), and sends t
 running nodes but that one, whose spot watcher (scripts/node/spot-watcher.sh) already runs the hook from instance
 metadata.
 
-SendCommand takes at most 50 InstanceIds a call (botocore's ssm model, SendCommandRequest InstanceIds max 50), so the
-nodes go in batches. A node SSM cannot reach (its agent not registered yet, or going away) fails only its own
-invocation, which Run Command records; a refused call (AccessDenied, a throttle past botocore's retries) fails the run
-with its message in the function's log, and is not retried: the rule and the function's asynchronous invocation both
-retry nothing, since a warning two minutes ahead is useless later.
+The command goes to the running peers only (gpufleet.ssm_batches.command_targets: a pending, stopping or
+shutting-down peer runs no job to checkpoint, and a command held for it would run after the moment), in SendCommand
+batches of 50 that one node SSM refuses (its agent not registered yet, or going away) cannot silence
+(gpufleet.ssm_batches.send_in_batches: a call refused with InvalidInstanceId is split until the node is alone). The
+log line names each peer passed over and each node SSM refused. A refusal of the call itself (AccessDenied, a throttle
+past botocore's retries) before any batch went out fails the run with its message in the function's log, and is not
+retried: the rule and the function's asynchronous invocation both retry nothing, since a warning two minutes ahead is
+useless later.
 
 Lambda environment: ENVIRONMENT_NAME (the value of the environment tag), SETTINGS_FILE (the node settings the hook's
 command reads, gpufleet/user_data.py).
 
 Runs in AWS Lambda with the standard library and boto3 (both in the Lambda Python runtime) and gpufleet/constants.py,
-gpufleet/aws_faults.py and gpufleet/checkpoint_hook.py (the command, one rule with the other callers of the hook),
-which the asset carries (runtime/gpufleet/).
+gpufleet/aws_faults.py, gpufleet/checkpoint_hook.py (the command, one rule with the other callers of the hook) and
+gpufleet/ssm_batches.py (the sending, one rule with every Run Command caller), which the asset carries
+(runtime/gpufleet/).
 """
 
 from __future__ import annotations
@@ -37,12 +41,12 @@ import boto3
 from gpufleet.aws_faults import client_config
 from gpufleet.checkpoint_hook import RUN_SHELL_SCRIPT, hook_command
 from gpufleet.constants import ENVIRONMENT_TAG_KEY
+from gpufleet.ssm_batches import command_targets, send_in_batches
 
 # Four attempts: a throttled call waits at most 1 + 2 + 4 = 7 seconds between them (botocore's standard mode backs
 # off rand(0, 1) * 2 ** (try - 1) seconds on throttling, botocore/retries/standard.py ExponentialBackoff): the
 # warning gives two minutes, and the run must be over well inside them.
 CLIENT_CONFIG = client_config(4)
-SEND_COMMAND_BATCH = 50
 # What the hook hears (GPUFLEET_NOTICE_PATH) for each event, by its detail-type; docs/guides/interruptions.md lists
 # these beside the notices the spot watcher passes.
 NOTICE_PATHS = {
@@ -52,8 +56,8 @@ NOTICE_PATHS = {
 }
 # An instance id as EC2 writes it (i- and 8 or 17 hex digits): checked before it goes into a shell command.
 INSTANCE_ID = re.compile(r"i-[0-9a-f]{8}([0-9a-f]{9})?")
-# InstanceStateName: nodes that may still be the environment's (the event's instance) and nodes that can run a
-# command now (the recipients).
+# InstanceStateName: the nodes that may still be the environment's (the event's instance among them); the recipients
+# are those of them that take a command now (command_targets).
 PRESENT_STATES = ("pending", "running", "stopping", "shutting-down")
 
 
@@ -83,20 +87,21 @@ def fan_out(event: dict, ec2: Any, ssm: Any, environment: str, settings_file: st
     if instance_id not in nodes:
         line["skipped"] = f"{instance_id} is not a node of {environment}"
         return line
-    recipients = sorted(node for node, state in nodes.items() if state == "running" and node != instance_id)
-    commands = []
-    for start in range(0, len(recipients), SEND_COMMAND_BATCH):
-        batch = recipients[start : start + SEND_COMMAND_BATCH]
-        commands.append(
-            ssm.send_command(
-                InstanceIds=batch,
-                DocumentName=RUN_SHELL_SCRIPT,
-                # At most 97 characters (SendCommand takes 100): names have 24 at most, the detail-types 38.
-                Comment=f"gpufleet {environment}: {detail_type} for {instance_id}",
-                Parameters={"commands": [hook_command(settings_file, notice_path, instance_id)]},
-            )["Command"]["CommandId"]
-        )
-    line.update(notice_path=notice_path, nodes=recipients, commands=commands)
+    recipients, passed_over = command_targets({node: state for node, state in nodes.items() if node != instance_id})
+    arguments = {
+        "DocumentName": RUN_SHELL_SCRIPT,
+        # At most 97 characters (SendCommand takes 100): names have 24 at most, the detail-types 38.
+        "Comment": f"gpufleet {environment}: {detail_type} for {instance_id}",
+        "Parameters": {"commands": [hook_command(settings_file, notice_path, instance_id)]},
+    }
+    delivery = send_in_batches(ssm, recipients, lambda _: arguments)
+    line.update(
+        notice_path=notice_path,
+        nodes=recipients,
+        commands=list(delivery.commands),
+        passed_over=passed_over,
+        refused=delivery.refused_lines(),
+    )
     return line
 
 

@@ -33,7 +33,13 @@ LOGS_ID = "FanOutLogsE78F3434"
 def outdir(tmp_path_factory) -> Path:
     """The cloud assembly's folder; the handler's bytecode is written first, as importing it does (the handler tests
     do), so that the asset shows what it leaves out."""
-    for source in ("handler.py", "gpufleet/aws_faults.py", "gpufleet/checkpoint_hook.py", "gpufleet/constants.py"):
+    for source in (
+        "handler.py",
+        "gpufleet/aws_faults.py",
+        "gpufleet/checkpoint_hook.py",
+        "gpufleet/constants.py",
+        "gpufleet/ssm_batches.py",
+    ):
         py_compile.compile(str(RUNTIME_DIR / source), doraise=True)
     outdir = tmp_path_factory.mktemp("interruption-fanout")
     app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
@@ -130,14 +136,21 @@ def check_the_asset_holds_the_handler_and_the_gpufleet_files_it_imports(outdir):
         "gpufleet/aws_faults.py",
         "gpufleet/checkpoint_hook.py",
         "gpufleet/constants.py",
+        "gpufleet/ssm_batches.py",
         "handler.py",
     ]
-    assert copied_from_gpufleet(asset) == {"aws_faults.py": True, "checkpoint_hook.py": True, "constants.py": True}
+    assert copied_from_gpufleet(asset) == {
+        "aws_faults.py": True,
+        "checkpoint_hook.py": True,
+        "constants.py": True,
+        "ssm_batches.py": True,
+    }
     assert imported_in_lambda(asset, ["handler"]) == [
         "gpufleet/__init__.py",
         "gpufleet/aws_faults.py",
         "gpufleet/checkpoint_hook.py",
         "gpufleet/constants.py",
+        "gpufleet/ssm_batches.py",
         "handler.py",
     ]
 
