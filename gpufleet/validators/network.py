@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 
 from gpufleet.catalog import load_catalog
-from gpufleet.constants import INTERFACE_ENDPOINT_SERVICES
 from gpufleet.environment import LARGEST_VPC_PREFIX, Environment
+from gpufleet.node_calls import interface_endpoint_services
 from gpufleet.rules import Problem
 from gpufleet.validators.base import EnvironmentValidator, FleetFlavourValidator, ValidationContext
 
@@ -68,7 +68,6 @@ class NodeSubnetCapacityValidator(EnvironmentValidator):
 
     field = "network.cidr"
     reserved_per_subnet = 5
-    interface_endpoints = len(INTERFACE_ENDPOINT_SERVICES)
 
     def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
         instance = load_catalog().get(env.instance_type)
@@ -77,7 +76,9 @@ class NodeSubnetCapacityValidator(EnvironmentValidator):
         per_node = instance.addresses_per_node(env.efa)
         # Capacity rebalance launches replacements for spot nodes before the old ones go.
         peak_nodes = env.capacity.target + (env.capacity.spot if env.fleet.capacity_rebalance else 0)
-        needed = peak_nodes * per_node + self.interface_endpoints
+        # The network stack's interface endpoints, each with an interface in the node subnet.
+        endpoints = len(interface_endpoint_services(env))
+        needed = peak_nodes * per_node + endpoints
         available = self.addresses(env.network.node_subnet_prefix)
         if needed <= available:
             return []
@@ -91,7 +92,7 @@ class NodeSubnetCapacityValidator(EnvironmentValidator):
         )
         return self.problem(
             f"/{vpc_prefix} leaves {available} addresses in the node subnet, but {peak_nodes} nodes "
-            f"({env.instance_type}, {per_node} per node) and {self.interface_endpoints} VPC endpoints need {needed} "
+            f"({env.instance_type}, {per_node} per node) and {endpoints} VPC endpoints need {needed} "
             f"({fix})"
         )
 

@@ -134,6 +134,16 @@ def test_without_efa_a_node_takes_one_address(tmp_path):
     ]
 
 
+def test_an_auto_scaling_groups_vpc_counts_the_auto_scaling_endpoint_too(tmp_path):
+    """Its nodes complete the group's lifecycle actions (gpufleet.node_calls): one interface endpoint more."""
+    asg = {"fleet.backend": "auto-scaling", "efa": False, "network.cidr": "10.40.0.0/24"}
+    assert load_environment(write(tmp_path, changed({**asg, "capacity.target": 112}))).capacity.target == 112
+    assert problems_of(tmp_path, changed({**asg, "capacity.target": 113})) == [
+        "network.cidr: /24 leaves 123 addresses in the node subnet, but 113 nodes (p4d.24xlarge, 1 per node) and 11 "
+        "VPC endpoints need 124 (use /23 or larger)"
+    ]
+
+
 NO_NAT = (
     "network.nat_gateway: warning: no NAT gateway: the nodes reach AWS through the VPC's endpoints only, so a run's "
     "--setup that installs from PyPI (as the guides do) or downloads anything else from the internet fails; set "
