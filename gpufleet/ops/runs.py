@@ -10,7 +10,8 @@ belongs to systemd, not to the SSM agent, so neither Run Command's timeouts nor 
 (what root may do where the cluster user writes, the unit's script in a file of root's) is the script's;
 docs/guides/running-jobs.md explains it for users.
 
-Outside facts (botocore 1.44.5's ssm model): SendCommand takes at most 50 InstanceIds; its TimeoutSeconds (30 to
+Outside facts (botocore 1.44.5's ssm model): SendCommand takes at most 50 InstanceIds, and a node SSM refuses is split
+out of its batch (gpufleet/ssm_batches.py, the one way every caller sends); its TimeoutSeconds (30 to
 2592000) is the time a command may wait to start ("If this time is reached and the command hasn't already started
 running, it won't run"); ListCommandInvocations answers at most 50 invocations a page (MaxResults 1..50);
 CommandPlugin.Output holds at most 2500 characters. aws:runShellScript runs the commands with `sh -c`
@@ -34,17 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from gpufleet.aws import error_code
 from gpufleet.constants import CLUSTER_USER_NAME
 from gpufleet.errors import GpufleetError
 from gpufleet.ops.fleet import FleetInstance, job_order
 from gpufleet.ops.torchrun import LAST_CALL_SECONDS, RENDEZVOUS_PORT, torchrun_command
+from gpufleet.ssm_batches import SEND_COMMAND_MAX_INSTANCES, send_in_batches
 from gpufleet.user_data import OPS_INSTALL_DIR, SETTINGS_FILE
 
 RUN_SHELL_SCRIPT = "AWS-RunShellScript"
-SEND_COMMAND_MAX_INSTANCES = 50  # botocore ssm model: SendCommandRequest.InstanceIds max 50
 LIST_INVOCATIONS_MAX_RESULTS = 50  # botocore ssm model: ListCommandInvocationsRequest.MaxResults max 50
 # How long a node may take to pick the start up (SendCommand TimeoutSeconds, 30..2592000): a node whose agent is
 # offline that long is reported, and the run goes on without it.
@@ -479,12 +477,6 @@ def node_script(plan: RunPlan, first_rank: int = 0) -> str:
     return f". {SETTINGS_FILE} && {START_SCRIPT} '{base64.b64encode(text.encode()).decode()}'"
 
 
-def send_batches(instance_ids: list[str]) -> list[list[str]]:
-    """INSTANCE_IDS in SendCommand's chunks of at most 50, in order."""
-    step = SEND_COMMAND_MAX_INSTANCES
-    return [instance_ids[start : start + step] for start in range(0, len(instance_ids), step)]
-
-
 @dataclass(frozen=True)
 class NodeResult:
     """How a command went on one node: the invocation's status, its detail (Undeliverable, DeliveryTimedOut, ...) and
@@ -515,32 +507,24 @@ def send_to_nodes(
 ) -> tuple[dict[str, list[str]], list[NodeResult]]:
     """Send SCRIPT to INSTANCE_IDS, 50 to a call (a function of SCRIPT gets the position of each batch's first node),
     each node's run of it bounded by EXECUTION_TIMEOUT seconds (AWS-RunShellScript's executionTimeout):
-    (command id -> its nodes, the nodes of every call SSM refused, each with the error code). SSM refuses a whole call
-    when one of its ids is not a node it manages (InvalidInstanceId: the agent not running or not registered, or the
-    instance shutting down; botocore ssm model). Another error raises when it comes first, so that nothing was
-    sent."""
-    commands: dict[str, list[str]] = {}
-    refused: list[NodeResult] = []
-    for index, batch in enumerate(send_batches(instance_ids)):
-        text = script if isinstance(script, str) else script(index * SEND_COMMAND_MAX_INSTANCES)
-        try:
-            command = ssm.send_command(
-                InstanceIds=batch,
-                DocumentName=RUN_SHELL_SCRIPT,
-                Comment=comment,
-                TimeoutSeconds=DELIVERY_TIMEOUT_SECONDS,
-                Parameters={"commands": [text], "executionTimeout": [str(execution_timeout)]},
-            )["Command"]
-        except ClientError as error:
-            # Any other refusal (AccessDenied, a throttle past the retries) before any batch went out fails the whole
-            # command: nothing was sent. After one went out, its nodes are running the script: the refused batch is
-            # reported node by node, like a node SSM does not manage, so the caller can say what started.
-            if error_code(error) != "InvalidInstanceId" and not commands:
-                raise
-            refused += [NodeResult(node, "Refused", error_code(error)) for node in batch]
-            continue
-        commands[command["CommandId"]] = batch
-    return commands, refused
+    (command id -> its nodes, each node SSM refused with the error code). A node SSM refuses (InvalidInstanceId: its
+    agent not running or not registered, or the instance shutting down) is split out of its batch, whose other nodes
+    still get the command; a refusal of the call itself raises when it comes before any command went out, so that
+    nothing was sent, and after one did is reported for its batch's nodes (gpufleet.ssm_batches.send_in_batches)."""
+
+    def request(first: int) -> dict[str, Any]:
+        return {
+            "DocumentName": RUN_SHELL_SCRIPT,
+            "Comment": comment,
+            "TimeoutSeconds": DELIVERY_TIMEOUT_SECONDS,
+            "Parameters": {
+                "commands": [script if isinstance(script, str) else script(first)],
+                "executionTimeout": [str(execution_timeout)],
+            },
+        }
+
+    delivery = send_in_batches(ssm, instance_ids, request)
+    return delivery.commands, [NodeResult(node, "Refused", code) for node, code in delivery.refused.items()]
 
 
 def start_run(ssm: Any, plan: RunPlan) -> tuple[dict[str, list[str]], list[NodeResult]]:

@@ -36,7 +36,6 @@ from gpufleet.ops.runs import (
     plan_torchrun,
     run_description,
     runs_on_nodes,
-    send_batches,
     start_run,
     start_spec,
     stop_script,
@@ -148,14 +147,6 @@ def test_every_dollar_percent_and_quote_of_the_run_reaches_the_specification_unc
     spec = json.loads(base64.b64decode((tmp_path / "argument").read_text()))
     assert spec["body"] == unit_body(plan)
     assert f"\n{setup}\n" in spec["body"]
-
-
-def test_sendcommand_batches_hold_at_most_50_ids_in_order():
-    ids = [f"i-{n:017x}" for n in range(101)]
-    batches = send_batches(ids)
-    assert [len(batch) for batch in batches] == [50, 50, 1]
-    assert batches[2] == ["i-00000000000000064"]
-    assert batches[0][0] == "i-00000000000000000"
 
 
 def modelled_fleet(count: int) -> list[FleetInstance]:
@@ -296,6 +287,29 @@ def test_a_batch_ssm_refuses_is_reported_node_by_node_and_the_other_batches_go_o
     assert sum(result.ok for result in results) == 50
 
 
+def test_a_node_ssm_refuses_in_a_batch_no_longer_keeps_the_start_from_the_other_49():
+    """SSM refuses the whole call for one node it does not manage (FakeSsm's unmanaged, the answer users report):
+    the batch is split down to that node, and every other node of it starts with its batch's own text, so its rank
+    stays (start-run.sh finds it in the batch's nodes)."""
+    fleet = modelled_fleet(60)
+    # Job order: the 30 on-demand nodes (even numbers) are ranks 0-29; rank 7 is node 14 (0x0e).
+    unmanaged = "i-0000000000000000e"
+    results, calls, _ = start(fleet, FakeSsm(unmanaged=[unmanaged]))
+    assert [result.line() for result in results if not result.ok] == [f"{unmanaged}: not started (InvalidInstanceId)"]
+    assert sum(result.ok for result in results) == 59
+    sent = [params for name, params in calls if name == "SendCommand"]
+    # 50 -> 25 -> 13 -> 7 -> 4 -> 2 -> 1 for the first batch (13 calls), one for the second.
+    assert len(sent) == 14
+    specs = [sent_spec(params["Parameters"]["commands"][0]) for params in sent]
+    first_batch = [node.instance_id for node in job_order_of(fleet)][:50]
+    assert all((spec["first_rank"], spec["nodes"]) == (0, first_batch) for spec in specs[:13])
+    assert (specs[13]["first_rank"], len(specs[13]["nodes"])) == (50, 10)
+
+
+def job_order_of(fleet: list[FleetInstance]) -> list[FleetInstance]:
+    return list(plan_run(RUN_ID, "dev", fleet, 8, ["true"]).nodes)
+
+
 def test_a_start_still_pending_at_the_deadline_is_reported_with_its_last_status():
     fleet = modelled_fleet(1)
     plan = plan_run(RUN_ID, "dev", fleet, 8, ["true"])
@@ -357,6 +371,25 @@ def test_gpufleet_run_names_each_node_that_did_not_start_and_exits_3(spot_fleet,
     )
     assert re.fullmatch(rf"dev: run \S+: {second}: not started \(Undeliverable\)", err.splitlines()[1])
     assert re.fullmatch(r"run \S+: started on 1 of 2 nodes \(unit gpufleet-run-\S+\)", out.splitlines()[-1])
+
+
+def test_gpufleet_run_starts_beside_a_node_ssm_refuses_and_names_it(spot_fleet, answered_ssm, run_cli) -> None:
+    fleet_id = spot_fleet(2)
+    first, second = fleet_nodes(fleet_id)
+    mark_readiness([first, second])
+    calls = answered_ssm(FakeSsm(unmanaged=[second]))
+
+    code, out, err = run_cli("run", "dev", "--fleet-id", fleet_id, "--", "true")
+
+    assert code == 3
+    assert re.fullmatch(rf"dev: run \S+: {second}: not started \(InvalidInstanceId\)", err.splitlines()[1])
+    assert out.splitlines()[1] == f"{first}: started"
+    assert re.fullmatch(r"run \S+: started on 1 of 2 nodes \(unit gpufleet-run-\S+\)", out.splitlines()[-1])
+    assert [params["InstanceIds"] for name, params in calls if name == "SendCommand"] == [
+        [first, second],
+        [first],
+        [second],
+    ]
 
 
 def test_gpufleet_run_mpi_sends_the_start_to_the_head_only(spot_fleet, answered_ssm, run_cli) -> None:
@@ -479,6 +512,18 @@ def test_gpufleet_stop_stops_the_unit_on_every_running_node(spot_fleet, answered
     (sent,) = [params for name, params in calls if name == "SendCommand"]
     assert sent["Parameters"]["commands"] == [stop_script(RUN_ID)]
     assert sent["Comment"] == "gpufleet dev stop 20261126-210500-3fa2"
+
+
+def test_gpufleet_stop_stops_beside_a_node_ssm_refuses_and_names_it(spot_fleet, answered_ssm, run_cli) -> None:
+    fleet_id = spot_fleet(3)
+    first, second, third = fleet_nodes(fleet_id)
+    stopped = f"stop-run: run {RUN_ID}: stopped\n"
+    answered_ssm(FakeSsm(unmanaged=[second], outputs={first: stopped, third: stopped}))
+
+    code, out, err = run_cli("stop", "dev", RUN_ID, "--fleet-id", fleet_id)
+
+    assert (code, out) == (3, "run 20261126-210500-3fa2: stopped on 2 nodes, not running on 0\n")
+    assert err == f"dev: {second}: not stopped (InvalidInstanceId)\n"
 
 
 def test_gpufleet_stop_refuses_what_is_not_a_run_id(answered_ssm, run_cli) -> None:
