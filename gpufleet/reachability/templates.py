@@ -94,6 +94,11 @@ class _Reader:
             if isinstance(resource, dict)
         }
 
+    def resource(self, identity: str) -> dict:
+        """The resource of a "STACK/LOGICAL_ID" identity; {} for an id no template holds."""
+        stack, _, logical_id = identity.partition("/")
+        return self.resources(stack).get(logical_id, {}) if stack in self.stacks else {}
+
     def key(self, stack: str, logical_id: str) -> str:
         identity = f"{stack}/{logical_id}"
         self.network.names.setdefault(identity, f"{logical_id} in {stack}")
@@ -321,7 +326,7 @@ def _callers(reader: _Reader) -> Iterator[Caller]:
                 reader.resolve_all(stack, config.get("SecurityGroupIds", [])),
                 public_ip=False,
             )
-            yield _caller(reader, stack, logical_id, "Lambda function", placement, [logical_id])
+            yield _caller(reader, stack, logical_id, "Lambda function", placement, [reader.key(stack, logical_id)])
     for stack, logical_id, properties in reader.typed("AWS::CodeBuild::Project"):
         config = _mapping(properties.get("VpcConfig"))
         if config.get("Subnets"):
@@ -330,22 +335,25 @@ def _callers(reader: _Reader) -> Iterator[Caller]:
                 reader.resolve_all(stack, config.get("SecurityGroupIds", [])),
                 public_ip=False,
             )
-            yield _caller(reader, stack, logical_id, "CodeBuild project", placement, [logical_id])
+            yield _caller(reader, stack, logical_id, "CodeBuild project", placement, [reader.key(stack, logical_id)])
     node_group_templates = set()
     for stack, logical_id, properties in reader.typed("AWS::EKS::Nodegroup"):
         template = reader.resolve(stack, _mapping(properties.get("LaunchTemplate")).get("Id"))
         interface = _primary_interface(reader, template)
+        # The launch template's values are written in its own stack.
+        template_stack = (template or stack).partition("/")[0]
         groups: list[str | None] = (
-            reader.resolve_all(stack, interface.get("Groups", [])) if interface.get("Groups") else []
+            reader.resolve_all(template_stack, interface["Groups"]) if interface.get("Groups") else []
         )
         if not groups:
             cluster = reader.resolve(stack, properties.get("ClusterName"))
-            groups = [cluster + "." + CLUSTER_SECURITY_GROUP if cluster and cluster.startswith(stack + "/") else None]
+            is_cluster = cluster is not None and reader.resource(cluster).get("Type") == "AWS::EKS::Cluster"
+            groups = [f"{cluster}.{CLUSTER_SECURITY_GROUP}" if is_cluster else None]
         placement = _Placement(reader.resolve_all(stack, properties.get("Subnets")), groups, _public_ip(interface))
-        declared = [logical_id]
+        declared = [reader.key(stack, logical_id)]
         if template is not None:
             node_group_templates.add(template)
-            declared.append(template.split("/", 1)[1])
+            declared.append(template)
         yield _caller(reader, stack, logical_id, "node group", placement, declared)
     placed = _launch_template_subnets(reader)
     for stack, logical_id, _ in reader.typed("AWS::EC2::LaunchTemplate"):
@@ -359,20 +367,16 @@ def _callers(reader: _Reader) -> Iterator[Caller]:
         data = _mapping(_mapping(reader.resources(stack)[logical_id].get("Properties")).get("LaunchTemplateData"))
         groups = interface.get("Groups") or data.get("SecurityGroupIds") or []
         placement = _Placement(list(dict.fromkeys(subnets)), reader.resolve_all(stack, groups), _public_ip(interface))
-        yield _caller(reader, stack, logical_id, "launch template", placement, [logical_id])
+        yield _caller(reader, stack, logical_id, "launch template", placement, [template])
 
 
 def _caller(
     reader: _Reader, stack: str, logical_id: str, kind: str, placement: _Placement, declared_on: list[str]
 ) -> Caller:
-    """DECLARED_ON: the logical ids whose Metadata declare the caller's calls (a node group and its launch
-    template)."""
-    resources = reader.resources(stack)
-    declarations = [
-        _mapping(resources[name].get("Metadata")).get(CALLS_METADATA_KEY)
-        for name in declared_on
-        if name in resources and CALLS_METADATA_KEY in _mapping(resources[name].get("Metadata"))
-    ]
+    """DECLARED_ON: the resources ("STACK/LOGICAL_ID") whose Metadata declare the caller's calls (a node group and
+    its launch template, which may be another stack's)."""
+    metadata = [_mapping(reader.resource(identity).get("Metadata")) for identity in declared_on]
+    declarations = [entry[CALLS_METADATA_KEY] for entry in metadata if CALLS_METADATA_KEY in entry]
     destinations = (
         tuple(sorted({str(name) for declared in declarations for name in _mapping(declared)})) if declarations else None
     )
@@ -395,11 +399,9 @@ def _caller(
 def _primary_interface(reader: _Reader, template: str | None) -> dict:
     """The launch template's network interface on card 0 at device index 0, the one its subnet and public address
     are of; {} without one."""
-    if template is None or "/" not in template:
+    if template is None:
         return {}
-    stack, logical_id = template.split("/", 1)
-    resource = reader.resources(stack).get(logical_id, {})
-    data = _mapping(_mapping(resource.get("Properties")).get("LaunchTemplateData"))
+    data = _mapping(_mapping(reader.resource(template).get("Properties")).get("LaunchTemplateData"))
     for interface in _list(data.get("NetworkInterfaces")):
         interface = _mapping(interface)
         if interface.get("DeviceIndex", 0) == 0 and interface.get("NetworkCardIndex", 0) == 0:

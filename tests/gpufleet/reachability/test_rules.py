@@ -426,3 +426,116 @@ def test_a_subnet_without_a_route_table_of_its_own_uses_the_vpcs_main_table():
         "Lambda function Caller in net cannot reach https://pypi.org from Isolated in net: its route table the main "
         "route table of Vpc in net has no route to a NAT or internet gateway"
     ]
+
+
+def node_launch_template(**data: object) -> dict:
+    return {
+        "Type": "AWS::EC2::LaunchTemplate",
+        "Properties": {"LaunchTemplateData": data},
+        "Metadata": {"gpufleet:calls": {"https://pypi.org": ["setup"], "s3": ["setup"]}},
+    }
+
+
+def test_a_node_group_calls_what_it_and_its_launch_template_in_another_stack_declare():
+    """The node group in one stack, its launch template in another (as the GPU node groups' stack of the eks flavour
+    has them), the subnet and group imported from the network's: the launch template is no caller of its own."""
+    exports = {
+        name: {"Value": value, "Export": {"Name": f"net:{name}"}}
+        for name, value in (("Isolated", ref("Isolated")), ("Group", group_id("CallerGroup")))
+    }
+    template = node_launch_template(
+        NetworkInterfaces=[{"DeviceIndex": 0, "Groups": [{"Fn::ImportValue": "net:Group"}]}]
+    )
+    template_exports = {"Template": {"Value": ref("Template"), "Export": {"Name": "lt:Template"}}}
+    group = {
+        "Type": "AWS::EKS::Nodegroup",
+        "Properties": {
+            "ClusterName": "gpufleet-lab",
+            "Subnets": [{"Fn::ImportValue": "net:Isolated"}],
+            "LaunchTemplate": {"Id": {"Fn::ImportValue": "lt:Template"}},
+        },
+        "Metadata": {"gpufleet:calls": {"sts": ["the pods"]}},
+    }
+    network, callers = read_assembly(
+        [
+            StackTemplate("net", "eu-west-1", {"Resources": NETWORK, "Outputs": exports}),
+            StackTemplate("lt", "eu-west-1", {"Resources": {"Template": template}, "Outputs": template_exports}),
+            StackTemplate("nodes", "eu-west-1", {"Resources": {"Gpu": group}}),
+        ]
+    )
+    assert [caller.name for caller in callers] == ["node group Gpu in nodes"]
+    assert check(network, callers) == Findings(
+        problems=["node group Gpu in nodes cannot reach https://pypi.org from Isolated in net: " + NO_WAY_OUT],
+        not_checked=[],
+    )
+
+
+def test_a_node_group_without_groups_of_its_own_takes_the_cluster_security_group():
+    group = {
+        "Type": "AWS::EKS::Nodegroup",
+        "Properties": {"ClusterName": ref("Cluster"), "Subnets": [ref("Private")]},
+        "Metadata": {"gpufleet:calls": {"https://pypi.org": ["the pods"]}},
+    }
+    cluster = {"Type": "AWS::EKS::Cluster", "Properties": {}}
+    # EKS's cluster security group lets everything out: the NAT gateway takes the node group to the internet.
+    assert problems(planted(System=group, Cluster=cluster)) == []
+
+
+def test_a_node_group_of_a_cluster_no_template_holds_is_not_checked_here():
+    group = {
+        "Type": "AWS::EKS::Nodegroup",
+        "Properties": {"ClusterName": "gpufleet-lab", "Subnets": [ref("Private")]},
+        "Metadata": {"gpufleet:calls": {"https://pypi.org": ["the pods"]}},
+    }
+    assert findings(planted(System=group)).not_checked == [
+        "node group System in net: not checked here (its security groups are not written out in the template): "
+        "gpufleet preflight checks it"
+    ]
+
+
+def test_a_launch_template_runs_in_the_subnets_of_the_auto_scaling_groups_and_fleets_that_launch_it():
+    template = node_launch_template(SecurityGroupIds=[group_id("CallerGroup")])
+    group = {
+        "Type": "AWS::AutoScaling::AutoScalingGroup",
+        "Properties": {
+            "VPCZoneIdentifier": [ref("Private")],
+            "MixedInstancesPolicy": {
+                "LaunchTemplate": {"LaunchTemplateSpecification": {"LaunchTemplateId": ref("Nodes")}}
+            },
+        },
+    }
+    fleet = {
+        "Type": "AWS::EC2::SpotFleet",
+        "Properties": {
+            "SpotFleetRequestConfigData": {
+                "LaunchTemplateConfigs": [
+                    {
+                        "LaunchTemplateSpecification": {"LaunchTemplateId": ref("Nodes")},
+                        "Overrides": [{"SubnetId": ref("Isolated")}],
+                    }
+                ]
+            }
+        },
+    }
+    assert problems(planted(Nodes=template, Group=group, Fleet=fleet)) == [
+        "launch template Nodes in net cannot reach https://pypi.org from Isolated in net: " + NO_WAY_OUT
+    ]
+
+
+def test_a_launch_template_nothing_places_is_no_caller():
+    network, callers = read_assembly(
+        [StackTemplate("net", "eu-west-1", {"Resources": planted(Nodes=node_launch_template())})]
+    )
+    assert callers == []
+
+
+def test_a_codebuild_project_in_a_vpc_is_a_caller_without_a_public_address():
+    project = {
+        "Type": "AWS::CodeBuild::Project",
+        "Properties": {"VpcConfig": {"Subnets": [ref("Public")], "SecurityGroupIds": [group_id("CallerGroup")]}},
+        "Metadata": {"gpufleet:calls": {"https://pypi.org": ["buildspec"]}},
+    }
+    assert problems(planted(Build=project)) == [
+        "CodeBuild project Build in net cannot reach https://pypi.org from Public in net: its route table PublicTable "
+        "in net leads to the internet gateway Igw in net, and it has no public IPv4 address"
+    ]
