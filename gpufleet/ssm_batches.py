@@ -16,17 +16,21 @@ terminated instances failed with InvalidInstanceId) and aws-cli#3646; AWS has no
 So the outcome does not depend on it: a call refused with InvalidInstanceId is split in halves and each half sent again,
 down to single nodes. A refused call sent nothing, so no node gets the command twice; the nodes SSM refuses on their
 own are reported (Delivery.refused), and every other node gets the command. Where SSM fails only the node's invocation
-instead, the first call is taken and that node's invocation says so (Undeliverable), which the callers read as they
-read any failed invocation. Calls: one per 50 nodes, 12 more for each node refused in a batch of 50 (six halvings, two
-calls each), at most 2n - 1 for a batch of n. The error's message sometimes names instances ("Instances [[i-...]] not
-in a valid state for account ...", aws-samples/eks-security-compromised-cluster-remediation#12), in a form no
-documentation gives, so it is not read.
+instead, the call is taken and that node's invocation says so (Undeliverable), which the callers read as they read any
+failed invocation. Calls: one per 50 nodes, 12 more for each node refused in a batch of 50 (six halvings, two calls
+each), at most 2n - 1 for a batch of n. The error's message sometimes names instances ("Instances [[i-...]] not in a
+valid state for account ...", aws-samples/eks-security-compromised-cluster-remediation#12), in a form no documentation
+gives, so it is not read. A call for one node SSM cannot reach is refused under either answer (that issue's call named
+one instance, as did aws-cli#2412's): a caller that must know when it sends which nodes did not get the command (the
+checkpoint hook before nodes end) sends one node a call (batch_size=1).
 
 Any other refusal is the call's, not a node's (AccessDeniedException, InvalidDocument, InvalidParameters, or throttling
 that outlasted the client's retries: botocore's standard mode retries throttling and 5xx answers itself, with the
-callers' configs, gpufleet/aws.py and gpufleet/aws_faults.py), and is not split: before any command went out it
-raises, so that the caller can say in one line that nothing was sent; after one did, the batch's nodes are reported
-with its code and the remaining batches still go.
+callers' configs, gpufleet/aws.py and gpufleet/aws_faults.py). It is not split, and the sending stops: the next call
+would meet the same account, document and permissions, and throttling that outlasted the backoff would make each
+further call wait through its own, past a Lambda's time. The call's nodes and those not sent yet are reported with its
+code, and the error is kept (Delivery.call_refusal) for the callers that have nothing to say but that when no command
+went out (raise_if_nothing_went_out).
 
 Imports the standard library, and botocore inside send_in_batches: the Lambda assets carry this file (a link in their
 runtime/gpufleet/), and the stacks import gpufleet.checkpoint_hook, which imports it, where synthesis must not load the
@@ -71,25 +75,39 @@ def command_targets(states: Mapping[str, str]) -> tuple[list[str], list[str]]:
 
 @dataclass
 class Delivery:
-    """What a send did: each command id with the nodes it went to, and each node SSM refused with the error code."""
+    """What a send did: each command id with the nodes it went to, each node SSM did not take with the error code, and
+    the refusal of a call itself that stopped the sending, if one did."""
 
     commands: dict[str, list[str]] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)
+    call_refusal: Exception | None = None
 
     def refused_lines(self) -> list[str]:
         return [f"{node}: SSM refused it ({code})" for node, code in self.refused.items()]
 
+    def raise_if_nothing_went_out(self) -> None:
+        if self.call_refusal is not None and not self.commands:
+            raise self.call_refusal
 
-def send_in_batches(ssm: Any, instance_ids: Sequence[str], request: Callable[[int], dict[str, Any]]) -> Delivery:
-    """SendCommand to INSTANCE_IDS, in their order, 50 to a call: REQUEST(the position in INSTANCE_IDS of the batch's
-    first node) gives the call's other arguments; the nodes of a split batch keep their batch's. A call refused with
-    InvalidInstanceId is split as the module's doc says; another refusal raises while no command has gone out."""
+
+def send_in_batches(
+    ssm: Any,
+    instance_ids: Sequence[str],
+    request: Callable[[int], dict[str, Any]],
+    batch_size: int = SEND_COMMAND_MAX_INSTANCES,
+) -> Delivery:
+    """SendCommand to INSTANCE_IDS, in their order, BATCH_SIZE (1 to 50) to a call: REQUEST(the position in
+    INSTANCE_IDS of the batch's first node) gives the call's other arguments; the nodes of a split batch keep their
+    batch's. A call refused with InvalidInstanceId is split, another refusal stops the sending, as the module's doc
+    says; no ClientError is raised."""
     from botocore.exceptions import ClientError
 
+    if not 1 <= batch_size <= SEND_COMMAND_MAX_INSTANCES:
+        raise ValueError(f"batch_size {batch_size}: SendCommand takes 1 to {SEND_COMMAND_MAX_INSTANCES} ids")
     delivery = Delivery()
-    for start in range(0, len(instance_ids), SEND_COMMAND_MAX_INSTANCES):
+    for start in range(0, len(instance_ids), batch_size):
         arguments = request(start)
-        waiting = [list(instance_ids[start : start + SEND_COMMAND_MAX_INSTANCES])]
+        waiting = [list(instance_ids[start : start + batch_size])]
         while waiting:
             batch = waiting.pop(0)
             try:
@@ -100,9 +118,12 @@ def send_in_batches(ssm: Any, instance_ids: Sequence[str], request: Callable[[in
                     half = (len(batch) + 1) // 2
                     waiting[:0] = [batch[:half], batch[half:]]
                     continue
-                if code != INVALID_INSTANCE_ID and not delivery.commands:
-                    raise
-                delivery.refused.update(dict.fromkeys(batch, code))
-                continue
+                if code == INVALID_INSTANCE_ID:
+                    delivery.refused[batch[0]] = code
+                    continue
+                not_sent = [*batch, *(node for rest in waiting for node in rest), *instance_ids[start + batch_size :]]
+                delivery.refused.update(dict.fromkeys(not_sent, code))
+                delivery.call_refusal = error
+                return delivery
             delivery.commands[command["CommandId"]] = batch
     return delivery

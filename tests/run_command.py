@@ -7,15 +7,17 @@ registered. SendCommand refuses a node with InvalidInstanceId for the causes its
 running or not registered, or an invalid state ("Valid states are: Running, Pending, Stopped, and Stopping. Invalid
 states are: Shutting-down and Terminated"). Whether one such node among many refuses the whole call or fails its own
 invocation alone is documented nowhere (gpufleet/ssm_batches.py): WHOLE_CALL and EACH_NODE are the two answers, and
-the tests run under both. A command taken for a node runs there when the node is running (Success, or Failed where the
+the tests run under both. Under both a call none of whose nodes SSM can reach is refused, as users report for calls
+naming one instance. A command taken for a node runs there when the node is running (Success, or Failed where the
 node's command fails), waits while it is pending, stopping or stopped (Delayed), and an invocation SSM cannot deliver
 ends Failed with StatusDetails Undeliverable (the pairing with Failed is (unconfirmed); callers read only whether
 Status is final).
 
 Whole-call answers: the SendCommand requests THROTTLED counts (1 the first, retries included) answered
-ThrottlingException (one of botocore's throttling codes, retried by its standard mode), or every call answered
-REFUSAL, an error code. The documented SendCommand errors are the ssm model's error shapes; their HTTP status is not in
-the model, so 400, and 500 for InternalServerError (a server error, which botocore retries) (unconfirmed).
+ThrottlingException (one of botocore's throttling codes, retried by its standard mode), or every call from the
+REFUSED_FROM-th request on answered REFUSAL, an error code. The documented SendCommand errors are the ssm model's error
+shapes; their HTTP status is not in the model, so 400, and 500 for InternalServerError (a server error, which botocore
+retries) (unconfirmed).
 """
 
 from __future__ import annotations
@@ -63,9 +65,15 @@ class _Body:
 
 class RunCommand:
     def __init__(
-        self, nodes: dict[str, Node], unknown: str = WHOLE_CALL, throttled: Collection[int] = (), refusal: str = ""
+        self,
+        nodes: dict[str, Node],
+        unknown: str = WHOLE_CALL,
+        throttled: Collection[int] = (),
+        refusal: str = "",
+        refused_from: int = 1,
     ) -> None:
-        self.nodes, self.unknown, self.throttled, self.refusal = nodes, unknown, set(throttled), refusal
+        self.nodes, self.unknown, self.throttled = nodes, unknown, set(throttled)
+        self.refusal, self.refused_from = refusal, refused_from
         self.requests: list[list[str]] = []  # each SendCommand request's InstanceIds, retries included
         self.commands: dict[str, dict[str, Any]] = {}  # command id -> its parameters, as taken
         self._ids = itertools.count(1)
@@ -103,10 +111,10 @@ class RunCommand:
         self.requests.append(list(params["InstanceIds"]))
         if len(self.requests) in self.throttled:
             return self._error("ThrottlingException", "Rate exceeded")
-        if self.refusal:
+        if self.refusal and len(self.requests) >= self.refused_from:
             return self._error(self.refusal, self.refusal, 500 if self.refusal == "InternalServerError" else 400)
         unreachable = [node for node in params["InstanceIds"] if not self.nodes[node].reachable]
-        if unreachable and self.unknown == WHOLE_CALL:
+        if unreachable and (self.unknown == WHOLE_CALL or len(unreachable) == len(params["InstanceIds"])):
             return self._error(
                 "InvalidInstanceId", f"Instances [[{', '.join(unreachable)}]] not in a valid state for account 1"
             )

@@ -509,8 +509,8 @@ def send_to_nodes(
     each node's run of it bounded by EXECUTION_TIMEOUT seconds (AWS-RunShellScript's executionTimeout):
     (command id -> its nodes, each node SSM refused with the error code). A node SSM refuses (InvalidInstanceId: its
     agent not running or not registered, or the instance shutting down) is split out of its batch, whose other nodes
-    still get the command; a refusal of the call itself raises when it comes before any command went out, so that
-    nothing was sent, and after one did is reported for its batch's nodes (gpufleet.ssm_batches.send_in_batches)."""
+    still get the command; a refusal of the call itself stops the sending, and raises when no command went out, so that
+    nothing was sent, else is reported for every node not sent (gpufleet.ssm_batches.send_in_batches)."""
 
     def request(first: int) -> dict[str, Any]:
         return {
@@ -524,6 +524,7 @@ def send_to_nodes(
         }
 
     delivery = send_in_batches(ssm, instance_ids, request)
+    delivery.raise_if_nothing_went_out()
     return delivery.commands, [NodeResult(node, "Refused", code) for node, code in delivery.refused.items()]
 
 

@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError
 
 from gpufleet.aws_faults import client_config
 from gpufleet.ssm_batches import NO_COMMAND_BECAUSE, RUNNING, command_targets, send_in_batches
-from tests.run_command import EACH_NODE, SEND_COMMAND_ERRORS, UNKNOWN, WHOLE_CALL, Node, RunCommand
+from tests.run_command import SEND_COMMAND_ERRORS, UNKNOWN, WHOLE_CALL, Node, RunCommand
 
 EC2_STATES = botocore.session.get_session().get_service_model("ec2").shape_for("InstanceStateName").enum
 
@@ -143,40 +143,86 @@ def test_throttling_is_retried_by_botocore_and_the_command_goes_out_once():
     assert (len(delivery.commands), delivery.refused) == (1, {})
 
 
-def test_throttling_past_the_retries_raises_when_nothing_went_out_and_is_reported_after():
+def test_throttling_past_the_retries_stops_the_sending_and_is_raised_only_when_nothing_went_out():
     nodes = ids(51)
     service = RunCommand(dict.fromkeys(nodes, Node()), throttled=range(1, 5))
+    delivery = send_in_batches(service.client(client_config(4)), nodes, request)
+    assert (delivery.commands, delivery.refused) == ({}, dict.fromkeys(nodes, "ThrottlingException"))
+    assert service.requests == [nodes[:50]] * 4  # the second batch is not tried
     with pytest.raises(ClientError) as raised:
-        send_in_batches(service.client(client_config(4)), nodes, request)
+        delivery.raise_if_nothing_went_out()
     assert raised.value.response["Error"]["Code"] == "ThrottlingException"
-    assert service.commands == {}
 
     # The first batch goes out; the second is throttled through all four attempts.
     service = RunCommand(dict.fromkeys(nodes, Node()), throttled=range(2, 6))
     delivery = send_in_batches(service.client(client_config(4)), nodes, request)
     assert [len(batch) for batch in delivery.commands.values()] == [50]
     assert delivery.refused == {nodes[50]: "ThrottlingException"}
+    delivery.raise_if_nothing_went_out()
 
 
-@pytest.mark.parametrize("code", [code for code in SEND_COMMAND_ERRORS if code != "InvalidInstanceId"])
-def test_a_refusal_of_another_kind_is_the_calls_and_is_not_split(code):
-    nodes = ids(4)
-    service = RunCommand(dict.fromkeys(nodes, Node()), refusal=code)
+@pytest.mark.parametrize(
+    "code", [*(code for code in SEND_COMMAND_ERRORS if code != "InvalidInstanceId"), "AccessDeniedException"]
+)
+def test_a_refusal_of_another_kind_is_the_calls_is_not_split_and_stops_the_sending(code):
+    nodes = ids(120)
+    service = RunCommand({node: Node(registered=node != nodes[3]) for node in nodes}, refusal=code)
 
-    with pytest.raises(ClientError) as raised:
-        send_in_batches(service.client(client_config(2)), nodes, request)
+    delivery = send_in_batches(service.client(client_config(2)), nodes, request)
 
-    assert raised.value.response["Error"]["Code"] == code
-    # Only a server error is sent again, by botocore; nothing is split.
-    assert service.requests == [nodes] * (2 if code == "InternalServerError" else 1)
-
-
-def test_access_denied_is_not_split_either():
-    nodes = ids(4)
-    service = RunCommand(dict.fromkeys(nodes, Node()), refusal="AccessDeniedException")
+    assert delivery.commands == {}
+    assert delivery.refused == dict.fromkeys(nodes, code)
+    assert delivery.call_refusal.response["Error"]["Code"] == code
+    # Only a server error is sent again, by botocore; nothing is split, no other batch is tried.
+    assert service.requests == [nodes[:50]] * (2 if code == "InternalServerError" else 1)
     with pytest.raises(ClientError):
-        send_in_batches(service.client(), nodes, request)
-    assert service.requests == [nodes]
+        delivery.raise_if_nothing_went_out()
+
+
+def test_a_refusal_after_a_batch_went_out_names_the_nodes_not_sent_and_raises_nothing():
+    nodes = ids(120)
+    service = RunCommand(
+        {node: Node(registered=node != nodes[60]) for node in nodes}, refusal="InvalidDocument", refused_from=3
+    )
+
+    delivery = send_in_batches(service.client(), nodes, request)
+
+    # Batch 2 is refused for nodes[60], its first half (50..74) again, then InvalidDocument stops the sending.
+    assert service.requests == [nodes[:50], nodes[50:100], nodes[50:75]]
+    assert list(delivery.commands.values()) == [nodes[:50]]
+    assert delivery.refused == dict.fromkeys(nodes[50:], "InvalidDocument")
+    assert list(delivery.refused) == nodes[50:]
+    delivery.raise_if_nothing_went_out()
+
+
+@pytest.mark.parametrize("unknown", UNKNOWN)
+def test_one_node_a_call_tells_at_once_which_nodes_ssm_did_not_take_under_either_answer(unknown):
+    nodes = ids(3)
+    service = RunCommand({nodes[0]: Node(), nodes[1]: Node(registered=False), nodes[2]: Node()}, unknown)
+
+    delivery = send_in_batches(service.client(), nodes, request, batch_size=1)
+
+    assert service.requests == [[node] for node in nodes]
+    assert delivery.refused == {nodes[1]: "InvalidInstanceId"}
+    assert list(delivery.commands.values()) == [[nodes[0]], [nodes[2]]]
+    # Each call's arguments are those of its own position.
+    assert [params["Parameters"]["commands"] for params in service.commands.values()] == [
+        ["echo batch from 0"],
+        ["echo batch from 2"],
+    ]
+
+
+@pytest.mark.parametrize("batch_size", [0, 51])
+def test_a_batch_size_sendcommand_does_not_take_is_refused(batch_size):
+    with pytest.raises(ValueError, match=f"batch_size {batch_size}: SendCommand takes 1 to 50 ids"):
+        send_in_batches(RunCommand({}).client(), ids(2), request, batch_size=batch_size)
+
+
+def test_the_largest_and_smallest_batch_sizes_are_taken():
+    nodes = ids(51)
+    service = RunCommand(dict.fromkeys(nodes, Node()))
+    assert [len(batch) for batch in send_in_batches(service.client(), nodes, request, 50).commands.values()] == [50, 1]
+    assert len(send_in_batches(service.client(), nodes[:2], request, 1).commands) == 2
 
 
 def test_no_node_no_call():
@@ -186,11 +232,10 @@ def test_no_node_no_call():
 
 
 @pytest.mark.parametrize("unknown", UNKNOWN)
-def test_a_whole_batch_refused_before_anything_went_out_is_reported_not_raised(unknown):
+def test_a_batch_no_node_of_which_ssm_reaches_is_refused_node_by_node_and_nothing_raised(unknown):
     nodes = ids(2)
     service = RunCommand({nodes[0]: Node(state="terminated"), nodes[1]: Node(state="shutting-down")}, unknown)
     delivery = send_in_batches(service.client(), nodes, request)
-    if unknown == EACH_NODE:
-        assert (len(delivery.commands), delivery.refused) == (1, {})
-    else:
-        assert (delivery.commands, delivery.refused) == ({}, dict.fromkeys(nodes, "InvalidInstanceId"))
+    assert (delivery.commands, delivery.refused) == ({}, dict.fromkeys(nodes, "InvalidInstanceId"))
+    assert delivery.call_refusal is None
+    delivery.raise_if_nothing_went_out()

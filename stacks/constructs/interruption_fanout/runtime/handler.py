@@ -16,9 +16,9 @@ shutting-down peer runs no job to checkpoint, and a command held for it would ru
 batches of 50 that one node SSM refuses (its agent not registered yet, or going away) cannot silence
 (gpufleet.ssm_batches.send_in_batches: a call refused with InvalidInstanceId is split until the node is alone). The
 log line names each peer passed over and each node SSM refused. A refusal of the call itself (AccessDenied, a throttle
-past botocore's retries) before any batch went out fails the run with its message in the function's log, and is not
-retried: the rule and the function's asynchronous invocation both retry nothing, since a warning two minutes ahead is
-useless later.
+past botocore's retries) stops the sending; the nodes it left are named with its code, and when no batch went out it
+fails the run with its message in the function's log. Nothing is retried: the rule and the function's asynchronous
+invocation both retry nothing, since a warning two minutes ahead is useless later.
 
 Lambda environment: ENVIRONMENT_NAME (the value of the environment tag), SETTINGS_FILE (the node settings the hook's
 command reads, gpufleet/user_data.py).
@@ -95,6 +95,7 @@ def fan_out(event: dict, ec2: Any, ssm: Any, environment: str, settings_file: st
         "Parameters": {"commands": [hook_command(settings_file, notice_path, instance_id)]},
     }
     delivery = send_in_batches(ssm, recipients, lambda _: arguments)
+    delivery.raise_if_nothing_went_out()
     line.update(
         notice_path=notice_path,
         nodes=recipients,
