@@ -26,14 +26,19 @@ from gpufleet.catalog import InstanceType
 from gpufleet.constants import (
     BACKEND_AUTO_SCALING,
     BACKEND_SPOT_FLEET,
+    ENVIRONMENT_TAG_KEY,
     FLAVOUR_EKS,
+    FLEET_TYPE_MAINTAIN,
+    FLEET_TYPE_REQUEST,
     NODE_METADATA_HOP_LIMIT,
     NODE_METADATA_HTTP_ENDPOINT,
     NODE_METADATA_HTTP_TOKENS,
     NODE_ROOT_VOLUME_ENCRYPTED,
     NODE_ROOT_VOLUME_TYPE,
+    ROLLOUT_REPLACE_ALL,
 )
 from gpufleet.environment import Environment
+from gpufleet.fallback import FallbackSettings
 from gpufleet.ops.checks import Check, unavailable
 from gpufleet.ops.eks_preflight import run_eks_checks
 from gpufleet.ops.reachability_preflight import check_reachability
@@ -61,9 +66,9 @@ class VcpuQuota:
 # Instances (and open Spot requests) the spot quota. Spot P has two quotas: P5 apart from P4, P3 and P2.
 # source (names, P5 spot apart, spot quotas count running and requested Spot Instances in vCPUs):
 #   https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/using-spot-limits.html
-# source (codes): the Service Quotas console / `aws service-quotas list-service-quotas --service-code ec2`; L-417A185B,
-#   L-7212CCBC, L-DB2E81BA, L-3819A6DF agree across several public tools; L-C4BD4855 (All P5 Spot Instance Requests)
-#   is from one public list-service-quotas dump (unconfirmed).
+# source (codes): Amazon EC2 Instance Types guide, "Amazon EC2 instance type quotas"
+#   (https://docs.aws.amazon.com/ec2/latest/instancetypes/ec2-instance-quotas.html), which links each quota's name to
+#   its page in the Service Quotas console, .../servicequotas/home/services/ec2/quotas/CODE.
 VCPU_QUOTAS = (
     VcpuQuota("L-417A185B", "Running On-Demand P instances", "on-demand", ("p*",)),
     VcpuQuota("L-7212CCBC", "All P4, P3 and P2 Spot Instance Requests", "spot", ("p2*", "p3*", "p4*")),
@@ -71,10 +76,18 @@ VCPU_QUOTAS = (
     VcpuQuota("L-DB2E81BA", "Running On-Demand G and VT instances", "on-demand", ("g*", "vt*")),
     VcpuQuota("L-3819A6DF", "All G and VT Spot Instance Requests", "spot", ("g*", "vt*")),
 )
-# DescribeInstances' InstanceLifecycle: absent for on-demand, "spot" for Spot Instances. Capacity Blocks
-# ("capacity-block") have quotas of their own and count against neither (unconfirmed).
-# source: botocore/data/ec2/2016-11-15/service-2.json, InstanceLifecycleType
-LIFECYCLE_OF_INSTANCE = {None: "on-demand", "spot": "spot"}
+# DescribeInstances' InstanceLifecycle: absent for on-demand; spot | scheduled | capacity-block |
+# interruptible-capacity-reservation otherwise (botocore/data/ec2/2016-11-15/service-2.json, InstanceLifecycleType).
+# "Instances in a Capacity Block don't count against your On-Demand Instances limits" (EC2 user guide,
+# https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/ec2-capacity-blocks.html, "Considerations"): Capacity Blocks have
+# vCPU quotas of their own ("Concurrent P5 Capacity Blocks per account" and the like, on the instance type quotas
+# page above), which bound buying a block, not launching into one bought. Which quota scheduled and
+# interruptible-capacity-reservation instances use is not documented (unconfirmed): they count as on-demand, so that
+# preflight errs towards too much use rather than too little.
+LIFECYCLE_OF_INSTANCE: dict[str | None, Lifecycle | None] = {"spot": "spot", "capacity-block": None}
+CAPACITY_BLOCK_APART = "instances in a Capacity Block don't count against On-Demand Instances limits (EC2 user guide)"
+# A pending instance is about to run. Whether instances on their way out (shutting-down, stopping) still count is not
+# documented (unconfirmed); they do not here.
 ACTIVE_STATES = ["pending", "running"]
 
 # source: EC2 API reference, GetSpotPlacementScores, InstanceTypes (botocore/data/ec2/2016-11-15/service-2.json):
@@ -166,52 +179,129 @@ def vcpu_quota_for(instance_type: str, lifecycle: Lifecycle) -> VcpuQuota | None
     return next((q for q in VCPU_QUOTAS if q.lifecycle == lifecycle and q.covers(instance_type)), None)
 
 
-def vcpus_in_use(ec2: Any, quota: VcpuQuota) -> tuple[int, int]:
-    """(instances, vCPUs) of the region's pending and running instances that count against quota.
+@dataclass(frozen=True)
+class QuotaDemand:
+    """The most nodes of one lifecycle the environment asks for at once: per node group (why: of what), and how many
+    node groups run at once (why_groups: what makes it two)."""
 
-    The family is matched here, not in the request: EC2 filters accept wildcards but moto's instance filters do not.
-    vCPUs are the type's default (DescribeInstanceTypes), which is what the quota counts.
+    per_group: int
+    why: str
+    groups: int = 1
+    why_groups: str = ""
+
+
+# A new node group next to the old one: CloudFormation creates the replacement Spot Fleet or Auto Scaling group before
+# it deletes the old one, which keeps its nodes until then (stacks/constructs/gpu_spot_fleet.py,
+# stacks/constructs/gpu_auto_scaling_group.py); an Auto Scaling deploy waits up to 45 minutes for the new group's
+# nodes first (stacks/constructs/group_capacity/infrastructure.py, WAIT).
+TWO_GROUPS = {
+    FLEET_TYPE_REQUEST: "a request fleet is replaced by a new one on every change, the old one ending last",
+    FLEET_TYPE_MAINTAIN: "fleet.rollout replace-all runs the new node group next to the old one while it rolls",
+}
+
+
+def quota_demand(env: Environment, lifecycle: Lifecycle) -> QuotaDemand:
+    """What the environment can ask of its LIFECYCLE quota at once, beyond its capacity:
+    - fleet.fallback raises the on-demand part up to its ceiling (gpufleet.fallback, FallbackSettings.ceiling), and
+      hands the extra nodes back by launching spot before the on-demand nodes end, the total staying within target +
+      max_extra with at least the floor on-demand: so up to max_extra more spot than the spot part;
+    - a new node group next to the old one (TWO_GROUPS), each of which may be in a fallback: twice that.
     """
+    capacity, fallback = env.capacity, env.fleet.fallback
+    if lifecycle == "on-demand":
+        nodes, why = capacity.on_demand, f"capacity.on_demand {capacity.on_demand}"
+        if fallback is not None:
+            settings = FallbackSettings(
+                floor=capacity.on_demand,
+                after=dt.timedelta(minutes=fallback.after_minutes),
+                restore_after=dt.timedelta(minutes=fallback.restore_after_minutes),
+                max_extra=fallback.max_extra_on_demand,
+            )
+            ceiling = settings.ceiling(capacity.target)
+            nodes, why = ceiling, f"{why} + {ceiling - nodes} fleet.fallback.max_extra_on_demand"
+    else:
+        nodes, why = capacity.spot, f"{capacity.spot} spot"
+        if fallback is not None:
+            extra = fallback.max_extra_on_demand
+            nodes, why = nodes + extra, f"{why} + {extra} while fleet.fallback hands its extra nodes back"
+    if env.fleet.image_rollout == ROLLOUT_REPLACE_ALL:
+        return QuotaDemand(nodes, why, 2, TWO_GROUPS[env.fleet.type])
+    return QuotaDemand(nodes, why)
+
+
+@dataclass(frozen=True)
+class QuotaUsage:
+    """The region's pending and running instances that count against one quota: this environment's own nodes (its
+    environment tag, which every node launch template gives the instance: Environment.resource_tags) and everyone
+    else's."""
+
+    own: int
+    own_vcpus: int
+    others: int
+    others_vcpus: int
+
+
+def vcpus_in_use(ec2: Any, quota: VcpuQuota, environment_name: str) -> QuotaUsage:
+    """The family is matched here, not in the request: EC2 filters accept wildcards but moto's instance filters do not.
+    vCPUs are the type's default (DescribeInstanceTypes), which is what the quota counts."""
     pages = ec2.get_paginator("describe_instances").paginate(
         Filters=[{"Name": "instance-state-name", "Values": ACTIVE_STATES}]
     )
-    counted: Counter[str] = Counter(
-        instance["InstanceType"]
+    own_tag = {"Key": ENVIRONMENT_TAG_KEY, "Value": environment_name}
+    counted: Counter[tuple[bool, str]] = Counter(
+        (own_tag in instance.get("Tags", []), instance["InstanceType"])
         for page in pages
         for reservation in page["Reservations"]
         for instance in reservation["Instances"]
-        if LIFECYCLE_OF_INSTANCE.get(instance.get("InstanceLifecycle")) == quota.lifecycle
+        if LIFECYCLE_OF_INSTANCE.get(instance.get("InstanceLifecycle"), "on-demand") == quota.lifecycle
         and quota.covers(instance["InstanceType"])
     )
     if not counted:
-        return 0, 0
-    described = ec2.describe_instance_types(InstanceTypes=sorted(counted))["InstanceTypes"]
+        return QuotaUsage(0, 0, 0, 0)
+    described = ec2.describe_instance_types(InstanceTypes=sorted({name for _, name in counted}))["InstanceTypes"]
     vcpus = {item["InstanceType"]: int(item["VCpuInfo"]["DefaultVCpus"]) for item in described}
-    return sum(counted.values()), sum(count * vcpus[instance_type] for instance_type, count in counted.items())
+
+    def total(own: bool) -> tuple[int, int]:
+        mine = [(name, count) for (is_own, name), count in counted.items() if is_own == own]
+        return sum(count for _, count in mine), sum(count * vcpus[name] for name, count in mine)
+
+    return QuotaUsage(*total(True), *total(False))
 
 
 def check_vcpu_quota(ec2: Any, quotas: Any, env: Environment, spec: InstanceType, lifecycle: Lifecycle) -> Check:
-    """The family's vCPU quota must cover what already runs in the region plus this environment's nodes."""
+    """The family's vCPU quota must cover the most the environment can ask for at once (quota_demand) plus what
+    everyone else runs in the region. The environment's own running nodes are part of its demand, not of the others'
+    use: when they are more than one group's worth (a lowered target not yet deployed) they take that group's place."""
     name = f"quota-{lifecycle}"
-    nodes = env.capacity.on_demand if lifecycle == "on-demand" else env.capacity.spot
-    if nodes == 0:
+    if lifecycle == "on-demand" and env.capacity.capacity_block is not None:
+        # A block takes neither a fallback nor replace-all (gpufleet.validators.capacity, .fallback).
+        return Check(name, "pass", f"skipped: {CAPACITY_BLOCK_APART}")
+    demand = quota_demand(env, lifecycle)
+    if demand.per_group == 0:
         return Check(name, "pass", f"skipped: no {lifecycle} nodes")
     quota = vcpu_quota_for(env.instance_type, lifecycle)
     if quota is None:
         return Check(name, "warn", f"no {lifecycle} vCPU quota known for {env.instance_type}: check it by hand")
     try:
         described = quotas.get_service_quota(ServiceCode="ec2", QuotaCode=quota.code)["Quota"]
-        instances, in_use = vcpus_in_use(ec2, quota)
+        usage = vcpus_in_use(ec2, quota, env.name)
     except ClientError as error:
         if is_unavailable(error):
             return unavailable(name, error)
         raise
     limit = float(described["Value"])
-    needed = nodes * spec.vcpus
-    total = needed + in_use
+    group_vcpus = demand.per_group * spec.vcpus
+    needed = max(usage.own_vcpus, group_vcpus) + (demand.groups - 1) * group_vcpus
+    why = [f"{demand.per_group} x {spec.vcpus}: {demand.why}"]
+    if demand.groups > 1:
+        why.append(f"x {demand.groups}: {demand.why_groups}")
+    if usage.own:
+        place = "in place of one group" if usage.own_vcpus > group_vcpus else "within it"
+        why.append(f"its {usage.own} running ({usage.own_vcpus} vCPUs) {place}")
+    total = needed + usage.others_vcpus
     text = (
-        f"{described.get('QuotaName', quota.name)} ({quota.code}): quota {limit:g} vCPUs; "
-        f"need {needed} ({nodes} x {spec.vcpus}) + {in_use} in use ({instances} running) = {total}"
+        f"{described.get('QuotaName', quota.name)} ({quota.code}): quota {limit:g} vCPUs; need {needed} "
+        f"({'; '.join(why)}) + {usage.others_vcpus} in use by others ({usage.others} running) = {total}"
     )
     if total > limit:
         return Check(name, "fail", f"{text}: {total - limit:g} over; request an increase in the Service Quotas console")

@@ -142,12 +142,12 @@ P5_BLOCK = {
 }
 
 
-def test_preflight_p5_block(environments, moto, stubbed, monkeypatch, run_cli) -> None:
-    """environments/p5-block.yaml as shipped: its image in us-east-2, Auto Scaling's role, the block scheduled."""
+def test_preflight_p5_block(environments, moto, monkeypatch, run_cli) -> None:
+    """environments/p5-block.yaml as shipped: its image in us-east-2, Auto Scaling's role, the block scheduled (its
+    nodes ask no vCPU quota: none is served)."""
     shutil.copy(REPOSITORY / "environments" / "p5-block.yaml", environments_dir())
     publish_image("us-east-2", "gpufleet-ubuntu2204-cuda12-20261122", "/gpufleet/ami/ubuntu2204-cuda12")
     boto3.client("iam", region_name="us-east-1").create_service_linked_role(AWSServiceName="autoscaling.amazonaws.com")
-    serve_quotas(stubbed, [("L-417A185B", 384.0)])
     serve_policy_simulation(monkeypatch)
     monkeypatch.setattr(reservations, "describe_reservations", lambda ec2, ids: [P5_BLOCK])
     show("gpufleet preflight p5-block", run_cli)

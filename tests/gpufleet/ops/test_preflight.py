@@ -19,10 +19,11 @@ import pytest
 from botocore.stub import ANY, Stubber
 
 from gpufleet.catalog import load_catalog
+from gpufleet.environment import Environment
 from gpufleet.loading import environments_dir, load_environment, load_named_environment
 from gpufleet.ops import preflight
 from tests.gpufleet.environment_files import VALID_EKS, write
-from tests.gpufleet.ops.variants import with_fleet
+from tests.gpufleet.ops.variants import capacity_block, fallback, with_capacity, with_fleet
 
 P4D = load_catalog()["p4d.24xlarge"]
 NOW = dt.datetime(2025, 1, 1, tzinfo=dt.UTC)
@@ -164,18 +165,25 @@ def stubbed_quota(code: str, value: float) -> Stubber:
     return stub
 
 
-def launch(image_id: str, instance_type: str, lifecycle: str = "on-demand") -> str:
-    """One instance already running in moto; spot ones come back with InstanceLifecycle "spot"."""
+def launch(image_id: str, instance_type: str, lifecycle: str = "on-demand", environment: str | None = None) -> str:
+    """One instance already running in moto; spot ones come back with InstanceLifecycle "spot". ENVIRONMENT: the
+    gpufleet:environment tag the node launch template gives an environment's nodes."""
     market = {"InstanceMarketOptions": {"MarketType": "spot"}} if lifecycle == "spot" else {}
+    if environment is not None:
+        market["TagSpecifications"] = [
+            {"ResourceType": "instance", "Tags": [{"Key": "gpufleet:environment", "Value": environment}]}
+        ]
     reservation = boto3.client("ec2", region_name="us-east-1").run_instances(
         ImageId=image_id, InstanceType=instance_type, MinCount=1, MaxCount=1, **market
     )
     return reservation["Instances"][0]["InstanceId"]
 
 
-def quota_check(env_name: str, lifecycle: str, quotas: Stubber, spec: Any = P4D) -> preflight.Check:
+def quota_check(env: str | Environment, lifecycle: str, quotas: Stubber, spec: Any = P4D) -> preflight.Check:
+    """ENV: an environment's name, or an Environment (a variant no file has)."""
     ec2 = boto3.client("ec2", region_name="us-east-1")
-    check = preflight.check_vcpu_quota(ec2, quotas.client, load_named_environment(env_name), spec, lifecycle)
+    environment = load_named_environment(env) if isinstance(env, str) else env
+    check = preflight.check_vcpu_quota(ec2, quotas.client, environment, spec, lifecycle)
     quotas.assert_no_pending_responses()
     return check
 
@@ -188,32 +196,32 @@ def quota_check(env_name: str, lifecycle: str, quotas: Stubber, spec: Any = P4D)
             "L-417A185B",
             192.0,
             "pass",
-            "Running On-Demand P instances (L-417A185B): quota 192 vCPUs; need 96 (1 x 96) + 96 in use (1 running) "
-            "= 192",
+            "Running On-Demand P instances (L-417A185B): quota 192 vCPUs; need 96 (1 x 96: capacity.on_demand 1) + "
+            "96 in use by others (1 running) = 192",
         ),
         (
             "on-demand",
             "L-417A185B",
             191.0,
             "fail",
-            "Running On-Demand P instances (L-417A185B): quota 191 vCPUs; need 96 (1 x 96) + 96 in use (1 running) "
-            "= 192: 1 over; request an increase in the Service Quotas console",
+            "Running On-Demand P instances (L-417A185B): quota 191 vCPUs; need 96 (1 x 96: capacity.on_demand 1) + "
+            "96 in use by others (1 running) = 192: 1 over; request an increase in the Service Quotas console",
         ),
         (
             "spot",
             "L-7212CCBC",
             192.0,
             "pass",
-            "All P4, P3 and P2 Spot Instance Requests (L-7212CCBC): quota 192 vCPUs; need 96 (1 x 96) + 96 in use "
-            "(1 running) = 192",
+            "All P4, P3 and P2 Spot Instance Requests (L-7212CCBC): quota 192 vCPUs; need 96 (1 x 96: 1 spot) + 96 "
+            "in use by others (1 running) = 192",
         ),
         (
             "spot",
             "L-7212CCBC",
             191.0,
             "fail",
-            "All P4, P3 and P2 Spot Instance Requests (L-7212CCBC): quota 191 vCPUs; need 96 (1 x 96) + 96 in use "
-            "(1 running) = 192: 1 over; request an increase in the Service Quotas console",
+            "All P4, P3 and P2 Spot Instance Requests (L-7212CCBC): quota 191 vCPUs; need 96 (1 x 96: 1 spot) + 96 "
+            "in use by others (1 running) = 192: 1 over; request an increase in the Service Quotas console",
         ),
     ],
 )
@@ -240,10 +248,12 @@ def test_only_instances_of_the_quota_count(node_image_id: str) -> None:
 
     on_demand = quota_check("dev", "on-demand", stubbed_quota("L-417A185B", 96.0))
     assert on_demand.status == "pass"
-    assert on_demand.detail.endswith("quota 96 vCPUs; need 96 (1 x 96) + 0 in use (0 running) = 96")
+    assert on_demand.detail.endswith(
+        "quota 96 vCPUs; need 96 (1 x 96: capacity.on_demand 1) + 0 in use by others (0 running) = 96"
+    )
     spot = quota_check("dev", "spot", stubbed_quota("L-7212CCBC", 288.0))
     assert spot.status == "pass"
-    assert spot.detail.endswith("quota 288 vCPUs; need 96 (1 x 96) + 192 in use (2 running) = 288")
+    assert spot.detail.endswith("quota 288 vCPUs; need 96 (1 x 96: 1 spot) + 192 in use by others (2 running) = 288")
 
 
 def test_p5_spot_uses_the_p5_spot_quota(node_image_id: str, environments) -> None:
@@ -252,7 +262,8 @@ def test_p5_spot_uses_the_p5_spot_quota(node_image_id: str, environments) -> Non
     launch(node_image_id, "p4d.24xlarge", "spot")
     check = quota_check("h100", "spot", stubbed_quota("L-C4BD4855", 384.0), load_catalog()["p5.48xlarge"])
     assert check.detail == (
-        "All P5 Spot Instance Requests (L-C4BD4855): quota 384 vCPUs; need 384 (2 x 192) + 0 in use (0 running) = 384"
+        "All P5 Spot Instance Requests (L-C4BD4855): quota 384 vCPUs; need 384 (2 x 192: 2 spot) + 0 in use by "
+        "others (0 running) = 384"
     )
 
 
@@ -260,7 +271,8 @@ def test_g_family_uses_the_g_quota_codes(moto: None, environments) -> None:
     """Stubber: the expected parameters pin the G and VT quota code and the vCPUs of 3 on-demand g5.48xlarge."""
     environments("gpus", instance_type="g5.48xlarge", target=3, on_demand=3)
     check = quota_check("gpus", "on-demand", stubbed_quota("L-DB2E81BA", 512.0), load_catalog()["g5.48xlarge"])
-    assert check.status == "fail" and "need 576 (3 x 192) + 0 in use (0 running) = 576: 64 over" in check.detail
+    assert check.status == "fail"
+    assert "need 576 (3 x 192: capacity.on_demand 3) + 0 in use by others (0 running) = 576: 64 over" in check.detail
 
 
 def test_no_nodes_of_a_lifecycle_skip_its_quota(environments) -> None:
@@ -303,6 +315,194 @@ def test_quota_throttled_stops_the_command(moto: None, scores: dict[str, int], s
     code, out, err = run_cli("preflight", "dev")
     assert code == 1 and out == ""
     assert err.startswith("AWS throttled GetServiceQuota in us-east-1 (Throttling)") and err.count("\n") == 1
+
+
+# The worst case an environment asks of its quotas (preflight.quota_demand): dev is 1 on-demand + 1 spot p4d (96 vCPUs).
+OVER = ": 1 over; request an increase in the Service Quotas console"
+ON_DEMAND_FALLBACK = "capacity.on_demand 1 + 1 fleet.fallback.max_extra_on_demand"
+SPOT_FALLBACK = "1 spot + 1 while fleet.fallback hands its extra nodes back"
+REPLACE_ALL = "x 2: fleet.rollout replace-all runs the new node group next to the old one while it rolls"
+REQUEST_FLEET = "x 2: a request fleet is replaced by a new one on every change, the old one ending last"
+
+
+def dev_with(**fleet_keys: Any) -> Environment:
+    return with_fleet(load_named_environment("dev"), **fleet_keys)
+
+
+@pytest.mark.parametrize("quota", [192.0, 191.0], ids=["enough", "one-short"])
+@pytest.mark.parametrize(
+    ("lifecycle", "code", "env", "why"),
+    [
+        pytest.param(
+            "on-demand", "L-417A185B", {"fallback": fallback(1)}, f"2 x 96: {ON_DEMAND_FALLBACK}", id="od-fallback"
+        ),
+        pytest.param("spot", "L-7212CCBC", {"fallback": fallback(1)}, f"2 x 96: {SPOT_FALLBACK}", id="spot-fallback"),
+        pytest.param(
+            "on-demand",
+            "L-417A185B",
+            {"rollout": "replace-all"},
+            f"1 x 96: capacity.on_demand 1; {REPLACE_ALL}",
+            id="od-replace-all",
+        ),
+        pytest.param(
+            "spot", "L-7212CCBC", {"rollout": "replace-all"}, f"1 x 96: 1 spot; {REPLACE_ALL}", id="spot-replace-all"
+        ),
+        pytest.param(
+            "on-demand",
+            "L-417A185B",
+            {"type": "request"},
+            f"1 x 96: capacity.on_demand 1; {REQUEST_FLEET}",
+            id="od-request-fleet",
+        ),
+    ],
+)
+def test_the_fallback_and_a_second_group_count_against_the_quota(
+    moto: None, lifecycle: str, code: str, env: dict[str, Any], why: str, quota: float
+) -> None:
+    """Each doubles what dev asks of the quota, to 192 vCPUs: the fallback's ceiling on-demand (floor + max_extra),
+    the spot a hand-back launches before it ends the extra on-demand nodes, or a second node group beside the first."""
+    check = quota_check(dev_with(**env), lifecycle, stubbed_quota(code, quota))
+    name = preflight.vcpu_quota_for("p4d.24xlarge", lifecycle)
+    assert name is not None
+    text = f"{name.name} ({code}): quota {quota:g} vCPUs; need 192 ({why}) + 0 in use by others (0 running) = 192"
+    expected = ("pass", text) if quota == 192 else ("fail", text + OVER)
+    assert (check.status, check.detail) == expected
+
+
+def test_fallback_and_replace_all_together_ask_for_two_groups_at_their_ceiling(moto: None) -> None:
+    """Both groups of a roll may be in a fallback: 2 groups x (1 + 1) on-demand = 4 x 96."""
+    check = quota_check(
+        dev_with(fallback=fallback(1), rollout="replace-all"), "on-demand", stubbed_quota("L-417A185B", 383.0)
+    )
+    assert check == preflight.Check(
+        "quota-on-demand",
+        "fail",
+        f"Running On-Demand P instances (L-417A185B): quota 383 vCPUs; need 384 (2 x 96: {ON_DEMAND_FALLBACK}; "
+        f"{REPLACE_ALL}) + 0 in use by others (0 running) = 384{OVER}",
+    )
+
+
+def test_the_fallback_ceiling_stops_at_the_target(moto: None, environments) -> None:
+    """4 nodes, 3 on-demand, max_extra 2 (more than the spot part, which `gpufleet validate` refuses): the fallback
+    raises the on-demand part to the target, 4, not 5."""
+    environments("wide", target=4, on_demand=3)
+    env = with_fleet(load_named_environment("wide"), fallback=fallback(2))
+    check = quota_check(env, "on-demand", stubbed_quota("L-417A185B", 384.0))
+    assert check.detail.startswith(
+        "Running On-Demand P instances (L-417A185B): quota 384 vCPUs; need 384 (4 x 96: capacity.on_demand 3 + 1 "
+        "fleet.fallback.max_extra_on_demand)"
+    )
+
+
+@pytest.mark.parametrize(("quota", "status"), [(96.0, "pass"), (95.0, "fail")], ids=["enough", "one-short"])
+def test_the_environments_own_running_nodes_count_once(node_image_id: str, quota: float, status: str) -> None:
+    """dev deployed: its on-demand node runs (tagged gpufleet:environment=dev) and is the node dev needs, not one more;
+    an untagged spot p4d is not on-demand."""
+    launch(node_image_id, "p4d.24xlarge", environment="dev")
+    launch(node_image_id, "p4d.24xlarge", "spot", environment="dev")
+    check = quota_check("dev", "on-demand", stubbed_quota("L-417A185B", quota))
+    text = (
+        f"Running On-Demand P instances (L-417A185B): quota {quota:g} vCPUs; need 96 (1 x 96: capacity.on_demand 1; "
+        "its 1 running (96 vCPUs) within it) + 0 in use by others (0 running) = 96"
+    )
+    assert (check.status, check.detail) == (
+        status,
+        text if status == "pass" else text + OVER,
+    )
+
+
+def test_another_environments_nodes_are_others(node_image_id: str) -> None:
+    launch(node_image_id, "p4d.24xlarge", environment="dev")
+    launch(node_image_id, "p4d.24xlarge", environment="prod")
+    check = quota_check("dev", "on-demand", stubbed_quota("L-417A185B", 192.0))
+    assert check.detail == (
+        "Running On-Demand P instances (L-417A185B): quota 192 vCPUs; need 96 (1 x 96: capacity.on_demand 1; its 1 "
+        "running (96 vCPUs) within it) + 96 in use by others (1 running) = 192"
+    )
+
+
+def test_more_own_nodes_than_a_group_take_its_place(node_image_id: str) -> None:
+    """Two of dev's on-demand nodes still run (a file lowered to one, not yet deployed) under replace-all: the running
+    two stand for the old group, the new group adds one: 3 x 96."""
+    for _ in range(2):
+        launch(node_image_id, "p4d.24xlarge", environment="dev")
+    check = quota_check(dev_with(rollout="replace-all"), "on-demand", stubbed_quota("L-417A185B", 288.0))
+    assert check == preflight.Check(
+        "quota-on-demand",
+        "pass",
+        f"Running On-Demand P instances (L-417A185B): quota 288 vCPUs; need 288 (1 x 96: capacity.on_demand 1; "
+        f"{REPLACE_ALL}; its 2 running (192 vCPUs) in place of one group) + 0 in use by others (0 running) = 288",
+    )
+
+
+def test_a_capacity_block_asks_nothing_of_the_on_demand_quota(environments) -> None:
+    """Stubber with nothing queued: any call would raise. Its spot quota is skipped too: every node is in the block."""
+    environments("block", instance_type="p5.48xlarge", target=2, on_demand=2)
+    env = with_capacity(load_named_environment("block"), capacity_block=capacity_block("cr-0123456789abcdef0"))
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    quotas = boto3.client("service-quotas", region_name="us-east-1")
+    with Stubber(ec2), Stubber(quotas):
+        on_demand = preflight.check_vcpu_quota(ec2, quotas, env, load_catalog()["p5.48xlarge"], "on-demand")
+        spot = preflight.check_vcpu_quota(ec2, quotas, env, load_catalog()["p5.48xlarge"], "spot")
+    assert on_demand == preflight.Check(
+        "quota-on-demand",
+        "pass",
+        "skipped: instances in a Capacity Block don't count against On-Demand Instances limits (EC2 user guide)",
+    )
+    assert spot == preflight.Check("quota-spot", "pass", "skipped: no spot nodes")
+
+
+def described_instance(lifecycle: str | None, environment: str | None = None) -> dict[str, Any]:
+    """A p4d as DescribeInstances lists it (botocore's ec2 Instance shape): InstanceLifecycle absent on-demand."""
+    instance: dict[str, Any] = {"InstanceId": "i-0123456789abcdef0", "InstanceType": "p4d.24xlarge"}
+    if lifecycle is not None:
+        instance["InstanceLifecycle"] = lifecycle
+    if environment is not None:
+        instance["Tags"] = [{"Key": "gpufleet:environment", "Value": environment}]
+    return instance
+
+
+@pytest.mark.parametrize(
+    ("lifecycle", "code", "others"),
+    [("on-demand", "L-417A185B", 3), ("spot", "L-7212CCBC", 1)],
+)
+def test_every_instance_lifecycle_goes_to_its_quota(lifecycle: str, code: str, others: int) -> None:
+    """Stubber on EC2, one running p4d of each InstanceLifecycle botocore lists and one of dev's own: capacity-block
+    counts against neither quota; scheduled and interruptible-capacity-reservation, undocumented, as on-demand. The
+    request asks EC2 for pending and running instances only (the expected parameters)."""
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    instances = [
+        described_instance(kind)
+        for kind in (None, "spot", "scheduled", "capacity-block", "interruptible-capacity-reservation")
+    ]
+    instances.append(described_instance("spot" if lifecycle == "spot" else None, environment="dev"))
+    with Stubber(ec2) as stub:
+        stub.add_response(
+            "describe_instances",
+            {"Reservations": [{"ReservationId": "r-0123456789abcdef0", "Instances": instances}]},
+            {"Filters": [{"Name": "instance-state-name", "Values": ["pending", "running"]}]},
+        )
+        stub.add_response(
+            "describe_instance_types",
+            {"InstanceTypes": [{"InstanceType": "p4d.24xlarge", "VCpuInfo": {"DefaultVCpus": 96}}]},
+            {"InstanceTypes": ["p4d.24xlarge"]},
+        )
+        check = preflight.check_vcpu_quota(
+            ec2, stubbed_quota(code, 1000.0).client, load_named_environment("dev"), P4D, lifecycle
+        )
+        stub.assert_no_pending_responses()
+    assert check.detail.endswith(
+        f"its 1 running (96 vCPUs) within it) + {others * 96} in use by others ({others} running) = {96 + others * 96}"
+    )
+
+
+def test_stopped_and_terminated_instances_use_no_quota(node_image_id: str) -> None:
+    """moto answers the state filter: an on-demand p4d stopped, another terminated."""
+    ec2 = boto3.client("ec2", region_name="us-east-1")
+    ec2.stop_instances(InstanceIds=[launch(node_image_id, "p4d.24xlarge")])
+    ec2.terminate_instances(InstanceIds=[launch(node_image_id, "p4d.24xlarge")])
+    check = quota_check("dev", "on-demand", stubbed_quota("L-417A185B", 96.0))
+    assert check.detail.endswith("+ 0 in use by others (0 running) = 96")
 
 
 # moto's (and one account's) AZ names and ids in us-east-1.
@@ -511,12 +711,13 @@ def test_quota_lines_in_the_table(node_image: str, scores: dict[str, int], stubb
     assert code == 1, err
     lines = out.splitlines()
     assert (
-        "pass    quota-on-demand  Running On-Demand P instances (L-417A185B): quota 96 vCPUs; need 96 (1 x 96) + 0 in "
-        "use (0 running) = 96" in lines
+        "pass    quota-on-demand  Running On-Demand P instances (L-417A185B): quota 96 vCPUs; need 96 (1 x 96: "
+        "capacity.on_demand 1) + 0 in use by others (0 running) = 96" in lines
     )
     assert (
         "fail    quota-spot       All P4, P3 and P2 Spot Instance Requests (L-7212CCBC): quota 96 vCPUs; need 96 "
-        "(1 x 96) + 96 in use (1 running) = 192: 96 over; request an increase in the Service Quotas console" in lines
+        "(1 x 96: 1 spot) + 96 in use by others (1 running) = 192: 96 over; request an increase in the Service Quotas "
+        "console" in lines
     )
     assert lines[-1] == "preflight failed"
 
