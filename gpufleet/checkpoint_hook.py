@@ -3,15 +3,16 @@
 replace-all rollout).
 
 The command is the node's settings, then the hook with the notice named, as scripts/node/spot-watcher.sh runs it
-(docs/guides/interruptions.md lists the notices). It goes to each node with its own SendCommand: an instance SSM does
-not manage (yet), or one on its way out, fails that call alone (InvalidInstanceId), not the others. GetCommandInvocation
-says when a node's run is over; right after SendCommand it may answer InvocationDoesNotExist (eventual consistency),
-which counts as not over yet. Sources: botocore's ssm model (SendCommand, GetCommandInvocation, the
-CommandInvocationStatus enum).
+(docs/guides/interruptions.md lists the notices). It is sent as every Run Command is (gpufleet/ssm_batches.py), one
+node a call: the callers end these nodes, so they must know when they send which nodes got no hook, and only a call for
+one node tells that under either answer to what SSM does with a node it cannot reach among many (refuses the call, or
+takes it and fails that node's invocation). GetCommandInvocation says when a node's run is over; right after
+SendCommand it may answer InvocationDoesNotExist (eventual consistency), which counts as not over yet. Sources:
+botocore's ssm model (SendCommand, GetCommandInvocation, the CommandInvocationStatus enum).
 
-Imports the standard library, and botocore inside the functions that call SSM: the Lambda assets carry this file (a
-link in their runtime/gpufleet/), and the stacks import hook_command from it, where synthesis must not load the AWS
-SDK (tests/test_app.py).
+Imports the standard library and gpufleet/ssm_batches.py, and botocore inside the functions that call SSM: the Lambda
+assets carry both files (links in their runtime/gpufleet/), and the stacks import hook_command from it, where
+synthesis must not load the AWS SDK (tests/test_app.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from typing import Any
+
+from gpufleet.ssm_batches import send_in_batches
 
 RUN_SHELL_SCRIPT = "AWS-RunShellScript"
 # CommandInvocationStatus values of a command that is over, whatever its result.
@@ -45,23 +48,14 @@ def error_code(error: Any) -> str:
 
 
 def send_hook(ssm: Any, nodes: list[str], command: str, comment: str) -> tuple[dict[str, str], list[str]]:
-    """Start the hook on each node: (node -> command id, "node (error code)" for each node SSM refused)."""
-    from botocore.exceptions import ClientError
-
-    commands, unreachable = {}, []
-    for node in nodes:
-        try:
-            commands[node] = ssm.send_command(
-                InstanceIds=[node],
-                DocumentName=RUN_SHELL_SCRIPT,
-                Comment=comment,
-                Parameters={"commands": [command]},
-            )["Command"]["CommandId"]
-        except ClientError as error:
-            # An instance SSM does not manage (yet), or one on its way out (InvalidInstanceId), or a refusal: the
-            # caller decides what a node without its hook means.
-            unreachable.append(f"{node} ({error_code(error)})")
-    return commands, unreachable
+    """Start the hook on each node: (node -> command id, "node (error code)" for each node SSM did not take). Raises
+    no ClientError: an instance SSM does not manage (yet), or one on its way out (InvalidInstanceId), is named alone;
+    a refusal of the call itself (AccessDenied, throttling past the client's retries) stops the sending and names every
+    node not sent. The caller decides what a node without its hook means."""
+    request = {"DocumentName": RUN_SHELL_SCRIPT, "Comment": comment, "Parameters": {"commands": [command]}}
+    delivery = send_in_batches(ssm, nodes, lambda _: request, batch_size=1)
+    commands = {node: command_id for command_id, (node,) in delivery.commands.items()}
+    return commands, [f"{node} ({code})" for node, code in delivery.refused.items()]
 
 
 def hook_finished(ssm: Any, command_id: str, node: str) -> bool:

@@ -1,5 +1,6 @@
 """gpufleet.checkpoint_hook: the hook sent to each node through Run Command, and a removal's bounded wait for it, with
-an SSM stand-in whose answers follow botocore's model (CommandInvocationStatus, the error codes)."""
+an SSM stand-in whose answers follow botocore's model (CommandInvocationStatus, the error codes), and with Run Command
+as tests/run_command.py answers it over botocore's HTTP exchange."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ import botocore.session
 import pytest
 from botocore.exceptions import ClientError
 
+from gpufleet.aws_faults import client_config
 from gpufleet.checkpoint_hook import hook_command, hook_finished, run_hook_and_wait, send_hook
+from tests.run_command import UNKNOWN, WHOLE_CALL, Node, RunCommand
 
 SSM_MODEL = botocore.session.get_session().get_service_model("ssm")
 
@@ -134,3 +137,63 @@ def test_the_wait_is_bounded_and_says_which_hooks_still_run():
 
 def test_no_node_no_call():
     assert run_hook_and_wait(FakeSsm({}), [], "cmd", "why") == []
+
+
+# The hook as sent to Run Command as botocore's model describes it (tests/run_command.py), under both answers to what
+# SSM does with one node it cannot reach among many: the outcome is the same, since the hook goes one node a call.
+NODES = ["i-00000000000000001", "i-00000000000000002", "i-00000000000000003", "i-00000000000000004"]
+
+
+def service(unknown: str, **answers) -> RunCommand:
+    """NODES: running, still booting (agent not registered), shutting down, running."""
+    nodes = dict(
+        zip(
+            NODES,
+            [Node(), Node(state="pending", registered=False), Node(state="shutting-down"), Node()],
+            strict=True,
+        )
+    )
+    return RunCommand(nodes, unknown, **answers)
+
+
+@pytest.fixture
+def no_backoff(monkeypatch):
+    monkeypatch.setattr("botocore.endpoint.time.sleep", lambda seconds: None)
+
+
+@pytest.mark.parametrize("unknown", UNKNOWN)
+def test_a_node_ssm_cannot_reach_is_named_at_once_under_either_answer(unknown):
+    ssm = service(unknown)
+
+    commands, unreachable = send_hook(ssm.client(), NODES, "the command", "why")
+
+    assert sorted(commands) == [NODES[0], NODES[3]]
+    assert unreachable == [f"{NODES[1]} (InvalidInstanceId)", f"{NODES[2]} (InvalidInstanceId)"]
+    assert ssm.requests == [[node] for node in NODES]
+    assert all(ssm.received(node) == [command_id] for node, command_id in commands.items())
+
+
+@pytest.mark.parametrize("unknown", UNKNOWN)
+def test_the_wait_reads_the_hooks_that_started_and_names_the_others(unknown):
+    ssm = service(unknown)
+    clock = Clock()
+
+    lines = run_hook_and_wait(ssm.client(), NODES, "cmd", "why", wait_seconds=60, clock=clock, sleep=clock.sleep)
+
+    assert lines == [
+        f"checkpoint hook not started on {NODES[1]} (InvalidInstanceId)",
+        f"checkpoint hook not started on {NODES[2]} (InvalidInstanceId)",
+        f"checkpoint hook over on {NODES[0]}, {NODES[3]}",
+    ]
+
+
+def test_throttling_is_retried_and_a_refusal_of_the_call_names_every_node_not_sent(no_backoff):
+    ssm = service(WHOLE_CALL, throttled=[1, 2])
+    commands, unreachable = send_hook(ssm.client(client_config(4)), [NODES[0], NODES[3]], "cmd", "why")
+    assert (sorted(commands), unreachable, len(ssm.requests)) == ([NODES[0], NODES[3]], [], 4)
+
+    ssm = service(WHOLE_CALL, refusal="AccessDeniedException", refused_from=2)
+    commands, unreachable = send_hook(ssm.client(), NODES, "cmd", "why")
+    assert list(commands) == [NODES[0]]
+    assert unreachable == [f"{node} (AccessDeniedException)" for node in NODES[1:]]
+    assert ssm.requests == [[NODES[0]], [NODES[1]]]

@@ -261,6 +261,7 @@ def test_the_asset_carries_the_decision_and_the_vocabulary_as_files(tmp_path):
         "gpufleet/fallback.py",
         "gpufleet/aws_faults.py",
         "gpufleet/checkpoint_hook.py",
+        "gpufleet/ssm_batches.py",
     ):
         py_compile.compile(str(RUNTIME_DIR / source), doraise=True)
     app = cdk.App(outdir=str(tmp_path), context=CDK_CONTEXT)
@@ -281,6 +282,7 @@ def test_the_asset_carries_the_decision_and_the_vocabulary_as_files(tmp_path):
         "gpufleet/checkpoint_hook.py",
         "gpufleet/constants.py",
         "gpufleet/fallback.py",
+        "gpufleet/ssm_batches.py",
         "handler.py",
         "state_cleanup.py",
     ]
@@ -289,6 +291,7 @@ def test_the_asset_carries_the_decision_and_the_vocabulary_as_files(tmp_path):
         "checkpoint_hook.py": True,
         "constants.py": True,
         "fallback.py": True,
+        "ssm_batches.py": True,
     }
     assert imported_in_lambda(asset, ["handler", "state_cleanup"]) == [
         "gpufleet/__init__.py",
@@ -296,6 +299,7 @@ def test_the_asset_carries_the_decision_and_the_vocabulary_as_files(tmp_path):
         "gpufleet/checkpoint_hook.py",
         "gpufleet/constants.py",
         "gpufleet/fallback.py",
+        "gpufleet/ssm_batches.py",
         "handler.py",
         "state_cleanup.py",
     ]

@@ -117,7 +117,7 @@ def arn(suffix, *references):
 def outdir(tmp_path_factory) -> Path:
     """The cloud assembly's folder. The handler's bytecode is written first, as importing it does (the handler
     tests do), so that the asset shows what it leaves out."""
-    for source in ("handler.py", "gpufleet/aws_faults.py", "gpufleet/checkpoint_hook.py"):
+    for source in ("handler.py", "gpufleet/aws_faults.py", "gpufleet/checkpoint_hook.py", "gpufleet/ssm_batches.py"):
         py_compile.compile(str(RUNTIME_DIR / source), doraise=True)
     outdir = tmp_path_factory.mktemp("fleet-teardown")
     app = cdk.App(outdir=str(outdir), context=CDK_CONTEXT)
@@ -206,14 +206,16 @@ def check_the_handlers_asset_holds_the_handler_without_its_bytecode(outdir):
         "gpufleet/__init__.py",
         "gpufleet/aws_faults.py",
         "gpufleet/checkpoint_hook.py",
+        "gpufleet/ssm_batches.py",
         "handler.py",
     ]
     assert (asset / "handler.py").read_text() == (RUNTIME_DIR / "handler.py").read_text()
-    assert copied_from_gpufleet(asset) == {"aws_faults.py": True, "checkpoint_hook.py": True}
+    assert copied_from_gpufleet(asset) == {"aws_faults.py": True, "checkpoint_hook.py": True, "ssm_batches.py": True}
     assert imported_in_lambda(asset, ["handler"]) == [
         "gpufleet/__init__.py",
         "gpufleet/aws_faults.py",
         "gpufleet/checkpoint_hook.py",
+        "gpufleet/ssm_batches.py",
         "handler.py",
     ]
 

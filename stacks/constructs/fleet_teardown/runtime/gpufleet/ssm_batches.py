@@ -1,0 +1,1 @@
+../../../../../gpufleet/ssm_batches.py
