@@ -42,8 +42,9 @@ INTERRUPTION_EVENTS = (
     "EC2 Instance Rebalance Recommendation",
     "EC2 Spot Instance Rebalance Recommended",
 )
-# One DescribeInstances and a SendCommand per 50 nodes, each retried by botocore (the handler's CLIENT_CONFIG): well
-# under the two minutes an interruption warning gives.
+# One DescribeInstances and a SendCommand per 50 nodes, about 12 more for each node SSM refuses
+# (gpufleet/ssm_batches.py), each retried by botocore (the handler's CLIENT_CONFIG): well under the two minutes an
+# interruption warning gives.
 HANDLER_TIMEOUT = cdk.Duration.seconds(60)
 
 
