@@ -19,8 +19,9 @@ from gpufleet.user_data import setup_scripts, watches_spot
 # The SSM agent of every gpufleet image: Run Command (gpufleet run, stop, logs, acceptance) and Session Manager (the
 # cluster shell). "The managed node you connect to must also allow HTTPS (port 443) outbound traffic to the following
 # endpoints: ec2messages.region.amazonaws.com, ssm.region.amazonaws.com, ssmmessages.region.amazonaws.com"
-# (https://docs.aws.amazon.com/systems-manager/latest/userguide/session-manager-prerequisites.html); agents from
-# 3.3.40.0 use ec2messages only where it is reachable (ssm-agent.html), older ones always.
+# (https://docs.aws.amazon.com/systems-manager/latest/userguide/session-manager-prerequisites.html). Newer agents
+# (3.3.40.0 on) are said to do without ec2messages (unconfirmed: a third-party reading of that page); older ones need
+# it, so it stays.
 SSM_AGENT = "the SSM agent (Run Command: gpufleet run, stop, logs; Session Manager)"
 SSM_AGENT_CALLS = ("ssm", "ssmmessages", "ec2messages")
 # The CloudWatch agent scripts/node/cloudwatch-agent.sh starts: the gpufleet units' journals to CloudWatch Logs, GPU

@@ -92,8 +92,8 @@ def described_network(described: DescribedVpc) -> Network:
             ),
         )
     for subnet in described.subnets:
-        # A subnet with no table of its own uses the VPC's main route table (VPC user guide, VPC_Route_Tables.html,
-        # "Main route table").
+        # A subnet with no table of its own uses the VPC's main route table (awsdocs/amazon-vpc-user-guide
+        # doc_source/VPC_Route_Tables.md at a16ab76, "Main route table").
         network.subnets[subnet["SubnetId"]] = Subnet(
             id=subnet["SubnetId"],
             vpc=subnet["VpcId"],

@@ -13,8 +13,9 @@ and, for every way, the caller's security groups allowing HTTPS out to where it 
 
 AWS services speak HTTPS on port 443 at their endpoints (https://<service>.<region>.amazonaws.com: botocore 1.44.5
 data/endpoints.json, "defaults" hostname and "protocols" ["https"]); so does every outside host a caller declares
-(https://HOST). Network ACLs are not modelled: gpufleet creates none, and a subnet's default ACL allows all traffic
-(VPC user guide, vpc-network-acls.html, "Default network ACL").
+(https://HOST). Network ACLs are not modelled: gpufleet creates none, and the default network ACL "allows all
+inbound and outbound IPv4 traffic" (awsdocs/amazon-vpc-user-guide doc_source/vpc-network-acls.md at a16ab76); an
+existing VPC's own ACLs are not checked.
 """
 
 from __future__ import annotations
@@ -295,7 +296,8 @@ def _interface_way(network: Network, groups: list[SecurityGroup], subnet: Subnet
     enableDnsSupport (botocore 1.44.5 ec2 model, CreateVpcEndpoint PrivateDnsEnabled); without it the SDKs' default
     hostname resolves to the service's public addresses. "The security group rules control the traffic to the
     endpoint network interface from resources in your VPC"
-    (https://docs.aws.amazon.com/vpc/latest/privatelink/create-interface-endpoint.html). The endpoint's interfaces
+    (the VPC user guide's interface endpoint page, https://docs.aws.amazon.com/vpc/latest/userguide/vpce-interface.html,
+    now the PrivateLink guide's). The endpoint's interfaces
     in one subnet serve every subnet of the VPC (its local route)."""
     endpoints = [
         endpoint

@@ -51,15 +51,18 @@ CLUSTER_SECURITY_GROUP = "ClusterSecurityGroupId"
 # A VPC security group without egress rules of its own gets "a default egress rule that allows egress traffic on all
 # ports and IP protocols to any location. The default rule is removed only when you specify one or more egress
 # rules." (awsdocs/aws-cloudformation-user-guide, AWS::EC2::SecurityGroup, "Remove the default rule";
-# https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-ec2-securitygroup.html).
+# https://docs.aws.amazon.com/AWSCloudFormation/latest/UserGuide/aws-resource-ec2-securitygroup.html). That a rule of
+# its own resource (AWS::EC2::SecurityGroupEgress) leaves the default rule in place is read from the same sentence
+# ("only when you specify" them on the group; unconfirmed otherwise).
 DEFAULT_EGRESS = Rule(protocol="-1", cidr=ANYWHERE)
 # Defaults of the properties left out (cfn-lint 1.58.0's bundled resource schemas): AWS::EC2::VPC EnableDnsSupport
 # "Enabled by default", EnableDnsHostnames "Disabled by default for nondefault VPCs"; AWS::EC2::Subnet
 # MapPublicIpOnLaunch "The default value is false"; AWS::EC2::VPCEndpoint VpcEndpointType "Default: Gateway",
 # PrivateDnsEnabled "Default: false"; AWS::EC2::NatGateway ConnectivityType "The default is public connectivity".
 GATEWAY_ENDPOINT, INTERFACE_ENDPOINT = "Gateway", "Interface"
-# A subnet with no route table association of its own uses the VPC's main route table (VPC user guide,
-# VPC_Route_Tables.html, "Main route table"), which for a VPC the template creates holds its local route only.
+# A subnet with no route table association of its own uses the VPC's main route table ("When a subnet does not have an
+# explicit routing table associated with it, the main routing table is used by default": awsdocs/amazon-vpc-user-guide
+# doc_source/VPC_Route_Tables.md at a16ab76), which for a VPC the template creates holds its local route only.
 MAIN_ROUTE_TABLE = "#main-route-table"
 ENDPOINT_SERVICE_PREFIX = "com.amazonaws."
 
