@@ -2,8 +2,9 @@
 
 Before anything ends, the nodes checkpoint: with CHECKPOINT_COMMAND set (the environment has node.checkpoint_hook),
 on_event runs the hook on every running node of the fleet through Run Command and waits until each run is over or
-gpufleet.checkpoint_hook's REMOVAL_WAIT_SECONDS have passed (gpufleet/checkpoint_hook.py); a hook that could not
-start or a call SSM refused is logged, never a reason to keep the nodes.
+gpufleet.checkpoint_hook's REMOVAL_WAIT_SECONDS have passed (gpufleet/checkpoint_hook.py); a node in another state
+(gpufleet.ssm_batches.command_targets), a hook that could not start or a call SSM refused is logged, never a reason
+to keep the nodes.
 
 The Provider framework speaks CloudFormation's protocol and polls is_complete until it answers done or the total
 timeout passes, so the wait is not bounded by one Lambda run (15 minutes).
@@ -27,7 +28,8 @@ standing after those retries makes is_complete answer "not yet", so the next pol
 denied call, say) still fails the resource at once, with its message.
 
 Runs in AWS Lambda with the standard library and boto3 (both present in the Lambda Python runtime) and
-gpufleet/aws_faults.py and gpufleet/checkpoint_hook.py, which the asset carries (runtime/gpufleet/).
+gpufleet/aws_faults.py, gpufleet/checkpoint_hook.py and gpufleet/ssm_batches.py, which the asset carries
+(runtime/gpufleet/).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from gpufleet.aws_faults import client_config, passing
 from gpufleet.checkpoint_hook import run_hook_and_wait
+from gpufleet.ssm_batches import command_targets
 
 LOGGER = logging.getLogger()
 LOGGER.setLevel(logging.INFO)
@@ -122,15 +125,16 @@ def terminate_survivors(ec2: Any, fleet_id: str, states: dict[str, str]) -> list
 
 
 def checkpoint(ssm: Any, fleet_id: str, states: dict[str, str], command: str, **waiting: Any) -> None:
-    """Run the checkpoint hook on the fleet's running nodes and wait for it, bounded; log what happened."""
-    running = sorted(instance_id for instance_id, state in states.items() if state == "running")
+    """Run the checkpoint hook on the fleet's running nodes and wait for it, bounded; log what happened, and each node
+    in another state."""
+    running, passed_over = command_targets(states)
     try:
         lines = run_hook_and_wait(
             ssm, running, command, "gpufleet teardown: checkpoint before the fleet ends", **waiting
         )
     except (BotoCoreError, ClientError) as error:
         lines = [f"checkpoint hook not awaited ({error}); the teardown goes on"]
-    for line in lines:
+    for line in [*passed_over, *lines]:
         LOGGER.info("%s: %s", fleet_id, line)
 
 

@@ -497,3 +497,19 @@ def test_without_a_checkpoint_hook_no_command_is_sent(ec2, monkeypatch):
 
     assert ssm.sent == []
     assert running(ec2) == set()
+
+
+def test_a_node_that_is_not_running_gets_no_hook_and_is_named(ec2, monkeypatch, caplog):
+    """The nodes a command goes to are gpufleet.ssm_batches.command_targets': a stopped node would run the hook only
+    when started again."""
+    monkeypatch.setenv("CHECKPOINT_COMMAND", HOOK)
+    fleet_id = request_fleet(ec2)
+    stopped, kept = sorted(running(ec2))
+    ec2.stop_instances(InstanceIds=[stopped])
+    ssm = RecordingSsm(ec2)
+
+    with caplog.at_level("INFO"):
+        handler.on_event(event("Delete", fleet_id), None, ec2=ec2, ssm=ssm)
+
+    assert [node for node, _, _ in ssm.sent] == [kept]
+    assert f"{fleet_id}: {stopped}: no command (stopped: a command would wait for its next start)" in caplog.messages
