@@ -1,13 +1,10 @@
 """The EKS cluster of an environment with flavour: eks: the cluster (aws_eks_v2, access entries only), a small system
-node group, and one GPU managed node group per capacity type (on-demand and spot, or a Capacity Block), each from its
-own launch template (stacks/constructs/eks_node_launch_template.py) with EFA interfaces in the environment's placement
-group (a Capacity Block's: placed by EC2), the EKS Pod Identity agent and the VPC CNI as EKS add-ons made before any
-node, and the add-ons (stacks/constructs/eks_add_ons.py) through aws_eks_v2's kubectl handler."""
+node group, the EKS Pod Identity agent and the VPC CNI as EKS add-ons made before any node, the add-ons
+(stacks/constructs/eks_add_ons.py) through aws_eks_v2's kubectl handler, and what the GPU nodes share with it (their
+role, the EFA security group). The GPU node groups are a stack of their own (stacks/eks_gpu_nodes_stack.py), so that a
+create that fails for want of capacity rolls back only them."""
 
 from __future__ import annotations
-
-import datetime as dt
-from dataclasses import dataclass
 
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
@@ -16,21 +13,10 @@ from aws_cdk import aws_iam as iam
 from aws_cdk.lambda_layer_kubectl_v35 import KubectlV35Layer
 from constructs import Construct
 
-from gpufleet.block_schedule import eks_block_desired_size
-from gpufleet.catalog import InstanceType
-from gpufleet.constants import (
-    AVAILABILITY_ZONE_OUTPUT_KEY,
-    EKS_EFA_NODE_LABEL,
-    EKS_GPU_NODE_HUGEPAGES_MIB,
-    EKS_GPU_NODE_LABEL,
-    EKS_GPU_NODE_TAINT_KEY,
-    EKS_GPU_NODE_TAINT_VALUE,
-)
 from gpufleet.environment import Environment
 from stacks.constructs.efa_security_group import EfaSecurityGroup
-from stacks.constructs.eks_add_ons import ClusterFileSystem, EksAddOns, PodIdentityAddOns
+from stacks.constructs.eks_add_ons import ClusterFileSystem, EksAddOns, PodIdentityAddOns, declare_node_calls
 from stacks.constructs.eks_control_plane_logs import ControlPlaneLogGroup
-from stacks.constructs.eks_node_launch_template import EksNodeLaunchTemplate
 from stacks.constructs.shared_storage_access import SharedFileSystem, SharedStorageAccess
 from stacks.networking import import_network
 
@@ -42,15 +28,6 @@ KUBECTL_LAYERS = {"1.35": KubectlV35Layer}
 # The access policy of a cluster administrator (EKS user guide, access-policy-permissions:
 # AmazonEKSClusterAdminPolicy, cluster scope) (unconfirmed: not read this round).
 CLUSTER_ADMIN_POLICY = "AmazonEKSClusterAdminPolicy"
-# What marks and keeps the GPU nodes, as the lab does (terraform-aws-eks-blueprints patterns/nvidia-gpu-efa/eks.tf):
-# the NVIDIA device plugin's chart runs on nodes labelled nvidia.com/gpu.present, the EFA plugin is to select
-# vpc.amazonaws.com/efa.present (set only where the nodes have EFA), and only pods that tolerate nvidia.com/gpu land on
-# them.
-GPU_NODE_LABEL = {EKS_GPU_NODE_LABEL: "true"}
-EFA_NODE_LABEL = {EKS_EFA_NODE_LABEL: "true"}
-GPU_NODE_TAINT = eks.TaintSpec(
-    effect=eks.TaintEffect.NO_SCHEDULE, key=EKS_GPU_NODE_TAINT_KEY, value=EKS_GPU_NODE_TAINT_VALUE
-)
 # What the nodes themselves need (EKS user guide, create-node-role): kubelet's EC2 reads and the Pod Identity agent's
 # eks-auth:AssumeRoleForPodIdentity (AmazonEKSWorkerNodePolicy), pulling images from ECR. Not AmazonEKS_CNI_Policy,
 # which aws_eks_v2 2.275 also gives the node role it makes (managed-nodegroup.js): its ec2:*NetworkInterface actions
@@ -69,18 +46,6 @@ CLUSTER_LOGGING = [
 ]
 
 
-@dataclass(frozen=True)
-class GpuNodeGroup:
-    """A GPU managed node group: its construct name, capacity type, size (its maximum) and the desired and minimum
-    sizes it is synthesized with."""
-
-    name: str
-    capacity_type: eks.CapacityType
-    size: int
-    desired_size: int
-    min_size: int
-
-
 class EksClusterStack(cdk.Stack):
     def __init__(
         self,
@@ -88,16 +53,13 @@ class EksClusterStack(cdk.Stack):
         construct_id: str,
         *,
         environment: Environment,
-        instance: InstanceType,
-        now: dt.datetime,
         vpc: ec2.IVpc | None = None,
         node_subnet: ec2.ISubnet | None = None,
         control_plane_subnets: list[ec2.ISubnet] | None = None,
         shared_file_system: SharedFileSystem | None = None,
         **kwargs,
     ) -> None:
-        """now: the time of synthesis (a Capacity Block group's desired size depends on it).
-        vpc, node_subnet and control_plane_subnets come from the environment's NetworkStack; without them the
+        """vpc, node_subnet and control_plane_subnets come from the environment's NetworkStack; without them the
         environment's existing VPC, node subnet and eks.control_plane_subnet_ids are imported by id.
         shared_file_system: the environment's storage (its storage stack's or an existing one), None without."""
         super().__init__(scope, construct_id, **kwargs)
@@ -224,51 +186,22 @@ class EksClusterStack(cdk.Stack):
             node_role=node_role,
         )
         system_nodes.node.add_dependency(*before_nodes)
+        declare_node_calls(
+            system_nodes,
+            gpu=False,
+            nvidia_device_plugin=add_ons.nvidia_device_plugin,
+            mpi_operator=add_ons.mpi_operator,
+            fsx_csi_driver=mounted_file_system is not None,
+        )
 
+        # The GPU nodes' group: their interfaces carry it and the cluster's (stacks/eks_gpu_nodes_stack.py), and the
+        # shared storage's rules name it (below).
         efa_security_group = EfaSecurityGroup(self, "EfaSecurityGroup", vpc=vpc)
-        placement_group = ec2.PlacementGroup(self, "PlacementGroup", strategy=ec2.PlacementGroupStrategy.CLUSTER)
-        node_tags = {**environment.resource_tags, "Name": f"{environment.stack_prefix}-node"}
-        capacity = environment.capacity
-        block = capacity.capacity_block
-        for group in self._gpu_node_groups(environment, now):
-            launch_template = EksNodeLaunchTemplate(
-                self,
-                f"{group.name}LaunchTemplate",
-                instance=instance,
-                efa=environment.efa,
-                raid0_nvme=environment.node.raid0_nvme,
-                root_volume_gib=environment.root_volume_gib,
-                key_pair=environment.key_pair,
-                security_group_ids=[
-                    efa_security_group.security_group.security_group_id,
-                    self.cluster.cluster_security_group_id,
-                ],
-                # A Capacity Block's instances are placed close together by EC2 (as on the fleet flavour:
-                # stacks/constructs/node_launch_template.py).
-                placement_group=None if block is not None else placement_group,
-                reservation=capacity.reservation if group.capacity_type == eks.CapacityType.ON_DEMAND else None,
-                capacity_block_id=block.reservation_id if block is not None else None,
-                hugepages_mib=EKS_GPU_NODE_HUGEPAGES_MIB if environment.efa else 0,
-                node_tags=node_tags,
-            ).launch_template
-            gpu_nodes = self.cluster.add_nodegroup_capacity(
-                f"{group.name}GpuNodes",
-                ami_type=eks.NodegroupAmiType.AL2023_X86_64_NVIDIA,
-                capacity_type=group.capacity_type,
-                launch_template_spec=eks.LaunchTemplateSpec(
-                    id=launch_template.ref, version=launch_template.attr_latest_version_number
-                ),
-                min_size=group.min_size,
-                max_size=group.size,
-                desired_size=group.desired_size,
-                subnets=node_subnets,
-                labels={**GPU_NODE_LABEL, **(EFA_NODE_LABEL if environment.efa else {})},
-                taints=[GPU_NODE_TAINT],
-                node_role=node_role,
-            )
-            gpu_nodes.node.add_dependency(*before_nodes)
-        # Where the GPU nodes are, as the fleet flavour's cluster stack says it (gpufleet summary reads it).
-        cdk.CfnOutput(self, AVAILABILITY_ZONE_OUTPUT_KEY, value=environment.availability_zone)
+        # What the GPU nodes stack takes from this one.
+        self.node_role = node_role
+        self.node_subnets = node_subnets
+        self.efa_security_group = efa_security_group.security_group
+        self.before_nodes = before_nodes
         if needs_kubectl:
             EksAddOns(
                 self,
@@ -315,26 +248,6 @@ class EksClusterStack(cdk.Stack):
         if not public_cidrs:
             return eks.EndpointAccess.PRIVATE
         return eks.EndpointAccess.PUBLIC_AND_PRIVATE.only_from(*public_cidrs)
-
-    @staticmethod
-    def _gpu_node_groups(environment: Environment, now: dt.datetime) -> list[GpuNodeGroup]:
-        """One GPU node group per capacity type: on-demand and spot, or the Capacity Block. A block's group is named
-        after its reservation, so a new block makes a new group: EKS scales a block's group to the desired size it
-        had "at create time" once the block is active, and scales it in to zero itself 40 minutes before the end
-        (gpufleet.block_schedule). Its minimum is 0, where EKS's scale-in puts it."""
-        capacity = environment.capacity
-        block = capacity.capacity_block
-        if block is not None:
-            desired = eks_block_desired_size(end=block.end, target=capacity.target, now=now)
-            name = "CapacityBlock" + block.reservation_id.removeprefix("cr-")
-            return [GpuNodeGroup(name, eks.CapacityType.CAPACITY_BLOCK, capacity.target, desired, 0)]
-        groups = [
-            GpuNodeGroup(
-                "OnDemand", eks.CapacityType.ON_DEMAND, capacity.on_demand, capacity.on_demand, capacity.on_demand
-            ),
-            GpuNodeGroup("Spot", eks.CapacityType.SPOT, capacity.spot, capacity.spot, capacity.spot),
-        ]
-        return [group for group in groups if group.size > 0]
 
     @staticmethod
     def _cluster_file_system(environment: Environment, file_system: SharedFileSystem) -> ClusterFileSystem:

@@ -14,6 +14,7 @@ from gpufleet.environment import Environment
 from stacks.cluster_stack import ClusterStack
 from stacks.constructs.shared_storage_access import SharedFileSystem
 from stacks.eks_cluster_stack import EksClusterStack
+from stacks.eks_gpu_nodes_stack import EksGpuNodesStack
 from stacks.network_stack import NetworkStack
 from stacks.storage_stack import StorageStack
 
@@ -74,20 +75,34 @@ def add_environment_stacks(app: cdk.App, environment: Environment, now: dt.datet
             security_group_id=existing.security_group_id,
         )
     if environment.flavour == FLAVOUR_EKS:
+        cluster_stack = EksClusterStack(
+            app,
+            f"{environment.stack_prefix}-eks",
+            environment=environment,
+            vpc=vpc,
+            node_subnet=node_subnet,
+            control_plane_subnets=network_stack.control_plane_subnets if network_stack else None,
+            shared_file_system=shared_file_system,
+            env=aws_env,
+            description=f"gpufleet {environment.name}: EKS cluster, system nodes and add-ons (the GPU nodes are "
+            f"{environment.stack_prefix}-gpu-nodes)",
+        )
+        stacks.append(cluster_stack)
         stacks.append(
-            EksClusterStack(
+            EksGpuNodesStack(
                 app,
-                f"{environment.stack_prefix}-eks",
+                f"{environment.stack_prefix}-gpu-nodes",
                 environment=environment,
                 instance=instance,
                 now=now,
-                vpc=vpc,
-                node_subnet=node_subnet,
-                control_plane_subnets=network_stack.control_plane_subnets if network_stack else None,
-                shared_file_system=shared_file_system,
+                cluster=cluster_stack.cluster,
+                node_role=cluster_stack.node_role,
+                node_subnets=cluster_stack.node_subnets,
+                efa_security_group=cluster_stack.efa_security_group,
+                before_nodes=cluster_stack.before_nodes,
                 env=aws_env,
-                description=f"gpufleet {environment.name}: EKS cluster with {environment.capacity.target} x "
-                f"{environment.instance_type} in GPU managed node groups (EFA, placement group)",
+                description=f"gpufleet {environment.name}: {environment.capacity.target} x "
+                f"{environment.instance_type} in EKS GPU managed node groups (EFA, placement group)",
             )
         )
         _tag(stacks, environment)

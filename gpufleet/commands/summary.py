@@ -28,8 +28,9 @@ from gpufleet.input_files import JsonFile, item_path, quoted
 from gpufleet.table import format_table
 
 CLUSTER_STACK_SUFFIX = "-cluster"
-# The eks flavour's cluster stack (stacks/environment_stacks.py): its GPU nodes are in managed node groups.
-EKS_STACK_SUFFIX = "-eks"
+# The eks flavour's GPU nodes stack (stacks/environment_stacks.py, stacks/eks_gpu_nodes_stack.py): its managed node
+# groups, their launch templates and placement group, and where they are.
+EKS_STACK_SUFFIX = "-gpu-nodes"
 NODEGROUP_TYPE = "AWS::EKS::Nodegroup"
 _DIGITS = re.compile(r"[0-9]{1,9}")
 _FIX = "synthesize it again (make synth)"
@@ -191,8 +192,8 @@ def _node_group(template: JsonFile, typed: dict[str, list[tuple[str, Any]]]) -> 
 
 
 def _gpu_node_groups(template: JsonFile, typed: dict[str, list[tuple[str, Any]]]) -> list[tuple[tuple[str, ...], dict]]:
-    """(properties path, properties) of the eks stack's GPU managed node groups: those with a launch template (the
-    system group names its instance type instead: stacks/eks_cluster_stack.py)."""
+    """(properties path, properties) of the GPU nodes stack's managed node groups: those with a launch template (the
+    system group, in the cluster's stack, names its instance type instead: stacks/eks_cluster_stack.py)."""
     groups: list[tuple[tuple[str, ...], dict]] = []
     for resource_id, resource in typed.get(NODEGROUP_TYPE, []):
         path = ("Resources", resource_id, "Properties")

@@ -50,6 +50,11 @@ NODE_GROUP_TYPES = frozenset({FLEET_TYPE, AUTO_SCALING_GROUP_TYPE, MANAGED_NODE_
 # (awsdocs/amazon-eks-user-guide latest/ug/nodes/managed-node-update-behavior.adoc at 0bfeeaf2); the default strategy
 # launches the new nodes first and drains each old node's pods (15 minutes, then PodEvictionFailure).
 ROLLED_OUT_NODE_GROUP_PROPERTIES = ("LaunchTemplate", "ReleaseVersion", "Version")
+# What a managed node group that launches nodes does when EC2 is short of them: EKS fails the group
+# ("InsufficientInstanceCapacity ... CREATE_FAILED", aws/containers-roadmap#2204), and CloudFormation rolls back the
+# deploy of the stack that holds it, only that one (the eks flavour keeps its GPU groups in a stack of their own:
+# stacks/eks_gpu_nodes_stack.py).
+SHORT_OF_CAPACITY = "short of EC2 capacity, EKS fails the group and CloudFormation rolls back the deploy of {stack}"
 LAUNCH_TEMPLATE_TYPE = "AWS::EC2::LaunchTemplate"
 # Resources running instances sit in: replacing or removing one of those the fleet uses strands its nodes.
 NODE_HOSTING_TYPES = frozenset(
@@ -370,6 +375,8 @@ def _fleet_impact(change: Change, pair: StackPair) -> str:
     if change.action == "removed":
         return TERMINATES_NODES
     if change.action == "added":
+        if change.resource_type == MANAGED_NODE_GROUP_TYPE:
+            return f"{LAUNCHES_NODES}; {SHORT_OF_CAPACITY.format(stack=change.stack)}"
         return LAUNCHES_NODES
     if change.resource_type == AUTO_SCALING_GROUP_TYPE:
         return _group_impact(pair.resources("old")[change.logical_id], pair.resources("new")[change.logical_id])
@@ -429,7 +436,7 @@ def _managed_node_group_impact(change: Change, old: dict | None, new: dict) -> s
     new_size = new.get("ScalingConfig", {}).get("DesiredSize")
     if sized := _size_change(old_size, new_size):
         if int(new_size) > int(old_size):
-            return f"{IN_PLACE}; launches nodes (desired size {sized})"
+            return f"{IN_PLACE}; launches nodes (desired size {sized}); {SHORT_OF_CAPACITY.format(stack=change.stack)}"
         return f"{TERMINATES_NODES} (desired size {sized})"
     return IN_PLACE
 

@@ -18,7 +18,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_s3_assets as s3_assets
 from aws_cdk import custom_resources as cr
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from gpufleet.constants import (
     EKS_ADD_ON_REGISTRY_ACCOUNTS,
@@ -321,6 +321,51 @@ ECR_PUBLIC_CONDITIONAL_POLICY = (
 # What the handler's role may read from the CDK bootstrap bucket (aws_eks_v2 grants it read on the chart assets'
 # bucket): grantRead's actions, on the whole bucket (default qualifier hnb659fds, CDK's bootstrap template).
 KUBECTL_HANDLER_ASSET_ACTIONS = ("s3:GetObject*", "s3:GetBucket*", "s3:List*")
+
+
+# What every EKS node calls from the node subnet, for the reachability check: the VPC CNI (aws-node) manages the node's
+# interfaces and addresses through the EC2 API; the kubelet pulls the images of EKS's own add-ons (the pause image,
+# aws-node, kube-proxy, CoreDNS, the Pod Identity agent, the EFA device plugin) from the region's EKS registry in ECR,
+# whose layers ECR serves from S3 (ECR user guide, vpc-endpoints: "Amazon ECR uses Amazon S3 to store your image
+# layers"); the Pod Identity agent asks EKS Auth for the VPC CNI's credentials (EKS user guide, pod-id-agent-setup).
+# The Kubernetes API is the endpoint's private side, inside the VPC.
+EKS_NODE_CALLS = {
+    "ec2": "aws-node (the VPC CNI): the node's interfaces and addresses",
+    "ecr.api": "kubelet's ECR credential provider: the EKS registry's images",
+    "ecr.dkr": "kubelet: EKS's add-on images (pause, aws-node, kube-proxy, CoreDNS, Pod Identity agent, EFA plugin)",
+    "s3": "kubelet: the layers of images from ECR",
+    "eks-auth": "the EKS Pod Identity agent: AssumeRoleForPodIdentity",
+}
+# Images from outside AWS, by where their pods run. The NVIDIA device plugin's image is nvcr.io/nvidia/
+# k8s-device-plugin (chart 0.19.3 values.yaml; docs/design-eks.md "Device plugins"); the MPI operator's is Docker Hub's
+# mpioperator/mpi-operator (the vendored chart), served by registry-1.docker.io with its token from auth.docker.io
+# and its layers from production.cloudflare.docker.com (unconfirmed: Docker's registry hosts, not read this round);
+# the jobs' nccl-tests image and the FSx CSI driver's come from public.ecr.aws (gpufleet/k8s/mpijobs.py; the driver's
+# chart default, unconfirmed).
+NVIDIA_PLUGIN_IMAGE_HOST = "https://nvcr.io"
+DOCKER_HUB_HOSTS = (
+    "https://registry-1.docker.io",
+    "https://auth.docker.io",
+    "https://production.cloudflare.docker.com",
+)
+PUBLIC_ECR_HOST = "https://public.ecr.aws"
+
+
+def declare_node_calls(
+    node_group: IConstruct, *, gpu: bool, nvidia_device_plugin: bool, mpi_operator: bool, fsx_csi_driver: bool
+) -> None:
+    """What a node group's nodes (and their pods) call, for the reachability check. GPU: the GPU groups, whose taint
+    keeps every pod but the GPU daemons and the jobs off them; the system group runs the rest (the MPI operator)."""
+    for destination, source in EKS_NODE_CALLS.items():
+        declare_calls(node_group, destination, source=source)
+    if gpu:
+        declare_calls(node_group, PUBLIC_ECR_HOST, source="kubelet: the MPIJobs' nccl-tests image")
+        if nvidia_device_plugin:
+            declare_calls(node_group, NVIDIA_PLUGIN_IMAGE_HOST, source="kubelet: the NVIDIA device plugin's image")
+        if fsx_csi_driver:
+            declare_calls(node_group, PUBLIC_ECR_HOST, source="kubelet: the FSx for Lustre CSI driver's image")
+    elif mpi_operator:
+        declare_calls(node_group, *DOCKER_HUB_HOSTS, source="kubelet: the MPI operator's image from Docker Hub")
 
 
 def declare_kubectl_calls(cluster: eks.Cluster, chart_repositories: list[str], *, local_chart: bool) -> None:

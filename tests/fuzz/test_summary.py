@@ -18,7 +18,9 @@ EXIT_CODES = {0, 1}
 def assembly_files(assembly) -> dict[str, bytes]:
     """The files summary reads: the manifest and every cluster stack's template."""
     names = ["manifest.json"] + [
-        assembly.template_file(stack).name for stack in assembly.stack_names if stack.endswith(("-cluster", "-eks"))
+        assembly.template_file(stack).name
+        for stack in assembly.stack_names
+        if stack.endswith(("-cluster", "-gpu-nodes"))
     ]
     return {name: (assembly.directory / name).read_bytes() for name in names}
 

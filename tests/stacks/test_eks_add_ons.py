@@ -167,7 +167,7 @@ def test_without_add_ons_there_is_no_kubectl_handler(matrix_assembly):
 
 
 def test_without_efa_the_gpu_nodes_get_no_efa_label_and_no_huge_pages(matrix_assembly):
-    template = matrix_assembly.template_json("gpufleet-eks-g5-eks")
+    template = matrix_assembly.template_json("gpufleet-eks-g5-gpu-nodes")
     groups = [
         group["Properties"]
         for group in of_type(template, "AWS::EKS::Nodegroup").values()

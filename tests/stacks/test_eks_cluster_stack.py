@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 
 import pytest
 from aws_cdk.assertions import Match, Template
@@ -16,6 +17,8 @@ from tests.conftest import synthesize
 from tests.gpufleet.environment_files import VALID_EKS, changed, write
 
 STACK = "gpufleet-p5-eks-eks"
+# The GPU node groups' own stack (stacks/eks_gpu_nodes_stack.py).
+GPU_STACK = "gpufleet-p5-eks-gpu-nodes"
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +28,7 @@ def template(assembly):
 
 @pytest.fixture(scope="module")
 def launch_templates(assembly) -> dict[str, dict]:
-    resources = assembly.template_json(STACK)["Resources"]
+    resources = assembly.template_json(GPU_STACK)["Resources"]
     return {
         name: resource["Properties"]["LaunchTemplateData"]
         for name, resource in resources.items()
@@ -89,8 +92,9 @@ def test_the_control_plane_sits_in_the_two_subnets_of_the_network_stack(assembly
     ]
 
 
-def test_one_system_group_and_one_gpu_group_per_capacity_type(template):
-    template.resource_count_is("AWS::EKS::Nodegroup", 3)
+def test_one_system_group_and_one_gpu_group_per_capacity_type(template, assembly):
+    """The system group in the cluster's stack, the GPU groups in their own (stacks/eks_gpu_nodes_stack.py)."""
+    template.resource_count_is("AWS::EKS::Nodegroup", 1)
     template.has_resource_properties(
         "AWS::EKS::Nodegroup",
         {
@@ -99,12 +103,15 @@ def test_one_system_group_and_one_gpu_group_per_capacity_type(template):
             "ScalingConfig": {"DesiredSize": 2, "MaxSize": 2, "MinSize": 2},
         },
     )
+    gpu = assembly.template(GPU_STACK)
+    gpu.resource_count_is("AWS::EKS::Nodegroup", 2)
     for capacity_type in ("ON_DEMAND", "SPOT"):
-        template.has_resource_properties(
+        gpu.has_resource_properties(
             "AWS::EKS::Nodegroup",
             {
                 "AmiType": "AL2023_x86_64_NVIDIA",
                 "CapacityType": capacity_type,
+                "ClusterName": {"Fn::ImportValue": "gpufleet-p5-eks-eks:ExportsOutputRefClusterEB0386A796A0E3FE"},
                 "ScalingConfig": {"DesiredSize": 1, "MaxSize": 1, "MinSize": 1},
                 "Labels": {"nvidia.com/gpu.present": "true", "vpc.amazonaws.com/efa.present": "true"},
                 "Taints": [{"Effect": "NO_SCHEDULE", "Key": "nvidia.com/gpu", "Value": "true"}],
@@ -115,6 +122,30 @@ def test_one_system_group_and_one_gpu_group_per_capacity_type(template):
                 "RemoteAccess": Match.absent(),
             },
         )
+
+
+def test_a_gpu_node_group_short_of_capacity_rolls_back_only_its_own_stack(assembly, matrix_assembly):
+    """EKS fails a managed node group's create when EC2 has no capacity (aws/containers-roadmap#2204), and
+    CloudFormation rolls back the stack of the failed resource: the GPU groups, their launch templates and placement
+    group are a stack of their own (as eksctl makes a stack per node group, eksctl-io/eksctl#4406), deployed after
+    the cluster's, whose stack holds nothing that a GPU node group's failure takes with it."""
+    for source, environment in ((assembly, "p5-eks"), (matrix_assembly, "eks-p5"), (matrix_assembly, "eks-g5")):
+        cluster_stack, gpu_stack = f"gpufleet-{environment}-eks", f"gpufleet-{environment}-gpu-nodes"
+        cluster = source.template_json(cluster_stack)["Resources"]
+        gpu = source.template_json(gpu_stack)["Resources"]
+        assert cluster_stack in source.manifest["artifacts"][gpu_stack]["dependencies"], environment
+        assert gpu_stack not in source.manifest["artifacts"][cluster_stack].get("dependencies", []), environment
+        assert sorted({resource["Type"] for resource in gpu.values()}) == [
+            "AWS::EC2::LaunchTemplate",
+            "AWS::EC2::PlacementGroup",
+            "AWS::EKS::Nodegroup",
+        ], environment
+        assert [
+            resource["Properties"]["AmiType"]
+            for resource in cluster.values()
+            if resource["Type"] == "AWS::EKS::Nodegroup"
+        ] == ["AL2023_x86_64_STANDARD"], environment
+        assert not [resource for resource in cluster.values() if resource["Type"] == "AWS::EC2::LaunchTemplate"]
 
 
 def test_gpu_launch_templates_keep_the_managed_node_group_rules(launch_templates):
@@ -131,9 +162,12 @@ def test_gpu_launch_templates_keep_the_managed_node_group_rules(launch_templates
         assert len(interfaces) == 32
         for interface in interfaces:
             assert "SubnetId" not in interface
-            efa_group, cluster_group = (group["Fn::GetAtt"] for group in interface["Groups"])
-            assert efa_group[0].startswith("EfaSecurityGroup") and efa_group[1] == "GroupId"
-            assert cluster_group == ["ClusterEB0386A7", "ClusterSecurityGroupId"]
+            efa_group, cluster_group = (group["Fn::ImportValue"] for group in interface["Groups"])
+            assert efa_group.startswith("gpufleet-p5-eks-eks:ExportsOutputFnGetAttEfaSecurityGroup")
+            assert (
+                cluster_group
+                == "gpufleet-p5-eks-eks:ExportsOutputFnGetAttClusterEB0386A7ClusterSecurityGroupIdC1CF079A"
+            )
         assert [interface["InterfaceType"] for interface in interfaces] == ["efa"] + ["efa-only"] * 31
 
 
@@ -168,34 +202,55 @@ def test_the_nvme_drives_become_one_raid0_volume_and_2560_huge_pages_are_set_asi
     }
 
 
-def test_every_node_group_shares_one_node_role_without_the_cni_policy(assembly):
+def node_role_of(group: dict) -> str:
+    """The logical id of a node group's role: a Fn::GetAtt in the cluster's stack, an import of the cluster stack's
+    export (whose name holds the logical id) in the GPU nodes' stack."""
+    role = group["Properties"]["NodeRole"]
+    if "Fn::GetAtt" in role:
+        return role["Fn::GetAtt"][0]
+    (logical_id,) = re.findall(r"ExportsOutputFnGetAtt(NodeRole[0-9A-F]{8})Arn", role["Fn::ImportValue"])
+    return logical_id
+
+
+def test_every_node_group_shares_one_node_role_without_the_cni_policy(eks_templates):
     """What the nodes themselves need (EKS user guide, create-node-role): AmazonEKSWorkerNodePolicy (kubelet, and the
     Pod Identity agent's eks-auth:AssumeRoleForPodIdentity) and ECR. AmazonEKS_CNI_Policy is aws-node's alone."""
-    resources = assembly.template_json(STACK)["Resources"]
-    roles = {
-        resource["Properties"]["NodeRole"]["Fn::GetAtt"][0]
-        for resource in resources.values()
-        if resource["Type"] == "AWS::EKS::Nodegroup"
-    }
-    assert len(roles) == 1
-    (role,) = roles
-    assert [arn["Fn::Join"][1][-1] for arn in resources[role]["Properties"]["ManagedPolicyArns"]] == [
-        ":iam::aws:policy/AmazonEKSWorkerNodePolicy",
-        ":iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
-    ]
+    for name, template in eks_templates.items():
+        resources = template["Resources"]
+        roles = {node_role_of(group) for group in of_type(template, "AWS::EKS::Nodegroup").values()}
+        assert len(roles) == 1, name
+        (role,) = roles
+        assert [arn["Fn::Join"][1][-1] for arn in resources[role]["Properties"]["ManagedPolicyArns"]] == [
+            ":iam::aws:policy/AmazonEKSWorkerNodePolicy",
+            ":iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+        ], name
+
+
+def merged(source, environment: str) -> dict:
+    """An eks environment's cluster stack and GPU nodes stack as one template (their logical ids do not meet)."""
+    cluster = source.template_json(f"gpufleet-{environment}-eks")["Resources"]
+    gpu = source.template_json(f"gpufleet-{environment}-gpu-nodes")["Resources"]
+    assert not set(cluster) & set(gpu), environment
+    return {"Resources": {**cluster, **gpu}}
 
 
 @pytest.fixture(scope="module")
 def eks_templates(assembly, matrix_assembly, block_template) -> dict[str, dict]:
-    """Every eks stack the tests synthesize: the shipped environment's, the matrix's two and the Capacity Block's."""
-    templates = {
-        name: source.template_json(name)
+    """Every eks environment the tests synthesize, its two stacks merged: the shipped environment, the matrix's two
+    and the Capacity Block's."""
+    names = sorted(
+        name.removeprefix("gpufleet-").removesuffix("-eks")
         for source in (assembly, matrix_assembly)
         for name in source.stack_names
         if name.endswith("-eks")
+    )
+    assert names == ["eks-g5", "eks-p5", "p5-eks"]
+    return {
+        "gpufleet-p5-eks-eks": merged(assembly, "p5-eks"),
+        "gpufleet-eks-p5-eks": merged(matrix_assembly, "eks-p5"),
+        "gpufleet-eks-g5-eks": merged(matrix_assembly, "eks-g5"),
+        "gpufleet-block-eks": block_template,
     }
-    assert sorted(templates) == ["gpufleet-eks-g5-eks", "gpufleet-eks-p5-eks", "gpufleet-p5-eks-eks"]
-    return {**templates, "gpufleet-block-eks": block_template}
 
 
 def of_type(template: dict, resource_type: str) -> dict[str, dict]:
@@ -268,10 +323,12 @@ def test_the_vpc_cni_gets_its_policy_through_its_own_pod_identity_before_any_nod
             }
         ]
         groups = of_type(template, "AWS::EKS::Nodegroup").values()
-        (node_role,) = {group["Properties"]["NodeRole"]["Fn::GetAtt"][0] for group in groups}
+        (node_role,) = {node_role_of(group) for group in groups}
         assert add_ons["vpc-cni"] in resources[node_role]["DependsOn"], name
-        for group in groups:
-            assert set(add_ons.values()) <= set(group["DependsOn"]), name
+        # The system group waits for both in its stack; the GPU groups' stack comes after the cluster's whole
+        # (test_a_gpu_node_group_short_of_capacity_rolls_back_only_its_own_stack).
+        (system,) = [group for group in groups if group["Properties"]["AmiType"] == "AL2023_x86_64_STANDARD"]
+        assert set(add_ons.values()) <= set(system["DependsOn"]), name
 
 
 @pytest.fixture(scope="module")
@@ -294,8 +351,8 @@ def existing_vpc_template(tmp_path_factory):
     environments.mkdir()
     write(environments, document, "existing")
     assembly = synthesize(directory / "cdk.out", environments)
-    assert assembly.stack_names == ["gpufleet-existing-eks"]
-    return assembly.template_json("gpufleet-existing-eks")
+    assert assembly.stack_names == ["gpufleet-existing-eks", "gpufleet-existing-gpu-nodes"]
+    return merged(assembly, "existing")
 
 
 def test_an_existing_vpc_gives_the_cluster_its_named_control_plane_subnets(existing_vpc_template):
@@ -583,7 +640,7 @@ def block_template(tmp_path_factory):
     environments = directory / "environments"
     environments.mkdir()
     write(environments, document, "block")
-    return synthesize(directory / "cdk.out", environments).template_json("gpufleet-block-eks")
+    return merged(synthesize(directory / "cdk.out", environments), "block")
 
 
 def test_a_capacity_block_gets_one_capacity_block_node_group_that_eks_scales(block_template):
@@ -596,8 +653,10 @@ def test_a_capacity_block_gets_one_capacity_block_node_group_that_eks_scales(blo
     }
     assert len(groups) == 1
     [(name, group)] = groups.items()
-    # Named after the block: a new block makes a new group, created with the block's nodes as its desired size.
-    assert name.startswith("ClusterNodegroupCapacityBlock0123456789abcdef0GpuNodes")
+    # Named after the block: a new block makes a new group, created with the block's nodes as its desired size. (The
+    # logical id lost its Cluster/Nodegroup prefix when the GPU groups moved to a stack of their own: a construct of
+    # that stack, no longer the cluster's child.)
+    assert name.startswith("CapacityBlock0123456789abcdef0GpuNodes")
     assert group["CapacityType"] == "CAPACITY_BLOCK"
     assert group["ScalingConfig"] == {"DesiredSize": 2, "MaxSize": 2, "MinSize": 0}
 

@@ -39,8 +39,8 @@ MATRIX_STACKS = {
 }
 # Per eks entry: its stacks (no cluster stack: the eks stack holds the cluster and its node groups).
 MATRIX_EKS_STACKS = {
-    "eks-p5": ["eks", "network", "storage"],
-    "eks-g5": ["eks"],
+    "eks-p5": ["eks", "gpu-nodes", "network", "storage"],
+    "eks-g5": ["eks", "gpu-nodes"],
 }
 
 

@@ -18,21 +18,6 @@ from gpufleet.reachability.templates import read_assembly
 from stacks.constructs.calls import declare_calls
 from tests.conftest import CDK_CONTEXT, Assembly
 
-# The EKS node groups declare nothing yet (issue 30, Build item 2): the check names each.
-UNDECLARED_NODE_GROUPS = [
-    "ClusterNodegroupSystemNodes9C3907F1",
-    "ClusterNodegroupOnDemandGpuNodes2763099E",
-    "ClusterNodegroupSpotGpuNodes931BD0E7",
-]
-
-
-def undeclared(stack: str, node_groups: list[str]) -> list[str]:
-    return [
-        f"node group {group} in {stack} runs in a VPC but declares no calls: declare what its code calls with "
-        "stacks/constructs/calls.py declare_calls"
-        for group in node_groups
-    ]
-
 
 def not_checked(stack: str, subnet: str) -> str:
     return (
@@ -43,7 +28,7 @@ def not_checked(stack: str, subnet: str) -> str:
 
 def test_every_call_of_the_shipped_environments_has_a_route(assembly):
     assert assembly_findings(assembly.directory) == Findings(
-        problems=undeclared("gpufleet-p5-eks-eks", UNDECLARED_NODE_GROUPS),
+        problems=[],
         # h100 places its nodes in an existing VPC.
         not_checked=[not_checked("gpufleet-h100-cluster", "subnet-0f1e2d3c4b5a69788")],
     )
@@ -51,9 +36,15 @@ def test_every_call_of_the_shipped_environments_has_a_route(assembly):
 
 def test_every_call_of_the_matrix_has_a_route(matrix_assembly):
     assert assembly_findings(matrix_assembly.directory) == Findings(
-        problems=undeclared("gpufleet-eks-g5-eks", UNDECLARED_NODE_GROUPS[:2])
-        + undeclared("gpufleet-eks-p5-eks", UNDECLARED_NODE_GROUPS),
-        not_checked=[not_checked("gpufleet-request-p4de-cluster", "subnet-0a1b2c3d")],
+        problems=[],
+        # eks-g5 places its nodes in an existing VPC too.
+        not_checked=[
+            "node group ClusterNodegroupSystemNodes9C3907F1 in gpufleet-eks-g5-eks: not checked here (its subnet "
+            "subnet-0a1b2c3d is not described here): gpufleet preflight checks it",
+            "node group OnDemandGpuNodesF069967E in gpufleet-eks-g5-gpu-nodes: not checked here (its subnet "
+            "subnet-0a1b2c3d is not described here): gpufleet preflight checks it",
+            not_checked("gpufleet-request-p4de-cluster", "subnet-0a1b2c3d"),
+        ],
     )
 
 

@@ -63,7 +63,7 @@ def _copy_of(assembly, tmp_path: Path) -> Path:
     target.mkdir()
     shutil.copy(assembly.directory / "manifest.json", target)
     for name in assembly.stack_names:
-        if name.endswith(("-cluster", "-eks")):
+        if name.endswith(("-cluster", "-gpu-nodes")):
             shutil.copy(assembly.template_file(name), target)
     return target
 
@@ -76,7 +76,7 @@ def _edit_template(cdk_out: Path, edit) -> None:
 
 
 def _edit_eks_template(cdk_out: Path, edit) -> None:
-    path = cdk_out / "gpufleet-p5-eks-eks.template.json"
+    path = cdk_out / "gpufleet-p5-eks-gpu-nodes.template.json"
     template = json.loads(path.read_text())
     edit(template)
     path.write_text(json.dumps(template))
@@ -145,7 +145,7 @@ FIX = "synthesize it again (make synth)"
         ),
         (
             lambda out: _edit_eks_template(out, _drop_launch_templates),
-            "gpufleet-p5-eks-eks.template.json",
+            "gpufleet-p5-eks-gpu-nodes.template.json",
             f"Resources: no AWS::EKS::Nodegroup with a LaunchTemplate (the GPU node groups); {FIX}",
         ),
     ],

@@ -914,6 +914,7 @@ def test_plan_says_destroy_removes_the_whole_eks_environment_log_group_included(
 
     assert "destroy" not in out
     assert [(stack["stack"], stack["deleted"], stack["service_leftovers"]) for stack in document["destroy"]] == [
+        ("gpufleet-p5-eks-gpu-nodes", True, []),
         ("gpufleet-p5-eks-eks", True, []),
         ("gpufleet-p5-eks-network", True, []),
     ]

@@ -8,12 +8,14 @@ import copy
 
 from gpufleet.ops.plan import StackPair, plan_changes
 
-STACK = "gpufleet-lab-eks"
+# The eks flavour's GPU node groups and their launch templates (stacks/eks_gpu_nodes_stack.py).
+STACK = "gpufleet-lab-gpu-nodes"
 REGION = "us-east-1"
 
 
 def eks_template() -> dict:
-    """The eks stack's GPU node group and its launch template, as stacks/eks_cluster_stack.py writes them."""
+    """A GPU node group and its launch template as stacks/eks_gpu_nodes_stack.py writes them, and the cluster (in
+    stacks/eks_cluster_stack.py's stack, here in the same template to show what replacing it does)."""
     return {
         "Resources": {
             "Cluster": {"Type": "AWS::EKS::Cluster", "Properties": {"RoleArn": "arn:aws:iam::1:role/c"}},
@@ -76,7 +78,27 @@ def test_a_larger_desired_size_launches_nodes() -> None:
         resources["GpuNodes"]["Properties"]["ScalingConfig"].update(DesiredSize=3, MaxSize=3)
 
     assert impacts(edit) == {
-        "GpuNodes": ("in place", "in place: running nodes unaffected; launches nodes (desired size 2 -> 3)")
+        "GpuNodes": (
+            "in place",
+            "in place: running nodes unaffected; launches nodes (desired size 2 -> 3); short of EC2 capacity, EKS "
+            "fails the group and CloudFormation rolls back the deploy of gpufleet-lab-gpu-nodes",
+        )
+    }
+
+
+def test_a_new_gpu_node_group_says_what_a_shortage_of_capacity_does() -> None:
+    """aws/containers-roadmap#2204: EKS fails a group's create for want of capacity; the stack's deploy rolls back."""
+
+    def edit(resources: dict) -> None:
+        resources["SpotGpuNodes"] = copy.deepcopy(resources["GpuNodes"])
+        resources["SpotGpuNodes"]["Properties"]["CapacityType"] = "SPOT"
+
+    assert impacts(edit) == {
+        "SpotGpuNodes": (
+            "added",
+            "launches nodes; short of EC2 capacity, EKS fails the group and CloudFormation rolls back the deploy "
+            "of gpufleet-lab-gpu-nodes",
+        )
     }
 
 

@@ -209,9 +209,9 @@ def test_the_stacks_of_every_matrix_entry_pass_cfn_lint(matrix_assembly):
     """Every capacity source is in the matrix (tests/stacks/matrix.py): reservation ids (only, first), a resource
     group and a Capacity Block."""
     templates = [str(matrix_assembly.template_file(name)) for name in matrix_assembly.stack_names]
-    # A cluster stack per fleet entry (5) or an eks stack per eks entry (2), a network stack for the five with a cidr,
-    # a storage stack for the four with storage.lustre.
-    assert len(templates) == 16
+    # A cluster stack per fleet entry (5) or an eks and a GPU nodes stack per eks entry (2 x 2), a network stack for the
+    # five with a cidr, a storage stack for the four with storage.lustre.
+    assert len(templates) == 18
     result = subprocess.run(
         [CFN_LINT, "--config-file", ".cfnlintrc.yaml", "--", *templates], capture_output=True, text=True
     )
