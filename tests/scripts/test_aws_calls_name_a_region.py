@@ -5,8 +5,9 @@ s3.amazonaws.com, which lies in us-east-1: an S3 gateway endpoint of a VPC in an
 node of a VPC with no NAT gateway cannot reach it (gpufleet/reachability, "s3-global"). The other services have no
 global endpoint to fall back on and fail outright. The instance's own region does not stand in: botocore takes only
 credentials from the instance metadata ("We only use IMDS for credentials, not for configuration", boto/boto3#375; in
-botocore 1.x's session.py the IMDSRegionProvider serves the smart defaults mode alone, not a client's region). The check reads the scripts as bash would join them (a backslash at
-the end of a line continues the command) and the run bodies gpufleet.ops.runs writes; its own test plants each form.
+botocore 1.x's session.py the IMDSRegionProvider serves the smart defaults mode alone, not a client's region). The check
+reads the scripts as bash would join them (a backslash at the end of a line continues the command) and the run bodies
+gpufleet.ops.runs writes; its own test plants each form.
 """
 
 from __future__ import annotations
