@@ -168,10 +168,13 @@ class ClusterStack(cdk.Stack):
                 backend=nodes.kind,
                 node_group_id=nodes.id,
                 environment_name=environment.name,
+                target=environment.capacity.target,
                 on_demand_floor=environment.capacity.on_demand,
                 fallback=environment.fleet.fallback,
                 checkpoint_hook=bool(environment.node.checkpoint_hook),
                 log_retention=logs.RetentionDays.ONE_MONTH,
+                launch_template_id=launch_template.launch_template.ref,
+                node_role_arn=launch_template.role.role_arn,
             )
 
         outputs = {

@@ -49,17 +49,22 @@ class FallbackStatus:
         )
 
     def _hand_back(self) -> str:
-        """A Spot Fleet hand-back under way (gpufleet.fallback): the on-demand nodes it is to end, and its step."""
+        """A Spot Fleet probe under way, or the back-off after hand-backs that found spot short (gpufleet.fallback)."""
         state = self.state
-        if state is None or state.probe_total is None:
+        if state is None:
             return ""
-        started = state.probe_started.strftime("%H:%M:%SZ") if state.probe_started else "-"
-        step = (
-            "the part is lowered, they end at the next run"
-            if state.probe_lowered
-            else f"waiting for {state.probe_extra} extra spot node(s) and the checkpoint hooks"
-        )
-        return f"; hand-back since {started} of {', '.join(state.probe_nodes)}: {step}"
+        if state.probe_total is not None:
+            started = state.probe_started.strftime("%H:%M:%SZ") if state.probe_started else "-"
+            return (
+                f"; probe since {started}: total {state.probe_total} ({state.probe_extra} spot node(s) beyond the "
+                "target), the on-demand nodes they replace end after their checkpoint hook once they are there"
+            )
+        if state.next_hand_back is not None:
+            return (
+                f"; {state.hand_back_misses} hand-back(s) in a row found spot short: the next one not before "
+                f"{state.next_hand_back:%Y-%m-%d %H:%M:%SZ}"
+            )
+        return ""
 
     def as_dict(self) -> dict[str, Any]:
         document: dict[str, Any] = {

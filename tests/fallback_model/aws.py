@@ -17,6 +17,7 @@ from typing import Any
 
 import boto3
 from botocore.awsrequest import AWSResponse
+from botocore.config import Config
 from botocore.validate import validate_parameters
 
 from tests.fallback_model.model import ModelError, World
@@ -36,6 +37,9 @@ class ModelEndpoint:
                 region_name=REGION,
                 aws_access_key_id="model",
                 aws_secret_access_key="model",
+                # One attempt: an error the model answers is the call's outcome (a fault the model injects stands for
+                # one that outlasted every retry), and no test sleeps through botocore's back-off.
+                config=Config(retries={"total_max_attempts": 1}),
             )
             for service in ("ec2", "autoscaling", "ssm")
         }

@@ -1,7 +1,8 @@
 """The capacity fallback's real Lambda handler in the loop against the model: every minute the world moves (instances
 launch, end, get reclaimed; the fleet or group reconciles; scheduled events such as a redeploy happen), and every
-FALLBACK_CHECK_INTERVAL_MINUTES the handler runs with boto3 clients the model answers (tests/fallback_model/aws.py).
-Each minute the invariants of issue 19 are checked; what breaks one is a Violation.
+FALLBACK_CHECK_INTERVAL_MINUTES the handler runs with boto3 clients the model answers (tests/fallback_model/aws.py),
+its hook wait on the model's clock. Each minute the invariants of issues 19 and 31 are checked; what breaks one is a
+Violation.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import gpufleet.fallback as fallback_module
 from gpufleet.constants import FALLBACK_CHECK_INTERVAL_MINUTES
+from gpufleet.fallback import FallbackState
 from stacks.constructs.capacity_fallback.runtime import handler
 from tests.fallback_model.aws import ModelEndpoint
 from tests.fallback_model.model import (
-    HOOK_MINUTES,
+    CAPACITY_BLOCK,
+    HOOK_SECONDS,
     ON_DEMAND,
     SPOT,
     AutoScalingGroup,
@@ -31,12 +35,17 @@ from tests.fallback_model.model import (
 
 PARAMETER = "/gpufleet/model/fallback"
 CHECKPOINT_COMMAND = '. /etc/gpufleet/node.env && bash -c "$GPUFLEET_CHECKPOINT_HOOK"'
-# The longest a node may wait for its checkpoint hook before the fallback ends it (gpufleet.fallback).
-CHECKPOINT_TIMEOUT_MINUTES = 10
+# A node the fallback ends had its checkpoint hook start at most this long before (issue 31: what a spot
+# interruption notice gives, gpufleet.fallback.HAND_BACK_HOOK_WAIT, written out here).
+HOOK_LEAD_MINUTES = 2
 # At most this many runs that change the fleet in any 60 minutes (no oscillation). With after 15 and restore_after 30,
-# raise and revert alternate at most every 15 minutes (5 changes in a closed hour), and a hand-back's second change
-# follows its first: 6.
+# raise and revert alternate at most every 15 minutes (5 changes in a closed hour), and a hand-back's probe, hand-back
+# and settle follow one another: 6.
 MAX_CHANGES_PER_HOUR = 6
+
+# The model also runs against the handler as it was before issue 31 (its tests show what failed then): what that
+# handler lacks counts as nothing.
+BACKOFF_CAP = getattr(fallback_module, "HAND_BACK_BACKOFF_CAP", 1)
 
 _endpoint: ModelEndpoint | None = None
 
@@ -54,12 +63,13 @@ class Snapshot:
     """The fleet at the end of one minute, and the fallback's decision when it ran in that minute."""
 
     minute: int
-    total: int  # the fleet's target as set (a Spot Fleet hand-back adds to it)
+    total: int  # the fleet's target as set (a Spot Fleet probe adds to it)
     on_demand_part: int
     spot: int  # live spot nodes
-    on_demand: int  # live on-demand nodes
+    on_demand: int  # live on-demand (or Capacity Block) nodes
     spot_capacity: int
     on_demand_capacity: int
+    max_size: int = 0  # an Auto Scaling group's
     run: dict[str, Any] | None = None
 
 
@@ -76,23 +86,46 @@ class Simulation:
     # Things that happen at a minute: a redeploy, an instance refresh, a deletion (functions of the simulation).
     events: dict[int, list[Callable[[Simulation], None]]] = field(default_factory=dict)
     checkpoint_command: str = CHECKPOINT_COMMAND
+    # Capacity rebalancing as the template sets it: a Spot Fleet's replacement strategy, or "on" for a group.
+    rebalance: str = ""
+    # A Capacity Block (start, end) in minutes: an Auto Scaling group of the block's nodes, without the fallback
+    # (gpufleet validate refuses fleet.fallback with a Capacity Block).
+    block: tuple[int, int] | None = None
+    # Items a list operation returns per page: 2 makes every reader page (the model's default); the scenario suites
+    # take more, for speed, paging being checked where it is the point.
+    page_size: int = 2
     timeline: list[Snapshot] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
+    # The runs of the fallback that failed (a call the model made fail), by minute, with the error.
+    failed_runs: dict[int, str] = field(default_factory=dict)
+    # Nodes a deploy's change ended without a hook (Unknowns: what EC2 does with an on-demand part written below the
+    # live on-demand nodes), which the fallback cannot prevent: the tests say where they are expected.
+    unhooked_by_deploy: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.world = World(self.availability, self.unknowns)
+        self.world.page_size = self.page_size
         if self.backend == "spot-fleet":
-            self.fleet: SpotFleet | AutoScalingGroup = SpotFleet(self.world, target=self.target, on_demand=self.floor)
+            self.fleet: SpotFleet | AutoScalingGroup = SpotFleet(
+                self.world, target=self.target, on_demand=self.floor, rebalance=self.rebalance
+            )
             self.node_group_id = self.fleet.id
         else:
-            self.fleet = AutoScalingGroup(self.world, target=self.target, on_demand=self.floor)
+            self.fleet = AutoScalingGroup(
+                self.world, target=self.target, on_demand=self.floor, rebalance=bool(self.rebalance), block=self.block
+            )
             self.node_group_id = self.fleet.name
+            # What the fallback's role holds for the group's launch template (gpufleet.fallback, infrastructure.py).
+            self.world.granted = set(getattr(fallback_module, "GROUP_LAUNCH_PERMISSIONS", ()))
         # When each node now missing went missing, oldest first (nodes are interchangeable: one that comes back fills
         # the oldest gap).
         self._missing_since: list[int] = []
         self._holdable_since: int | None = None
+        self._restore_bound = self.restore_after
+        self._raised_since: int | None = None
         self._changes: list[int] = []
         self._checked_ends: set[str] = set()
+        self._checked_commands: set[str] = set()
 
     @property
     def ceiling(self) -> int:
@@ -101,12 +134,15 @@ class Simulation:
     # Events.
 
     def redeploy(self) -> None:
-        """CloudFormation writes the template's target and on-demand part back; a fleet being modified makes the
-        update wait (CloudFormation retries it the next minute here: how its handler waits is unconfirmed)."""
+        """CloudFormation writes the template's target and on-demand part back. A fleet being modified may refuse it
+        (Unknowns.modify_while_modifying): the update fails and CloudFormation rolls back, which writes the previous
+        template's values (the same ones) and may be refused too; the stack is then UPDATE_ROLLBACK_FAILED until the
+        operator continues the rollback. Either way the fleet keeps what it had."""
         try:
             self.fleet.redeploy(self.target, self.floor)
         except ModelError:
-            self.events.setdefault(self.world.minute + 1, []).append(Simulation.redeploy)
+            with contextlib.suppress(ModelError):
+                self.fleet.redeploy(self.target, self.floor)
 
     def refresh(self) -> None:
         assert isinstance(self.fleet, AutoScalingGroup), "instance refreshes are an Auto Scaling group's"
@@ -116,13 +152,24 @@ class Simulation:
         assert isinstance(self.fleet, AutoScalingGroup)
         self.fleet.delete()
 
+    @staticmethod
+    def fail(operation: str, skip: int = 0) -> Callable[[Simulation], None]:
+        """An event: the fallback's call of OPERATION after the next SKIP ones fails (throttled through every
+        retry)."""
+
+        def failing(sim: Simulation) -> None:
+            sim.world.failing[operation] = [False] * skip + [True]
+
+        return failing
+
     # The loop.
 
-    def run(self, minutes: int) -> Simulation:
+    def run(self, minutes: int, start: int = 0) -> Simulation:
+        """Run the world from minute START to minute MINUTES (a second call goes on where the first stopped)."""
         clients = endpoint()
         clients.world = self.world
         with self._environment(), contextlib.redirect_stdout(io.StringIO()):
-            for minute in range(minutes + 1):
+            for minute in range(start, minutes + 1):
                 self.world.minute = minute
                 self.world.advance()
                 self.world.caller = "deploy"
@@ -130,10 +177,13 @@ class Simulation:
                     event(self)
                 self.fleet.step()
                 line = None
-                if minute % FALLBACK_CHECK_INTERVAL_MINUTES == 0:
+                if self.block is None and minute % FALLBACK_CHECK_INTERVAL_MINUTES == 0:
                     self.world.caller = "fallback"
-                    line = handler.run(self.backend, self.node_group_id, PARAMETER, clients.clients, at(minute))
-                    if line["action"] != "hold":
+                    try:
+                        line = handler.run(self.backend, self.node_group_id, PARAMETER, clients.clients, at(minute))
+                    except Exception as error:  # noqa: BLE001: a failed run is the Lambda's, logged and retried later
+                        self.failed_runs[minute] = f"{type(error).__name__}: {error}"
+                    if line is not None and line["action"] != "hold":
                         self._changes.append(minute)
                 self.timeline.append(self._snapshot(minute, line))
                 self._check(minute)
@@ -149,6 +199,7 @@ class Simulation:
     @contextlib.contextmanager
     def _environment(self) -> Iterator[None]:
         values = {
+            "TARGET": str(self.target),
             "FLOOR": str(self.floor),
             "AFTER_MINUTES": str(self.after),
             "RESTORE_AFTER_MINUTES": str(self.restore_after),
@@ -157,6 +208,9 @@ class Simulation:
         }
         saved = {name: os.environ.get(name) for name in values}
         os.environ.update(values)
+        # The hand-back's wait for the hooks runs on the model's clock.
+        timing = {name: getattr(handler, name, None) for name in ("clock", "sleep")}
+        handler.clock, handler.sleep = self.world.clock, self.world.sleep  # type: ignore[attr-defined]
         try:
             yield
         finally:
@@ -165,21 +219,29 @@ class Simulation:
                     os.environ.pop(name, None)
                 else:
                     os.environ[name] = value
+            for name, value in timing.items():
+                if value is None:
+                    delattr(handler, name)
+                else:
+                    setattr(handler, name, value)
 
     def _snapshot(self, minute: int, line: dict[str, Any] | None) -> Snapshot:
         fleet = self.fleet
         if isinstance(fleet, SpotFleet):
-            total, part = fleet.target, fleet.on_demand
+            total, part, max_size = fleet.target, fleet.on_demand, 0
+            on_demand = len(fleet.live(ON_DEMAND))
         else:
-            total, part = fleet.desired, fleet.distribution["OnDemandBaseCapacity"]
+            total, part, max_size = fleet.desired, fleet.distribution["OnDemandBaseCapacity"], fleet.max_size
+            on_demand = len(fleet.live(ON_DEMAND)) + len(fleet.live(CAPACITY_BLOCK))
         return Snapshot(
             minute,
             total,
             part,
             len(fleet.live(SPOT)),
-            len(fleet.live(ON_DEMAND)),
+            on_demand,
             self.availability.capacity(SPOT, minute),
             self.availability.capacity(ON_DEMAND, minute),
+            max_size,
             line,
         )
 
@@ -194,6 +256,9 @@ class Simulation:
 
     def _check(self, minute: int) -> None:
         now = self.timeline[-1]
+        self._check_hooks(minute)
+        if self.block is not None:
+            return
         violation = self.violations.append
         if now.on_demand_part < self.floor:
             violation(f"minute {minute}: on-demand part {now.on_demand_part} below the floor {self.floor}")
@@ -201,13 +266,37 @@ class Simulation:
             violation(f"minute {minute}: on-demand part {now.on_demand_part} above the ceiling {self.ceiling}")
         if now.on_demand > self.ceiling:
             violation(f"minute {minute}: {now.on_demand} on-demand nodes, above the ceiling {self.ceiling}")
+        self._check_total(minute, now)
         self._check_stuck(minute, now)
         self._check_restore(minute, now)
         recent = [m for m in self._changes if minute - 60 <= m <= minute]
         if len(recent) > MAX_CHANGES_PER_HOUR:
             violation(f"minute {minute}: {len(recent)} changes in an hour, at minutes {recent}")
             self._changes = self._changes[1:]
-        self._check_hooks(minute)
+
+    def _check_total(self, minute: int, now: Snapshot) -> None:
+        """The requested total: never above the target + max_extra, above the target for one probe at most (`after`
+        and two checks: the check that ends it, and one more after a failed call), and never drifting after a failed
+        call; an Auto Scaling group's MaxSize at most the target + 1 (issue 31, problems 2 and 3)."""
+        if isinstance(self.fleet, AutoScalingGroup):
+            if now.max_size > self.target + 1:
+                self.violations.append(f"minute {minute}: MaxSize {now.max_size} above the target + 1")
+            return
+        if now.total > self.target + self.max_extra:
+            self.violations.append(
+                f"minute {minute}: total {now.total} above the target {self.target} + max_extra {self.max_extra}"
+            )
+        if now.total <= self.target:
+            self._raised_since = None
+            return
+        if self._raised_since is None:
+            self._raised_since = minute
+        bound = self.after + 2 * FALLBACK_CHECK_INTERVAL_MINUTES
+        if minute - self._raised_since > bound:
+            self.violations.append(
+                f"minute {minute}: total {now.total} above the target {self.target} since minute {self._raised_since}"
+            )
+            self._raised_since = minute
 
     def _check_stuck(self, minute: int, now: Snapshot) -> None:
         """Never stuck while either market has capacity for the missing nodes the fallback may place (the on-demand
@@ -238,9 +327,11 @@ class Simulation:
 
     def _check_restore(self, minute: int, now: Snapshot) -> None:
         """Extra on-demand nodes back to the floor once spot can hold them and the fleet is full (while nodes are
-        missing, _check_stuck applies): within restore_after and three checks. The first check after restore_after
-        starts the hand-back; spot replacements launch and the checkpoint hooks run before an on-demand node ends,
-        which takes the other two (a Spot Fleet: probe, lower, end; an Auto Scaling group: lower, then the group's
+        missing, _check_stuck applies): within restore_after and three checks, or, after hand-backs that found spot
+        short, three checks after the back-off the state names (at most HAND_BACK_BACKOFF_CAP times restore_after:
+        the fallback cannot see spot return without asking for it). The first check after restore_after starts the
+        hand-back; spot replacements launch before an on-demand node ends, which takes the other two (a Spot Fleet:
+        probe, then the hand-back at the next check; an Auto Scaling group: lower, then the group's
         launch-before-terminate through its lifecycle hook)."""
         full = now.spot + now.on_demand >= self.target
         holdable = full and now.on_demand > self.floor and now.spot_capacity >= self.target - self.floor
@@ -248,8 +339,13 @@ class Simulation:
             self._holdable_since = None
             return
         if self._holdable_since is None:
-            self._holdable_since = minute
-        bound = self.restore_after + 3 * FALLBACK_CHECK_INTERVAL_MINUTES
+            self._holdable_since, self._restore_bound = minute, self.restore_after
+        state = FallbackState.from_json(self.world.parameters.get(PARAMETER, ""))
+        backoff = getattr(state, "next_hand_back", None)  # see BACKOFF_CAP
+        if backoff is not None:
+            wait = round((backoff - at(self._holdable_since)).total_seconds() / 60)
+            self._restore_bound = max(self._restore_bound, min(wait, BACKOFF_CAP * self.restore_after))
+        bound = self._restore_bound + 3 * FALLBACK_CHECK_INTERVAL_MINUTES
         if minute - self._holdable_since > bound:
             self.violations.append(
                 f"minute {minute}: {now.on_demand} on-demand nodes (floor {self.floor}) since minute "
@@ -258,25 +354,62 @@ class Simulation:
             self._holdable_since = minute
 
     def _check_hooks(self, minute: int) -> None:
-        """A node the fallback's action ends gets its checkpoint hook first; one the fallback ends itself, the
-        whole hook (or its timeout)."""
+        """Every node that ran and ends has had its checkpoint hook start before; one the fallback ends itself, at most
+        HOOK_LEAD_MINUTES before, and for all that time or until the hook was over; and the fallback's hook goes only
+        to nodes it then ends (issue 31, problems 1 and 3)."""
+        ended_by_fallback = {
+            node
+            for _, caller, operation, params in self.world.calls
+            if caller == "fallback" and operation == "TerminateInstances"
+            for node in params["InstanceIds"]
+        }
         for instance in self.world.instances.values():
-            if instance.ended_at is None or instance.id in self._checked_ends or instance.cause != "fallback":
+            if instance.ended_at is None or instance.id in self._checked_ends:
                 continue
             self._checked_ends.add(instance.id)
-            if instance.hook_started_at is None or instance.hook_started_at > instance.ended_at:
-                self.violations.append(f"minute {minute}: {instance.market} node {instance.id} ended without its hook")
+            hooked = instance.hook_started_at is not None and instance.hook_started_at <= instance.ended_at
+            if instance.ran and not hooked:
+                if instance.cause == "deploy":
+                    self.unhooked_by_deploy.append(instance.id)
+                else:
+                    self.violations.append(
+                        f"minute {minute}: {instance.market} node {instance.id} ended ({instance.cause}) without its "
+                        "hook"
+                    )
                 continue
-            ended_by_call = any(
-                op == "TerminateInstances" and instance.id in params.get("InstanceIds", [])
-                for _, caller, op, params in self.world.calls
-                if caller == "fallback"
-            )
-            ran = instance.ended_at - instance.hook_started_at
-            if ended_by_call and ran < min(HOOK_MINUTES, CHECKPOINT_TIMEOUT_MINUTES):
+            if instance.id not in ended_by_fallback or not self.checkpoint_command:
+                continue
+            assert instance.hook_started_at is not None
+            lead = instance.ended_at - instance.hook_started_at
+            if lead > HOOK_LEAD_MINUTES + 1e-9:
                 self.violations.append(
-                    f"minute {minute}: node {instance.id} ended {ran} min after its hook started, before it finished"
+                    f"minute {minute}: node {instance.id} ended {lead:g} min after its hook started, more than "
+                    f"{HOOK_LEAD_MINUTES}"
                 )
+            if lead < min(HOOK_SECONDS / 60, HOOK_LEAD_MINUTES) - 1e-9:
+                self.violations.append(
+                    f"minute {minute}: node {instance.id} ended {lead:g} min after its hook started, before it finished"
+                )
+        for command in self.world.commands.values():
+            if command.caller != "fallback" or command.id in self._checked_commands:
+                continue
+            if minute - command.sent <= HOOK_LEAD_MINUTES:
+                continue
+            self._checked_commands.add(command.id)
+            # A node the fallback tried to end (TerminateInstances failed) was about to end: its next hand-back runs
+            # the hook again.
+            tried = {
+                node
+                for when, caller, operation, params in self.world.calls
+                if caller == "fallback"
+                and operation == "TerminateInstances (failed)"
+                and 0 <= when - command.sent <= HOOK_LEAD_MINUTES + 1e-9
+                for node in params["InstanceIds"]
+            }
+            for node in command.instance_ids:
+                ended_at = self.world.instances[node].ended_at
+                if node not in tried and (ended_at is None or ended_at - command.sent > HOOK_LEAD_MINUTES + 1e-9):
+                    self.violations.append(f"minute {minute}: the hook went to {node}, which did not end after it")
 
     # Reading the outcome.
 
@@ -289,6 +422,15 @@ class Simulation:
             (snapshot.minute, snapshot.run["action"], snapshot.run["on_demand_before"], snapshot.run["on_demand_after"])
             for snapshot in self.timeline
             if snapshot.run is not None and snapshot.run["action"] != "hold"
+        ]
+
+    def hooks_sent(self) -> list[str]:
+        """The nodes the fallback sent the checkpoint hook to, in order."""
+        return [
+            node
+            for command in self.world.commands.values()
+            if command.caller == "fallback"
+            for node in command.instance_ids
         ]
 
     def at_minute(self, minute: int) -> Snapshot:

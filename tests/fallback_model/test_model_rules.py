@@ -7,6 +7,10 @@ import botocore.exceptions
 import pytest
 
 from tests.fallback_model.model import (
+    CAPACITY_BLOCK,
+    COMMAND_VISIBLE_SECONDS,
+    HOOK_MINUTES,
+    HOOK_SECONDS,
     ON_DEMAND,
     SPOT,
     AutoScalingGroup,
@@ -124,12 +128,38 @@ def test_run_command_starts_the_hook_and_reports_it_over_after_it_ran():
     with pytest.raises(botocore.exceptions.ClientError) as raised:
         ssm.get_command_invocation(CommandId=command, InstanceId=instance.id)
     assert raised.value.response["Error"]["Code"] == "InvocationDoesNotExist"
-    model.minute = 2
-    model.advance()
+    model.sleep(COMMAND_VISIBLE_SECONDS)
     assert ssm.get_command_invocation(CommandId=command, InstanceId=instance.id)["Status"] == "InProgress"
-    model.minute = 3
-    model.advance()
+    model.sleep(HOOK_SECONDS - COMMAND_VISIBLE_SECONDS)
     assert ssm.get_command_invocation(CommandId=command, InstanceId=instance.id)["Status"] == "Success"
+
+
+def test_run_command_to_several_nodes_is_refused_whole_for_one_ssm_cannot_reach():
+    model = world()
+    managed, unmanaged = model.launch(ON_DEMAND), model.launch(ON_DEMAND)
+    model.unmanaged.add(unmanaged.id)
+    ssm = clients()["ssm"]
+    with pytest.raises(botocore.exceptions.ClientError) as raised:
+        ssm.send_command(InstanceIds=[managed.id, unmanaged.id], DocumentName="AWS-RunShellScript")
+    assert raised.value.response["Error"]["Code"] == "InvalidInstanceId"
+    assert (managed.hook_started_at, unmanaged.hook_started_at) == (None, None)
+    ssm.send_command(InstanceIds=[managed.id], DocumentName="AWS-RunShellScript")
+    assert managed.hook_started_at == 0
+
+
+def test_a_call_the_model_makes_fail_fails_once_for_the_fallback_only():
+    model = world()
+    model.failing["PutParameter"] = [False, True]
+    ssm = clients()["ssm"]
+    model.caller = "deploy"
+    ssm.put_parameter(Name="/deploy", Value="1", Type="String")
+    model.caller = "fallback"
+    ssm.put_parameter(Name="/p", Value="1", Type="String")
+    with pytest.raises(botocore.exceptions.ClientError) as raised:
+        ssm.put_parameter(Name="/p", Value="2", Type="String", Overwrite=True)
+    assert raised.value.response["Error"]["Code"] == "ThrottlingException"
+    ssm.put_parameter(Name="/p", Value="3", Type="String", Overwrite=True)
+    assert model.parameters == {"/deploy": "1", "/p": "3"}
 
 
 def test_run_command_fails_on_an_instance_that_is_gone_and_a_command_dies_with_its_instance():
@@ -258,9 +288,15 @@ def test_the_history_lags_thirty_seconds_and_starts_where_asked():
     model = world(spot=4)
     fleet = spot_fleet(model)
     model.minute = 5
-    answer = clients()["ec2"].describe_spot_fleet_request_history(SpotFleetRequestId=fleet.id, StartTime=at(0))
+    ec2 = clients()["ec2"]
+    answer = ec2.describe_spot_fleet_request_history(SpotFleetRequestId=fleet.id, StartTime=at(0))
+    # More than two records: paged, and "If nextToken indicates that there are more items, this value is not present".
+    assert answer["NextToken"] and "LastEvaluatedTime" not in answer
+    while answer.get("NextToken"):
+        answer = ec2.describe_spot_fleet_request_history(
+            SpotFleetRequestId=fleet.id, StartTime=at(0), NextToken=answer["NextToken"]
+        )
     assert answer["LastEvaluatedTime"] == at(4.5)
-    assert answer["NextToken"]  # more than two records: paged
     model.minute = 0
     answer = clients()["ec2"].describe_spot_fleet_request_history(SpotFleetRequestId=fleet.id, StartTime=at(0))
     assert answer["HistoryRecords"] == []
@@ -285,7 +321,7 @@ def test_a_group_launches_the_base_on_demand_and_the_rest_spot():
     model = world()
     fleet = group(model)
     assert markets(fleet) == (6, 2)
-    assert fleet.wanted() == {ON_DEMAND: 2, SPOT: 6}
+    assert fleet.wanted() == {ON_DEMAND: 2, SPOT: 6, CAPACITY_BLOCK: 0}
 
 
 def test_a_group_short_of_spot_records_failed_activities_and_launches_no_on_demand_instead():
@@ -323,7 +359,7 @@ def test_a_changed_base_replaces_launch_first_through_the_hook(base, spot_capaci
     assert markets(fleet) == after
     assert lowest >= 8  # never a node short while it replaces
     ended = [i for i in fleet.instances() if i.ended_at is not None]
-    assert all(i.hook_started_at is not None and i.ended_at - i.hook_started_at >= 3 for i in ended)
+    assert all(i.hook_started_at is not None and i.ended_at - i.hook_started_at >= HOOK_MINUTES for i in ended)
 
 
 def test_a_group_above_its_desired_capacity_ends_nodes_through_the_hook():
@@ -409,3 +445,153 @@ def test_a_deletion_ends_every_node_through_the_hook():
     answer = clients()["autoscaling"].describe_auto_scaling_groups(AutoScalingGroupNames=[fleet.name])
     assert answer["AutoScalingGroups"][0]["Status"] == "Delete in progress"
     assert fleet.live() == []
+
+
+# Issue 31: the unknowns added, capacity rebalancing, Capacity Blocks, the stale instance list.
+
+
+@pytest.mark.parametrize(("unknown", "refused"), [("refused", True), ("accepted", False)])
+def test_a_modification_while_one_is_in_progress_is_the_unknown(unknown, refused):
+    model = world(modify_while_modifying=unknown)
+    fleet = spot_fleet(model)
+    ec2 = clients()["ec2"]
+    ec2.modify_spot_fleet_request(SpotFleetRequestId=fleet.id, TargetCapacity=8, OnDemandTargetCapacity=3)
+    if refused:
+        with pytest.raises(botocore.exceptions.ClientError) as raised:
+            ec2.modify_spot_fleet_request(SpotFleetRequestId=fleet.id, TargetCapacity=8, OnDemandTargetCapacity=4)
+        assert raised.value.response["Error"]["Code"] == "IncorrectState"
+    else:
+        ec2.modify_spot_fleet_request(SpotFleetRequestId=fleet.id, TargetCapacity=8, OnDemandTargetCapacity=4)
+    assert (fleet.on_demand, fleet.refused) == ((3, [(0, "fallback")]) if refused else (4, []))
+
+
+def listed(fleet: SpotFleet) -> list[str]:
+    ec2 = clients()["ec2"]
+    answer = ec2.describe_spot_fleet_instances(SpotFleetRequestId=fleet.id)
+    found = [a["InstanceId"] for a in answer["ActiveInstances"]]
+    while answer.get("NextToken"):
+        answer = ec2.describe_spot_fleet_instances(SpotFleetRequestId=fleet.id, NextToken=answer["NextToken"])
+        found += [a["InstanceId"] for a in answer["ActiveInstances"]]
+    return found
+
+
+def test_the_instance_list_lags_by_the_unknown_both_ways():
+    model = world(instance_list_lag=2)
+    fleet = spot_fleet(model)
+    assert listed(fleet) == []  # launched this minute: not listed yet
+    minutes(model, 2)
+    assert len(listed(fleet)) == 8
+    gone = fleet.live(ON_DEMAND)[0]
+    clients()["ec2"].terminate_instances(InstanceIds=[gone.id])
+    minutes(model, 1)
+    assert gone.id in listed(fleet)  # ended a minute ago: still listed
+    minutes(model, 2)
+    assert gone.id not in listed(fleet)
+
+
+def test_a_fleet_with_capacity_rebalancing_replaces_a_recommended_node_and_ends_it_after_the_delay():
+    model = World(Availability(spot=((0, 8), (10, 4)), on_demand=((0, 20),)), Unknowns())
+    endpoint().world = model
+    fleet = SpotFleet(model, target=8, on_demand=2, rebalance="launch-before-terminate", rebalance_delay=2)
+    fleet.step()
+    minutes(model, 5)
+    # Minute 5: the drop at 10 is REBALANCE_LEAD_MINUTES away: the two newest spot nodes get the recommendation and
+    # the hook; the fleet launches their replacements while spot still has room.
+    recommended = [i for i in fleet.instances() if i.rebalance_at == 5]
+    assert len(recommended) == 2 and all(i.hook_started_at == 5 for i in recommended)
+    assert len(fleet.live(SPOT)) == 8 and len(fleet.counted(SPOT)) == 6
+    minutes(model, 2)
+    assert all(i.cause == "rebalance" and i.ending_at == 9 for i in recommended)
+
+
+def test_a_group_with_capacity_rebalancing_replaces_launch_first_through_the_hook():
+    model = World(Availability(spot=((0, 8), (10, 4)), on_demand=((0, 20),)), Unknowns())
+    endpoint().world = model
+    fleet = AutoScalingGroup(model, target=8, on_demand=2, rebalance=True)
+    fleet.step()
+    minutes(model, 9)
+    recommended = [i for i in fleet.instances() if i.rebalance_at == 5]
+    assert len(recommended) == 2
+    assert all(i.cause == "rebalance" and i.hook_started_at is not None for i in recommended)
+
+
+@pytest.mark.parametrize(("unknown", "lowest"), [("launch-first", 8), ("terminate-first", 7)])
+def test_a_group_at_max_size_replaces_as_the_unknown_says_and_room_above_it_makes_it_launch_first(unknown, lowest):
+    for max_size, expected_lowest in ((8, lowest), (9, 8)):
+        model = world(spot=8, replacement_at_max_size=unknown)
+        fleet = group(model)
+        fleet.UpdateAutoScalingGroup(
+            {
+                "AutoScalingGroupName": fleet.name,
+                "MaxSize": max_size,
+                "MixedInstancesPolicy": {"InstancesDistribution": {"OnDemandBaseCapacity": 0}},
+            }
+        )
+        seen = []
+        for _ in range(12):
+            minutes(model, 1)
+            seen.append(len(fleet.live()))
+        assert (min(seen), markets(fleet)) == (expected_lowest, (8, 0)), max_size
+
+
+@pytest.mark.parametrize("checks", [False, True])
+def test_an_update_may_check_the_launch_template_permissions_of_its_caller(checks):
+    model = world(update_checks_launch_template=checks)
+    fleet = group(model)
+    update = {"AutoScalingGroupName": fleet.name, "MaxSize": 9}
+    if checks:
+        with pytest.raises(botocore.exceptions.ClientError) as raised:
+            clients()["autoscaling"].update_auto_scaling_group(**update)
+        assert raised.value.response["Error"]["Message"] == (
+            "You are not authorized to use launch template: lt-0123456789abcdef0"
+        )
+    model.granted = {"ec2:RunInstances", "iam:PassRole"}
+    clients()["autoscaling"].update_auto_scaling_group(**update)
+    assert fleet.max_size == 9
+
+
+def test_start_time_lower_bound_takes_the_documented_forms_only():
+    model = world()
+    fleet = group(model)
+    autoscaling = clients()["autoscaling"]
+    for value in ("2026-11-23T06:00:00Z", "2026-11-23T14:00:00+08:00"):
+        autoscaling.describe_scaling_activities(
+            AutoScalingGroupName=fleet.name, Filters=[{"Name": "StartTimeLowerBound", "Values": [value]}]
+        )
+    with pytest.raises(botocore.exceptions.ClientError) as raised:
+        autoscaling.describe_scaling_activities(
+            AutoScalingGroupName=fleet.name,
+            Filters=[{"Name": "StartTimeLowerBound", "Values": ["2026-11-23T06:00:00.123456+00:00"]}],
+        )
+    assert raised.value.response["Error"]["Code"] == "ValidationError"
+
+
+def test_a_capacity_block_group_runs_its_nodes_from_the_start_and_scales_in_before_ec2_ends_them():
+    """[capacity-blocks] with gpufleet.block_schedule: the block from minute 30 to 200; the scale-out at 30, the
+    scale-in 50 minutes before the end (150), EC2's warning at 160 and its terminations from 170."""
+    model = World(Availability(spot=((0, 0),), on_demand=((0, 0),), block=2), Unknowns())
+    endpoint().world = model
+    fleet = AutoScalingGroup(model, target=2, on_demand=2, block=(30, 200))
+    assert (fleet.desired, fleet.scheduled) == (0, [(30, 2), (150, 0)])
+    minutes(model, 29)
+    assert fleet.live() == []
+    minutes(model, 3)
+    assert [i.market for i in fleet.live()] == [CAPACITY_BLOCK] * 2
+    answer = clients()["ec2"].describe_instances(
+        Filters=[{"Name": "instance-id", "Values": [i.id for i in fleet.live()]}]
+    )
+    assert {i["InstanceLifecycle"] for r in answer["Reservations"] for i in r["Instances"]} == {CAPACITY_BLOCK}
+    minutes(model, 150 - 32)
+    ending = fleet.instances()
+    assert all(i.cause == "group" and i.hook_started_at == 150 for i in ending)
+    minutes(model, 60)
+    assert fleet.live() == [] and all(i.ended_at == 150 + HOOK_MINUTES for i in ending)
+
+
+def test_ec2_ends_what_still_runs_in_a_block_ten_minutes_after_its_warning_ran_the_hook():
+    model = World(Availability(spot=((0, 0),), on_demand=((0, 0),), block=2), Unknowns())
+    endpoint().world = model
+    fleet = AutoScalingGroup(model, target=2, on_demand=2, block=(30, 200))
+    fleet.scheduled = [(30, 2)]  # a scale-in that did not run (an end copied wrong)
+    minutes(model, 175)
+    assert all(i.hook_started_at == 160 and i.ended_at == 170 and i.cause == "ec2" for i in fleet.instances())

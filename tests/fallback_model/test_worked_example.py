@@ -15,4 +15,16 @@ def test_the_capacity_guide_shows_the_models_output():
 def test_the_worked_example_shows_the_revert_and_the_hand_back():
     rows = table("spot-fleet").splitlines()
     actions = [row.split(" | ")[4] for row in rows[2:]]
-    assert actions == ["hold", "hold", "raise", "hold", "revert", "hold", "hold", "probe", "lower", "hand-back", "hold"]
+    assert actions == [
+        "hold",
+        "hold",
+        "raise",
+        "hold",
+        "revert",
+        "hold",
+        "hold",
+        "probe",
+        "hand-back",
+        "settle",
+        "hold",
+    ]

@@ -11,29 +11,36 @@ import pytest
 
 from gpufleet.fallback import (
     ALIGN,
-    CHECKPOINT_DONE,
-    CHECKPOINT_RUNNING,
+    CORRECT,
     HAND_BACK,
     HAND_BACK_BY_FALLBACK,
     HOLD,
+    KEEP_EXCESS,
     LOWER,
     NO_CAPACITY,
     PRICE,
     PROBE,
     RAISE,
     REAPPLY,
+    RETRY,
     REVERT,
+    SETTLE,
+    TERMINATE_EXCESS,
+    WITHDRAW,
     FallbackSettings,
     FallbackState,
     LaunchFailure,
     Observation,
+    carried_out,
     decide,
     parameter_name,
 )
 
 START = dt.datetime(2026, 11, 23, 6, 0, tzinfo=dt.UTC)
 # dev-like: 8 nodes, 2 on demand, raise after 15 min, restore after 30, at most 2 extra on-demand nodes.
-GROUP = FallbackSettings(floor=2, after=dt.timedelta(minutes=15), restore_after=dt.timedelta(minutes=30), max_extra=2)
+GROUP = FallbackSettings(
+    floor=2, after=dt.timedelta(minutes=15), restore_after=dt.timedelta(minutes=30), max_extra=2, target=8
+)
 FLEET = replace(GROUP, hands_back=HAND_BACK_BY_FALLBACK)
 
 
@@ -41,9 +48,10 @@ def at(minute: float) -> dt.datetime:
     return START + dt.timedelta(minutes=minute)
 
 
-def check(minute, part, spot, on_demand=None, *, target=8, failures=(), nodes=(), checkpoints=None, **busy):
+def check(minute, part, spot, on_demand=None, *, target=8, failures=(), nodes=(), max_size=8, **busy):
     """One look: the on-demand part, live spot and on-demand nodes (default: the part), launch failures as
-    (minute, kind), the fleet's on-demand node ids, newest first (Spot Fleet), and its checkpoint hooks."""
+    (minute, kind), the fleet's on-demand node ids, newest first (Spot Fleet), its total as set (target) and, for a
+    group, its MaxSize."""
     return Observation(
         at=at(minute),
         target=target,
@@ -52,7 +60,7 @@ def check(minute, part, spot, on_demand=None, *, target=8, failures=(), nodes=()
         on_demand_running=part if on_demand is None else on_demand,
         failures=tuple(LaunchFailure(at(m), kind, "probe") for m, kind in failures),
         on_demand_nodes=tuple(nodes),
-        checkpoints=checkpoints or {},
+        max_size=max_size,
         **busy,
     )
 
@@ -274,8 +282,9 @@ def test_a_raise_on_demand_cannot_fill_goes_back_to_spot(history, expected):
             (
                 LOWER,
                 2,
-                "spot back for 30 min: on-demand base 4 -> 2; the group replaces the extra on-demand nodes by spot "
-                "ones as spot allows, launching each before it terminates one (through its lifecycle hook)",
+                "spot back for 30 min: on-demand base 4 -> 2, MaxSize 8 -> 9; the group replaces the extra on-demand "
+                "nodes by spot ones as spot allows, launching each before it terminates one (through its lifecycle "
+                "hook)",
             ),
             id="a-group-lowers-to-the-floor-at-restore-after",
         ),
@@ -300,7 +309,7 @@ def test_a_raise_on_demand_cannot_fill_goes_back_to_spot(history, expected):
             id="missing-nodes-restart-the-restore-clock",
         ),
         pytest.param(
-            [check(0, 2, 6, 4), check(30, 2, 6, 4)],
+            [check(0, 2, 6, 4), check(30, 2, 6, 4, max_size=9)],
             (HOLD, 2, "fleet full (6 spot + 4 on-demand of 8, on-demand part 2); on-demand part at its floor 2"),
             id="a-group-below-its-live-on-demand-nodes-replaces-them-itself",
         ),
@@ -313,35 +322,45 @@ def test_an_auto_scaling_group_gets_its_extra_nodes_back_to_spot(history, expect
 NODES = ("i-new", "i-mid", "i-old", "i-floor")  # newest first
 
 
-def test_a_spot_fleet_probes_for_spot_and_checkpoints_every_on_demand_node():
+def test_a_spot_fleet_probes_for_spot_without_a_hook_on_any_node():
     decision = run([check(0, 4, 4, nodes=NODES), check(30, 4, 4, nodes=NODES)], FLEET)
-    assert (decision.action, decision.on_demand, decision.total, decision.checkpoint, decision.terminate) == (
+    assert (decision.action, decision.on_demand, decision.total, decision.end, decision.excess_policy) == (
         PROBE,
         4,
         10,
-        NODES,
         (),
+        TERMINATE_EXCESS,
     )
     assert decision.reason == (
-        "spot back for 30 min: asking for 2 spot node(s) beyond the target (8 -> 10) to replace on-demand node(s) "
-        "i-new, i-mid; the checkpoint hook runs on every on-demand node (i-new, i-mid, i-old, i-floor)"
+        "spot back for 30 min: asking for 2 spot node(s) beyond the target (8 -> 10) to replace as many on-demand "
+        "nodes; they end, after their checkpoint hook, once the spot nodes are there (at most 15 min)"
     )
-    assert (
-        decision.state.probe_total,
-        decision.state.probe_extra,
-        decision.state.probe_nodes,
-        decision.state.probe_checkpointed,
-        decision.state.probe_lowered,
-        decision.state.probe_started,
-    ) == (10, 2, ("i-new", "i-mid"), NODES, False, at(30))
+    state = decision.state
+    assert (state.probe_total, state.probe_extra, state.probe_started) == (10, 2, at(30))
+    # Recorded before it is made: what the fleet is to show, and what it showed.
+    assert state.intent == {
+        "total": 10,
+        "on_demand": 4,
+        "max_size": None,
+        "excess_policy": TERMINATE_EXCESS,
+        "from_total": 8,
+        "from_on_demand": 4,
+        "from_max_size": None,
+    }
+
+
+def test_a_probe_asks_for_at_most_max_extra_nodes_beyond_the_target():
+    """A part raised outside the fallback above the ceiling: the probe still stays within target + max_extra."""
+    nodes = ("i-1", "i-2", "i-3", "i-4", "i-5", "i-6")
+    decision = run([check(0, 6, 2, nodes=nodes), check(30, 6, 2, nodes=nodes)], FLEET)
+    assert (decision.action, decision.total, decision.state.probe_extra) == (PROBE, 10, 2)
 
 
 PROBING = [check(0, 4, 4, nodes=NODES), check(30, 4, 4, nodes=NODES)]
-DONE = {node: CHECKPOINT_DONE for node in NODES}
 
 
-def probe(minute, spot, *, checkpoints=DONE, missing=0, nodes=NODES, target=10):
-    return check(minute, 4, spot, 4 - missing, target=target, nodes=nodes, checkpoints=checkpoints)
+def probe(minute, spot, *, missing=0, nodes=NODES, target=10):
+    return check(minute, 4, spot, 4 - missing, target=target, nodes=nodes)
 
 
 @pytest.mark.parametrize(
@@ -354,161 +373,305 @@ def probe(minute, spot, *, checkpoints=DONE, missing=0, nodes=NODES, target=10):
                 4,
                 10,
                 (),
-                "hand-back under way for 5 min: 1 of 2 extra spot node(s) there (5 spot + 4 on-demand of 8, on-demand "
+                "probe under way for 5 min: 1 of 2 extra spot node(s) there (5 spot + 4 on-demand of 8, on-demand "
                 "part 4); waiting up to 15 min for them",
             ),
             id="waits-for-the-spot-nodes",
         ),
         pytest.param(
-            [probe(35, 6, checkpoints={**DONE, "i-floor": CHECKPOINT_RUNNING})],
-            (
-                HOLD,
-                4,
-                10,
-                (),
-                "hand-back under way for 5 min: 2 of 2 extra spot node(s) there (6 spot + 4 on-demand of 8, on-demand "
-                "part 4); checkpoint hook(s) still running on i-floor",
-            ),
-            id="waits-for-every-hook",
-        ),
-        pytest.param(
-            [probe(40, 6, checkpoints={"i-floor": CHECKPOINT_RUNNING})],
-            (
-                LOWER,
-                2,
-                10,
-                (),
-                "hand-back after 10 min: 2 of 2 extra spot node(s) came (6 spot + 4 on-demand of 8, on-demand part 4), "
-                "checkpoint hooks done: on-demand part 4 -> 2; the on-demand node(s) end at the next check",
-            ),
-            id="a-hook-past-its-timeout-counts-as-done",
-        ),
-        pytest.param(
             [probe(35, 6)],
-            (
-                LOWER,
-                2,
-                10,
-                (),
-                "hand-back after 5 min: 2 of 2 extra spot node(s) came (6 spot + 4 on-demand of 8, on-demand part 4), "
-                "checkpoint hooks done: on-demand part 4 -> 2; the on-demand node(s) end at the next check",
-            ),
-            id="lowers-the-part-once-spot-came-and-the-hooks-ran",
-        ),
-        pytest.param(
-            [probe(45, 5)],
-            (
-                LOWER,
-                3,
-                9,
-                (),
-                "hand-back after 15 min: 1 of 2 extra spot node(s) came (5 spot + 4 on-demand of 8, on-demand part 4), "
-                "checkpoint hooks done: on-demand part 4 -> 3, target 10 -> 9 (the requests that did not come "
-                "withdrawn); the on-demand node(s) end at the next check",
-            ),
-            id="after-after-hands-back-what-came-and-withdraws-the-rest",
-        ),
-        pytest.param(
-            [probe(45, 4)],
-            (
-                HAND_BACK,
-                4,
-                8,
-                (),
-                "hand-back after 15 min: no extra spot node came (4 spot + 4 on-demand of 8, on-demand part 4); the "
-                "extra request is withdrawn (target 10 -> 8), the on-demand nodes stay",
-            ),
-            id="no-spot-withdraws-the-request",
-        ),
-        pytest.param(
-            [probe(35, 3)],
-            (
-                HAND_BACK,
-                4,
-                8,
-                (),
-                "hand-back after 5 min: no extra spot node came (3 spot + 4 on-demand of 8, on-demand part 4); the "
-                "extra request is withdrawn (target 10 -> 8), the on-demand nodes stay",
-            ),
-            id="missing-nodes-end-the-probe-at-once",
-        ),
-        pytest.param(
-            [probe(35, 6), check(40, 2, 6, 4, target=10, nodes=NODES)],
             (
                 HAND_BACK,
                 2,
                 8,
                 ("i-new", "i-mid"),
-                "hand-back after 10 min: ending on-demand node(s) i-new, i-mid (6 spot + 4 on-demand of 8, on-demand "
-                "part 2), target 10 -> 8",
+                "probe over after 5 min: 2 of 2 extra spot node(s) came (6 spot + 4 on-demand of 8, on-demand part 4): "
+                "the checkpoint hook runs on i-new, i-mid, which then end(s); total 10 -> 8, on-demand part 4 -> 2",
             ),
-            id="ends-the-newest-checkpointed-nodes-above-the-part",
+            id="hooks-and-ends-exactly-the-newest-on-demand-nodes-spot-came-for",
         ),
         pytest.param(
-            [probe(35, 6), check(40, 2, 6, 3, target=10, nodes=("i-mid", "i-old", "i-floor"))],
+            [probe(44.99, 5)],
+            (
+                HOLD,
+                4,
+                10,
+                (),
+                "probe under way for 14.99 min: 1 of 2 extra spot node(s) there (5 spot + 4 on-demand of 8, on-demand "
+                "part 4); waiting up to 15 min for them",
+            ),
+            id="waits-just-under-after",
+        ),
+        pytest.param(
+            [probe(45, 5)],
             (
                 HAND_BACK,
-                2,
+                3,
                 8,
-                ("i-mid",),
-                "hand-back after 10 min: ending on-demand node(s) i-mid (6 spot + 3 on-demand of 8, on-demand part 2), "
-                "target 10 -> 8",
+                ("i-new",),
+                "probe over after 15 min: 1 of 2 extra spot node(s) came (5 spot + 4 on-demand of 8, on-demand part "
+                "4): the checkpoint hook runs on i-new, which then end(s); total 10 -> 8, on-demand part 4 -> 3; next "
+                "hand-back not before 07:45:00Z",
             ),
-            id="ends-only-what-ec2-left-above-the-part",
+            id="after-after-hands-back-what-came-and-backs-off",
         ),
         pytest.param(
-            [probe(35, 6), check(40, 2, 6, 2, target=10, nodes=("i-old", "i-floor"))],
+            [probe(45, 4)],
             (
-                HAND_BACK,
-                2,
+                WITHDRAW,
+                4,
                 8,
                 (),
-                "hand-back after 10 min: no on-demand node left to end (6 spot + 2 on-demand of 8, on-demand part 2), "
-                "target 10 -> 8",
+                "probe over after 15 min: no extra spot node came (4 spot + 4 on-demand of 8, on-demand part 4); the "
+                "probe is withdrawn (total 10 -> 8), the on-demand nodes stay, no hook runs; next hand-back not before "
+                "07:45:00Z",
             ),
-            id="ends-nothing-when-ec2-swapped-them",
+            id="no-spot-withdraws-without-a-hook",
+        ),
+        pytest.param(
+            [probe(35, 3)],
+            (
+                WITHDRAW,
+                4,
+                8,
+                (),
+                "probe over after 5 min: no extra spot node came (3 spot + 4 on-demand of 8, on-demand part 4); the "
+                "probe is withdrawn (total 10 -> 8), the on-demand nodes stay, no hook runs; next hand-back not before "
+                "07:35:00Z",
+            ),
+            id="missing-nodes-end-the-probe-at-once",
+        ),
+        pytest.param(
+            [probe(35, 6, missing=2, nodes=("i-old", "i-floor"))],
+            (
+                HAND_BACK,
+                4,
+                8,
+                (),
+                "probe over after 5 min: 2 of 2 extra spot node(s) came (6 spot + 2 on-demand of 8, on-demand part 4): "
+                "the checkpoint hook runs on no node, which then end(s); total 10 -> 8, on-demand part 4 -> 4",
+            ),
+            id="never-below-the-floor",
         ),
     ],
 )
 def test_a_spot_fleet_hand_back(after_probe, expected):
     decision = run([*PROBING, *after_probe], FLEET)
-    assert (decision.action, decision.on_demand, decision.total, decision.terminate, decision.reason) == expected
+    assert (decision.action, decision.on_demand, decision.total, decision.end, decision.reason) == expected
+    if decision.action == HAND_BACK:
+        assert decision.excess_policy == KEEP_EXCESS
 
 
-def test_a_hand_back_forgets_its_probe_and_restarts_the_restore_clock():
-    decision = run([*PROBING, probe(35, 6), check(40, 2, 6, 4, target=10, nodes=NODES)], FLEET)
-    assert decision.state == replace(
-        decision.state,
-        probe_total=None,
-        probe_extra=0,
-        probe_nodes=(),
-        probe_checkpointed=(),
-        probe_commands={},
-        probe_lowered=False,
-        probe_started=None,
-        healthy_since=at(40),
-        changed_at=at(40),
+def test_a_hand_back_forgets_its_probe():
+    decision = run([*PROBING, probe(35, 6)], FLEET)
+    state = decision.state
+    assert (state.probe_total, state.probe_extra, state.probe_started) == (None, 0, None)
+    assert (state.hand_back_misses, state.next_hand_back) == (0, None)
+
+
+def test_hand_backs_that_find_spot_short_back_off_doubling_up_to_the_cap():
+    assert [FLEET.hand_back_wait(misses) for misses in (0, 1, 2, 3, 4, 10)] == [
+        dt.timedelta(minutes=minutes) for minutes in (30, 60, 120, 240, 240, 240)
+    ]
+    withdrawn = [*PROBING, probe(45, 4)]
+    # The next probe waits until 07:45 (06:45 + 60 min), then finds spot short again: 120 min more.
+    assert outcome(run([*withdrawn, check(104.99, 4, 4, nodes=NODES)], FLEET)) == (
+        HOLD,
+        4,
+        "fleet full (4 spot + 4 on-demand of 8, on-demand part 4); 1 hand-back(s) in a row found spot short: the "
+        "next one starts at 07:45:00Z",
     )
-    assert decision.state.probe_total is None and decision.state.healthy_since == at(40)
+    again = [*withdrawn, check(105, 4, 4, nodes=NODES)]
+    assert run(again, FLEET).action == PROBE
+    second = run([*again, probe(120, 4)], FLEET)
+    assert (second.action, second.state.hand_back_misses, second.state.next_hand_back) == (WITHDRAW, 2, at(240))
 
 
-def test_a_target_changed_outside_the_fallback_drops_the_hand_back():
-    decision = run([*PROBING, check(35, 4, 5, target=8, nodes=NODES, failures=[(34, NO_CAPACITY)])], FLEET)
+def test_a_raise_or_a_full_hand_back_ends_the_back_off():
+    backing_off = FallbackState(node_group_id="sfr-1", hand_back_misses=2, next_hand_back=at(200))
+    raised = run([check(0, 2, 4, nodes=NODES[2:]), check(15, 2, 4, nodes=NODES[2:])], FLEET, backing_off)
+    assert (raised.action, raised.state.hand_back_misses, raised.state.next_hand_back) == (RAISE, 0, None)
+    withdrawn = [*PROBING, probe(45, 4)]
+    handed_back = run([*withdrawn, check(105, 4, 4, nodes=NODES), probe(110, 6)], FLEET)
+    assert (handed_back.action, handed_back.state.hand_back_misses, handed_back.state.next_hand_back) == (
+        HAND_BACK,
+        0,
+        None,
+    )
+
+
+def test_a_target_changed_outside_the_fallback_drops_the_probe():
+    decision = run(
+        [*PROBING, probe(35, 5), check(40, 4, 5, target=8, nodes=NODES, failures=[(39, NO_CAPACITY)])], FLEET
+    )
     assert outcome(decision) == (
         HOLD,
         4,
-        "the fleet's target is 8, not the 10 the hand-back asked for: changed outside the fallback, the hand-back is "
-        "dropped; fleet full (5 spot + 4 on-demand of 8, on-demand part 4), spot back for 1 min; 2 extra on-demand "
-        "node(s) go back to spot after 30 min",
+        "the fleet's total is 8, not the 10 the probe asked for: changed outside the fallback, the probe is dropped; "
+        "fleet full (5 spot + 4 on-demand of 8, on-demand part 4), spot back for 1 min; 2 extra on-demand node(s) go "
+        "back to spot after 30 min",
     )
     assert decision.state.probe_total is None
+
+
+def test_the_target_is_the_configured_one_and_a_total_set_outside_is_set_back_at_the_second_check():
+    """Issue 31, problem 2: a probe's total left on the fleet with no record of it (a lost state write) is not the
+    next run's target: the first check holds (a deploy may be under way), the second sets the target back."""
+    first = run([check(0, 4, 6, 4, target=10, nodes=NODES)], FLEET)
+    assert outcome(first) == (
+        HOLD,
+        4,
+        "the fleet's TargetCapacity is 10, not capacity.target 8 (the function's configuration): set outside the "
+        "fallback, or a deploy under way; set back at the next check if it stays",
+    )
+    assert first.state.outside_since == at(0)
+    second = run([check(0, 4, 6, 4, target=10, nodes=NODES), check(5, 4, 6, 4, target=10, nodes=NODES)], FLEET)
+    assert (second.action, second.total, second.on_demand, second.reason) == (
+        CORRECT,
+        8,
+        4,
+        "the fleet's TargetCapacity 10 is still not capacity.target 8 (seen since 06:00:00Z): set back to 8",
+    )
+    settled = run([check(0, 4, 6, 4, target=10, nodes=NODES), check(5, 4, 6, 4, target=8, nodes=NODES)], FLEET)
+    assert (settled.action, settled.state.outside_since) == (HOLD, None)
+
+
+def test_a_group_desired_capacity_is_not_the_fallbacks_to_set_back():
+    decision = run([check(0, 2, 8, target=10)])
+    assert (decision.action, decision.total) == (HOLD, 10)
+
+
+@pytest.mark.parametrize(
+    ("shown", "expected"),
+    [
+        pytest.param(
+            probe(35, 4, target=8),
+            (
+                RETRY,
+                10,
+                "the change recorded at 06:30:00Z (probe: total 8 -> 10, on-demand part 4 -> 4) is not on the fleet "
+                "(the run that made it failed): made again",
+            ),
+            id="not-made-made-again",
+        ),
+        pytest.param(
+            probe(35, 5),
+            (
+                HOLD,
+                10,
+                "probe under way for 5 min: 1 of 2 extra spot node(s) there (5 spot + 4 on-demand of 8, on-demand "
+                "part 4); waiting up to 15 min for them",
+            ),
+            id="made-forgotten",
+        ),
+        pytest.param(
+            check(35, 3, 5, 4, target=9, nodes=NODES),
+            (
+                HOLD,
+                9,
+                "the fleet shows total 9, on-demand part 3, neither what the fallback's probe started from nor what it "
+                "set: changed outside the fallback; the fleet's total is 9, not the 10 the probe asked for: changed "
+                "outside the fallback, the probe is dropped; the fleet's TargetCapacity is 9, not capacity.target 8 "
+                "(the function's configuration): set outside the fallback, or a deploy under way; set back at the next "
+                "check if it stays",
+            ),
+            id="changed-outside-dropped",
+        ),
+    ],
+)
+def test_a_recorded_change_is_made_again_until_the_fleet_shows_it(shown, expected):
+    decision = run([*PROBING, shown], FLEET)
+    assert (decision.action, decision.total, decision.reason) == expected
+    assert decision.state.intent == ({} if decision.action == HOLD else decision.state.intent)
+
+
+def test_a_hand_back_made_again_keeps_its_excess_policy():
+    handed_back = run([*PROBING, probe(35, 6)], FLEET)
+    assert handed_back.state.intent["excess_policy"] == KEEP_EXCESS
+    retried = decide(FLEET, probe(40, 6), handed_back.state)
+    assert (retried.action, retried.total, retried.on_demand, retried.excess_policy) == (RETRY, 8, 2, KEEP_EXCESS)
+
+
+@pytest.mark.parametrize(
+    ("observed", "expected"),
+    [
+        pytest.param(
+            check(70, 2, 6, 4, nodes=NODES, excess_policy=KEEP_EXCESS),
+            (
+                SETTLE,
+                ("i-new", "i-mid"),
+                False,
+                "2 on-demand node(s) above the part and the target (6 spot + 4 on-demand of 8, on-demand part 2), "
+                "launched while the hand-back ended others: the checkpoint hook runs on i-new, i-mid, which then "
+                "end(s)",
+            ),
+            id="ends-nodes-launched-between-the-hand-backs-calls",
+        ),
+        pytest.param(
+            check(70, 2, 7, 2, nodes=NODES[2:], excess_policy=KEEP_EXCESS),
+            (
+                SETTLE,
+                (),
+                True,
+                "hand-back done (7 spot + 2 on-demand of 8, on-demand part 2): ExcessCapacityTerminationPolicy "
+                "noTermination -> default, the template's",
+            ),
+            id="then-the-templates-policy-ends-extra-spot-with-a-notice",
+        ),
+    ],
+)
+def test_after_a_hand_back_the_fleet_settles(observed, expected):
+    decision = run([observed], FLEET)
+    assert (decision.action, decision.end, decision.modifies, decision.reason) == expected
+    assert decision.excess_policy == (TERMINATE_EXCESS if decision.modifies else KEEP_EXCESS)
+    assert bool(decision.state.intent) == decision.modifies
+
+
+def test_a_group_lowers_its_base_with_room_above_max_size_and_gives_it_back_after():
+    lowered = run([*RAISED, check(20, 4, 4), check(50, 4, 4)])
+    assert (lowered.action, lowered.on_demand, lowered.max_size) == (LOWER, 2, 9)
+    assert lowered.reason == (
+        "spot back for 30 min: on-demand base 4 -> 2, MaxSize 8 -> 9; the group replaces the extra on-demand nodes by "
+        "spot ones as spot allows, launching each before it terminates one (through its lifecycle hook)"
+    )
+    replacing = run([check(0, 2, 6, 3, max_size=9)])
+    assert (replacing.action, replacing.max_size) == (HOLD, None)
+    done = run([check(0, 2, 6, 2, max_size=9)])
+    assert (done.action, done.max_size, done.reason) == (
+        SETTLE,
+        8,
+        "no on-demand node above the base 2 is left to replace (6 spot + 2 on-demand of 8, on-demand part 2): MaxSize "
+        "9 -> 8",
+    )
+    reset = run([check(0, 2, 6, 4, max_size=8)])
+    assert (reset.action, reset.max_size, reset.reason) == (
+        SETTLE,
+        9,
+        "the group replaces 2 on-demand node(s) above its base (6 spot + 4 on-demand of 8, on-demand part 2): MaxSize "
+        "8 -> 9, room to launch each spot node before it terminates one",
+    )
+
+
+def test_a_history_read_short_of_its_end_keeps_spot_from_counting_as_back():
+    decision = run([check(0, 4, 4), check(30, 4, 4, history_complete=False)])
+    assert outcome(decision) == (
+        HOLD,
+        4,
+        "fleet full (4 spot + 4 on-demand of 8, on-demand part 4), spot back for 0 min (the history had more than a "
+        "run reads: counted as a failure now); 2 extra on-demand node(s) go back to spot after 30 min",
+    )
+
+
+def test_decide_needs_the_configured_target():
+    with pytest.raises(ValueError, match="FallbackSettings.target is 0: capacity.target"):
+        decide(replace(GROUP, target=0), check(0, 2, 6), FallbackState())
 
 
 @pytest.mark.parametrize(
     ("history", "expected"),
     [
         pytest.param(
-            [*RAISED, check(20, 2, 3, 4)],
+            [*RAISED, check(17, 4, 3, 4), check(20, 2, 3, 4)],
             (
                 REAPPLY,
                 4,
@@ -520,14 +683,15 @@ def test_a_target_changed_outside_the_fallback_drops_the_hand_back():
         pytest.param(
             [*RAISED, check(20, 4, 4), check(25, 2, 4, 4)],
             (
-                HOLD,
+                SETTLE,
                 2,
-                "fleet full (4 spot + 4 on-demand of 8, on-demand part 2); on-demand part at its floor 2",
+                "the group replaces 2 on-demand node(s) above its base (4 spot + 4 on-demand of 8, on-demand part 2): "
+                "MaxSize 8 -> 9, room to launch each spot node before it terminates one",
             ),
-            id="a-group-reset-with-nothing-missing-stands",
+            id="a-group-reset-with-nothing-missing-stands-and-gets-room-to-replace",
         ),
         pytest.param(
-            [check(0, 3, 5), check(5, 2, 5, 3)],
+            [check(0, 3, 5), check(5, 2, 5, 3, max_size=9)],
             (
                 HOLD,
                 2,
@@ -557,9 +721,9 @@ def test_an_alignment_due_for_a_hand_back_starts_it_with_the_aligned_part():
 
 
 def test_the_ceiling_is_at_most_the_target():
-    small = replace(GROUP, max_extra=5)
+    small = replace(GROUP, max_extra=5, target=3)
     assert small.ceiling(4) == 4 and small.ceiling(8) == 7
-    decision = run([check(0, 2, 0, target=3), check(15, 2, 0, target=3)], small)
+    decision = run([check(0, 2, 0, target=3, max_size=3), check(15, 2, 0, target=3, max_size=3)], small)
     assert (decision.action, decision.on_demand) == (RAISE, 3)
 
 
@@ -604,21 +768,22 @@ STORED = FallbackState(
     history_read_until=at(44.5),
     probe_total=10,
     probe_extra=2,
-    probe_nodes=("i-1", "i-2"),
-    probe_checkpointed=("i-1", "i-2", "i-3"),
-    probe_commands={"i-1": "c-1"},
-    probe_lowered=True,
     probe_started=at(41),
+    hand_back_misses=1,
+    next_hand_back=at(100),
+    outside_since=at(43),
+    intent={"total": 10, "on_demand": 3, "from_total": 8, "from_on_demand": 3},
     action=HOLD,
     reason="waiting",
 )
 STORED_JSON = (
     '{"action": "hold", "changed_at": "2026-11-23T06:20:00+00:00", "checked_at": "2026-11-23T06:45:00+00:00", '
-    '"failures": {"no-capacity": 2, "price": 1}, "healthy_since": "2026-11-23T06:10:00+00:00", '
-    '"history_read_until": "2026-11-23T06:44:30+00:00", "node_group_id": "sfr-1", "on_demand": 3, '
-    '"probe_checkpointed": ["i-1", "i-2", "i-3"], "probe_commands": {"i-1": "c-1"}, "probe_extra": 2, '
-    '"probe_lowered": true, "probe_nodes": ["i-1", "i-2"], "probe_started": "2026-11-23T06:41:00+00:00", '
-    '"probe_total": 10, "reason": "waiting", "short_since": "2026-11-23T06:40:00+00:00"}'
+    '"failures": {"no-capacity": 2, "price": 1}, "hand_back_misses": 1, "healthy_since": "2026-11-23T06:10:00+00:00", '
+    '"history_read_until": "2026-11-23T06:44:30+00:00", "intent": {"from_on_demand": 3, "from_total": 8, '
+    '"on_demand": 3, "total": 10}, "next_hand_back": "2026-11-23T07:40:00+00:00", "node_group_id": "sfr-1", '
+    '"on_demand": 3, "outside_since": "2026-11-23T06:43:00+00:00", "probe_extra": 2, '
+    '"probe_started": "2026-11-23T06:41:00+00:00", "probe_total": 10, "reason": "waiting", '
+    '"short_since": "2026-11-23T06:40:00+00:00"}'
 )
 
 
@@ -656,6 +821,9 @@ def test_state_from_its_json_text(text, expected):
         pytest.param(
             '{"checked_at": 5}', "not a fallback state (fromisoformat: argument must be str)", id="a-number-for-a-time"
         ),
+        pytest.param(
+            '{"intent": [1]}', "not a fallback state (intent is not a document)", id="an-intent-not-a-document"
+        ),
     ],
 )
 def test_text_that_is_not_a_state_is_one_value_error(text, message):
@@ -671,3 +839,28 @@ def test_a_state_about_another_fleet_starts_afresh():
 
 def test_the_state_parameter_is_named_after_the_environment():
     assert parameter_name("prod") == "/gpufleet/prod/fallback"
+
+
+def test_a_hand_back_made_again_ends_first_the_nodes_the_fleet_put_back():
+    """The hand-back's run ended its two nodes and failed before lowering the part; the fleet replaced them. Made
+    again, the change ends the replacements first (after their hook): the part never drops below the live on-demand
+    nodes, which would leave EC2 to pick which end."""
+    handed_back = run([*PROBING, probe(35, 6)], FLEET)
+    replaced = ("i-new2", "i-new1", "i-old", "i-floor")
+    retried = decide(FLEET, probe(40, 6, nodes=replaced), handed_back.state)
+    assert (retried.action, retried.on_demand, retried.total, retried.end) == (RETRY, 2, 8, ("i-new2", "i-new1"))
+    assert retried.reason.endswith("made again; first the checkpoint hook runs on i-new2, i-new1, which then end(s)")
+
+
+def test_what_the_handler_carried_out_when_a_hook_could_not_start():
+    handed_back = run([*PROBING, probe(35, 6)], FLEET)
+    carried = carried_out(FLEET, handed_back, ("i-mid",), at(35))
+    assert (carried.on_demand, carried.end, carried.state.on_demand, carried.state.intent["on_demand"]) == (
+        3,
+        ("i-mid",),
+        3,
+        3,
+    )
+    assert carried.reason.endswith("; i-new kept: no checkpoint hook could start there")
+    assert (carried.state.hand_back_misses, carried.state.next_hand_back) == (1, at(95))
+    assert carried_out(FLEET, handed_back, ("i-new", "i-mid"), at(35)) == replace(handed_back, end=("i-new", "i-mid"))

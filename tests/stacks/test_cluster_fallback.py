@@ -52,6 +52,7 @@ def test_the_fallback_runs_on_the_stacks_node_group_with_the_environments_settin
         "BACKEND": backend,
         "NODE_GROUP_ID": {"Ref": node_group},
         "PARAMETER_NAME": f"/gpufleet/{name}/fallback",
+        "TARGET": "8",
         "FLOOR": "2",
         "AFTER_MINUTES": "20",
         "RESTORE_AFTER_MINUTES": "45",
@@ -94,6 +95,16 @@ def test_on_the_auto_scaling_backend_the_fallback_may_update_the_stacks_group_on
         ]
     }
     assert not [s for s in statements if "ec2:ModifySpotFleetRequest" in json.dumps(s)]
+    # What Auto Scaling may check of the update's caller: the stack's launch template and node role only
+    # (gpufleet.fallback.GROUP_LAUNCH_PERMISSIONS).
+    (template_id,) = [k for k, r in template["Resources"].items() if r["Type"] == "AWS::EC2::LaunchTemplate"]
+    (run_instances,) = [s for s in statements if s["Action"] == "ec2:RunInstances"]
+    assert run_instances["Condition"]["ArnEquals"]["ec2:LaunchTemplate"]["Fn::Join"][1][-1] == {"Ref": template_id}
+    (pass_role,) = [s for s in statements if s["Action"] == "iam:PassRole"]
+    role_id = pass_role["Resource"]["Fn::GetAtt"][0]
+    assert template["Resources"][role_id]["Properties"]["AssumeRolePolicyDocument"]["Statement"][0]["Principal"] == {
+        "Service": "ec2.amazonaws.com"
+    }
 
 
 def test_shipped_environments_without_fallback_have_none(assembly):

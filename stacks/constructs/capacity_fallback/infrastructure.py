@@ -2,8 +2,9 @@
 
 The function (runtime/handler.py beside this file, deciding with gpufleet/fallback.py) reads the fleet or Auto Scaling
 group, changes its on-demand part (on a Spot Fleet also its total, and ends the on-demand nodes it hands back to spot
-after their checkpoint hook ran), and keeps its state in the SSM parameter /gpufleet/ENV/fallback, which it writes
-itself: the stack does not declare the parameter, so no deploy can write an old value back. A custom resource
+right after their checkpoint hook ran; on a group also MaxSize while it replaces them), and keeps its state in the
+SSM parameter /gpufleet/ENV/fallback, which it writes itself: the stack does not declare the parameter, so no deploy
+can write an old value back. A custom resource
 (runtime/state_cleanup.py) deletes the parameter when the stack goes (or fleet.fallback is removed):
 the schedule, the function and its role depend on it, so CloudFormation deletes them first and no run writes the
 parameter again afterwards; its Create and Update do nothing, so a deploy leaves the state alone.
@@ -19,11 +20,14 @@ tests/stacks/test_iam_resources.py holds every statement to it):
   ssm:GetCommandInvocation (no resource type: "*").
 - Auto Scaling group: autoscaling:UpdateAutoScalingGroup on this group (autoScalingGroup). The reference lists
   iam:PassRole as its dependent action, which the EC2 Auto Scaling user guide needs "when ... a launch template that
-  specifies an instance profile ... is provided", and says ec2:RunInstances permissions "are only checked when an
-  Auto Scaling group is created or updated using a launch template" (ec2-auto-scaling-api-permissions,
-  ec2-auto-scaling-launch-template-permissions); the fallback's update names no launch template, only the
-  distribution, so it is granted neither (that no check applies then is unconfirmed: a refusal would fail the run
-  with AccessDenied in the function's log).
+  specifies an instance profile ... is provided", and says ec2:RunInstances permissions "are checked when an Auto
+  Scaling group is created or updated using a launch template" (ec2-auto-scaling-api-permissions,
+  ec2-auto-scaling-launch-template-permissions); whether an update naming only the distribution and MaxSize is checked
+  is not documented, and one was refused ("You are not authorized to use launch template", community.aws#831). So the
+  role holds them (gpufleet.fallback.GROUP_LAUNCH_PERMISSIONS): ec2:RunInstances and ec2:CreateTags on "*" with the
+  conditions ec2:LaunchTemplate (this group's launch template; a condition key of every resource type RunInstances
+  requires, per parliament 1.6.4's reference) and ec2:CreateAction RunInstances, iam:PassRole of the nodes' role with
+  iam:PassedToService ec2.amazonaws.com: the role cannot launch anything the group's template would not.
 - The reads that take no resource type ("*"): ec2:DescribeSpotFleetRequests, ec2:DescribeInstances,
   autoscaling:DescribeAutoScalingGroups, DescribeScalingActivities, DescribeInstanceRefreshes.
 
@@ -51,14 +55,17 @@ from gpufleet.constants import (
     FALLBACK_CHECK_INTERVAL_MINUTES,
 )
 from gpufleet.environment import Fallback
-from gpufleet.fallback import parameter_name
+from gpufleet.fallback import GROUP_LAUNCH_PERMISSIONS, HAND_BACK_HOOK_WAIT, parameter_name
 from gpufleet.user_data import SETTINGS_FILE
 from stacks.constructs.lambda_functions import lambda_base, provider, runtime_code
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
 # A run is a handful of describe calls and at most three changes, each call retried by botocore (the handler's
-# CLIENT_CONFIG); shorter than the schedule's period, so that a run ends before the next one starts.
-HANDLER_TIMEOUT = cdk.Duration.minutes(2)
+# CLIENT_CONFIG), within two minutes, plus the hand-back's wait for the checkpoint hook of the nodes it is about to end
+# (gpufleet.fallback.HAND_BACK_HOOK_WAIT); shorter than the schedule's period, so that a run ends before the next one
+# starts.
+CALLS_TIMEOUT = cdk.Duration.minutes(2)
+HANDLER_TIMEOUT = CALLS_TIMEOUT.plus(cdk.Duration.seconds(int(HAND_BACK_HOOK_WAIT.total_seconds())))
 # What Run Command runs on an on-demand node before a Spot Fleet hand-back ends it (gpufleet.fallback): the node's
 # settings, then its checkpoint hook, as scripts/node/spot-watcher.sh runs it, with the notice named for the hook. The
 # watcher runs the hook on rebalance recommendations that may never be followed by an interruption: a hook is
@@ -81,15 +88,24 @@ class CapacityFallback(Construct):
         backend: str,
         node_group_id: str,
         environment_name: str,
+        target: int,
         on_demand_floor: int,
         fallback: Fallback,
         checkpoint_hook: bool,
         log_retention: logs.RetentionDays,
+        launch_template_id: str | None = None,
+        node_role_arn: str | None = None,
     ) -> None:
-        """checkpoint_hook: the nodes have one (node.checkpoint_hook): a Spot Fleet hand-back runs it first."""
+        """target: capacity.target, the fallback's own record of the fleet's size (gpufleet.fallback: never the
+        fleet's live value); checkpoint_hook: the nodes have one (node.checkpoint_hook): a Spot Fleet hand-back runs it
+        on each node it ends, right before; launch_template_id, node_role_arn: an Auto Scaling group's launch template
+        and the role of its instance profile (gpufleet.fallback.GROUP_LAUNCH_PERMISSIONS says why), needed with that
+        backend."""
         super().__init__(scope, construct_id)
         if backend not in (BACKEND_SPOT_FLEET, BACKEND_AUTO_SCALING):
             raise ValueError(f"backend {backend!r}: {BACKEND_SPOT_FLEET} or {BACKEND_AUTO_SCALING}")
+        if backend == BACKEND_AUTO_SCALING and not (launch_template_id and node_role_arn):
+            raise ValueError("an Auto Scaling group's fallback needs its launch template id and node role ARN")
         stack = cdk.Stack.of(self)
         parameter = parameter_name(environment_name)
         code = runtime_code(RUNTIME_DIR)
@@ -110,12 +126,21 @@ class CapacityFallback(Construct):
         )
         runs_hook = checkpoint_hook and backend == BACKEND_SPOT_FLEET
         unscoped_reads = self._grant_node_group(role, backend, node_group_id, environment_name, runs_hook)
+        launches = ""
+        if backend == BACKEND_AUTO_SCALING:
+            assert launch_template_id and node_role_arn
+            self._grant_launch(role, launch_template_id, node_role_arn)
+            launches = (
+                "; ec2:RunInstances and ec2:CreateTags, which Auto Scaling may check when the fallback updates the "
+                "group, are held through the group's launch template only (conditions ec2:LaunchTemplate and "
+                "ec2:CreateAction)"
+            )
         cdk.Validations.of(role).acknowledge(
             cdk.Acknowledgment(
                 id="AwsSolutions-IAM5[Resource::*]",
                 reason=f"{', '.join(unscoped_reads)} support no resource-level permissions (Service Authorization "
                 "Reference); the capacity fallback only reads the fleet's nodes, history and checkpoint commands "
-                "with them",
+                f"with them{launches}",
             )
         )
         self.function = base.function(
@@ -127,6 +152,7 @@ class CapacityFallback(Construct):
                 "BACKEND": backend,
                 "NODE_GROUP_ID": node_group_id,
                 "PARAMETER_NAME": parameter,
+                "TARGET": str(target),
                 "FLOOR": str(on_demand_floor),
                 "AFTER_MINUTES": str(fallback.after_minutes),
                 "RESTORE_AFTER_MINUTES": str(fallback.restore_after_minutes),
@@ -189,6 +215,36 @@ class CapacityFallback(Construct):
             resource_type="Custom::GpufleetFallbackState",
             properties={"ParameterName": parameter},
             service_timeout=STATE_CLEANUP_SERVICE_TIMEOUT,
+        )
+
+    def _grant_launch(self, role: iam.Role, launch_template_id: str, node_role_arn: str) -> None:
+        """What UpdateAutoScalingGroup may check of the caller on a group with a launch template
+        (gpufleet.fallback.GROUP_LAUNCH_PERMISSIONS): ec2:RunInstances and ec2:CreateTags only through this launch
+        template (the condition keys ec2:LaunchTemplate, on every resource type RunInstances takes, and
+        ec2:CreateAction), iam:PassRole of the nodes' role to EC2 only (iam:PassedToService)."""
+        stack = cdk.Stack.of(self)
+        template_arn = stack.format_arn(service="ec2", resource="launch-template", resource_name=launch_template_id)
+        run_instances, pass_role, create_tags = GROUP_LAUNCH_PERMISSIONS
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=[run_instances],
+                resources=["*"],
+                conditions={"ArnEquals": {"ec2:LaunchTemplate": template_arn}},
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=[create_tags],
+                resources=["*"],
+                conditions={"StringEquals": {"ec2:CreateAction": "RunInstances"}},
+            )
+        )
+        role.add_to_policy(
+            iam.PolicyStatement(
+                actions=[pass_role],
+                resources=[node_role_arn],
+                conditions={"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+            )
         )
 
     def _grant_node_group(

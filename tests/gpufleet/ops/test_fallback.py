@@ -114,13 +114,20 @@ def test_an_unreadable_state_is_one_line_not_a_traceback(spot_fleet, spotfirst, 
 
 
 @pytest.mark.parametrize(
-    ("lowered", "step"),
+    ("under_way", "shown"),
     [
-        (False, "waiting for 2 extra spot node(s) and the checkpoint hooks"),
-        (True, "the part is lowered, they end at the next run"),
+        (
+            {"probe_total": 6, "probe_extra": 2, "probe_started": dt.datetime(2026, 11, 23, 7, 20, tzinfo=dt.UTC)},
+            "; probe since 07:20:00Z: total 6 (2 spot node(s) beyond the target), the on-demand nodes they replace "
+            "end after their checkpoint hook once they are there",
+        ),
+        (
+            {"hand_back_misses": 2, "next_hand_back": dt.datetime(2026, 11, 23, 9, 35, tzinfo=dt.UTC)},
+            "; 2 hand-back(s) in a row found spot short: the next one not before 2026-11-23 09:35:00Z",
+        ),
     ],
 )
-def test_a_hand_back_under_way_names_its_nodes_and_its_step(spot_fleet, spotfirst, run_cli, lowered, step) -> None:
+def test_a_hand_back_under_way_or_backing_off_says_so(spot_fleet, spotfirst, run_cli, under_way, shown) -> None:
     fleet_id = spot_fleet(4)
     checked = dt.datetime(2026, 11, 23, 7, 20, tzinfo=dt.UTC)
     store(
@@ -128,17 +135,13 @@ def test_a_hand_back_under_way_names_its_nodes_and_its_step(spot_fleet, spotfirs
             node_group_id=fleet_id,
             on_demand=3,
             checked_at=checked,
-            probe_total=6,
-            probe_extra=2,
-            probe_nodes=("i-0a", "i-09"),
-            probe_lowered=lowered,
-            probe_started=checked,
             action="probe",
             reason="spot back for 30 min",
+            **under_way,
         )
     )
     code, out, err = run_cli("status", spotfirst, "--fleet-id", fleet_id)
     assert out.splitlines()[1] == (
         "Fallback (/gpufleet/spotfirst/fallback): on-demand part 3 (capacity.on_demand 1 + 2 extra, at most 2); "
-        f"2026-11-23 07:20:00Z probe: spot back for 30 min; hand-back since 07:20:00Z of i-0a, i-09: {step}"
+        f"2026-11-23 07:20:00Z probe: spot back for 30 min{shown}"
     )

@@ -12,32 +12,38 @@ tests/fallback_model/ answers these same calls through botocore.
   cannot be less than OnDemandTargetCapacity (1)", jenkinsci/ec2-fleet-plugin#130), and a hand-back changes both.
   Its nodes: DescribeSpotFleetInstances ("The running instances. This list is refreshed periodically and might be
   out of date"), a spot node has a SpotInstanceRequestId; their state and launch time come from DescribeInstances.
-  A hand-back ends on-demand nodes with TerminateInstances after their checkpoint hook ran through SSM Run Command
-  (AWS-RunShellScript; GetCommandInvocation says when it is over), the path stacks/constructs/capacity_block_warning.py
-  takes for a Capacity Block's end.
+  The modification also names ExcessCapacityTerminationPolicy (noTermination for a hand-back's, the template's
+  default otherwise: gpufleet.fallback says why). A hand-back ends on-demand nodes with TerminateInstances right after
+  their checkpoint hook ran through SSM Run Command (AWS-RunShellScript, sent and read with
+  gpufleet.checkpoint_hook's send_hook and hook_finished; GetCommandInvocation says when it is over), waiting at most
+  gpufleet.fallback.HAND_BACK_HOOK_WAIT; a node whose hook SSM would not start is not ended.
 - Auto Scaling group: the part is the mixed instances policy's OnDemandBaseCapacity, changed with
-  UpdateAutoScalingGroup. The update sends the base with the fields the template sets (OnDemandAllocationStrategy,
-  OnDemandPercentageAboveBaseCapacity, SpotAllocationStrategy; stacks/constructs/gpu_auto_scaling_group.py), as the
-  group describes them, and nothing else: "Any properties that you don't specify are not changed by this update
-  request" (UpdateAutoScalingGroup), whether that reaches into the InstancesDistribution is (unconfirmed), and with
-  those fields the result is the same either way; fields valid only with some strategies ("SpotInstancePools ...
-  Valid only when the SpotAllocationStrategy is lowest-price", InstancesDistribution) and DistributionSegments are
-  never echoed back. The group stands aside while it is being deleted (AutoScalingGroup.Status: "The current state
-  of the Auto Scaling group when the DeleteAutoScalingGroup operation is in progress") or refreshed
-  (DescribeInstanceRefreshes, the statuses in ACTIVE_REFRESH).
+  UpdateAutoScalingGroup, which also sets MaxSize to the target + 1 while the group replaces on-demand nodes by spot
+  ones and back to the target after (gpufleet.fallback). The update sends the base with the fields the template sets
+  (OnDemandAllocationStrategy, OnDemandPercentageAboveBaseCapacity, SpotAllocationStrategy;
+  stacks/constructs/gpu_auto_scaling_group.py), as the group describes them, and nothing else: "Any properties that you
+  don't specify are not changed by this update request" (UpdateAutoScalingGroup), whether that reaches into the
+  InstancesDistribution is (unconfirmed), and with those fields the result is the same either way; fields valid only
+  with some strategies ("SpotInstancePools ... Valid only when the SpotAllocationStrategy is lowest-price",
+  InstancesDistribution) and DistributionSegments are never echoed back. The group stands aside while it is being
+  deleted (AutoScalingGroup.Status: "The current state of the Auto Scaling group when the DeleteAutoScalingGroup
+  operation is in progress") or refreshed (DescribeInstanceRefreshes, the statuses in ACTIVE_REFRESH).
 - History read since the previous run only: a Spot Fleet's from its LastEvaluatedTime ("Spot Fleet events are delayed
   by up to 30 seconds before they can be described. This ensures that you can query by the last evaluated time and
   not miss a recorded event", DescribeSpotFleetRequestHistory); a group's scaling activities through the
   StartTimeLowerBound filter ("Scaling activities with a start time earlier than this value are not included",
-  DescribeScalingActivities), both with at most MAX_PAGES pages. "If an attempt to launch instances failed, the
-  StatusCode value is Failed or Cancelled" (DescribeScalingActivities): both count.
+  DescribeScalingActivities, in the form its documentation shows: ACTIVITY_TIME_FORMAT), both with at most MAX_PAGES
+  pages; a history with more is read on by the next run and counts as a launch failure now. "If an attempt to launch
+  instances failed, the StatusCode value is Failed or Cancelled" (DescribeScalingActivities): both count.
 - Eventual consistency: instances are described through the instance-id filter, never by id ("If you specify an
   instance ID that is not valid, an error is returned", DescribeInstances), so a node launched a moment ago cannot
   fail the run with InvalidInstanceID.NotFound; a node the fleet or group lists and EC2 does not describe yet counts
   as pending.
 - Calls retry in botocore's standard mode (CLIENT_CONFIG, from gpufleet.aws_faults); the function's timeout
   (infrastructure.py) is shorter than the schedule's period, and a failed run is not retried by Lambda, so two runs
-  never overlap.
+  never overlap. Every change is written to the state before it is made (run): a run that fails midway leaves the
+  change for the next run to finish.
+- The target is capacity.target from the function's configuration (TARGET), never the fleet's live value.
 - State: the parameter belongs to this function (PutParameter, not the stack), so no deploy can write it back; it
   names the fleet or group it is about, so a replaced fleet starts afresh (FallbackState.for_node_group).
 
@@ -51,6 +57,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -58,37 +66,43 @@ import boto3
 from botocore.exceptions import ClientError
 
 from gpufleet.aws_faults import client_config
-from gpufleet.checkpoint_hook import hook_finished, send_hook
+from gpufleet.checkpoint_hook import POLL_SECONDS, hook_finished, send_hook
 from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET
 from gpufleet.fallback import (
-    CHECKPOINT_DONE,
-    CHECKPOINT_RUNNING,
     ERROR,
     HAND_BACK_BY_FALLBACK,
     HAND_BACK_BY_GROUP,
-    HOLD,
+    HAND_BACK_HOOK_WAIT,
     NO_CAPACITY,
     PRICE,
-    PROBE,
+    SETTLE,
+    TERMINATE_EXCESS,
     Decision,
     FallbackSettings,
     FallbackState,
     LaunchFailure,
     Observation,
+    carried_out,
     decide,
 )
 
 # Six attempts: a throttled call waits at most 1 + 2 + 4 + 8 + 16 = 31 seconds between them (botocore's
 # standard mode backs off rand(0, 1) * 2 ** (try - 1) seconds on throttling, botocore/retries/standard.py
-# ExponentialBackoff), a quarter of the function's two-minute timeout; a run that fails is retried by the next one.
+# ExponentialBackoff), a quarter of the function's two-minute budget for its calls (infrastructure.py: the timeout adds
+# the hand-back's hook wait); a run that fails is finished by the next one (gpufleet.fallback: the recorded intent).
 CLIENT_CONFIG = client_config(6)
 # How far back the first run (no state yet) reads the history.
 FIRST_LOOK_BACK = dt.timedelta(hours=1)
 # An activity that started before the previous run may end after it: activities are asked for from this much earlier
 # and counted by the time they ended.
 ACTIVITY_SLACK = dt.timedelta(minutes=10)
-# Pages read of any one list per run: the history of five minutes fits in the first.
+# Pages read of any one list per run: the history of five minutes fits in the first. A history with more is read on
+# from where this run stopped, and the run counts it as a launch failure now (Observation.history_complete).
 MAX_PAGES = 10
+# StartTimeLowerBound as the DescribeScalingActivities Filters documentation writes its first example
+# ("2000-01-18T08:15:00Z": "StartTimeLowerBound and StartTimeUpperBound accept ISO 8601 formatted timestamps"), whole
+# seconds in UTC; its examples show no fraction of a second, which datetime.isoformat() would add.
+ACTIVITY_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 LIVE_STATES = ("pending", "running")  # InstanceStateName: the other four are on their way out or stopped
 # LifecycleState of the group's instances that count as its nodes: launching or in service.
 LIVE_LIFECYCLE_STATES = ("Pending", "Pending:Wait", "Pending:Proceed", "InService")
@@ -115,6 +129,10 @@ FLEET_FAILURE_KINDS = {
 # wording of fleet history descriptions and scaling activity messages is not documented: unconfirmed).
 CAPACITY_WORDS = ("capacity",)
 PRICE_WORDS = ("price",)
+HAND_BACK_COMMENT = "gpufleet capacity fallback: checkpoint before the node goes back to spot"
+# The clock and sleep of the hand-back's hook wait: the model (tests/fallback_model/) sets its own.
+clock: Callable[[], float] = time.monotonic
+sleep: Callable[[float], None] = time.sleep
 
 
 def failure_kind(default: str, text: str) -> str:
@@ -156,6 +174,16 @@ def _live(described: dict[str, Any] | None) -> bool:
     return described is None or described["State"]["Name"] in LIVE_STATES
 
 
+@dataclass(frozen=True)
+class History:
+    """Launch failures read from a fleet's or group's history, where the next run reads on from, and whether the run
+    read it all."""
+
+    failures: list[LaunchFailure]
+    read_until: dt.datetime
+    complete: bool
+
+
 class SpotFleet:
     def __init__(self, ec2: Any, ssm: Any, request_id: str, checkpoint_command: str) -> None:
         self.ec2, self.ssm, self.request_id, self.checkpoint_command = ec2, ssm, request_id, checkpoint_command
@@ -189,7 +217,7 @@ class SpotFleet:
                 # Not described yet: launched a moment ago, so the newest.
                 launched = instance["LaunchTime"] if instance else dt.datetime.max.replace(tzinfo=dt.UTC)
                 on_demand_nodes.append((launched, instance_id))
-        failures, read_until = self._failures(since)
+        history = self._failures(since)
         fleet_state = request["SpotFleetRequestState"]
         return NodeGroup(
             Observation(
@@ -198,14 +226,15 @@ class SpotFleet:
                 on_demand_target=int(config.get("OnDemandTargetCapacity", 0)),
                 spot_running=spot,
                 on_demand_running=on_demand,
-                failures=tuple(failures),
+                failures=tuple(history.failures),
                 busy="" if fleet_state == "active" else f"fleet request is {fleet_state}",
                 # Cancelled, failed or still submitted: its nodes are not the fleet's to keep now.
                 replacing=fleet_state not in ("active", "modifying"),
                 on_demand_nodes=tuple(instance_id for _, instance_id in sorted(on_demand_nodes, reverse=True)),
-                checkpoints=self._checkpoints(state),
+                excess_policy=config.get("ExcessCapacityTerminationPolicy", TERMINATE_EXCESS),
+                history_complete=history.complete,
             ),
-            read_until or since,
+            history.read_until,
         )
 
     def _active_instances(self) -> dict[str, str]:
@@ -221,26 +250,18 @@ class SpotFleet:
             arguments["NextToken"] = page["NextToken"]
         return found
 
-    def _checkpoints(self, state: FallbackState) -> dict[str, str]:
-        """The checkpoint hooks a hand-back started: instance id -> CHECKPOINT_DONE | CHECKPOINT_RUNNING."""
-        if not self.checkpoint_command:
-            return {node: CHECKPOINT_DONE for node in state.probe_checkpointed}
-        # A run just sent is not over until SSM has it (gpufleet.checkpoint_hook); the checkpoint timeout bounds the
-        # wait.
-        return {
-            node: CHECKPOINT_DONE if hook_finished(self.ssm, command_id, node) else CHECKPOINT_RUNNING
-            for node, command_id in state.probe_commands.items()
-        }
-
-    def _failures(self, since: dt.datetime) -> tuple[list[LaunchFailure], dt.datetime | None]:
-        """The failures recorded since `since`, and the time up to which the history was read (the next run starts
-        there)."""
+    def _failures(self, since: dt.datetime) -> History:
+        """The failures recorded since `since`. A history read to its end goes on from its LastEvaluatedTime ("All
+        records up to this time were retrieved"); one with more than MAX_PAGES pages, from the latest record read
+        ("If nextToken indicates that there are more items, this value is not present"; in which order the records
+        come is not documented: from the latest one read, nothing later is lost whichever it is)."""
         failures = []
-        read_until = None
         arguments: dict[str, Any] = {"SpotFleetRequestId": self.request_id, "StartTime": since}
+        latest = since
         for _ in range(MAX_PAGES):
             page = self.ec2.describe_spot_fleet_request_history(**arguments)
             for record in page.get("HistoryRecords", []):
+                latest = max(latest, record["Timestamp"])
                 information = record.get("EventInformation", {})
                 default = FLEET_FAILURE_KINDS.get(information.get("EventSubType", ""))
                 if record.get("EventType") in ("error", "information") and default:
@@ -252,37 +273,50 @@ class SpotFleet:
                             f"{information['EventSubType']}: {description}",
                         )
                     )
-            read_until = page.get("LastEvaluatedTime", read_until)
             if not page.get("NextToken"):
-                break
+                return History(failures, page.get("LastEvaluatedTime", latest), True)
             arguments["NextToken"] = page["NextToken"]
-        return failures, read_until
+        return History(failures, latest, False)
 
-    def apply(self, decision: Decision, state: FallbackState) -> tuple[FallbackState, Decision]:
-        """Make the change; return the state to remember and the decision as carried out (a hand-back whose
-        checkpoint hooks cannot all start does not start)."""
-        if decision.action == PROBE and self.checkpoint_command:
-            commands, unreachable = send_hook(
-                self.ssm,
-                list(decision.checkpoint),
-                self.checkpoint_command,
-                "gpufleet capacity fallback: checkpoint before nodes go back to spot",
+    def apply(self, decision: Decision) -> tuple[str, ...]:
+        """Make the change: end the decision's nodes after their checkpoint hook (a node the hook could not start on
+        stays, and the part drops only by the nodes ended), then modify the request. Returns the nodes ended."""
+        ended = self._end_after_hook(decision.end) if decision.end else ()
+        if decision.modifies:
+            self.ec2.modify_spot_fleet_request(
+                SpotFleetRequestId=self.request_id,
+                TargetCapacity=decision.total,
+                OnDemandTargetCapacity=decision.on_demand + len(decision.end) - len(ended),
+                ExcessCapacityTerminationPolicy=decision.excess_policy,
             )
-            if unreachable:
-                reason = (
-                    f"{decision.reason}; not started: no checkpoint command reached {', '.join(unreachable)}, and "
-                    "a node EC2 may end must have had its hook"
-                )
-                total = decision.total - state.probe_extra
-                state = replace(state.without_probe(), action=HOLD, reason=reason)
-                return state, replace(decision, action=HOLD, total=total, checkpoint=(), reason=reason, state=state)
-            state = replace(state, probe_commands=commands)
-        if decision.terminate:
-            self.ec2.terminate_instances(InstanceIds=list(decision.terminate))
-        self.ec2.modify_spot_fleet_request(
-            SpotFleetRequestId=self.request_id, TargetCapacity=decision.total, OnDemandTargetCapacity=decision.on_demand
-        )
-        return state, replace(decision, state=state)
+        return ended
+
+    def _end_after_hook(self, nodes: tuple[str, ...]) -> tuple[str, ...]:
+        """Start the checkpoint hook on NODES, wait until it is over on each or HAND_BACK_HOOK_WAIT has passed, and
+        end the nodes it started on (all of them without a hook configured); return those."""
+        if self.checkpoint_command:
+            commands, _ = send_hook(self.ssm, list(nodes), self.checkpoint_command, HAND_BACK_COMMENT)
+            deadline = clock() + HAND_BACK_HOOK_WAIT.total_seconds()
+            running = dict(commands)
+            while running:
+                running = {node: command for node, command in running.items() if not self._hook_over(command, node)}
+                left = deadline - clock()
+                if not running or left <= 0:
+                    break
+                sleep(min(POLL_SECONDS, left))
+            nodes = tuple(node for node in nodes if node in commands)
+        if nodes:
+            self.ec2.terminate_instances(InstanceIds=list(nodes))
+        return nodes
+
+    def _hook_over(self, command_id: str, node: str) -> bool:
+        """Whether the hook's run is over; a run SSM will not say anything of (an error past the client's retries)
+        is awaited to the deadline like a running one: the node ends then all the same, as it would after its spot
+        notice."""
+        try:
+            return hook_finished(self.ssm, command_id, node)
+        except ClientError:
+            return False
 
 
 class AutoScalingGroup:
@@ -311,6 +345,7 @@ class AutoScalingGroup:
         to_on_demand = min(unseen, max(base - on_demand, 0))
         # The group's Status is set only "when the DeleteAutoScalingGroup operation is in progress".
         busy = f"group is {group['Status']}" if group.get("Status") else ""
+        history = self._failures(since, now)
         return NodeGroup(
             Observation(
                 at=now,
@@ -318,12 +353,14 @@ class AutoScalingGroup:
                 on_demand_target=base,
                 spot_running=spot + unseen - to_on_demand,
                 on_demand_running=on_demand + to_on_demand,
-                failures=tuple(self._failures(since, now)),
+                failures=tuple(history.failures),
                 busy=busy,
                 replacing=bool(busy),
                 refresh="" if busy else self._refresh(),
+                max_size=int(group["MaxSize"]),
+                history_complete=history.complete,
             ),
-            now,
+            history.read_until,
         )
 
     def _refresh(self) -> str:
@@ -334,12 +371,14 @@ class AutoScalingGroup:
                 return f"instance refresh {refresh['InstanceRefreshId']} is {refresh['Status']}"
         return ""
 
-    def _failures(self, since: dt.datetime, now: dt.datetime) -> list[LaunchFailure]:
-        """Launches that failed or were cancelled and ended after `since`."""
+    def _failures(self, since: dt.datetime, now: dt.datetime) -> History:
+        """Launches that failed or were cancelled and ended after `since`; with more than MAX_PAGES pages, those of
+        the pages read (the history is complete when the last page read has no NextToken)."""
+        bound = (since - ACTIVITY_SLACK).astimezone(dt.UTC).strftime(ACTIVITY_TIME_FORMAT)
         arguments: dict[str, Any] = {
             "AutoScalingGroupName": self.name,
             "MaxRecords": 100,
-            "Filters": [{"Name": "StartTimeLowerBound", "Values": [(since - ACTIVITY_SLACK).isoformat()]}],
+            "Filters": [{"Name": "StartTimeLowerBound", "Values": [bound]}],
         }
         failures = []
         for _ in range(MAX_PAGES):
@@ -357,21 +396,25 @@ class AutoScalingGroup:
                         )
                     )
             if not page.get("NextToken"):
-                break
+                return History(failures, now, True)
             arguments["NextToken"] = page["NextToken"]
-        return failures
+        return History(failures, now, False)
 
-    def apply(self, decision: Decision, state: FallbackState) -> tuple[FallbackState, Decision]:
-        distribution = {
-            name: self._distribution[name] for name in SENT_DISTRIBUTION_FIELDS if name in self._distribution
-        }
-        self.autoscaling.update_auto_scaling_group(
-            AutoScalingGroupName=self.name,
-            MixedInstancesPolicy={
+    def apply(self, decision: Decision) -> tuple[str, ...]:
+        """UpdateAutoScalingGroup with the on-demand base (except for a SETTLE, which only sets MaxSize) and the
+        MaxSize the decision names. Ends no node itself."""
+        arguments: dict[str, Any] = {"AutoScalingGroupName": self.name}
+        if decision.max_size is not None:
+            arguments["MaxSize"] = decision.max_size
+        if decision.action != SETTLE:
+            distribution = {
+                name: self._distribution[name] for name in SENT_DISTRIBUTION_FIELDS if name in self._distribution
+            }
+            arguments["MixedInstancesPolicy"] = {
                 "InstancesDistribution": {**distribution, "OnDemandBaseCapacity": decision.on_demand}
-            },
-        )
-        return state, decision
+            }
+        self.autoscaling.update_auto_scaling_group(**arguments)
+        return ()
 
 
 def read_state(ssm: Any, name: str) -> FallbackState:
@@ -401,6 +444,7 @@ def settings_from_environment(backend: str) -> FallbackSettings:
         restore_after=dt.timedelta(minutes=int(os.environ["RESTORE_AFTER_MINUTES"])),
         max_extra=int(os.environ["MAX_EXTRA_ON_DEMAND"]),
         hands_back=HAND_BACK_BY_FALLBACK if backend == BACKEND_SPOT_FLEET else HAND_BACK_BY_GROUP,
+        target=int(os.environ["TARGET"]),
     )
 
 
@@ -420,10 +464,12 @@ def run(backend: str, node_group_id: str, parameter: str, clients: dict[str, Any
     observed = group.observe(state, since=state.history_read_until or now - FIRST_LOOK_BACK, now=now)
     observation = observed.observation
     decision = decide(settings, observation, state)
-    remembered = decision.state
     if decision.changes:
-        remembered, decision = group.apply(decision, remembered)
-    write_state(clients["ssm"], parameter, replace(remembered, history_read_until=observed.history_read_until))
+        # The change is recorded before it is made: a run that fails after this write is finished by the next one
+        # (gpufleet.fallback, RETRY), and one whose write fails changes nothing.
+        write_state(clients["ssm"], parameter, replace(decision.state, history_read_until=observed.history_read_until))
+        decision = carried_out(settings, decision, group.apply(decision), now)
+    write_state(clients["ssm"], parameter, replace(decision.state, history_read_until=observed.history_read_until))
     line = {
         "event": "capacity-fallback",
         "backend": backend,
@@ -433,12 +479,12 @@ def run(backend: str, node_group_id: str, parameter: str, clients: dict[str, Any
         "on_demand_before": observation.on_demand_target,
         "on_demand_after": decision.on_demand,
         "floor": settings.floor,
+        "target": settings.target,
         "target_before": observation.target,
         "target_after": decision.total,
         "spot_running": observation.spot_running,
         "on_demand_running": observation.on_demand_running,
-        "checkpoint": list(decision.checkpoint),
-        "terminate": list(decision.terminate),
+        "ended": list(decision.end),
         "failures": [
             {"at": failure.at.isoformat(), "kind": failure.kind, "description": failure.description}
             for failure in observation.failures

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import json
 import py_compile
+import warnings
 
 import aws_cdk as cdk
 import pytest
 from aws_cdk import aws_autoscaling as autoscaling
 from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from aws_cdk.assertions import Match, Template
 
 from gpufleet.environment import Fallback
+from gpufleet.fallback import GROUP_LAUNCH_PERMISSIONS
 from stacks.constructs.capacity_fallback.infrastructure import RUNTIME_DIR, CapacityFallback, nag_rendering
 from stacks.environment_stacks import add_compliance_checks
 from tests.conftest import CDK_CONTEXT
@@ -24,7 +27,12 @@ from tests.stacks.test_iam_resources import StackContext, policy_statements, unm
 GROUP_NAME = "gpufleet-probe-nodes"
 
 
+NODE_ROLE_ARN = "arn:aws:iam::123456789012:role/gpufleet-probe-nodes"
+LAUNCH_TEMPLATE_ID = "lt-0123456789abcdef0"
+
+
 def add_fallback(stack: cdk.Stack, backend: str, checkpoint_hook: bool = True) -> CapacityFallback:
+    launch: dict[str, str] = {}
     if backend == "spot-fleet":
         fleet = ec2.CfnSpotFleet(
             stack,
@@ -38,23 +46,33 @@ def add_fallback(stack: cdk.Stack, backend: str, checkpoint_hook: bool = True) -
         # As the cluster stack will wire it: the group's name is a reference to a group in the same stack (a bare
         # stand-in here, whose own findings are not the fallback's).
         group = autoscaling.CfnAutoScalingGroup(stack, "Group", max_size="1", min_size="1")
-        for finding in ("AwsSolutions::AwsSolutions-AS3", "CloudFormation-Validate::F3014"):
+        for finding in (
+            "AwsSolutions::AwsSolutions-AS3",
+            "AwsSolutions::AwsSolutions-EC26",
+            "CloudFormation-Validate::F3014",
+        ):
             cdk.Validations.of(group).acknowledge(
                 cdk.Acknowledgment(id=finding, reason="a stand-in group for the capacity fallback test")
             )
+        template = ec2.CfnLaunchTemplate(stack, "LaunchTemplate", launch_template_data={})
+        node_role = iam.Role(stack, "NodeRole", assumed_by=iam.ServicePrincipal("ec2.amazonaws.com"))
         backend, node_group_id = "auto-scaling", group.ref
+        launch = {"launch_template_id": template.ref, "node_role_arn": node_role.role_arn}
     else:
         node_group_id = GROUP_NAME
+        launch = {"launch_template_id": LAUNCH_TEMPLATE_ID, "node_role_arn": NODE_ROLE_ARN}
     return CapacityFallback(
         stack,
         "CapacityFallback",
         backend=backend,
         node_group_id=node_group_id,
         environment_name="probe",
+        target=8,
         on_demand_floor=2,
         fallback=Fallback(after_minutes=15, restore_after_minutes=30, max_extra_on_demand=2),
         checkpoint_hook=checkpoint_hook,
         log_retention=logs.RetentionDays.ONE_MONTH,
+        **launch,
     )
 
 
@@ -74,7 +92,9 @@ PARAMETER_ARN = {
 }
 
 
-def test_the_schedule_runs_the_function_every_five_minutes_with_two_minutes_and_no_retry(stack):
+def test_the_schedule_runs_the_function_every_five_minutes_with_four_minutes_and_no_retry(stack):
+    """Four minutes: two for the calls, two for the hand-back's wait on the checkpoint hook
+    (gpufleet.fallback.HAND_BACK_HOOK_WAIT), inside the five between two runs."""
     add_fallback(stack, "spot-fleet")
     template = Template.from_stack(stack)
     template.has_resource_properties(
@@ -90,12 +110,13 @@ def test_the_schedule_runs_the_function_every_five_minutes_with_two_minutes_and_
         {
             "Runtime": "python3.14",
             "Handler": "handler.on_schedule",
-            "Timeout": 120,
+            "Timeout": 240,
             "Environment": {
                 "Variables": {
                     "BACKEND": "spot-fleet",
                     "NODE_GROUP_ID": {"Ref": "Fleet"},
                     "PARAMETER_NAME": "/gpufleet/probe/fallback",
+                    "TARGET": "8",
                     "FLOOR": "2",
                     "AFTER_MINUTES": "15",
                     "RESTORE_AFTER_MINUTES": "30",
@@ -209,13 +230,78 @@ def test_on_an_auto_scaling_group_the_role_may_update_that_group_only(stack):
         "Effect": "Allow",
         "Resource": "*",
     } in statements
-    # Neither iam:PassRole nor ec2:RunInstances (infrastructure.py says why), nothing of the Spot Fleet's.
+    # What Auto Scaling may check of the caller of UpdateAutoScalingGroup on a group with a launch template
+    # (gpufleet.fallback.GROUP_LAUNCH_PERMISSIONS), through that template and role only.
+    template_arn = {
+        "Fn::Join": [
+            "",
+            ["arn:", {"Ref": "AWS::Partition"}, f":ec2:us-east-1:123456789012:launch-template/{LAUNCH_TEMPLATE_ID}"],
+        ]
+    }
+    for statement in (
+        {
+            "Action": "ec2:RunInstances",
+            "Condition": {"ArnEquals": {"ec2:LaunchTemplate": template_arn}},
+            "Effect": "Allow",
+            "Resource": "*",
+        },
+        {
+            "Action": "ec2:CreateTags",
+            "Condition": {"StringEquals": {"ec2:CreateAction": "RunInstances"}},
+            "Effect": "Allow",
+            "Resource": "*",
+        },
+        {
+            "Action": "iam:PassRole",
+            "Condition": {"StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}},
+            "Effect": "Allow",
+            "Resource": NODE_ROLE_ARN,
+        },
+    ):
+        assert statement in statements, statement
+    # Nothing of the Spot Fleet's.
     assert not any(
         action in json.dumps(statement)
         for statement in statements
-        for action in ("ec2:ModifySpotFleetRequest", "ec2:TerminateInstances", "ssm:SendCommand", "iam:PassRole")
+        for action in ("ec2:ModifySpotFleetRequest", "ec2:TerminateInstances", "ssm:SendCommand")
     )
-    assert not any("ec2:RunInstances" in json.dumps(statement) for statement in statements)
+
+
+def test_every_resource_type_run_instances_requires_takes_the_launch_template_condition():
+    """The scope of the role's ec2:RunInstances (infrastructure.py): the condition key ec2:LaunchTemplate, in the
+    Service Authorization Reference as parliament bundles it, on each resource type the action requires."""
+    with warnings.catch_warnings():
+        # parliament 1.6.4 reads its bundled data through pkg_resources, which warns that it is deprecated.
+        warnings.simplefilter("ignore", UserWarning)
+        from parliament.statement import get_privilege_info  # noqa: PLC0415
+
+    run_instances = get_privilege_info("ec2", "RunInstances")
+    required = [kind for kind in run_instances["resource_types"] if kind["resource_type"].endswith("*")]
+    assert {kind["resource_type"] for kind in required} == {
+        "image*",
+        "instance*",
+        "network-interface*",
+        "security-group*",
+        "subnet*",
+    }
+    assert all("ec2:LaunchTemplate" in kind["condition_keys"] for kind in required)
+
+
+def test_an_auto_scaling_groups_fallback_needs_the_launch_template_and_node_role(stack):
+    with pytest.raises(ValueError, match="an Auto Scaling group's fallback needs its launch template id and node role"):
+        CapacityFallback(
+            stack,
+            "CapacityFallback",
+            backend="auto-scaling",
+            node_group_id=GROUP_NAME,
+            environment_name="probe",
+            target=8,
+            on_demand_floor=2,
+            fallback=Fallback(after_minutes=15, restore_after_minutes=30, max_extra_on_demand=2),
+            checkpoint_hook=True,
+            log_retention=logs.RetentionDays.ONE_MONTH,
+            launch_template_id=LAUNCH_TEMPLATE_ID,
+        )
 
 
 @pytest.mark.parametrize("backend", ["spot-fleet", "auto-scaling", "auto-scaling-ref"])
@@ -592,7 +678,9 @@ def check_on_an_auto_scaling_group_the_group_wildcard_and_the_unscoped_reads_are
             "reason": "autoscaling:DescribeAutoScalingGroups, autoscaling:DescribeScalingActivities, "
             "autoscaling:DescribeInstanceRefreshes, ec2:DescribeInstances support no resource-level permissions "
             "(Service Authorization Reference); the capacity fallback only reads the fleet's nodes, history and "
-            "checkpoint commands with them",
+            "checkpoint commands with them; ec2:RunInstances and ec2:CreateTags, which Auto Scaling may check when "
+            "the fallback updates the group, are held through the group's launch template only (conditions "
+            "ec2:LaunchTemplate and ec2:CreateAction)",
         },
     ]
     for logical_id in (ROLE_ID, POLICY_ID):
@@ -656,8 +744,9 @@ def test_the_cdk_nag_synthesis_passes_every_check(synthesized):
 )
 def test_the_role_grants_exactly_the_calls_the_handler_makes_against_the_model(synthesized, backend, synthesized_as):
     """The handler run against the model (tests/fallback_model/) through a raise, a hand-back and, on a group, an
-    instance refresh: every API call it makes is an action of its role, and every action of its role (the log group's
-    aside) is one it makes."""
+    instance refresh: every API call it makes is an action of its role, and every action of its role (the log group's,
+    and on a group those Auto Scaling may check of the caller, gpufleet.fallback.GROUP_LAUNCH_PERMISSIONS, aside) is
+    one it makes."""
     events = {60: [Simulation.refresh]} if backend == "auto-scaling" else {}
     sim = Simulation(backend, Availability(spot=((0, 6), (5, 4), (40, 6)), on_demand=((0, 20),)), events=events).run(
         120
@@ -670,4 +759,5 @@ def test_the_role_grants_exactly_the_calls_the_handler_makes_against_the_model(s
         for action in ([statement["Action"]] if isinstance(statement["Action"], str) else statement["Action"])
         if not action.startswith("logs:")
     }
-    assert called == granted
+    checked_by_auto_scaling = set(GROUP_LAUNCH_PERMISSIONS) if backend == "auto-scaling" else set()
+    assert called | checked_by_auto_scaling == granted

@@ -6,6 +6,7 @@ values are written out; each enum is the service model's own list, so a value AW
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 
@@ -14,7 +15,7 @@ import pytest
 
 from gpufleet.fallback import FallbackState
 from stacks.constructs.capacity_fallback.runtime import handler
-from tests.fallback_model.model import SPOT, Availability, ModelError, at
+from tests.fallback_model.model import SPOT, Availability, at
 from tests.fallback_model.simulation import PARAMETER, Simulation, endpoint
 
 SERVICES = botocore.session.get_session()
@@ -212,15 +213,74 @@ def test_a_spot_fleet_counts_the_failure_events_of_its_history(event, kind):
     assert kinds == ([kind] if kind else [])
 
 
-def test_history_and_activities_are_read_at_most_ten_pages_a_run():
+def test_a_fleet_history_longer_than_ten_pages_is_read_on_by_the_next_run_and_keeps_spot_from_counting_as_back():
     assert handler.MAX_PAGES == 10
     sim = settled("spot-fleet")
     sim.world.page_size = 1
-    sim.world.minute = 14
-    for _ in range(11):
-        sim.fleet.event("error", "allLaunchSpecsTemporarilyBlacklisted", "There is no Spot capacity available")
+    for minute in range(1, 12):
+        sim.fleet.history.append(
+            {
+                "Timestamp": at(10 + minute / 10),
+                "EventType": "error",
+                "EventInformation": {
+                    "EventSubType": "allLaunchSpecsTemporarilyBlacklisted",
+                    "EventDescription": f"There is no Spot capacity available ({minute})",
+                },
+            }
+        )
     sim.world.minute = 15
-    assert len(sim.check_now()["failures"]) == 10
+    first = sim.check_now()
+    assert [failure["description"][-3:] for failure in first["failures"]] == [f"({n})" for n in range(1, 10)] + ["10)"]
+    # Spot counts as back from now, not from the last failure read (minute 11).
+    assert (stored(sim).healthy_since, stored(sim).history_read_until) == (at(15), at(11))
+    sim.world.minute = 20
+    second = sim.check_now()
+    # On from the latest record read (read again: records of one time may straddle the cut), to the history's end.
+    assert [failure["description"][-4:] for failure in second["failures"]] == ["(10)", "(11)"]
+    assert stored(sim).history_read_until == at(20) - dt.timedelta(seconds=30)
+
+
+def test_a_group_history_longer_than_ten_pages_counts_as_a_failure_now():
+    sim = settled("auto-scaling")
+    sim.world.page_size = 1
+    sim.world.minute = 15
+    for minute in range(11, 15):
+        sim.fleet.activities.append(activity(sim, "Successful", minute, minute))
+    for _ in range(10):
+        sim.fleet.activities.append(activity(sim, "Successful", 14, 14))
+    line = sim.check_now()
+    state = stored(sim)
+    assert (line["failures"], state.healthy_since) == ([], at(15))
+
+
+def test_start_time_lower_bound_is_sent_as_the_api_reference_writes_it():
+    """DescribeScalingActivities, Filters: "StartTimeLowerBound and StartTimeUpperBound accept ISO 8601 formatted
+    timestamps ... 2000-01-18T08:15:00Z": whole seconds and Z, never the fraction datetime.isoformat() adds."""
+    documented = " ".join(
+        re.sub(
+            r"<[^>]+>",
+            "",
+            AUTOSCALING.operation_model("DescribeScalingActivities").input_shape.members["Filters"].documentation,
+        ).split()
+    )
+    assert "StartTimeLowerBound and StartTimeUpperBound accept ISO 8601 formatted timestamps." in documented
+    assert "2000-01-18T08:15:00Z" in documented
+    assert handler.ACTIVITY_TIME_FORMAT == "%Y-%m-%dT%H:%M:%SZ"
+    sim = settled("auto-scaling")
+    sim.world.parameters[PARAMETER] = FallbackState(
+        node_group_id=sim.node_group_id, history_read_until=at(10) + dt.timedelta(microseconds=123456)
+    ).to_json()
+    asked = []
+    described = sim.fleet.DescribeScalingActivities
+
+    def keep(params):
+        asked.append(params["Filters"])
+        return described(params)
+
+    sim.fleet.DescribeScalingActivities = keep
+    sim.world.minute = 15
+    sim.check_now()
+    assert asked[0] == [{"Name": "StartTimeLowerBound", "Values": ["2026-11-23T06:00:00Z"]}]
 
 
 FLEET_STATES = {
@@ -309,87 +369,96 @@ COMMAND_STATES = {
 
 
 def probing_fleet() -> Simulation:
-    """Spot short from minute 5 to 60: raised at 25, probe at 60, whose hooks run from then."""
-    sim = Simulation("spot-fleet", Availability(spot=((0, 6), (5, 4), (60, 6)), on_demand=PLENTY)).run(60)
+    """Spot short from minute 5 to 60: raised at 25, probe at 60, whose two spot nodes are there at 65 (the hand-back's
+    check, not run yet)."""
+    sim = Simulation("spot-fleet", Availability(spot=((0, 6), (5, 4), (60, 6)), on_demand=PLENTY)).run(64)
     assert sim.at_minute(60).run["action"] == "probe"
-    return sim
-
-
-@pytest.mark.parametrize(("status", "seen"), COMMAND_STATES.items())
-def test_a_hand_back_waits_for_every_checkpoint_command_to_be_over(status, seen):
-    assert set(COMMAND_STATES) == set(SSM.shape_for("CommandInvocationStatus").enum)
-    sim = probing_fleet()
-    for command in sim.world.commands.values():
-        command.status = "Success"
-    floor_node = sorted(sim.world.commands.values(), key=lambda c: c.instance_id)[0]
-    floor_node.status = status
-    for minute in (61, 62, 63):
+    for minute in (65,):
         sim.world.minute = minute
         sim.world.advance()
         sim.fleet.step()
-    for command in sim.world.commands.values():
-        command.status = status if command is floor_node else "Success"
+    return sim
+
+
+def hand_back_ends(sim: Simulation) -> dict[str, tuple[float, float]]:
+    """The nodes the fallback ended: instance id -> (when its hook started, when it ended), in minutes."""
+    return {
+        i.id: (i.hook_started_at, i.ended_at)
+        for i in sim.world.instances.values()
+        if i.cause == "fallback" and i.ended_at is not None
+    }
+
+
+@pytest.mark.parametrize(("status", "seen"), COMMAND_STATES.items())
+def test_a_hand_back_ends_each_node_once_its_hook_is_over_or_two_minutes_after_it_started(status, seen):
+    assert set(COMMAND_STATES) == set(SSM.shape_for("CommandInvocationStatus").enum)
+    sim = probing_fleet()
+    sim.world.GetCommandInvocation = lambda params: {
+        "CommandId": params["CommandId"],
+        "InstanceId": params["InstanceId"],
+        "Status": status,
+    }
     line = sim.check_now()
-    assert line["action"] == ("lower" if seen == "done" else "hold")
+    assert line["action"] == "hand-back"
+    lead = 0.0 if seen == "done" else 2.0
+    assert sorted(hand_back_ends(sim).values()) == [(65.0, 65.0 + lead), (65.0, 65.0 + lead)]
 
 
 def test_a_command_ssm_does_not_know_yet_is_running():
+    """GetCommandInvocation answers InvocationDoesNotExist for a command just sent (the model: 10 seconds); the hook
+    (the model: 90 seconds) is then awaited like any other."""
     sim = probing_fleet()
-    sim.fleet.state = "active"  # the probe's modification done, in the minute the commands were sent
-    calls = len(sim.world.operations)
+    sim.check_now()
+    assert sorted(hand_back_ends(sim).values()) == [(65.0, 66.5), (65.0, 66.5)]
+
+
+def test_the_checkpoint_command_runs_the_hook_through_run_command_on_the_nodes_that_end_only():
+    sim = probing_fleet()
     line = sim.check_now()
-    looked_up = [op for _, op in sim.world.operations[calls:] if op == "ssm:GetCommandInvocation"]
-    assert (len(looked_up), line["action"]) == (4, "hold")
-    assert line["reason"].endswith("; waiting up to 15 min for them")
-
-
-def test_the_checkpoint_command_runs_the_hook_through_run_command():
-    sim = probing_fleet()
     sent = [params for _, caller, op, params in sim.world.calls if op == "SendCommand"]
-    assert len(sent) == 4
     assert all(
         params
         == {
             "InstanceIds": params["InstanceIds"],
             "DocumentName": "AWS-RunShellScript",
-            "Comment": "gpufleet capacity fallback: checkpoint before nodes go back to spot",
+            "Comment": "gpufleet capacity fallback: checkpoint before the node goes back to spot",
             "Parameters": {"commands": ['. /etc/gpufleet/node.env && bash -c "$GPUFLEET_CHECKPOINT_HOOK"']},
         }
         for params in sent
     )
-    assert sorted(p["InstanceIds"][0] for p in sent) == sorted(i.id for i in sim.fleet.live() if i.market != SPOT)
+    hooked = sorted(node for params in sent for node in params["InstanceIds"])
+    assert hooked == sorted(line["ended"]) == sorted(hand_back_ends(sim))
+    assert len(hooked) == 2
+    # The order of the calls: the hook, then the end, then the lower part and total (gpufleet.fallback).
+    calls = [(op, params) for _, caller, op, params in sim.world.calls if caller == "fallback"]
+    assert [op for op, _ in calls][-2:] == ["TerminateInstances", "ModifySpotFleetRequest"]
+    assert calls[-1][1] == {
+        "SpotFleetRequestId": sim.node_group_id,
+        "TargetCapacity": 8,
+        "OnDemandTargetCapacity": 2,
+        "ExcessCapacityTerminationPolicy": "noTermination",
+    }
 
 
-def test_a_hand_back_whose_hook_cannot_start_everywhere_does_not_start():
-    sim = Simulation("spot-fleet", Availability(spot=((0, 6), (5, 4), (60, 6)), on_demand=PLENTY)).run(55)
-    node = next(i for i in sim.fleet.live() if i.market != SPOT)
-    original = sim.world.SendCommand
-
-    def unmanaged(params):
-        if params["InstanceIds"] == [node.id]:
-            raise ModelError("InvalidInstanceId", "Instances not in a valid state for account")
-        return original(params)
-
-    sim.world.SendCommand = unmanaged
-    sim.world.minute = 60
+def test_a_node_whose_hook_cannot_start_is_not_ended_and_the_part_drops_by_those_ended():
+    sim = probing_fleet()
+    newest = max((i for i in sim.fleet.live() if i.market != SPOT), key=lambda i: (i.launched, i.id))
+    sim.world.unmanaged.add(newest.id)
     line = sim.check_now()
-    assert line["action"] == "hold"
-    assert line["reason"].endswith(
-        f"not started: no checkpoint command reached {node.id} (InvalidInstanceId), and a node EC2 may end must have "
-        "had its hook"
-    )
-    assert [op for _, caller, op, _ in sim.world.calls if caller == "fallback" and op != "SendCommand"] == [
-        "ModifySpotFleetRequest"
-    ]
-    assert stored(sim).probe_total is None
+    assert newest.id not in line["ended"] and len(line["ended"]) == 1
+    assert line["on_demand_after"] == 3
+    assert line["reason"].endswith(f"; {newest.id} kept: no checkpoint hook could start there")
+    assert sim.fleet.on_demand == 3 and stored(sim).on_demand == 3
+    assert stored(sim).intent["on_demand"] == 3
 
 
 def test_without_a_checkpoint_hook_a_hand_back_sends_no_command():
     sim = Simulation(
         "spot-fleet", Availability(spot=((0, 6), (5, 4), (60, 6)), on_demand=PLENTY), checkpoint_command=""
     ).run(80)
-    assert [change[1] for change in sim.changes()] == ["raise", "probe", "lower", "hand-back"]
+    assert [change[1] for change in sim.changes()] == ["raise", "probe", "hand-back", "settle"]
     assert not [call for call in sim.world.calls if call[2] == "SendCommand"]
+    assert len(hand_back_ends(sim)) == 2
 
 
 def test_an_unreadable_state_is_logged_and_replaced(capsys):

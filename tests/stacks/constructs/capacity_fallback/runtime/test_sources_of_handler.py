@@ -3,12 +3,13 @@ API the Lambda calls) and cfn-lint's bundled CloudFormation schemas."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 import botocore.session
 from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
 
-from gpufleet import checkpoint_hook
+from gpufleet import checkpoint_hook, fallback
 from stacks.constructs.capacity_fallback.runtime import handler
 
 SESSION = botocore.session.get_session()
@@ -97,3 +98,26 @@ def test_a_group_being_deleted_and_a_refresh_under_way_are_what_the_api_says():
     )
     assert set(handler.LIVE_STATES) < set(EC2.shape_for("InstanceStateName").enum)
     assert set(handler.LIVE_LIFECYCLE_STATES) < set(AUTOSCALING.shape_for("LifecycleState").enum)
+
+
+def test_no_termination_keeps_the_fleet_and_replaces_nothing_ended_by_hand():
+    """gpufleet.fallback's hand-back lowers the total with noTermination after ending the nodes itself."""
+    operation = EC2.operation_model("ModifySpotFleetRequest")
+    assert set(operation.input_shape.members["ExcessCapacityTerminationPolicy"].enum) == {"noTermination", "default"}
+    assert (fallback.KEEP_EXCESS, fallback.TERMINATE_EXCESS) == ("noTermination", "default")
+    assert (
+        "Alternatively, you can request that the Spot Fleet keep the fleet at its current size, but not replace any "
+        "Spot Instances that are interrupted or that you terminate manually."
+    ) in text(operation.documentation)
+
+
+def test_a_history_cut_short_has_no_last_evaluated_time():
+    shape = EC2.operation_model("DescribeSpotFleetRequestHistory").output_shape
+    assert "If nextToken indicates that there are more items, this value is not present." in text(
+        shape.members["LastEvaluatedTime"].documentation
+    )
+
+
+def test_the_hand_back_waits_for_the_hook_as_long_as_a_spot_notice_gives_and_backs_off_to_eight_times():
+    assert fallback.HAND_BACK_HOOK_WAIT == dt.timedelta(minutes=2)
+    assert fallback.HAND_BACK_BACKOFF_CAP == 8
