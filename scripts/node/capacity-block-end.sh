@@ -34,7 +34,6 @@ end_time() {
 
 (($# == 2)) || die "usage: capacity-block-end.sh RESERVATION_ID END_DATE (from the block's expiration warning)"
 reservation=$1 end=$2
-[[ $reservation =~ ^cr-[0-9a-f]{17}$ ]] || die "'$reservation' is not a Capacity Reservation id"
 # The block of this node: only nodes of a Capacity Block have this script.
 require_settings "$NODE_SETTINGS" GPUFLEET_CAPACITY_BLOCK
 block=$GPUFLEET_CAPACITY_BLOCK
@@ -42,9 +41,19 @@ hook=${GPUFLEET_CHECKPOINT_HOOK:-}
 # Shared with spot-watcher.sh: one record per notice kind the hook ran for.
 record=${GPUFLEET_ROOT:-}/var/lib/gpufleet/checkpoint-hook-runs/$NOTICE_KIND
 
-if [[ $reservation != "$block" ]]; then
-  log "warning for $reservation, but this node is in $block: nothing to do"
-  exit 0
+# The rule sends the warnings of this environment's block only (its event pattern names the block's id): a
+# well-formed id of another block is nothing to do; an id in a form this script does not know (the documented form is
+# cr- and 17 hex digits; EC2 could lengthen it, as it did instance ids) is logged and the hook runs all the same, as
+# for an end date it cannot read: the warning itself says the end is near. The id is only compared and logged
+# (quoted), never run or used as a path.
+if [[ $reservation =~ ^cr-[0-9a-f]{17}$ ]]; then
+  if [[ $reservation != "$block" ]]; then
+    log "warning for $reservation, but this node is in $block: nothing to do"
+    exit 0
+  fi
+elif [[ $reservation != "$block" ]]; then
+  log "warning for $(printf '%q' "$reservation"), not in the form of a Capacity Reservation id" \
+    "(cr- and 17 hex digits); the rule sends this environment's warnings only: taken as for $block"
 fi
 # The warning itself says the end is near: a date this script cannot read is logged, never a reason to skip the hook.
 if when=$(end_time "$end"); then

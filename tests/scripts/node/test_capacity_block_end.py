@@ -144,7 +144,6 @@ def test_an_end_date_it_cannot_read_is_logged_and_the_hook_runs_all_the_same(end
     ("args", "settings", "error"),
     [
         ((BLOCK,), {}, "usage: capacity-block-end.sh RESERVATION_ID END_DATE (from the block's expiration warning)"),
-        (("cr-1; reboot", END), {}, "'cr-1; reboot' is not a Capacity Reservation id"),
         (
             (BLOCK, END),
             {"GPUFLEET_CAPACITY_BLOCK": ""},
@@ -157,6 +156,27 @@ def test_bad_input_is_one_clear_line(end_of_block, args, settings, error):
 
     assert result.stderr == f"capacity-block-end: error: {error}\n"
     assert runs == []
+
+
+@pytest.mark.parametrize(
+    ("reservation", "shown"),
+    [
+        ("cr-0123456789abcdef0123", "cr-0123456789abcdef0123"),
+        ("CR-0123456789ABCDEF0", "CR-0123456789ABCDEF0"),
+        ("cr-1; reboot", "cr-1\\;\\ reboot"),
+    ],
+)
+def test_an_id_not_in_the_documented_form_is_logged_and_the_hook_runs_all_the_same(end_of_block, reservation, shown):
+    """Issue 31: the script stopped before the hook on an id outside ^cr-[0-9a-f]{17}$, though the rule sends only
+    this environment's block's warnings; the id is only compared and logged (quoted), never run."""
+    result, runs = end_of_block(reservation, END)
+
+    assert runs == [f"capacity-block-expiration {END}"]
+    assert result.stdout.splitlines()[0] == (
+        f"capacity-block-end: warning for {shown}, not in the form of a Capacity Reservation id (cr- and 17 hex "
+        f"digits); the rule sends this environment's warnings only: taken as for {BLOCK}"
+    )
+    assert result.stdout.splitlines()[-1] == "capacity-block-end: checkpoint hook finished"
 
 
 def test_the_run_command_from_the_rule_runs_the_hook_with_the_nodes_settings(node, tmp_path):
