@@ -181,7 +181,7 @@ class Simulation:
                     self.world.caller = "fallback"
                     try:
                         line = handler.run(self.backend, self.node_group_id, PARAMETER, clients.clients, at(minute))
-                    except Exception as error:  # noqa: BLE001: a failed run is the Lambda's, logged and retried later
+                    except Exception as error:  # any error: the Lambda's run fails, and the next one retries
                         self.failed_runs[minute] = f"{type(error).__name__}: {error}"
                     if line is not None and line["action"] != "hold":
                         self._changes.append(minute)

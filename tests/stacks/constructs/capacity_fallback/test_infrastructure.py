@@ -273,7 +273,7 @@ def test_every_resource_type_run_instances_requires_takes_the_launch_template_co
     with warnings.catch_warnings():
         # parliament 1.6.4 reads its bundled data through pkg_resources, which warns that it is deprecated.
         warnings.simplefilter("ignore", UserWarning)
-        from parliament.statement import get_privilege_info  # noqa: PLC0415
+        from parliament.statement import get_privilege_info
 
     run_instances = get_privilege_info("ec2", "RunInstances")
     required = [kind for kind in run_instances["resource_types"] if kind["resource_type"].endswith("*")]
