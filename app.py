@@ -4,8 +4,9 @@ Without `-c env=NAME` it also holds the AMI pipeline stack (gpufleet-ami-pipelin
 
 Environments are validated first; any error stops synthesis with the same messages as `gpufleet validate`. Warnings
 (a fleet.valid_until that has passed, a Capacity Block that has ended) do not: `cdk destroy` synthesizes first, and a
-cluster must stay possible to tear down. `gpufleet preflight` is where they stop a launch. A Capacity Block's
-scheduled actions depend on the time of synthesis (gpufleet.block_schedule).
+cluster must stay possible to tear down. `gpufleet preflight` is where they stop a launch. An eks Capacity Block node
+group's desired size depends on the time of synthesis (gpufleet.block_schedule); the fleet flavour's block schedule
+is made at deploy time.
 """
 
 import datetime as dt

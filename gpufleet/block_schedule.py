@@ -1,5 +1,6 @@
 """When the nodes of a Capacity Block run: the Auto Scaling group scales out to capacity.target when the block starts
-and in to zero SCALE_IN_LEAD before it ends, through scheduled actions (stacks/constructs/gpu_auto_scaling_group.py).
+and in to zero SCALE_IN_LEAD before it ends, through scheduled actions that a custom resource puts at deploy time
+(stacks/constructs/block_capacity/).
 
 What AWS says, and what follows:
 - "When your Capacity Block reservation begins, use scheduled scaling to launch the same number of instances as your
@@ -17,10 +18,14 @@ What AWS says, and what follows:
   has nothing to wait for (CloudFormation sets an Auto Scaling group CREATE_COMPLETE "when the desired capacity is
   reached": its DesiredCapacity description in cfn-lint's bundled schema).
 - "If you try to schedule your action in the past, Amazon EC2 Auto Scaling returns an error message"
-  (PutScheduledUpdateGroupAction, botocore's autoscaling model), so the template holds only the actions still ahead
-  at synthesis, SCHEDULE_AHEAD counted for the deploy to reach them, and the group's DesiredCapacity is what the
-  actions already passed would have set. The template therefore depends on the time of synthesis: it holds at most
-  three shapes over a block's life (before the start, inside the window, after the scale-in).
+  (PutScheduledUpdateGroupAction, EC2 Auto Scaling API reference,
+  https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_PutScheduledUpdateGroupAction.html, and botocore's
+  autoscaling model). A template cannot know when it is deployed: `cdk deploy --all` synthesizes once and deploys
+  the stacks in turn, and an assembly may be deployed later from CI, so an action computed at synthesis may be in the
+  past by the time CloudFormation creates it, and the deploy fails. So the schedule is computed at deploy time, by the
+  BlockCapacity custom resource's handler (stacks/constructs/block_capacity/), from the block's dates and the time
+  the handler runs (block_schedule): an action still ahead is scheduled, one whose time has come is done at once by
+  setting the group's desired capacity. The template holds the block's dates only, whatever the time of synthesis.
 
 On the eks flavour the node group of a block follows what EKS documents for managed node groups (EKS user guide,
 capacity-blocks-mng.adoc at awsdocs/amazon-eks-user-guide f6004140): "If you specify a non-zero desiredSize in the
@@ -48,9 +53,15 @@ TERMINATION_LEAD = dt.timedelta(minutes=CAPACITY_BLOCK_TERMINATION_LEAD_MINUTES)
 # figure for how late a scheduled action may run).
 SCALE_IN_MARGIN = dt.timedelta(minutes=10)
 SCALE_IN_LEAD = TERMINATION_LEAD + dt.timedelta(seconds=TERMINATION_HOOK_TIMEOUT_SECONDS) + SCALE_IN_MARGIN
-# Our choice: an action due sooner than this after synthesis could be in the past by the time CloudFormation creates
-# it (the stack's other resources come first); the group is synthesized as if it had run.
+# Our choice: on the eks flavour the node group's desired size is synthesized (eks_block_desired_size), and a scale-in
+# due sooner than this after synthesis could be in the past by the time CloudFormation reaches the node group.
 SCHEDULE_AHEAD = dt.timedelta(minutes=15)
+# Our choice: the handler schedules no action sooner than this after it runs, longer than the handler may run (its
+# one-minute timeout: stacks/constructs/block_capacity/infrastructure.py), so that every action it computes is still
+# ahead when its call reaches Auto Scaling. A start sooner than that is scheduled at now + ACTION_LEAD (the nodes
+# launch that much late at most; launching before the block is active would fail), a scale-in sooner than that is done
+# at once (the nodes go that much early at most, inside SCALE_IN_MARGIN).
+ACTION_LEAD = dt.timedelta(minutes=5)
 
 # On the eks flavour EKS scales a Capacity Block's managed node group in itself: "Amazon EKS will setup a scheduled
 # scale down on the node group 40 minutes prior to their reservation end in order to safely and gracefully evict Pods"
@@ -58,8 +69,9 @@ SCHEDULE_AHEAD = dt.timedelta(minutes=15)
 # "Amazon EKS Node Group Capacity Scaledown Before Reservation End").
 EKS_SCALE_IN_LEAD = dt.timedelta(minutes=40)
 
-SCALE_OUT = "ScaleOut"
-SCALE_IN = "ScaleIn"
+# The scheduled actions' names (ScheduledActionName), unique in the group: the handler finds its own by them.
+SCALE_OUT = "gpufleet-block-scale-out"
+SCALE_IN = "gpufleet-block-scale-in"
 
 
 @dataclass(frozen=True)
@@ -73,7 +85,7 @@ class ScheduledCapacity:
 
 @dataclass(frozen=True)
 class BlockSchedule:
-    """The group's DesiredCapacity in the template, and the scheduled actions still ahead."""
+    """The desired capacity to set at once, and the scheduled actions to put."""
 
     desired_capacity: int
     actions: tuple[ScheduledCapacity, ...]
@@ -91,18 +103,16 @@ def scale_in_time(end: dt.datetime, flavour: str) -> dt.datetime:
 
 
 def block_schedule(*, start: dt.datetime, end: dt.datetime, target: int, now: dt.datetime) -> BlockSchedule:
-    """The schedule of TARGET nodes in the block [START, END) as synthesized at NOW."""
-    ahead = now + SCHEDULE_AHEAD
+    """The schedule of TARGET nodes in the block [START, END) as the handler makes it at NOW: inside the window the
+    group wants the nodes at once; before it, it wants none until a scale-out action; either way a scale-in action
+    ends the window, unless that is less than ACTION_LEAD away (then the window is over: no node, no action)."""
     scale_in = scale_in_time(end, FLAVOUR_FLEET)
-    actions = []
-    if start > ahead:
-        desired = 0
-        actions.append(ScheduledCapacity(SCALE_OUT, start, target))
-    else:
-        desired = target if scale_in > ahead else 0
-    if scale_in > ahead:
-        actions.append(ScheduledCapacity(SCALE_IN, scale_in, 0))
-    return BlockSchedule(desired, tuple(actions))
+    if scale_in <= now + ACTION_LEAD:
+        return BlockSchedule(0, ())
+    scale_in_action = ScheduledCapacity(SCALE_IN, scale_in, 0)
+    if start <= now:
+        return BlockSchedule(target, (scale_in_action,))
+    return BlockSchedule(0, (ScheduledCapacity(SCALE_OUT, max(start, now + ACTION_LEAD), target), scale_in_action))
 
 
 def eks_block_desired_size(*, end: dt.datetime, target: int, now: dt.datetime) -> int:

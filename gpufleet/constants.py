@@ -205,6 +205,9 @@ TERMINATION_HOOK_TIMEOUT_SECONDS = 600
 # or changes the target (stacks/constructs/group_capacity/); `gpufleet plan` reads its Target as it reads a desired
 # capacity.
 GROUP_CAPACITY_RESOURCE_TYPE = "Custom::GpufleetGroupCapacity"
+# The custom resource that gives a Capacity Block group its scheduled actions and desired capacity at deploy time, from
+# the block's Start and End (stacks/constructs/block_capacity/); `gpufleet plan` says what a change of them does.
+BLOCK_CAPACITY_RESOURCE_TYPE = "Custom::GpufleetBlockCapacity"
 
 # The cluster user (scripts/node/cluster-user.sh makes it on every node; the environment's Session Manager document
 # opens a shell as it): one name and one uid and gid on every node, so that files on shared storage keep their owner.

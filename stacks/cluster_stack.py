@@ -4,14 +4,11 @@ teardown guarantee."""
 
 from __future__ import annotations
 
-import datetime as dt
-
 import aws_cdk as cdk
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from gpufleet.block_schedule import block_schedule
 from gpufleet.catalog import InstanceType
 from gpufleet.constants import (
     AVAILABILITY_ZONE_OUTPUT_KEY,
@@ -51,16 +48,14 @@ class ClusterStack(cdk.Stack):
         *,
         environment: Environment,
         instance: InstanceType,
-        now: dt.datetime,
         vpc: ec2.IVpc | None = None,
         node_subnet: ec2.ISubnet | None = None,
         shared_file_system: SharedFileSystem | None = None,
         **kwargs,
     ) -> None:
-        """now: the time of synthesis, which a Capacity Block's schedule depends on (gpufleet.block_schedule); vpc
-        and node_subnet come from the environment's NetworkStack; without them the environment's existing VPC and
-        subnet are imported (by id, with no lookup, so synthesis stays offline); shared_file_system: the file system
-        the nodes mount (storage), from the environment's StorageStack or its storage.existing."""
+        """vpc and node_subnet come from the environment's NetworkStack; without them the environment's existing VPC
+        and subnet are imported (by id, with no lookup, so synthesis stays offline); shared_file_system: the file
+        system the nodes mount (storage), from the environment's StorageStack or its storage.existing."""
         super().__init__(scope, construct_id, **kwargs)
         if vpc is None or node_subnet is None:
             vpc, node_subnet = import_network(self, environment)
@@ -137,9 +132,6 @@ class ClusterStack(cdk.Stack):
             capacity=environment.capacity,
             fleet=environment.fleet,
             group_name_prefix=environment.auto_scaling_group_prefix,
-            block_schedule=block_schedule(start=block.start, end=block.end, target=environment.capacity.target, now=now)
-            if block
-            else None,
             launch_template=launch_template,
             subnet_id=node_subnet.subnet_id,
             checkpoint_hook=bool(environment.node.checkpoint_hook),

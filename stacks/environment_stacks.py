@@ -34,7 +34,8 @@ def add_compliance_checks(app: cdk.App) -> None:
 
 
 def add_environment_stacks(app: cdk.App, environment: Environment, now: dt.datetime) -> list[cdk.Stack]:
-    """now: the time of synthesis (a Capacity Block's schedule depends on it: gpufleet.block_schedule)."""
+    """now: the time of synthesis (an eks Capacity Block node group's desired size depends on it:
+    gpufleet.block_schedule)."""
     aws_env = cdk.Environment(account=environment.account, region=environment.region)
     instance = load_catalog()[environment.instance_type]
     stacks: list[cdk.Stack] = []
@@ -112,7 +113,6 @@ def add_environment_stacks(app: cdk.App, environment: Environment, now: dt.datet
         f"{environment.stack_prefix}-cluster",
         environment=environment,
         instance=instance,
-        now=now,
         vpc=vpc,
         node_subnet=node_subnet,
         shared_file_system=shared_file_system,

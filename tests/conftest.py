@@ -27,8 +27,9 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 REPOSITORY = Path(__file__).resolve().parent.parent
 FIXTURES = REPOSITORY / "tests" / "fixtures"
 CDK_CONTEXT = json.loads((REPOSITORY / "cdk.json").read_text())["context"]
-# The time the test syntheses take as now (a Capacity Block's schedule depends on it: gpufleet.block_schedule): before
-# the shipped p5-block's block, so its templates do not change as the real clock passes the block's dates.
+# The time the test syntheses take as now (an eks Capacity Block node group's desired size depends on it:
+# gpufleet.block_schedule): before the blocks of the tests' files, so their templates do not change as the real clock
+# passes the blocks' dates.
 SYNTHESIS_TIME = dt.datetime(2026, 11, 26, 12, 0, tzinfo=dt.UTC)
 # What a wheel is built from: the package (gpufleet/data links to ami/ and scripts/) and its metadata files.
 WHEEL_SOURCES = ("pyproject.toml", "README.md", "gpufleet", "ami", "scripts")

@@ -359,9 +359,9 @@ def scheduled_actions(autoscaling: Any, group_name: str) -> tuple[ScheduledScali
 
 def capacity_block_status(aws: Any, env: Environment, group_name: str) -> CapacityBlockStatus | None:
     """The schedule of the environment's Capacity Block group; None without a block. The block's dates come from
-    DescribeCapacityReservations (StartDate, EndDate) and are compared with capacity.capacity_block's, which the
-    scheduled actions were synthesized from (gpufleet.block_schedule): a block extended since, or dates copied wrong,
-    get a note saying what to set."""
+    DescribeCapacityReservations (StartDate, EndDate) and are compared with capacity.capacity_block's, from which the
+    deploy made the scheduled actions (gpufleet.block_schedule): a block extended since, or dates copied wrong, get a
+    note saying what to set."""
     block = env.capacity.capacity_block
     if block is None:
         return None

@@ -10,11 +10,11 @@ addition.
 
 Node impact comes from where the nodes live: the node group (a Spot Fleet or an Auto Scaling group, by
 fleet.backend; the eks flavour's EKS managed node groups) owns them, and the resources it reaches through its
-references (launch template, placement group, security group, subnet, VPC) hold them. Two resources size an Auto
-Scaling group from outside it: a scheduled action (AWS::AutoScaling::ScheduledAction: a Capacity Block group's
-scale-out and scale-in) sets the group's sizes at its StartTime, and the GroupCapacity custom resource
-(gpufleet.constants.GROUP_CAPACITY_RESOURCE_TYPE) sets the desired capacity of a group without a block to its Target
-at the deploy; what a change to either launches or terminates is said with when.
+references (launch template, placement group, security group, subnet, VPC) hold them. Two custom resources size an
+Auto Scaling group from outside it: GroupCapacity (gpufleet.constants.GROUP_CAPACITY_RESOURCE_TYPE) sets the desired
+capacity of a group without a block to its Target at the deploy, and BlockCapacity (BLOCK_CAPACITY_RESOURCE_TYPE)
+schedules a Capacity Block group's Target nodes from the block's Start until its scale-in before End; what a change to
+either launches or terminates is said with when.
 
 A template parameter of a Systems Manager type (the node image: AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>)
 holds an SSM parameter's key, and CloudFormation "always fetches the latest values from Parameter Store when it
@@ -34,11 +34,16 @@ import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from gpufleet.constants import GROUP_CAPACITY_RESOURCE_TYPE, ROLLOUT_REPLACE_ALL
+from gpufleet.block_schedule import scale_in_time
+from gpufleet.constants import (
+    BLOCK_CAPACITY_RESOURCE_TYPE,
+    FLAVOUR_FLEET,
+    GROUP_CAPACITY_RESOURCE_TYPE,
+    ROLLOUT_REPLACE_ALL,
+)
 
 FLEET_TYPE = "AWS::EC2::SpotFleet"
 AUTO_SCALING_GROUP_TYPE = "AWS::AutoScaling::AutoScalingGroup"
-SCHEDULED_ACTION_TYPE = "AWS::AutoScaling::ScheduledAction"
 # The eks flavour's node groups (stacks/eks_cluster_stack.py): EKS managed node groups.
 MANAGED_NODE_GROUP_TYPE = "AWS::EKS::Nodegroup"
 # The resources that own running nodes: one per fleet.backend, and the eks flavour's managed node groups.
@@ -351,8 +356,8 @@ def _judge_node_impact(changes: list[Change], pairs: list[StackPair]) -> None:
         pair = templates[change.stack]
         if change.resource_type in NODE_GROUP_TYPES:
             change.node_impact = _fleet_impact(change, pair)
-        elif change.resource_type == SCHEDULED_ACTION_TYPE and change.action == "in place":
-            change.node_impact = _scheduled_impact(*_properties(pair, change.logical_id))
+        elif change.resource_type == BLOCK_CAPACITY_RESOURCE_TYPE and change.action in ("in place", "added"):
+            change.node_impact = _block_capacity_impact(*_properties(pair, change.logical_id))
         elif change.resource_type == GROUP_CAPACITY_RESOURCE_TYPE and change.action in ("in place", "added"):
             change.node_impact = _capacity_impact(change, *_properties(pair, change.logical_id))
         elif key not in fleet_uses:
@@ -455,42 +460,38 @@ def _size_change(old, new) -> str:
     return ""
 
 
-def _moment(value) -> str:
-    """A scheduled action's StartTime ("YYYY-MM-DDThh:mm:ssZ", PutScheduledUpdateGroupAction in botocore's
-    autoscaling model) as the operator commands print times; anything else as written."""
-    try:
-        return dt.datetime.fromisoformat(str(value)).astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    except ValueError:
-        return str(value)
+def _moment(value: dt.datetime) -> str:
+    """A time as the operator commands print times."""
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def _scheduled_impact(old: dict | None, new: dict) -> str:
-    """A scheduled action changed in place: what it launches or terminates at its StartTime. A lower desired capacity
-    or maximum terminates nodes then, a higher desired capacity or minimum launches them; a moved action does what it
-    did at another time (a desired capacity of 0 is a scale-in)."""
-    old = old or {}
-    when = _moment(new.get("StartTime"))
-    falling, rising = [], []
-    sizes = (("desired capacity", "DesiredCapacity"), ("maximum size", "MaxSize"), ("minimum size", "MinSize"))
-    for label, key in sizes:
-        if not (sized := _size_change(old.get(key), new.get(key))):
-            continue
-        lower = int(new[key]) < int(old[key])
-        if lower and key != "MinSize":
-            falling.append(f"{label} {sized}")
-        elif not lower and key != "MaxSize":
-            rising.append(f"{label} {sized}")
-    if falling:
-        return f"{TERMINATES_NODES} at {when} ({', '.join(falling)})"
-    if rising:
-        return f"{IN_PLACE}; launches nodes at {when} ({', '.join(rising)})"
-    if old.get("StartTime") != new.get("StartTime"):
-        moved = f"at {when} instead of {_moment(old.get('StartTime'))}"
-        desired = new.get("DesiredCapacity")
-        if str(desired) == "0":
-            return f"{TERMINATES_NODES} {moved} (desired capacity 0)"
-        return f"{IN_PLACE}; launches nodes {moved} (desired capacity {desired})"
-    return IN_PLACE
+def _block_window(properties: dict) -> tuple[int, dt.datetime, dt.datetime]:
+    """A BlockCapacity resource's nodes and window: Target nodes from Start until the scale-in before End (template
+    dates "YYYY-MM-DDThh:mm:ssZ", which gpufleet.ops.template_shape checks)."""
+    end = dt.datetime.fromisoformat(properties["End"])
+    return int(properties["Target"]), dt.datetime.fromisoformat(properties["Start"]), scale_in_time(end, FLAVOUR_FLEET)
+
+
+def _window_text(window: tuple[int, dt.datetime, dt.datetime]) -> str:
+    nodes, start, scale_in = window
+    return f"{nodes} node(s) from {_moment(start)} until {_moment(scale_in)}"
+
+
+def _block_capacity_impact(old: dict | None, new: dict) -> str:
+    """The BlockCapacity resource gives its group the block's nodes from Start and none from the scale-in, as the time
+    of the deploy finds them (gpufleet.block_schedule): a deploy inside the window launches them at once. Fewer nodes,
+    a later start or an earlier end take nodes that the old window gave, whenever they run."""
+    window = _block_window(new)
+    if old is None:
+        return f"{RUNNING_NODES_UNAFFECTED}; launches {_window_text(window)} (at once inside that window)"
+    before = _block_window(old)
+    if window == before:
+        return IN_PLACE
+    (nodes, start, scale_in), (old_nodes, old_start, old_scale_in) = window, before
+    change = f"{_window_text(before)} -> {_window_text(window)}"
+    if nodes < old_nodes or start > old_start or scale_in < old_scale_in:
+        return f"{TERMINATES_NODES} ({change})"
+    return f"{IN_PLACE}; launches nodes ({change})"
 
 
 def _capacity_impact(change: Change, old: dict | None, new: dict) -> str:

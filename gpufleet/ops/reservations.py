@@ -135,7 +135,7 @@ def check_reservations(
 
 def check_capacity_block(ec2: Any, env: Environment, capacity_block: CapacityBlock, now: dt.datetime) -> Check:
     """The block must be for this type and AZ, hold every node, and not be over; a scheduled one says when. Its start
-    and end must be the file's: the group's scheduled actions are synthesized from those (gpufleet.block_schedule)."""
+    and end must be the file's: the deploy makes the group's scheduled actions from those (gpufleet.block_schedule)."""
     block_id = capacity_block.reservation_id
     try:
         (block,) = describe_reservations(ec2, [block_id])

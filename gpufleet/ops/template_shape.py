@@ -9,7 +9,8 @@ What the comparison relies on, and so what is checked:
   logical id to an object with a string Type and, when present, an object Properties;
 - a Spot Fleet's Properties hold an object SpotFleetRequestConfigData; an Auto Scaling group's MixedInstancesPolicy
   and its InstancesDistribution, when present, are objects, and its DesiredCapacity, when a string, is digits; an
-  EKS managed node group's ScalingConfig, when present, is an object;
+  EKS managed node group's ScalingConfig, when present, is an object; a BlockCapacity resource's Target is a node
+  count and its Start and End are UTC times as the construct writes them;
 - Parameters and Outputs, when present, are objects of objects; an output's Export, when present, is an object;
 - every Ref names a logical id (a string), every Fn::GetAtt is [RESOURCE, ATTRIBUTE] or "RESOURCE.ATTRIBUTE";
 - nothing is nested deeper than MAX_NESTING: the comparison recurses through values (copy.deepcopy among others).
@@ -18,9 +19,11 @@ A change to gpufleet/ops/plan.py that reads more of a template adds its rule her
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Any
 
+from gpufleet.constants import BLOCK_CAPACITY_RESOURCE_TYPE
 from gpufleet.input_files import JsonFile, item_path
 from gpufleet.ops.plan import AUTO_SCALING_GROUP_TYPE, FLEET_TYPE, MANAGED_NODE_GROUP_TYPE
 
@@ -28,6 +31,8 @@ from gpufleet.ops.plan import AUTO_SCALING_GROUP_TYPE, FLEET_TYPE, MANAGED_NODE_
 # what Python's recursion limit (1000 frames, several per level in copy.deepcopy) allows.
 MAX_NESTING = 64
 _NODE_COUNT = re.compile(r"[0-9]{1,9}")
+# The block's dates as stacks/constructs/block_capacity/infrastructure.py writes them (TIME_FORMAT).
+_UTC_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
 
 
 def checked_template(template: JsonFile) -> dict:
@@ -43,6 +48,8 @@ def checked_template(template: JsonFile) -> dict:
             _check_group(template, properties, (*path, "Properties"))
         elif resource_type == MANAGED_NODE_GROUP_TYPE:
             template.get(properties, (*path, "Properties", "ScalingConfig"), dict, default={})
+        elif resource_type == BLOCK_CAPACITY_RESOURCE_TYPE:
+            _check_block_capacity(template, properties, (*path, "Properties"))
     parameters = template.get(document, ("Parameters",), dict, default={})
     for logical_id in parameters:
         template.get(parameters, ("Parameters", logical_id), dict)
@@ -60,6 +67,24 @@ def _check_group(template: JsonFile, properties: dict, path: tuple[str, ...]) ->
     desired = properties.get("DesiredCapacity")
     if isinstance(desired, str) and not _NODE_COUNT.fullmatch(desired):
         raise template.problem((*path, "DesiredCapacity"), 'a node count such as "2"', desired)
+
+
+def _check_block_capacity(template: JsonFile, properties: dict, path: tuple[str, ...]) -> None:
+    target = properties.get("Target")
+    if isinstance(target, bool) or not (isinstance(target, int) or _NODE_COUNT.fullmatch(str(target))):
+        raise template.problem((*path, "Target"), 'a node count such as "2"', target)
+    for key in ("Start", "End"):
+        moment = properties.get(key)
+        if not (isinstance(moment, str) and _UTC_TIME.fullmatch(moment) and _is_time(moment)):
+            raise template.problem((*path, key), 'a UTC time such as "2027-01-11T11:30:00Z"', moment)
+
+
+def _is_time(text: str) -> bool:
+    try:
+        dt.datetime.fromisoformat(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _check_references(template: JsonFile) -> None:

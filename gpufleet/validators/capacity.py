@@ -209,7 +209,7 @@ class CapacityBlockWindowValidator(EnvironmentValidator):
 
 class CapacityBlockEndedValidator(EnvironmentValidator):
     """A warning: the block ends with no edit to the file, and the cluster must still be possible to destroy. Once
-    its scale-in time has passed, the group is synthesized with no nodes and no scheduled action."""
+    its scale-in time has passed, a deploy gives the group no node and no scheduled action (gpufleet.block_schedule)."""
 
     field = "capacity.capacity_block.end"
     severity = "warning"
@@ -228,9 +228,7 @@ class CapacityBlockEndedValidator(EnvironmentValidator):
 
 class CapacityBlockRolloutValidator(FleetFlavourValidator):
     """Under replace-all a new image makes a new group, which CloudFormation creates before it deletes the old one:
-    the new group would wait for capacity that the old group's nodes hold in the block, and its scheduled actions,
-    replaced with it, cannot be created with a start already past (PutScheduledUpdateGroupAction: "If you try to
-    schedule your action in the past, Amazon EC2 Auto Scaling returns an error message")."""
+    the new group would wait for capacity that the old group's nodes hold in the block."""
 
     field = "fleet.rollout"
 

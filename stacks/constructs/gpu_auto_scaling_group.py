@@ -13,7 +13,7 @@ starts) and MaxSize is the target.
   GroupCapacity custom resource (stacks/constructs/group_capacity/) sets its desired capacity to the target once
   CloudFormation has created it, and again when the target changes; a deploy completes while capacity is short and
   the nodes launch as it allows (under replace-all, a new group's resource waits for its nodes: see there).
-- A Capacity Block group's DesiredCapacity says what its scheduled actions would have set by the time of synthesis
+- A Capacity Block group has no DesiredCapacity either: the BlockCapacity custom resource sets it at deploy time
   (below).
 
 A Capacity Block group:
@@ -22,18 +22,17 @@ A Capacity Block group:
   launch-template-capacity-blocks.html, "Limitations"); "Launch-template-based targeting of Capacity Blocks ... is
   not supported with mixed instances policies" and "Point your Auto Scaling group to a specific launch template
   version instead of the $Default or $Latest version" (capacity-reservation-create-asg-procedure.html);
-- scales out at the block's start and in to zero before its end through AWS::AutoScaling::ScheduledAction
-  resources, when gpufleet.block_schedule says ("use scheduled scaling to scale out (add instances) and scale in
-  (remove instances) at the appropriate reservation times", the same guide); its DesiredCapacity is 0 until the
-  block starts, so a deploy before the start waits for no node;
+- scales out at the block's start and in to zero before its end through scheduled actions ("use scheduled scaling to
+  scale out (add instances) and scale in (remove instances) at the appropriate reservation times", the same guide),
+  which the BlockCapacity custom resource (stacks/constructs/block_capacity/) puts at deploy time, when
+  gpufleet.block_schedule says: AWS refuses an action in the past, and a template may be deployed long after it was
+  synthesized. Created at MinSize 0, the group wants no node until the block starts, so a deploy before the start
+  waits for no node;
 - keeps what a scheduled action set across deploys: "When you update a stack with an Auto Scaling group and
   scheduled action, CloudFormation always sets the min size, max size, and desired capacity properties of your group
   to the values that are defined in the AWS::AutoScaling::AutoScalingGroup section of your template", unless the
   UpdatePolicy AutoScalingScheduledAction's IgnoreUnmodifiedGroupSizeProperties leaves them "unless you modified the
   individual values in your template" (CloudFormation template reference, aws-resource-as-scheduledaction.html).
-A scheduled action that has run is gone (DescribeScheduledActions "Gets information about the scheduled actions that
-haven't run", botocore's autoscaling model); the first deploy after it leaves it out of the template, and that
-CloudFormation then takes the action as deleted is (unconfirmed).
 
 What a deploy does to a deployed group follows from AWS::AutoScaling::AutoScalingGroup's resource schema (cfn-lint's
 bundled copy, read with cfnlint.schema.PROVIDER_SCHEMA_MANAGER): only AutoScalingGroupName and InstanceId are
@@ -67,13 +66,11 @@ Scaling infrastructure", https://docs.aws.amazon.com/autoscaling/ec2/userguide/a
 schema's delete handler has the permissions for it (autoscaling:UpdateAutoScalingGroup, DeleteAutoScalingGroup)
 and runs up to 240 minutes. A node waits at most TERMINATION_HOOK_TIMEOUT_SECONDS in Terminating:Wait, so the hook
 adds at most that to a deletion, far inside the handler's time. The group depends on the placement group, security
-group and launch template it uses, so CloudFormation deletes it, with its nodes, before any of them; its scheduled
-actions depend on it and go first.
+group and launch template it uses, so CloudFormation deletes it, with its nodes, before any of them; its
+BlockCapacity resource depends on it and goes first, deleting the scheduled actions it made.
 """
 
 from __future__ import annotations
-
-import datetime as dt
 
 import aws_cdk as cdk
 from aws_cdk import aws_autoscaling as autoscaling
@@ -81,7 +78,6 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from gpufleet.block_schedule import BlockSchedule
 from gpufleet.constants import (
     AUTO_SCALING_ON_DEMAND_ALLOCATION_STRATEGIES,
     AUTO_SCALING_SPOT_ALLOCATION_STRATEGIES,
@@ -90,14 +86,11 @@ from gpufleet.constants import (
     TERMINATION_HOOK_NAME,
     TERMINATION_HOOK_TIMEOUT_SECONDS,
 )
-from gpufleet.environment import CapacityReservation, Fleet
+from gpufleet.environment import CapacityBlock, CapacityReservation, Fleet
+from stacks.constructs.block_capacity.infrastructure import BlockCapacity
 from stacks.constructs.capacity_reservations import auto_scaling_capacity_reservation
 from stacks.constructs.group_capacity.infrastructure import GroupCapacity
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
-
-# The time of a scheduled action as AWS::AutoScaling::ScheduledAction takes it: "in YYYY-MM-DDThh:mm:ssZ format in
-# UTC/GMT only" (PutScheduledUpdateGroupAction StartTime, botocore's autoscaling model).
-SCHEDULE_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 def group_name(prefix: str, fleet: Fleet, image_id: str) -> str:
@@ -131,15 +124,15 @@ class GpuAutoScalingGroup(Construct):
         on_demand: int,
         fleet: Fleet,
         reservation: CapacityReservation | None,
-        block_schedule: BlockSchedule | None,
+        capacity_block: CapacityBlock | None,
         launch_template: NodeLaunchTemplate,
         subnet_id: str,
         log_retention: logs.RetentionDays,
     ) -> None:
         """name_prefix: the group's name, or its prefix under replace-all (Environment.auto_scaling_group_prefix);
-        target, on_demand: the nodes the group keeps and its on-demand base; block_schedule: for a Capacity Block
-        group, its desired capacity and scheduled actions at synthesis (gpufleet.block_schedule); log_retention: of
-        the GroupCapacity handlers' logs (a group without a block)."""
+        target, on_demand: the nodes the group keeps and its on-demand base; capacity_block: the block every node
+        launches into (capacity.capacity_block), None for a group without one; log_retention: of the GroupCapacity or
+        BlockCapacity handlers' logs."""
         super().__init__(scope, construct_id)
         arns = group_arns(cdk.Stack.of(self), name_prefix, fleet)
         template = launch_template.launch_template
@@ -153,14 +146,13 @@ class GpuAutoScalingGroup(Construct):
             auto_scaling_group_name=name,
             min_size="0",
             max_size=str(target),
-            desired_capacity=str(block_schedule.desired_capacity) if block_schedule else None,
             # The one node subnet: EFA traffic stays inside one subnet. The placement group comes with the launch
             # template (Placement.GroupName), as for the Spot Fleet.
             vpc_zone_identifier=[subnet_id],
             capacity_rebalance=fleet.capacity_rebalance is not None,
-            launch_template=template_version if block_schedule else None,
+            launch_template=template_version if capacity_block else None,
             mixed_instances_policy=None
-            if block_schedule
+            if capacity_block
             else autoscaling.CfnAutoScalingGroup.MixedInstancesPolicyProperty(
                 launch_template=autoscaling.CfnAutoScalingGroup.LaunchTemplateProperty(
                     launch_template_specification=template_version,
@@ -195,8 +187,8 @@ class GpuAutoScalingGroup(Construct):
                 )
             ],
         )
-        if block_schedule is not None:
-            self._schedule(block_schedule)
+        if capacity_block is not None:
+            self._schedule(capacity_block, arns, environment_name, target, log_retention)
         else:
             GroupCapacity(
                 self,
@@ -225,21 +217,31 @@ class GpuAutoScalingGroup(Construct):
             cdk.Validations.of(self.group).acknowledge(cdk.Acknowledgment(id=rule, reason=reason))
         self._let_nodes_complete_their_lifecycle_action(launch_template.role, environment_name, arns)
 
-    def _schedule(self, schedule: BlockSchedule) -> None:
-        """The block's scheduled actions, and the update policy that keeps what they set across deploys."""
+    def _schedule(
+        self,
+        block: CapacityBlock,
+        arns: dict[str, str],
+        environment_name: str,
+        target: int,
+        log_retention: logs.RetentionDays,
+    ) -> None:
+        """The block's schedule, made at deploy time, and the update policy that keeps what it sets across deploys."""
         self.group.cfn_options.update_policy = cdk.CfnUpdatePolicy(
             auto_scaling_scheduled_action=cdk.CfnAutoScalingScheduledAction(
                 ignore_unmodified_group_size_properties=True
             )
         )
-        for action in schedule.actions:
-            autoscaling.CfnScheduledAction(
-                self,
-                action.name,
-                auto_scaling_group_name=self.group.ref,
-                start_time=action.at.astimezone(dt.UTC).strftime(SCHEDULE_TIME_FORMAT),
-                desired_capacity=action.desired_capacity,
-            )
+        BlockCapacity(
+            self,
+            "BlockCapacity",
+            group=self.group,
+            group_arns=arns,
+            environment_name=environment_name,
+            target=target,
+            start=block.start,
+            end=block.end,
+            log_retention=log_retention,
+        )
 
     def _let_nodes_complete_their_lifecycle_action(
         self, role: iam.IRole, environment_name: str, arns: dict[str, str]

@@ -5,8 +5,9 @@ Each backend brings its teardown guarantee and names its CloudFormation output, 
 - spot-fleet: the Spot Fleet (stacks/constructs/gpu_spot_fleet.py) and the FleetTeardown custom resource that
   cancels it and waits for its nodes before the resources they sit in are deleted;
 - auto-scaling: the Auto Scaling group (stacks/constructs/gpu_auto_scaling_group.py), whose own deletion terminates
-  its nodes; it depends on those resources directly. Without a Capacity Block it comes with the GroupCapacity custom
-  resource that sets its desired capacity (stacks/constructs/group_capacity/).
+  its nodes; it depends on those resources directly. It comes with the custom resource that sets its desired
+  capacity: GroupCapacity (stacks/constructs/group_capacity/), or with a Capacity Block BlockCapacity, which
+  schedules it (stacks/constructs/block_capacity/).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import aws_cdk as cdk
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from gpufleet.block_schedule import BlockSchedule
 from gpufleet.constants import BACKEND_AUTO_SCALING, BACKEND_SPOT_FLEET, ENVIRONMENT_TAG_KEY, NODE_GROUP_OUTPUTS
 from gpufleet.environment import Capacity, Fleet
 from stacks.constructs.fleet_teardown.infrastructure import FleetTeardown
@@ -45,14 +45,13 @@ def node_group(
     capacity: Capacity,
     fleet: Fleet,
     group_name_prefix: str,
-    block_schedule: BlockSchedule | None,
     launch_template: NodeLaunchTemplate,
     subnet_id: str,
     checkpoint_hook: bool,
     guarded: list[Construct],
 ) -> NodeGroup:
     """The environment's node group, by fleet.backend; group_name_prefix: the Auto Scaling group's name or prefix;
-    block_schedule: the Capacity Block's schedule (an Auto Scaling group's); guarded: the resources its nodes sit in,
+    guarded: the resources its nodes sit in,
     deleted only after the nodes are gone; checkpoint_hook: the nodes have one, which a Spot Fleet's teardown runs
     first (an Auto Scaling group's termination lifecycle hook does as much)."""
     backend = fleet.backend
@@ -67,7 +66,7 @@ def node_group(
             on_demand=capacity.on_demand,
             fleet=fleet,
             reservation=capacity.reservation,
-            block_schedule=block_schedule,
+            capacity_block=capacity.capacity_block,
             launch_template=launch_template,
             subnet_id=subnet_id,
             log_retention=logs.RetentionDays.ONE_MONTH,

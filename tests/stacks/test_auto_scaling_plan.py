@@ -133,77 +133,81 @@ def test_a_new_image_from_ssm_under_manual_is_a_new_launch_template_version_for_
     ]
 
 
-# The shipped Capacity Block environment, synthesized before its block (tests/conftest.py SYNTHESIS_TIME): the group
-# wants no node until the scale-out action at the block's start, and scales in 50 minutes before its end.
+# The shipped Capacity Block environment: its BlockCapacity resource gives the group 2 nodes from the block's start
+# (2027-01-11 11:30 UTC) until its scale-in, 50 minutes before its end (2027-01-18 10:40 UTC), as the deploy's time
+# finds them.
 BLOCK_CLUSTER = "gpufleet-p5-block-cluster"
-SCALE_OUT, SCALE_IN = "NodeGroupScaleOutCAFD8162", "NodeGroupScaleIn09BDA0E4"
+BLOCK_CAPACITY = "NodeGroupBlockCapacity5D2E1478"
+WINDOW = "2 node(s) from 2027-01-11 11:30 UTC until 2027-01-18 10:40 UTC"
 
 
-def scheduled_change(assembly, logical_id: str, before: dict | None = None, **after):
-    """The plan's change of one scheduled action of p5-block whose properties go from BEFORE (the synthesized ones,
-    updated with it) to those updated with AFTER."""
-    old = copy.deepcopy(assembly.template_json(BLOCK_CLUSTER))
-    old["Resources"][logical_id]["Properties"].update(before or {})
+def block_capacity_change(assembly, **after):
+    """The plan's change of p5-block's BlockCapacity resource whose properties are updated with AFTER."""
+    old = assembly.template_json(BLOCK_CLUSTER)
     new = copy.deepcopy(old)
-    new["Resources"][logical_id]["Properties"].update(after)
+    new["Resources"][BLOCK_CAPACITY]["Properties"].update(after)
     changes = plan_changes([StackPair(BLOCK_CLUSTER, old, new)], "us-east-2")
-    (change,) = [c for c in changes if c.logical_id == logical_id]
+    (change,) = [c for c in changes if c.logical_id == BLOCK_CAPACITY]
     return change
 
 
-def test_a_higher_scale_out_launches_nodes_at_the_blocks_start(assembly):
-    change = scheduled_change(assembly, SCALE_OUT, DesiredCapacity=4)
+@pytest.mark.parametrize(
+    ("after", "impact"),
+    [
+        pytest.param(
+            {"Target": 1},
+            f"terminates nodes ({WINDOW} -> 1 node(s) from 2027-01-11 11:30 UTC until 2027-01-18 10:40 UTC)",
+            id="fewer-nodes",
+        ),
+        pytest.param(
+            {"Start": "2027-01-12T11:30:00Z"},
+            f"terminates nodes ({WINDOW} -> 2 node(s) from 2027-01-12 11:30 UTC until 2027-01-18 10:40 UTC)",
+            id="later-start",
+        ),
+        pytest.param(
+            {"End": "2027-01-18T09:30:00Z"},
+            f"terminates nodes ({WINDOW} -> 2 node(s) from 2027-01-11 11:30 UTC until 2027-01-18 08:40 UTC)",
+            id="earlier-end",
+        ),
+        pytest.param(
+            {"Target": 4},
+            f"in place: running nodes unaffected; launches nodes ({WINDOW} -> 4 node(s) from 2027-01-11 11:30 UTC "
+            "until 2027-01-18 10:40 UTC)",
+            id="more-nodes",
+        ),
+        pytest.param(
+            {"Start": "2027-01-10T11:30:00Z", "End": "2027-01-25T11:30:00Z"},
+            f"in place: running nodes unaffected; launches nodes ({WINDOW} -> 2 node(s) from 2027-01-10 11:30 UTC "
+            "until 2027-01-25 10:40 UTC)",
+            id="wider-window",
+        ),
+        pytest.param({"Target": "2"}, "in place: running nodes unaffected", id="same-window-as-text"),
+    ],
+)
+def test_a_changed_block_says_which_nodes_it_takes_or_adds(assembly, after, impact):
+    change = block_capacity_change(assembly, **after)
+    assert change.node_impact == impact
+    assert change.affects_running_nodes == impact.startswith("terminates")
+
+
+def test_a_new_block_capacity_says_when_the_nodes_come(assembly):
+    """An environment that gets a block, or a group deployed with the scheduled actions of gpufleet before the
+    BlockCapacity resource: the resource is added."""
+    old = assembly.template_json(BLOCK_CLUSTER)
+    new = copy.deepcopy(old)
+    del old["Resources"][BLOCK_CAPACITY]
+    (change,) = [
+        c for c in plan_changes([StackPair(BLOCK_CLUSTER, old, new)], "us-east-2") if c.logical_id == BLOCK_CAPACITY
+    ]
     assert change.line() == (
-        f"{BLOCK_CLUSTER} {SCALE_OUT} [AWS::AutoScaling::ScheduledAction] in place (DesiredCapacity): in place: "
-        "running nodes unaffected; launches nodes at 2027-01-11 11:30 UTC (desired capacity 2 -> 4)"
+        f"{BLOCK_CLUSTER} {BLOCK_CAPACITY} [Custom::GpufleetBlockCapacity] added: running nodes unaffected; launches "
+        f"{WINDOW} (at once inside that window)"
     )
-    assert not change.affects_running_nodes
-
-
-def test_a_lower_scheduled_desired_capacity_terminates_nodes_at_its_time(assembly):
-    change = scheduled_change(assembly, SCALE_OUT, DesiredCapacity=1)
-    assert change.node_impact == "terminates nodes at 2027-01-11 11:30 UTC (desired capacity 2 -> 1)"
-    assert change.affects_running_nodes
-
-
-def test_an_earlier_scale_in_terminates_the_nodes_earlier(assembly):
-    """A block that ends an hour earlier (capacity_block.end): its scale-in moves with it."""
-    change = scheduled_change(assembly, SCALE_IN, StartTime="2027-01-18T09:40:00Z")
-    assert change.node_impact == (
-        "terminates nodes at 2027-01-18 09:40 UTC instead of 2027-01-18 10:40 UTC (desired capacity 0)"
-    )
-    assert change.affects_running_nodes
-
-
-def test_a_moved_scale_out_launches_the_nodes_at_the_new_time(assembly):
-    change = scheduled_change(assembly, SCALE_OUT, StartTime="2027-01-12T11:30:00Z")
-    assert change.node_impact == (
-        "in place: running nodes unaffected; launches nodes at 2027-01-12 11:30 UTC instead of 2027-01-11 11:30 UTC "
-        "(desired capacity 2)"
-    )
-    assert not change.affects_running_nodes
-
-
-def test_scheduled_minimum_and_maximum_sizes_launch_and_terminate_at_the_actions_time(assembly):
-    """A scheduled action may set MinSize and MaxSize too (PutScheduledUpdateGroupAction): a higher minimum launches
-    nodes, a lower maximum terminates those above it; a lower minimum or a higher maximum does neither."""
-    higher_minimum = scheduled_change(assembly, SCALE_OUT, {"MinSize": 0}, MinSize=2)
-    assert higher_minimum.node_impact == (
-        "in place: running nodes unaffected; launches nodes at 2027-01-11 11:30 UTC (minimum size 0 -> 2)"
-    )
-    lower_maximum = scheduled_change(assembly, SCALE_OUT, {"MaxSize": 2}, MaxSize=1)
-    assert lower_maximum.node_impact == "terminates nodes at 2027-01-11 11:30 UTC (maximum size 2 -> 1)"
-    for neither in (
-        scheduled_change(assembly, SCALE_OUT, {"MinSize": 2}, MinSize=0),
-        scheduled_change(assembly, SCALE_OUT, {"MaxSize": 2}, MaxSize=4),
-    ):
-        assert neither.node_impact == "in place: running nodes unaffected"
 
 
 def test_a_lower_group_maximum_terminates_the_nodes_above_it(assembly):
-    """UpdateAutoScalingGroup: a new MaxSize below the group's size lowers its desired capacity to it. The template
-    of a block group keeps DesiredCapacity 0 before the block; the maximum still bounds what the block's scale-out
-    gets."""
+    """UpdateAutoScalingGroup: a new MaxSize below the group's size lowers its desired capacity to it; the maximum
+    also bounds what the block's schedule gets."""
     old = assembly.template_json(BLOCK_CLUSTER)
     new = copy.deepcopy(old)
     new["Resources"]["NodeGroupA8D4A5C5"]["Properties"]["MaxSize"] = "1"

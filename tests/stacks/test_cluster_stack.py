@@ -6,13 +6,16 @@ import datetime as dt
 import json
 
 import aws_cdk as cdk
+import boto3
 import pytest
 from aws_cdk.assertions import Capture, Match
+from botocore.stub import Stubber
 from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
 
 from gpufleet.catalog import load_catalog
 from gpufleet.constants import BACKEND_SPOT_FLEET
 from gpufleet.loading import environment_files, load_environments
+from stacks.constructs.block_capacity.runtime import handler as block_capacity
 from stacks.constructs.fleet_teardown.infrastructure import TOTAL_TIMEOUT
 from stacks.environment_stacks import add_compliance_checks, add_environment_stacks
 from tests.conftest import CDK_CONTEXT
@@ -397,9 +400,9 @@ def test_outputs_name_what_operators_need(assembly, name, node_group, other_back
 def test_p5_block_runs_every_node_in_its_capacity_block_through_an_auto_scaling_group(assembly):
     """environments/p5-block.yaml: an Auto Scaling group of 2 nodes launched with market type capacity-block into the
     block's reservation from the launch template itself (Capacity Blocks support no mixed instances policy), placed
-    by EC2 rather than the placement group; synthesized before the block (SYNTHESIS_TIME), it wants no node until
-    the scheduled action at the block's start, and scales in 50 minutes before its end; the group goes, with its
-    nodes, before what they use; the block's expiration warning still runs the checkpoint hook."""
+    by EC2 rather than the placement group; it wants no node of its own (MinSize 0, no DesiredCapacity), and its
+    BlockCapacity resource schedules the block's nodes at deploy time from the block's dates; the group goes, with
+    its nodes, before what they use; the block's expiration warning still runs the checkpoint hook."""
     template = cluster(assembly, "p5-block")
     data = only_resource(template, "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
     assert data["InstanceMarketOptions"] == {"MarketType": "capacity-block"}
@@ -411,19 +414,21 @@ def test_p5_block_runs_every_node_in_its_capacity_block_through_an_auto_scaling_
     resources = template.to_json()["Resources"]
     ((group_id, group),) = template.find_resources("AWS::AutoScaling::AutoScalingGroup").items()
     properties = group["Properties"]
-    assert (properties["MinSize"], properties["MaxSize"], properties["DesiredCapacity"]) == ("0", "2", "0")
+    assert (properties["MinSize"], properties["MaxSize"], properties.get("DesiredCapacity")) == ("0", "2", None)
     assert "MixedInstancesPolicy" not in properties
     assert properties["LaunchTemplate"] == {
         "LaunchTemplateId": {"Ref": logical_id(template, "AWS::EC2::LaunchTemplate")},
         "Version": {"Fn::GetAtt": [logical_id(template, "AWS::EC2::LaunchTemplate"), "LatestVersionNumber"]},
     }
     assert group["UpdatePolicy"] == {"AutoScalingScheduledAction": {"IgnoreUnmodifiedGroupSizeProperties": True}}
-    actions = template.find_resources("AWS::AutoScaling::ScheduledAction")
-    assert sorted((a["Properties"]["StartTime"], a["Properties"]["DesiredCapacity"]) for a in actions.values()) == [
-        ("2027-01-11T11:30:00Z", 2),
-        ("2027-01-18T10:40:00Z", 0),
-    ]
-    assert {a["Properties"]["AutoScalingGroupName"]["Ref"] for a in actions.values()} == {group_id}
+    template.resource_count_is("AWS::AutoScaling::ScheduledAction", 0)
+    (block_capacity,) = template.find_resources("Custom::GpufleetBlockCapacity").values()
+    assert {key: value for key, value in block_capacity["Properties"].items() if key != "ServiceToken"} == {
+        "AutoScalingGroupName": {"Ref": group_id},
+        "Target": 2,
+        "Start": "2027-01-11T11:30:00Z",
+        "End": "2027-01-18T11:30:00Z",
+    }
     assert properties["AutoScalingGroupName"] == "gpufleet-p5-block-nodes"
     guarded = {
         logical_id(template, "AWS::EC2::PlacementGroup"),
@@ -431,9 +436,11 @@ def test_p5_block_runs_every_node_in_its_capacity_block_through_an_auto_scaling_
         logical_id(template, "AWS::EC2::LaunchTemplate"),
     }
     assert guarded <= set(group["DependsOn"])
-    # The cluster user's key is the stack's only custom resource: the group needs no teardown guarantee.
-    assert [r["Type"] for r in resources.values() if r["Type"].startswith("Custom::")] == [
-        "Custom::GpufleetClusterUserKey"
+    # The cluster user's key and the block's schedule are the stack's only custom resources: the group needs no
+    # teardown guarantee.
+    assert sorted(r["Type"] for r in resources.values() if r["Type"].startswith("Custom::")) == [
+        "Custom::GpufleetBlockCapacity",
+        "Custom::GpufleetClusterUserKey",
     ]
     (rule,) = template.find_resources("AWS::Events::Rule").values()
     assert rule["Properties"]["EventPattern"]["detail"] == {"capacity-reservation-id": ["cr-0123456789abcdef0"]}
@@ -462,13 +469,79 @@ def test_teardown_outwaits_cloudformations_spot_fleet_delete_and_stays_under_the
     assert 40 < TOTAL_TIMEOUT.to_minutes() == 50 < 60
 
 
-def test_p5_block_still_synthesizes_with_cdk_nag_after_its_block_has_ended(tmp_path):
-    """cdk destroy synthesizes first: a block whose scale-in has passed gives a group that wants no node and no
-    scheduled action (AWS refuses one in the past), and synthesis, cdk-nag included, goes on."""
+def test_a_p5_block_template_synthesized_before_its_block_deploys_after_the_start(assembly):
+    """Issue 31, item 5: `cdk deploy --all` synthesizes once and deploys the stacks in turn, and CI may deploy an
+    assembly later. The template synthesized before the block (SYNTHESIS_TIME) holds no scheduled action AWS would
+    refuse a day after the block's start ("If you try to schedule the action in the past, Amazon EC2 Auto Scaling
+    returns an error message"); its BlockCapacity resource's handler, run then with the template's properties, wants
+    the block's nodes at once and schedules only the scale-in (Stubber: the calls it makes, in order)."""
+    deployed = dt.datetime(2027, 1, 12, 11, 30, tzinfo=dt.UTC)
+    resources = cluster(assembly, "p5-block").to_json()["Resources"]
+    refused = [
+        logical_id
+        for logical_id, resource in resources.items()
+        if resource["Type"] == "AWS::AutoScaling::ScheduledAction"
+        and dt.datetime.fromisoformat(resource["Properties"]["StartTime"]) <= deployed
+    ]
+    assert refused == []
+    (properties,) = [r["Properties"] for r in resources.values() if r["Type"] == "Custom::GpufleetBlockCapacity"]
+    group = "gpufleet-p5-block-nodes"
+    request = {
+        "RequestType": "Create",
+        "ResourceProperties": {**properties, "AutoScalingGroupName": group, "Target": str(properties["Target"])},
+    }
+    client = boto3.client("autoscaling", region_name="us-east-2", aws_access_key_id="x", aws_secret_access_key="x")
+    with Stubber(client) as stub:
+        stub.add_response(
+            "describe_auto_scaling_groups",
+            {
+                "AutoScalingGroups": [
+                    {
+                        "AutoScalingGroupName": group,
+                        "MinSize": 0,
+                        "MaxSize": 2,
+                        "DesiredCapacity": 0,
+                        "DefaultCooldown": 300,
+                        "AvailabilityZones": ["us-east-2a"],
+                        "HealthCheckType": "EC2",
+                        "CreatedTime": deployed,
+                    }
+                ]
+            },
+            {"AutoScalingGroupNames": [group]},
+        )
+        stub.add_response(
+            "put_scheduled_update_group_action",
+            {},
+            {
+                "AutoScalingGroupName": group,
+                "ScheduledActionName": "gpufleet-block-scale-in",
+                "StartTime": dt.datetime(2027, 1, 18, 10, 40, tzinfo=dt.UTC),
+                "DesiredCapacity": 0,
+            },
+        )
+        stub.add_response(
+            "describe_scheduled_actions",
+            {"ScheduledUpdateGroupActions": []},
+            {
+                "AutoScalingGroupName": group,
+                "ScheduledActionNames": ["gpufleet-block-scale-out", "gpufleet-block-scale-in"],
+            },
+        )
+        stub.add_response("set_desired_capacity", {}, {"AutoScalingGroupName": group, "DesiredCapacity": 2})
+        with pytest.MonkeyPatch.context() as environment:
+            environment.setenv("ENVIRONMENT_NAME", "p5-block")
+            block_capacity.on_event(request, None, autoscaling=client, now=deployed)
+        stub.assert_no_pending_responses()
+
+
+def test_p5_block_synthesizes_with_cdk_nag_after_its_block_has_ended(tmp_path):
+    """cdk destroy synthesizes first: a block that has ended still synthesizes, cdk-nag included, with nothing
+    in its template that depends on the time (the schedule is the deploy's to make)."""
     app = cdk.App(outdir=str(tmp_path), context=CDK_CONTEXT)
     add_compliance_checks(app)
     add_environment_stacks(app, ENVIRONMENTS["p5-block"], dt.datetime(2027, 1, 18, 10, 40, tzinfo=dt.UTC))
     template = app.synth().get_stack_by_name("gpufleet-p5-block-cluster").template
     (group,) = [r for r in template["Resources"].values() if r["Type"] == "AWS::AutoScaling::AutoScalingGroup"]
-    assert (group["Properties"]["MinSize"], group["Properties"]["DesiredCapacity"]) == ("0", "0")
+    assert (group["Properties"]["MinSize"], group["Properties"].get("DesiredCapacity")) == ("0", None)
     assert not [r for r in template["Resources"].values() if r["Type"] == "AWS::AutoScaling::ScheduledAction"]

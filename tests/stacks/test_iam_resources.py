@@ -388,9 +388,9 @@ def test_set_desired_capacity_acts_on_an_auto_scaling_group_and_takes_its_tags_i
 
 
 def test_set_desired_capacity_is_granted_on_the_environments_groups_only(matrix_templates):
-    """Only the group without a Capacity Block has a GroupCapacity handler; its SetDesiredCapacity names the
-    environment's groups (under replace-all, the name prefix that covers the old and the new group) and requires the
-    environment tag."""
+    """The GroupCapacity handler of a group without a Capacity Block and the BlockCapacity handler of a block group
+    (which also puts and deletes the group's scheduled actions) name the environment's groups (under replace-all, the
+    name prefix that covers the old and the new group) and require the environment tag."""
     granted = [
         (stack.name, [resolve_arn(r, stack) for r in as_list(statement["Resource"])], statement.get("Condition"))
         for template, stack in matrix_templates
@@ -407,7 +407,14 @@ def test_set_desired_capacity_is_granted_on_the_environments_groups_only(matrix_
                 "autoScalingGroupName/gpufleet-asg-g5-nodes-ami-*"
             ],
             {"StringEquals": {"aws:ResourceTag/gpufleet:environment": "asg-g5"}},
-        )
+        ),
+        (
+            "gpufleet-block-p5-cluster",
+            [
+                "arn:aws:autoscaling:us-east-2:123456789012:autoScalingGroup:*:autoScalingGroupName/gpufleet-block-p5-nodes"
+            ],
+            {"StringEquals": {"aws:ResourceTag/gpufleet:environment": "block-p5"}},
+        ),
     ]
 
 

@@ -155,7 +155,7 @@ def test_preflight_p5_block(environments, moto, monkeypatch, run_cli) -> None:
 
 def test_status_p5_block(environments, moto, monkeypatch, run_cli) -> None:
     """environments/p5-block.yaml deployed before its block: the group in moto with the two scheduled actions its
-    template holds (tests/stacks/test_cluster_stack.py), the block scheduled."""
+    BlockCapacity resource puts then (tests/stacks/constructs/block_capacity/), the block scheduled."""
     shutil.copy(REPOSITORY / "environments" / "p5-block.yaml", environments_dir())
     ec2 = boto3.client("ec2", region_name="us-east-2")
     image = ec2.register_image(
@@ -179,8 +179,8 @@ def test_status_p5_block(environments, moto, monkeypatch, run_cli) -> None:
         LaunchTemplate={"LaunchTemplateId": template, "Version": "1"},
     )
     for name, start, desired in (
-        ("scale-out", "2027-01-11T11:30:00Z", 2),
-        ("scale-in", "2027-01-18T10:40:00Z", 0),
+        ("gpufleet-block-scale-out", "2027-01-11T11:30:00Z", 2),
+        ("gpufleet-block-scale-in", "2027-01-18T10:40:00Z", 0),
     ):
         autoscaling.put_scheduled_update_group_action(
             AutoScalingGroupName="gpufleet-p5-block-nodes",

@@ -250,8 +250,8 @@ def block_group(node_image_id: str) -> None:
         LaunchTemplate={"LaunchTemplateId": template_id, "Version": "1"},
     )
     for name, start, desired in (
-        ("scale-in", dt.datetime(2027, 1, 18, 10, 40, tzinfo=dt.UTC), 0),
-        ("scale-out", BLOCK_START, 2),
+        ("gpufleet-block-scale-in", dt.datetime(2027, 1, 18, 10, 40, tzinfo=dt.UTC), 0),
+        ("gpufleet-block-scale-out", BLOCK_START, 2),
     ):
         autoscaling.put_scheduled_update_group_action(
             AutoScalingGroupName=BLOCK_GROUP, ScheduledActionName=name, StartTime=start, DesiredCapacity=desired

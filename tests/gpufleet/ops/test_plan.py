@@ -440,6 +440,35 @@ def test_a_damaged_auto_scaling_group_is_one_line(assembly, run_cli, tmp_path, p
     assert (code, err.splitlines()) == (1, [f"{template}: Resources.{GROUP}.Properties.{problem}; {AGAINST_FIX}"])
 
 
+BLOCK_CAPACITY = "NodeGroupBlockCapacity5D2E1478"  # p5-block's schedule (stacks/constructs/block_capacity/)
+TIME_PROBLEM = 'expected a UTC time such as "2027-01-11T11:30:00Z", got'
+
+
+@pytest.mark.parametrize(
+    "properties, problem",
+    [
+        ({"Target": "²"}, 'Target: expected a node count such as "2", got "\\u00b2"'),
+        ({"Target": True}, 'Target: expected a node count such as "2", got true'),
+        ({"Start": "2027-01-11 11:30"}, f'Start: {TIME_PROBLEM} "2027-01-11 11:30"'),
+        ({"End": "2027-13-18T11:30:00Z"}, f'End: {TIME_PROBLEM} "2027-13-18T11:30:00Z"'),
+        ({"End": 5}, f"End: {TIME_PROBLEM} 5"),
+    ],
+    ids=["target not a count", "target a boolean", "start without its zone", "end in no month", "end a number"],
+)
+def test_a_damaged_block_capacity_is_one_line(assembly, run_cli, tmp_path, properties, problem):
+    """plan reads the block's Target, Start and End to say when nodes come and go."""
+    shutil.copy(REPOSITORY / "environments" / "p5-block.yaml", os.environ["GPUFLEET_ENVIRONMENTS_DIR"])
+    saved = tmp_path / "saved"
+    saved.mkdir()
+    for name in ("gpufleet-p5-block-network", "gpufleet-p5-block-cluster"):
+        shutil.copy(assembly.template_file(name), saved)
+    template = saved / "gpufleet-p5-block-cluster.template.json"
+    edit_json(template, lambda t: resource(t, BLOCK_CAPACITY).update(properties))
+    code, _, err = run_cli("plan", "p5-block", "--cdk-out", str(assembly.directory), "--against", str(saved))
+    prefix = f"Resources.{BLOCK_CAPACITY}.Properties."
+    assert (code, err.splitlines()) == (1, [f"{template}: {prefix}{problem}; {AGAINST_FIX}"])
+
+
 def test_an_against_file_that_does_not_exist_is_one_line(dev, run_cli, tmp_path):
     new, old = dev
     cdk_out = str(write_assembly(tmp_path / "new", new))

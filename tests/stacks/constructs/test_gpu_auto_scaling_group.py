@@ -1,6 +1,7 @@
 """The Auto Scaling group on its own, for every auto-scaling entry of the environment matrix: its name, capacity, mix,
 reservations, lifecycle hook and tag, and the groups whose lifecycle actions its nodes may complete; and a Capacity
-Block group's sizes and scheduled actions before, during and after its block."""
+Block group's template, the same whenever it is synthesized (its schedule is made at deploy time:
+tests/stacks/constructs/block_capacity/)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,7 @@ import pytest
 from aws_cdk import aws_logs as logs
 from aws_cdk.assertions import Template
 
-from gpufleet.block_schedule import block_schedule
 from stacks.constructs.gpu_auto_scaling_group import GpuAutoScalingGroup
-from tests.conftest import SYNTHESIS_TIME
 from tests.stacks.constructs.conftest import bare_stack
 from tests.stacks.constructs.test_node_launch_template import add_launch_template
 from tests.stacks.matrix import OTHER_RESERVATION_ID, RESERVATION_ID
@@ -50,13 +49,13 @@ def group_arn(region: str, name: str) -> dict:
 # nodes' CompleteLifecycleAction statement.
 MATRIX_GROUPS = {
     # rollout manual: a fixed name, so a new image is a new launch template version taken in place. A Capacity Block
-    # group names the launch template itself, with no mixed instances policy, and wants no node before its block.
+    # group names the launch template itself, with no mixed instances policy; no DesiredCapacity: its BlockCapacity
+    # resource sets it at deploy time.
     "block-p5": (
         {
             "AutoScalingGroupName": "gpufleet-block-p5-nodes",
             "MinSize": "0",
             "MaxSize": "2",
-            "DesiredCapacity": "0",
             "VPCZoneIdentifier": [SUBNET],
             "CapacityRebalance": False,
             "LaunchTemplate": LAUNCH_TEMPLATE,
@@ -113,7 +112,6 @@ def matrix_group(request, matrix) -> tuple[str, dict, list, dict, list]:
     of the stack, and the acknowledgements (construct path, finding, reason) of the construct's cdk-nag findings."""
     environment = matrix[request.param]
     stack = bare_stack(environment.region)
-    block = environment.capacity.capacity_block
     group = GpuAutoScalingGroup(
         stack,
         "NodeGroup",
@@ -124,11 +122,7 @@ def matrix_group(request, matrix) -> tuple[str, dict, list, dict, list]:
         on_demand=environment.capacity.on_demand,
         fleet=environment.fleet,
         reservation=environment.capacity.reservation,
-        block_schedule=block_schedule(
-            start=block.start, end=block.end, target=environment.capacity.target, now=SYNTHESIS_TIME
-        )
-        if block
-        else None,
+        capacity_block=environment.capacity.capacity_block,
         launch_template=add_launch_template(stack, environment),
         subnet_id=SUBNET,
         log_retention=logs.RetentionDays.ONE_MONTH,
@@ -140,11 +134,12 @@ def matrix_group(request, matrix) -> tuple[str, dict, list, dict, list]:
         {"Properties": {"PolicyDocument": {"Statement": [{"Action": "autoscaling:CompleteLifecycleAction"}]}}},
     ).values()
     (statement,) = policy["Properties"]["PolicyDocument"]["Statement"]
-    # The group's own acknowledgements; its GroupCapacity's are tests/stacks/constructs/group_capacity/'s.
+    # The group's own acknowledgements; its GroupCapacity's and BlockCapacity's are tests/stacks/constructs/
+    # group_capacity/'s and block_capacity/'s.
     acknowledged = [
         (construct.node.path, *item)
         for construct in group.node.find_all()
-        if not construct.node.path.startswith("Probe/NodeGroup/Capacity")
+        if not construct.node.path.startswith(("Probe/NodeGroup/Capacity", "Probe/NodeGroup/BlockCapacity"))
         for entry in construct.node.metadata
         if entry.type == "aws:cdk:acknowledged-rules"
         for item in entry.data.items()
@@ -241,34 +236,19 @@ def test_the_groups_cdk_nag_findings_are_acknowledged_with_their_reasons(matrix_
     ]
 
 
-# A week's Capacity Block for the block-p5 entry's two nodes, and the group's construct at a given time of synthesis.
+# A week's Capacity Block for the block-p5 entry's two nodes.
 BLOCK_START = dt.datetime(2027, 1, 11, 11, 30, tzinfo=dt.UTC)
 BLOCK_END = dt.datetime(2027, 1, 18, 11, 30, tzinfo=dt.UTC)
 GROUP_ID = "NodeGroupA8D4A5C5"
 # What the group's update policy must be once scheduled actions change its sizes: a deploy leaves the sizes they set.
 KEEP_SCHEDULED_SIZES = {"AutoScalingScheduledAction": {"IgnoreUnmodifiedGroupSizeProperties": True}}
-SCALE_OUT = {
-    "Type": "AWS::AutoScaling::ScheduledAction",
-    "Properties": {
-        "AutoScalingGroupName": {"Ref": GROUP_ID},
-        "StartTime": "2027-01-11T11:30:00Z",
-        "DesiredCapacity": 2,
-    },
-}
-# 50 minutes before the block's end: EC2 terminates what still runs 30 minutes before it, and the termination hook
-# gives each node up to 10 minutes (LIFECYCLE_HOOKS) for the checkpoint hook first.
-SCALE_IN = {
-    "Type": "AWS::AutoScaling::ScheduledAction",
-    "Properties": {
-        "AutoScalingGroupName": {"Ref": GROUP_ID},
-        "StartTime": "2027-01-18T10:40:00Z",
-        "DesiredCapacity": 0,
-    },
-}
+BLOCK_CAPACITY_ID = "NodeGroupBlockCapacity5D2E1478"
 
 
-def block_group_resources(matrix, now: dt.datetime) -> dict:
+def block_group_resources(matrix) -> dict:
+    """block-p5's group with the week's block."""
     environment = matrix["block-p5"]
+    block = environment.capacity.capacity_block.model_copy(update={"start": BLOCK_START, "end": BLOCK_END})
     stack = bare_stack(environment.region)
     GpuAutoScalingGroup(
         stack,
@@ -280,7 +260,7 @@ def block_group_resources(matrix, now: dt.datetime) -> dict:
         on_demand=2,
         fleet=environment.fleet,
         reservation=None,
-        block_schedule=block_schedule(start=BLOCK_START, end=BLOCK_END, target=2, now=now),
+        capacity_block=block,
         launch_template=add_launch_template(stack, environment),
         subnet_id=SUBNET,
         log_retention=logs.RetentionDays.ONE_MONTH,
@@ -288,55 +268,34 @@ def block_group_resources(matrix, now: dt.datetime) -> dict:
     return Template.from_stack(stack).to_json()["Resources"]
 
 
-def sizes_and_actions(resources: dict) -> tuple[tuple[str, str, str], dict, dict]:
-    group = resources[GROUP_ID]
-    properties = group["Properties"]
-    actions = {k: r for k, r in resources.items() if r["Type"] == "AWS::AutoScaling::ScheduledAction"}
-    return (properties["MinSize"], properties["MaxSize"], properties["DesiredCapacity"]), group["UpdatePolicy"], actions
-
-
-def test_before_its_block_the_group_wants_no_node_and_scales_out_at_the_start_and_in_before_the_end(matrix):
-    """A deploy before the block waits for no node (CloudFormation completes a group when its desired capacity is
-    reached), and no mixed instances policy: Capacity Blocks do not support one."""
-    resources = block_group_resources(matrix, dt.datetime(2027, 1, 4, 9, 0, tzinfo=dt.UTC))
-    assert sizes_and_actions(resources) == (
-        ("0", "2", "0"),
-        KEEP_SCHEDULED_SIZES,
-        {"NodeGroupScaleOutCAFD8162": SCALE_OUT, "NodeGroupScaleIn09BDA0E4": SCALE_IN},
-    )
+def test_a_block_group_holds_the_blocks_dates_and_no_scheduled_action(matrix):
+    """The construct takes no time of synthesis: its template holds no scheduled action whose time synthesis fixed (a
+    template made before the start and deployed after it held one AWS refuses), the block's dates in its
+    BlockCapacity resource, whose handler schedules at deploy time, and the update policy that keeps what that sets."""
+    resources = block_group_resources(matrix)
+    assert not [r for r in resources.values() if r["Type"] == "AWS::AutoScaling::ScheduledAction"]
+    assert {key: resources[BLOCK_CAPACITY_ID]["Properties"][key] for key in ("Target", "Start", "End")} == {
+        "Target": 2,
+        "Start": "2027-01-11T11:30:00Z",
+        "End": "2027-01-18T11:30:00Z",
+    }
+    assert resources[GROUP_ID]["UpdatePolicy"] == KEEP_SCHEDULED_SIZES
     assert "MixedInstancesPolicy" not in resources[GROUP_ID]["Properties"]
     assert resources[GROUP_ID]["Properties"]["LaunchTemplate"] == LAUNCH_TEMPLATE
 
 
-def test_inside_its_block_the_group_wants_every_node_and_keeps_its_scale_in_under_the_same_logical_id(matrix):
-    """A start already past cannot be scheduled (PutScheduledUpdateGroupAction refuses a time in the past): the group
-    wants the nodes itself; the scale-in keeps its logical id, so a deploy leaves it in place."""
-    resources = block_group_resources(matrix, dt.datetime(2027, 1, 12, 0, 0, tzinfo=dt.UTC))
-    assert sizes_and_actions(resources) == (
-        ("0", "2", "2"),
-        KEEP_SCHEDULED_SIZES,
-        {"NodeGroupScaleIn09BDA0E4": SCALE_IN},
-    )
-
-
-def test_after_its_scale_in_the_group_wants_no_node_and_schedules_nothing(matrix):
-    """A block that has ended still synthesizes (cdk destroy synthesizes first), with nothing left to schedule."""
-    resources = block_group_resources(matrix, dt.datetime(2027, 1, 18, 10, 30, tzinfo=dt.UTC))
-    assert sizes_and_actions(resources) == (("0", "2", "0"), KEEP_SCHEDULED_SIZES, {})
-
-
-def test_only_the_block_group_has_scheduled_actions_and_the_policy_that_keeps_their_sizes(matrix_group):
-    """block-p5's block is in 2099: at SYNTHESIS_TIME both its actions are ahead."""
+def test_only_the_block_group_has_a_block_capacity_and_the_policy_that_keeps_its_sizes(matrix_group):
     name, _, _, resources, _ = matrix_group
     in_block = name == "block-p5"
     assert resources[GROUP_ID].get("UpdatePolicy") == (KEEP_SCHEDULED_SIZES if in_block else None)
-    actions = [r for r in resources.values() if r["Type"] == "AWS::AutoScaling::ScheduledAction"]
-    assert len(actions) == (2 if in_block else 0)
+    blocks = [r for r in resources.values() if r["Type"] == "Custom::GpufleetBlockCapacity"]
+    assert len(blocks) == (1 if in_block else 0)
 
 
 # Per auto-scaling entry: the GroupCapacity resource (logical id, properties less the Provider's ServiceToken) that
 # sets the group's desired capacity after CloudFormation has created it; a Capacity Block group has none, its
-# scheduled actions size it. The resource references the group, so CloudFormation creates or updates the group first.
+# BlockCapacity resource sizes it. The resource references the group, so CloudFormation creates or updates the group
+# first.
 MATRIX_CAPACITY = {
     "block-p5": {},
     "asg-g5": {
@@ -358,5 +317,5 @@ def test_a_group_without_a_block_gets_its_desired_capacity_from_its_capacity_res
         if r["Type"] == "Custom::GpufleetGroupCapacity"
     }
     assert capacity == MATRIX_CAPACITY[name]
-    # Only a block group's template says how many nodes it wants (0 before its block, here).
-    assert properties.get("DesiredCapacity") == {"block-p5": "0", "asg-g5": None}[name]
+    # No group's template says how many nodes it wants: a custom resource sets it after CloudFormation made the group.
+    assert "DesiredCapacity" not in properties

@@ -7,9 +7,7 @@ import pytest
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk.assertions import Template
 
-from gpufleet.block_schedule import block_schedule
 from stacks.constructs.node_group import node_group
-from tests.conftest import SYNTHESIS_TIME
 from tests.stacks.constructs.conftest import bare_stack, environment
 from tests.stacks.constructs.test_node_launch_template import add_launch_template
 from tests.stacks.matrix import FLEET_ENTRIES
@@ -27,7 +25,6 @@ def matrix_node_group(request, matrix):
 
 
 def add_node_group(stack, environment, launch_template, guarded):
-    block = environment.capacity.capacity_block
     return node_group(
         stack,
         environment_name=environment.name,
@@ -35,11 +32,6 @@ def add_node_group(stack, environment, launch_template, guarded):
         capacity=environment.capacity,
         fleet=environment.fleet,
         group_name_prefix=environment.auto_scaling_group_prefix,
-        block_schedule=block_schedule(
-            start=block.start, end=block.end, target=environment.capacity.target, now=SYNTHESIS_TIME
-        )
-        if block
-        else None,
         launch_template=launch_template,
         subnet_id="subnet-0123456789abcdef0",
         checkpoint_hook=bool(environment.node.checkpoint_hook),
@@ -103,11 +95,11 @@ def test_the_teardown_keeps_its_logical_id(matrix_node_group):
 
 
 # Per entry: the logs of the node group's Lambda functions (the Spot Fleet's teardown, the capacity of a group without
-# a Capacity Block) and their retention in days.
+# a Capacity Block, the schedule of a group with one) and their retention in days.
 MATRIX_LOGS = {
     "spot-p4d": {"FleetTeardownHandlerLogs05B66F5D": 30, "FleetTeardownProviderLogsA8D0D14B": 30},
     "request-p4de": {"FleetTeardownHandlerLogs05B66F5D": 30, "FleetTeardownProviderLogsA8D0D14B": 30},
-    "block-p5": {},
+    "block-p5": {"NodeGroupBlockCapacityHandlerLogs143A0798": 30, "NodeGroupBlockCapacityProviderLogs57DC6415": 30},
     "asg-g5": {"NodeGroupCapacityHandlerLogsC043B692": 30, "NodeGroupCapacityProviderLogsD414886E": 30},
     "small-g5": {"FleetTeardownHandlerLogs05B66F5D": 30, "FleetTeardownProviderLogsA8D0D14B": 30},
 }

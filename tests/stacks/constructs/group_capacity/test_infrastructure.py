@@ -72,7 +72,7 @@ def outdir(tmp_path_factory) -> Path:
         on_demand=probe.capacity.on_demand,
         fleet=probe.fleet,
         reservation=None,
-        block_schedule=None,
+        capacity_block=None,
         launch_template=add_launch_template(stack, probe),
         subnet_id="subnet-0123456789abcdef0",
         log_retention=logs.RetentionDays.TWO_WEEKS,

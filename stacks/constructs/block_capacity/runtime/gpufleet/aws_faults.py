@@ -1,0 +1,1 @@
+../../../../../gpufleet/aws_faults.py

@@ -1,0 +1,1 @@
+../../../../../gpufleet/block_schedule.py
