@@ -89,6 +89,7 @@ from gpufleet.constants import (
 from gpufleet.environment import CapacityBlock, CapacityReservation, Fleet
 from stacks.constructs.block_capacity.infrastructure import BlockCapacity
 from stacks.constructs.capacity_reservations import auto_scaling_capacity_reservation
+from stacks.constructs.environment_groups import acknowledge_group_arns, environment_groups_statement, group_arns
 from stacks.constructs.group_capacity.infrastructure import GroupCapacity
 from stacks.constructs.node_launch_template import NodeLaunchTemplate
 
@@ -98,17 +99,6 @@ def group_name(prefix: str, fleet: Fleet, image_id: str) -> str:
     if fleet.image_rollout == ROLLOUT_REPLACE_ALL:
         return cdk.Fn.join("-", [prefix, image_id])
     return prefix
-
-
-def group_arns(stack: cdk.Stack, prefix: str, fleet: Fleet) -> dict[str, str]:
-    """The ARNs of the environment's groups, each with the form cdk-nag gives it in a finding. ARN of an Auto Scaling
-    group: arn:${Partition}:autoscaling:${Region}:${Account}:autoScalingGroup:${GroupId}:autoScalingGroupName/
-    ${GroupFriendlyName} (Service Authorization Reference, EC2 Auto Scaling; tests/stacks/test_iam_resources.py
-    matches it against parliament's copy); the group id is known only once the group exists. Under replace-all two
-    groups of the environment live for a moment (the name carries the image): the name prefix covers both."""
-    names = [f"{prefix}-ami-*"] if fleet.image_rollout == ROLLOUT_REPLACE_ALL else [prefix]
-    tail = f":autoscaling:{stack.region}:{stack.account}:autoScalingGroup:*:autoScalingGroupName/"
-    return {f"arn:{stack.partition}{tail}{name}": f"Resource::arn:<AWS::Partition>{tail}{name}" for name in names}
 
 
 class GpuAutoScalingGroup(Construct):
@@ -253,22 +243,13 @@ class GpuAutoScalingGroup(Construct):
         policy = iam.Policy(
             self,
             "CompleteLifecycleAction",
-            statements=[
-                iam.PolicyStatement(
-                    actions=["autoscaling:CompleteLifecycleAction"],
-                    resources=list(arns),
-                    conditions={"StringEquals": {f"aws:ResourceTag/{ENVIRONMENT_TAG_KEY}": environment_name}},
-                )
-            ],
+            statements=[environment_groups_statement(["autoscaling:CompleteLifecycleAction"], arns, environment_name)],
         )
         policy.attach_to_role(role)
         self.group.node.add_dependency(policy)
-        for finding in arns.values():
-            cdk.Validations.of(policy).acknowledge(
-                cdk.Acknowledgment(
-                    id=f"AwsSolutions-IAM5[{finding}]",
-                    reason="the group id in an Auto Scaling group ARN is known only once the group exists; the "
-                    f"name and the condition aws:ResourceTag/{ENVIRONMENT_TAG_KEY}={environment_name} limit the "
-                    "nodes to completing lifecycle actions of their own environment's group",
-                )
-            )
+        acknowledge_group_arns(
+            policy,
+            arns,
+            environment_name,
+            limits="the nodes to completing lifecycle actions of their own environment's group",
+        )

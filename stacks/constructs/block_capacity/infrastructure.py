@@ -30,7 +30,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from gpufleet.constants import BLOCK_CAPACITY_RESOURCE_TYPE, ENVIRONMENT_TAG_KEY
+from gpufleet.constants import BLOCK_CAPACITY_RESOURCE_TYPE
+from stacks.constructs.environment_groups import acknowledge_group_arns, environment_groups_statement
 from stacks.constructs.lambda_functions import lambda_base, provider, runtime_code
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
@@ -55,7 +56,7 @@ class BlockCapacity(Construct):
         log_retention: logs.RetentionDays,
     ) -> None:
         """group_arns: every ARN the environment's group may have, each with the form cdk-nag gives it in a finding
-        (gpu_auto_scaling_group.group_arns); start, end: the block's (capacity.capacity_block)."""
+        (environment_groups.group_arns); start, end: the block's (capacity.capacity_block)."""
         super().__init__(scope, construct_id)
         base = lambda_base(
             self,
@@ -74,33 +75,18 @@ class BlockCapacity(Construct):
             "autoscaling:PutScheduledUpdateGroupAction",
             "autoscaling:SetDesiredCapacity",
         ]
-        role.add_to_policy(
-            iam.PolicyStatement(
-                actions=writes,
-                resources=list(group_arns),
-                conditions={"StringEquals": {f"aws:ResourceTag/{ENVIRONMENT_TAG_KEY}": environment_name}},
-            )
-        )
+        role.add_to_policy(environment_groups_statement(writes, group_arns, environment_name))
         # Neither supports resource-level permissions (no resource type in the same reference).
         reads = ["autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScheduledActions"]
         role.add_to_policy(iam.PolicyStatement(actions=reads, resources=["*"]))
-        for finding, reason in (
-            (
-                "Resource::*",
-                f"{', '.join(reads)} support no resource-level permissions and are read-only; the handler reads the "
-                "node group's desired capacity and finds its own scheduled actions",
-            ),
-            *(
-                (
-                    finding,
-                    "the group id in an Auto Scaling group ARN is known only once the group exists; the name and the "
-                    f"condition aws:ResourceTag/{ENVIRONMENT_TAG_KEY}={environment_name} limit the handler to the "
-                    "environment's own group",
-                )
-                for finding in group_arns.values()
-            ),
-        ):
-            cdk.Validations.of(role).acknowledge(cdk.Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason))
+        cdk.Validations.of(role).acknowledge(
+            cdk.Acknowledgment(
+                id="AwsSolutions-IAM5[Resource::*]",
+                reason=f"{', '.join(reads)} support no resource-level permissions and are read-only; the handler reads "
+                "the node group's desired capacity and finds its own scheduled actions",
+            )
+        )
+        acknowledge_group_arns(role, group_arns, environment_name, limits="the handler to the environment's own group")
         on_event = base.function(
             "OnEventHandler",
             handler="handler.on_event",

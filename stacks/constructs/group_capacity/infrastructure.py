@@ -43,7 +43,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from gpufleet.constants import ENVIRONMENT_TAG_KEY, GROUP_CAPACITY_RESOURCE_TYPE
+from gpufleet.constants import GROUP_CAPACITY_RESOURCE_TYPE
+from stacks.constructs.environment_groups import acknowledge_group_arns, environment_groups_statement
 from stacks.constructs.lambda_functions import LONGEST_POLLING, lambda_base, provider, runtime_code
 
 RUNTIME_DIR = Path(__file__).resolve().parent / "runtime"
@@ -85,32 +86,21 @@ class GroupCapacity(Construct):
         # statement to it). The names are the node role's for CompleteLifecycleAction: the environment's group, or
         # under replace-all both the old and the new one.
         role.add_to_policy(
-            iam.PolicyStatement(
-                actions=["autoscaling:SetDesiredCapacity"],
-                resources=list(group_arns),
-                conditions={"StringEquals": {f"aws:ResourceTag/{ENVIRONMENT_TAG_KEY}": environment_name}},
-            )
+            environment_groups_statement(["autoscaling:SetDesiredCapacity"], group_arns, environment_name)
         )
         # Neither supports resource-level permissions (no resource type in the same reference).
         reads = ["autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeScalingActivities"]
         role.add_to_policy(iam.PolicyStatement(actions=reads, resources=["*"]))
-        for finding, reason in (
-            (
-                "Resource::*",
-                f"{', '.join(reads)} support no resource-level permissions and are read-only; the handler counts the "
-                "group's nodes InService and reads why launches failed",
-            ),
-            *(
-                (
-                    finding,
-                    "the group id in an Auto Scaling group ARN is known only once the group exists; the name and the "
-                    f"condition aws:ResourceTag/{ENVIRONMENT_TAG_KEY}={environment_name} limit SetDesiredCapacity to "
-                    "the environment's own group",
-                )
-                for finding in group_arns.values()
-            ),
-        ):
-            cdk.Validations.of(role).acknowledge(cdk.Acknowledgment(id=f"AwsSolutions-IAM5[{finding}]", reason=reason))
+        cdk.Validations.of(role).acknowledge(
+            cdk.Acknowledgment(
+                id="AwsSolutions-IAM5[Resource::*]",
+                reason=f"{', '.join(reads)} support no resource-level permissions and are read-only; the handler "
+                "counts the group's nodes InService and reads why launches failed",
+            )
+        )
+        acknowledge_group_arns(
+            role, group_arns, environment_name, limits="SetDesiredCapacity to the environment's own group"
+        )
         environment = {
             "ENVIRONMENT_NAME": environment_name,
             "WAIT_SECONDS": str(int(WAIT.to_seconds())),
