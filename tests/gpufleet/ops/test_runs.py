@@ -741,10 +741,7 @@ def test_each_node_unpacks_the_workdir_then_runs_in_it(tmp_path):
     """The unit body under the real bash, the AWS CLI faked: `aws s3 cp ADDRESS -` prints the archive."""
     archive = tmp_path / "workdir.tar.gz"
     archive.write_bytes(pack_workdir(workdir_tree(tmp_path / "code")))
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "aws").write_text(f'#!/bin/sh\necho "$*" > {tmp_path}/aws.args\ncat {archive}\n')
-    (bin_dir / "aws").chmod(0o755)
+    env = fake_aws(tmp_path, f'echo "$*" > {tmp_path}/aws.args\ncat {archive}\n')
     node_dir = tmp_path / "node" / "gpufleet-run-x"
     plan = plan_run(
         RUN_ID,
@@ -757,7 +754,6 @@ def test_each_node_unpacks_the_workdir_then_runs_in_it(tmp_path):
             "s3://gpufleet-dev-data/dev/gpufleet-runs/20261126-210500-3fa2/workdir.tar.gz", "eu-west-1"
         ),
     )
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     run = subprocess.run(["/bin/bash", "-c", unit_body(plan)], env=env, capture_output=True, text=True, check=False)
     assert (run.returncode, run.stdout) == (0, f"{node_dir}\nLAYERS = 2\n"), run.stderr
     assert (tmp_path / "aws.args").read_text() == (
@@ -767,10 +763,7 @@ def test_each_node_unpacks_the_workdir_then_runs_in_it(tmp_path):
 
 
 def test_a_failed_download_fails_the_unit_before_the_command(tmp_path):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "aws").write_text("#!/bin/sh\necho 'fatal error: An error occurred (403)' >&2\nexit 1\n")
-    (bin_dir / "aws").chmod(0o755)
+    env = fake_aws(tmp_path, "echo 'fatal error: An error occurred (403)' >&2\nexit 1\n")
     plan = plan_run(
         RUN_ID,
         "dev",
@@ -780,7 +773,6 @@ def test_a_failed_download_fails_the_unit_before_the_command(tmp_path):
         workdir=str(tmp_path / "node"),
         workdir_archive=WorkdirArchive("s3://b/k", "us-east-1"),
     )
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     run = subprocess.run(["/bin/bash", "-c", unit_body(plan)], env=env, capture_output=True, text=True, check=False)
     assert run.returncode != 0
     assert "fatal error: An error occurred (403)" in run.stderr
