@@ -21,11 +21,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from gpufleet.ssm_batches import send_in_batches
+from gpufleet.ssm_batches import FINISHED_STATUSES, RUN_SHELL_SCRIPT, send_in_batches
 
-RUN_SHELL_SCRIPT = "AWS-RunShellScript"
-# CommandInvocationStatus values of a command that is over, whatever its result.
-FINISHED_COMMANDS = ("Success", "Cancelled", "TimedOut", "Failed")
 # How long a removal waits for the hooks before it ends the nodes anyway: the default hook's own wait (90 seconds,
 # scripts/ops/save-checkpoint.sh) with room for Run Command's delivery. A hook still running then runs on until
 # the node ends.
@@ -67,7 +64,7 @@ def hook_finished(ssm: Any, command_id: str, node: str) -> bool:
         if error_code(error) != "InvocationDoesNotExist":
             raise
         return False
-    return status in FINISHED_COMMANDS
+    return status in FINISHED_STATUSES
 
 
 def run_hook_and_wait(

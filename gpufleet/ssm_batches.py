@@ -44,6 +44,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SEND_COMMAND_MAX_INSTANCES = 50  # botocore ssm model: SendCommandRequest.InstanceIds max 50
+# The document every gpufleet Run Command runs: a shell script as root (AWS-owned, in every region).
+RUN_SHELL_SCRIPT = "AWS-RunShellScript"
+# CommandInvocationStatus values of an invocation that is over, whatever its result (botocore ssm model).
+FINISHED_STATUSES = ("Success", "Cancelled", "TimedOut", "Failed")
 INVALID_INSTANCE_ID = "InvalidInstanceId"
 RUNNING = "running"
 # Why a node in each of EC2's instance states (InstanceStateName, botocore's ec2 model: pending, running,

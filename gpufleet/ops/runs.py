@@ -39,10 +39,9 @@ from gpufleet.constants import CLUSTER_USER_NAME
 from gpufleet.errors import GpufleetError
 from gpufleet.ops.fleet import FleetInstance, job_order
 from gpufleet.ops.torchrun import LAST_CALL_SECONDS, RENDEZVOUS_PORT, torchrun_command
-from gpufleet.ssm_batches import SEND_COMMAND_MAX_INSTANCES, send_in_batches
+from gpufleet.ssm_batches import FINISHED_STATUSES, RUN_SHELL_SCRIPT, SEND_COMMAND_MAX_INSTANCES, send_in_batches
 from gpufleet.user_data import OPS_INSTALL_DIR, SETTINGS_FILE
 
-RUN_SHELL_SCRIPT = "AWS-RunShellScript"
 LIST_INVOCATIONS_MAX_RESULTS = 50  # botocore ssm model: ListCommandInvocationsRequest.MaxResults max 50
 # How long a node may take to pick the start up (SendCommand TimeoutSeconds, 30..2592000): a node whose agent is
 # offline that long is reported, and the run goes on without it.
@@ -52,8 +51,6 @@ DELIVERY_TIMEOUT_SECONDS = 600
 START_TIMEOUT_SECONDS = 120
 POLL_SECONDS = 5
 FOLLOW_SECONDS = 10
-# CommandInvocationStatus values of an invocation that is over (botocore ssm model).
-FINISHED_STATUSES = ("Success", "Cancelled", "TimedOut", "Failed")
 # The scripts a run's start and stop call on each node: operator scripts, which operator-scripts.sh installs at boot
 # from the archive the user data names (gpufleet/user_data.py OPS_SCRIPTS).
 START_SCRIPT = f"{OPS_INSTALL_DIR}/start-run.sh"

@@ -24,10 +24,10 @@ from aws_cdk import aws_iam as iam
 from constructs import Construct
 
 from gpufleet.constants import ENVIRONMENT_TAG_KEY
+from gpufleet.ssm_batches import RUN_SHELL_SCRIPT
 from gpufleet.user_data import INSTALL_DIR, SETTINGS_FILE
 
 EXPIRATION_WARNINGS = ("Capacity Block Expiration Warning", "Capacity Block Reservation Expiration Warning")
-RUN_SHELL_SCRIPT = "AWS-RunShellScript"
 
 
 def node_command() -> str:

@@ -47,7 +47,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from gpufleet.checkpoint_hook import RUN_SHELL_SCRIPT, hook_command
+from gpufleet.checkpoint_hook import hook_command
 from gpufleet.constants import (
     BACKEND_AUTO_SCALING,
     BACKEND_SPOT_FLEET,
@@ -56,6 +56,7 @@ from gpufleet.constants import (
 )
 from gpufleet.environment import Fallback
 from gpufleet.fallback import GROUP_LAUNCH_PERMISSIONS, HAND_BACK_HOOK_WAIT, parameter_name
+from gpufleet.ssm_batches import RUN_SHELL_SCRIPT
 from gpufleet.user_data import SETTINGS_FILE
 from stacks.constructs.lambda_functions import lambda_base, provider, runtime_code
 

@@ -25,7 +25,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from gpufleet.checkpoint_hook import REMOVAL_WAIT_SECONDS, RUN_SHELL_SCRIPT, hook_command
+from gpufleet.checkpoint_hook import REMOVAL_WAIT_SECONDS, hook_command
+from gpufleet.ssm_batches import RUN_SHELL_SCRIPT
 from gpufleet.user_data import SETTINGS_FILE
 from stacks.constructs.lambda_functions import LONGEST_POLLING, lambda_base, provider, runtime_code
 

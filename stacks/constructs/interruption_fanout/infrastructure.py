@@ -31,8 +31,8 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from gpufleet.checkpoint_hook import RUN_SHELL_SCRIPT
 from gpufleet.constants import ENVIRONMENT_TAG_KEY
+from gpufleet.ssm_batches import RUN_SHELL_SCRIPT
 from gpufleet.user_data import SETTINGS_FILE
 from stacks.constructs.lambda_functions import lambda_base, runtime_code
 

@@ -39,9 +39,9 @@ from typing import Any
 import boto3
 
 from gpufleet.aws_faults import client_config
-from gpufleet.checkpoint_hook import RUN_SHELL_SCRIPT, hook_command
+from gpufleet.checkpoint_hook import hook_command
 from gpufleet.constants import ENVIRONMENT_TAG_KEY
-from gpufleet.ssm_batches import command_targets, send_in_batches
+from gpufleet.ssm_batches import RUN_SHELL_SCRIPT, command_targets, send_in_batches
 
 # Four attempts: a throttled call waits at most 1 + 2 + 4 = 7 seconds between them (botocore's standard mode backs
 # off rand(0, 1) * 2 ** (try - 1) seconds on throttling, botocore/retries/standard.py ExponentialBackoff): the

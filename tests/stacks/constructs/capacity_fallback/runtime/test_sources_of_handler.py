@@ -9,7 +9,7 @@ import re
 import botocore.session
 from cfnlint.schema import PROVIDER_SCHEMA_MANAGER
 
-from gpufleet import checkpoint_hook, fallback
+from gpufleet import fallback, ssm_batches
 from stacks.constructs.capacity_fallback.runtime import handler
 
 SESSION = botocore.session.get_session()
@@ -93,7 +93,7 @@ def test_a_group_being_deleted_and_a_refresh_under_way_are_what_the_api_says():
         "The current state of the Auto Scaling group when the DeleteAutoScalingGroup operation is in progress."
     )
     assert set(handler.ACTIVE_REFRESH) < set(AUTOSCALING.shape_for("InstanceRefreshStatus").enum)
-    assert set(checkpoint_hook.FINISHED_COMMANDS) < set(
+    assert set(ssm_batches.FINISHED_STATUSES) < set(
         SESSION.get_service_model("ssm").shape_for("CommandInvocationStatus").enum
     )
     assert set(handler.LIVE_STATES) < set(EC2.shape_for("InstanceStateName").enum)
