@@ -181,11 +181,13 @@ SHARED_STORAGE_TAG_KEY = "gpufleet:lustre-mount"
 # Tag on every resource and node of an environment; operator tools and IAM conditions select by it.
 ENVIRONMENT_TAG_KEY = "gpufleet:environment"
 # The tag a node sets on its own instance at every boot, once its setup and health check are done
-# (scripts/node/node-ready.sh): READINESS_READY, READINESS_BOOTING, or "not ready: " and the reason. `gpufleet hosts`
-# lists only ready nodes; the node role may set this key and no other (stacks/constructs/node_readiness.py).
+# (scripts/node/node-ready.sh): READINESS_READY, READINESS_BOOTING (alone or with the step under way), or "not ready: "
+# and the reason. `gpufleet hosts` lists only ready nodes; the node role may set this key and no other (stacks/constructs/node_readiness.py).
 READINESS_TAG_KEY = "gpufleet:readiness"
 READINESS_READY = "ready"
 READINESS_BOOTING = "booting"
+# What a booting node says as each setup step starts (scripts/node/run-setup.sh): this, then "K/N NAME".
+READINESS_BOOTING_STEP = "booting: step "
 # Tags on every image and snapshot the AMI pipeline builds: images are found by the profile tag; the source-ami tag
 # marks an image Packer has finished (ami/packer/locals.pkr.hcl and source.pkr.hcl set both).
 PROFILE_TAG_KEY = "gpufleet:profile"

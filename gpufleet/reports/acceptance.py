@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gpufleet.constants import ACCEPTANCE_MARKER, READINESS_BOOTING, READINESS_READY
+from gpufleet.constants import ACCEPTANCE_MARKER, READINESS_BOOTING, READINESS_BOOTING_STEP, READINESS_READY
 from gpufleet.reports.nccl import CollectiveTable, LogTooLargeError, NoTableError, parse_nccl_log, table_problems
 from gpufleet.reports.plot import human_size, plot_busbw
 
@@ -86,6 +86,9 @@ def ready_check(readiness: str) -> Check:
         return Check(READY, PASS, "ready")
     if readiness == READINESS_BOOTING:
         return Check(READY, FAIL, "still booting: its setup has not finished (see `gpufleet status`)")
+    if readiness.startswith(READINESS_BOOTING_STEP):
+        step = readiness.removeprefix(READINESS_BOOTING_STEP)
+        return Check(READY, FAIL, f"still booting: at setup step {step} (see `gpufleet status`)")
     if not readiness:
         return Check(READY, FAIL, "no readiness tag: its setup never reached node-ready.sh (see its console output)")
     return Check(READY, FAIL, readiness)

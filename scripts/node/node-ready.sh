@@ -7,6 +7,8 @@
 #                          `aws ec2 get-console-output --instance-id ID`)
 #   booting                with --booting: run-setup.sh sets it before the first step, since a rebooted or restarted
 #                          instance keeps the tags of its previous boot
+#   booting: step K/N NAME with --booting 'K/N NAME': run-setup.sh sets it as it starts each step, so that `gpufleet up`
+#                          and `gpufleet status` show where a node's setup is (parentheses are not tag characters)
 # It is the last step that sets the node up (gpufleet/user_data.py setup_scripts; only join-runs.sh comes after it),
 # so it runs after storage is mounted and the other steps are done; run-setup.sh hands it the names of the steps that
 # failed (GPUFLEET_FAILED_SETUP_STEPS). The health
@@ -29,7 +31,9 @@ readonly TAG_VALUE_MAX=256
 
 require_settings "$NODE_SETTINGS" GPUFLEET_READINESS_TAG
 mode=${1:-check}
-[[ $mode == check || $mode == --booting ]] || die "usage: node-ready.sh [--booting]"
+step=${2:-}
+[[ ($mode == check && $# -le 1) || ($mode == --booting && $# -le 2) ]] || die "usage: node-ready.sh [--booting [STEP]]"
+[[ -z $step || $step =~ ^[0-9]+/[0-9]+\ [a-z0-9-]+$ ]] || die "a step is 'K/N NAME' (3/9 shared-storage), got '$step'"
 failed_steps=${GPUFLEET_FAILED_SETUP_STEPS:-}
 health_check=${GPUFLEET_ROOT:-}$HEALTH_CHECK
 
@@ -55,7 +59,7 @@ mark() {
 }
 
 if [[ $mode == --booting ]]; then
-  mark booting
+  mark "booting${step:+: step $step}"
   exit
 fi
 

@@ -118,6 +118,9 @@ def test_a_health_check_that_timed_out_died_or_never_ran_fails_saying_so():
 def test_a_node_that_never_said_ready_fails_its_ready_check():
     assert ready_check("ready") == Check("ready", "pass", "ready")
     assert ready_check("booting").detail == "still booting: its setup has not finished (see `gpufleet status`)"
+    assert ready_check("booting: step 4/9 shared-storage").detail == (
+        "still booting: at setup step 4/9 shared-storage (see `gpufleet status`)"
+    )
     assert ready_check("").detail == "no readiness tag: its setup never reached node-ready.sh (see its console output)"
     assert ready_check("not ready: health check failed: efa") == Check(
         "ready", "fail", "not ready: health check failed: efa"

@@ -70,7 +70,7 @@ def test_the_node_is_marked_ready_after_the_storage_is_mounted_and_the_check_pas
     setup = boot("shared-storage node-ready")
 
     assert setup.returncode == 0, setup.stderr
-    assert milestones(node) == ["tag booting", "mount", "health check", "tag ready"]
+    assert milestones(node) == ["tag booting", "tag booting: step 1/2 shared-storage", "mount", "health check", "tag ready"]
     assert readiness(node) == "ready"
     assert setup.stdout.splitlines()[-1] == "run-setup: done: shared-storage node-ready"
 
@@ -79,7 +79,12 @@ def test_storage_that_cannot_be_mounted_leaves_the_node_not_ready_unchecked(node
     setup = boot("shared-storage node-ready", filesystems={})
 
     assert setup.returncode == 1
-    assert milestones(node) == ["tag booting", "mount", "tag not ready: setup failed: shared-storage"]
+    assert milestones(node) == [
+        "tag booting",
+        "tag booting: step 1/2 shared-storage",
+        "mount",
+        "tag not ready: setup failed: shared-storage",
+    ]
     assert readiness(node) == "not ready: setup failed: shared-storage"
     assert setup.stderr.splitlines()[-3:] == [
         f"shared-storage: error: cannot mount {DEVICE} at {node.root.parent / 'shared'}",
@@ -96,6 +101,7 @@ def test_a_failing_check_after_the_mount_leaves_the_node_not_ready_naming_the_ch
     assert setup.returncode == 1
     assert milestones(node) == [
         "tag booting",
+        "tag booting: step 1/2 shared-storage",
         "mount",
         "health check",
         "tag not ready: health check failed: efa gpu-health",
@@ -112,7 +118,12 @@ def test_a_rebooted_node_is_no_longer_ready_while_its_setup_runs_again(node, boo
     setup = boot("shared-storage node-ready", filesystems={}, instance_tags=node.state["instance_tags"])
 
     assert setup.returncode == 1
-    assert milestones(node) == ["tag booting", "mount", "tag not ready: setup failed: shared-storage"]
+    assert milestones(node) == [
+        "tag booting",
+        "tag booting: step 1/2 shared-storage",
+        "mount",
+        "tag not ready: setup failed: shared-storage",
+    ]
 
 
 def test_without_node_ready_the_setup_leaves_the_readiness_tag_alone(node, boot):

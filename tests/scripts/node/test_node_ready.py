@@ -125,6 +125,33 @@ def test_booting_marks_the_node_booting_and_runs_no_check(node, ready):
     assert node.calls("node-health-check") == []
 
 
+def test_booting_with_a_step_marks_the_step_that_starts(node, ready):
+    result = ready("--booting", "4/9 shared-storage")
+
+    assert result.returncode == 0, result.stderr
+    assert tags(node) == {TAG: "booting: step 4/9 shared-storage"}
+    assert node.calls("node-health-check") == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--booting", "shared-storage"),
+        ("--booting", "4/9"),
+        ("--booting", "4/9 Shared"),
+        ("--booting", "4/9 a b"),
+        ("--booting", "4/9 x", "extra"),
+        ("4/9 x",),
+        ("check", "4/9 x"),
+    ],
+)
+def test_a_malformed_step_or_extra_argument_is_refused_and_nothing_is_marked(node, ready, args):
+    result = ready(*args)
+
+    assert result.returncode == 1
+    assert tags(node) == {}
+
+
 def test_characters_a_tag_value_cannot_hold_become_spaces_and_the_value_is_cut_at_256(node, ready):
     steps = "mig,gpu-clocks (x) " + "a" * 300
     ready(GPUFLEET_FAILED_SETUP_STEPS=steps)
@@ -172,4 +199,4 @@ def test_without_imds_nothing_is_marked(node, ready):
 def test_an_unknown_argument_is_refused(ready):
     result = ready("--now")
 
-    assert (result.returncode, result.stderr) == (1, "node-ready: error: usage: node-ready.sh [--booting]\n")
+    assert (result.returncode, result.stderr) == (1, "node-ready: error: usage: node-ready.sh [--booting [STEP]]\n")
