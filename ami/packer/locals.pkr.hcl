@@ -28,6 +28,7 @@ locals {
       ]
     ]),
     [for name, value in var.package_environment : "${name}=${value}"],
+    [for name, value in var.python_environment : "${name}=${value}"],
   )
 
   # On the image, its snapshots and the build instance: images are found by the key gpufleet:profile.

@@ -157,3 +157,8 @@ variable "package_environment" {
   type        = map(string)
   description = "GPUFLEET_<KEY>_PACKAGE, _PACKAGE_VERSION, _REPOSITORIES and _EXTRAS_TOPIC of every package key of ami/packages.yaml, resolved for the profile."
 }
+
+variable "python_environment" {
+  type        = map(string)
+  description = "GPUFLEET_UV_VERSION, _URL, _SHA256 and GPUFLEET_PYTORCH_VERSION, _INDEX_URL, _PYTHON: the profile's python section (empty PyTorch values: no PyTorch)."
+}

@@ -13,6 +13,9 @@ PROFILES_DIR = AMI_DIR / "profiles"
 PACKER_DIR = AMI_DIR / "packer"
 COMPATIBILITY_FILE = AMI_DIR / "compatibility.yaml"
 SCRIPTS_DIR = shipped_path("scripts", "ami")
+# Where a profile's pytorch option puts its virtualenv (root's, world-readable); the versions manifest records it as
+# paths.python_venv, and a node's python-env step hands it to `gpufleet run` (/etc/gpufleet/python.env).
+PYTORCH_VENV = "/opt/gpufleet/pytorch"
 # Where a build publishes the id of the image of PROFILE; cluster environments read it (ami.ssm_parameter).
 AMI_PARAMETER_PREFIX = "/gpufleet/ami/"
 

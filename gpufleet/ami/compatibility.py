@@ -120,6 +120,22 @@ class CloudWatchAgentFeatureEntry(_Data):
     _versions = field_validator("since")(_checked_version)
 
 
+class PyTorchReleaseEntry(_Data):
+    releases: StrictStr
+    python: StrictStr
+    cuda: tuple[StrictStr, ...]
+    note: StrictStr | None = None
+    _specifiers = field_validator("releases", "python")(_checked_specifier)
+
+
+class OsPythonEntry(_Data):
+    family: StrictStr
+    version: StrictStr
+    python: StrictStr
+    note: StrictStr | None = None
+    _versions = field_validator("python")(_checked_version)
+
+
 class _Table(_Data):
     source: StrictStr
 
@@ -160,7 +176,20 @@ class BranchLifecycleTable(_Table):
     table: tuple[BranchLifecycleEntry, ...]
 
 
+class PyTorchReleaseTable(_Table):
+    table: tuple[PyTorchReleaseEntry, ...]
+
+
+class OsPythonTable(_Table):
+    table: tuple[OsPythonEntry, ...]
+
+
 class AwsCliInstaller(_Data):
+    source: StrictStr
+    url: StrictStr
+
+
+class UvRelease(_Data):
     source: StrictStr
     url: StrictStr
 
@@ -186,6 +215,9 @@ class CompatibilityData(_Data):
     aws_cli_installer: AwsCliInstaller
     cloudwatch_agent_packages: CloudWatchAgentPackageTable
     cloudwatch_agent_features: CloudWatchAgentFeatureTable
+    pytorch_releases: PyTorchReleaseTable
+    uv_release: UvRelease
+    os_python: OsPythonTable
 
 
 @functools.cache
@@ -520,6 +552,108 @@ class DriverEndOfLifeRule(Rule):
         return self.passed(f"driver branch R{branch} ({entry.kind}) supported until {entry.end_of_life.isoformat()}")
 
 
+class ProfileEndOfLifeRule(Rule):
+    """A profile marked end_of_life builds as before, with one warning line saying since when and why."""
+
+    rule_id = "PROFILE-EOL"
+
+    def evaluate(self, profile, context):
+        end = profile.end_of_life
+        if end is None:
+            return self.passed("the profile is not marked end of life")
+        return self.warn(end_of_life_line(profile))
+
+
+def end_of_life_line(profile: Profile) -> str:
+    end = profile.end_of_life
+    assert end is not None
+    return f"profile {profile.name} is end of life since {end.date.isoformat()}: {end.reason}"
+
+
+def os_python(profile: Profile, context: CheckContext) -> str | None:
+    """The python3 of the profile's OS (os_python in compatibility.yaml), None where the table has no row."""
+    key = (profile.os.family, profile.os.version)
+    entry = next((e for e in context.data.os_python.table if (e.family, e.version) == key), None)
+    return entry.python if entry is not None else None
+
+
+class PyTorchDriverRule(Rule):
+    """The PyTorch wheel's CUDA (its index, cuNNN) must run on the profile's driver: the CUDA minimum driver table."""
+
+    rule_id = "PYTORCH-DRIVER"
+
+    def evaluate(self, profile, context):
+        pytorch, driver = profile.python.pytorch, profile.components.driver.version
+        if pytorch is None:
+            return self.passed("no PyTorch on the image")
+        entry = _floor_entry(context.data.cuda_minimum_driver.table, "cuda", Version(pytorch.cuda))
+        if entry is None:
+            return self.error(
+                f"python.pytorch.index_url: CUDA {pytorch.cuda} is older than every entry of cuda_minimum_driver"
+            )
+        if Version(driver) < Version(entry.driver):
+            return self.error(
+                f"python.pytorch.index_url: the CUDA {pytorch.cuda} wheel needs driver >= {entry.driver}, the profile "
+                f"pins {driver} (choose a wheel index of an older CUDA, or a newer driver)"
+            )
+        return self.passed(f"PyTorch {pytorch.version} (CUDA {pytorch.cuda}) runs on driver {driver} >= {entry.driver}")
+
+
+class PyTorchWheelRule(Rule):
+    """PyTorch publishes the release for that CUDA and the virtualenv's Python (pytorch_releases)."""
+
+    rule_id = "PYTORCH-WHEEL"
+
+    def evaluate(self, profile, context):
+        pytorch = profile.python.pytorch
+        if pytorch is None:
+            return self.passed("no PyTorch on the image")
+        release = Version(pytorch.version)
+        entry = next((e for e in context.data.pytorch_releases.table if release in SpecifierSet(e.releases)), None)
+        if entry is None:
+            return self.error(f"PyTorch {pytorch.version} has no entry in pytorch_releases in compatibility.yaml")
+        python = pytorch.python or os_python(profile, context)
+        if python is None:
+            return self.error(
+                f"{profile.os.family} {profile.os.version} has no entry in os_python: set python.pytorch.python"
+            )
+        problems = []
+        if pytorch.cuda not in entry.cuda:
+            problems.append(
+                f"python.pytorch.index_url: PyTorch {pytorch.version} has no CUDA {pytorch.cuda} wheels "
+                f"(it has {', '.join(entry.cuda)})"
+            )
+        if Version(python) not in SpecifierSet(entry.python):
+            where = (
+                "python.pytorch.python"
+                if pytorch.python
+                else f"the python3 of {profile.os.family} {profile.os.version}"
+            )
+            problems.append(f"{where} is Python {python}; PyTorch {pytorch.version} needs {entry.python}")
+        if problems:
+            return self.error("; ".join(problems))
+        return self.passed(f"PyTorch {pytorch.version} has CUDA {pytorch.cuda} wheels for Python {python}")
+
+
+class UvReleaseRule(Rule):
+    """python.uv is the pinned release's Linux x86_64 tarball on GitHub, checked against the sha256 GitHub publishes
+    beside it (uv_release in compatibility.yaml)."""
+
+    rule_id = "UV-RELEASE"
+
+    def evaluate(self, profile, context):
+        uv = profile.python.uv
+        expected = context.data.uv_release.url.format(version=uv.version)
+        problems = []
+        if uv.url != expected:
+            problems.append(f"python.uv.url {uv.url} is not the x86_64 Linux tarball of uv {uv.version} ({expected})")
+        if uv.sha256 is None:
+            problems.append(f"python.uv.sha256 is null: copy the digest GitHub publishes in {expected}.sha256")
+        if problems:
+            return self.error("; ".join(problems))
+        return self.passed(f"python.uv.url is the tarball of uv {uv.version}, with its sha256")
+
+
 class AwsCliInstallerRule(Rule):
     rule_id = "AWS-CLI-INSTALLER"
 
@@ -570,7 +704,8 @@ class DownloadVerificationRule(Rule):
     rule_id = "DOWNLOAD-VERIFIED"
 
     def evaluate(self, profile, context):
-        unverified = [(key, component) for key, component in profile.components.items() if not component.verified]
+        downloads = [*profile.components.items(), ("python.uv", profile.python.uv)]
+        unverified = [(key, component) for key, component in downloads if not component.verified]
         if not unverified:
             return self.passed("every download has a checksum or a signature")
         return [
@@ -593,6 +728,10 @@ RULES: tuple[Rule, ...] = (
     EfaInstallerOsRule(),
     InstanceMinimumsRule(),
     DriverEndOfLifeRule(),
+    ProfileEndOfLifeRule(),
+    PyTorchDriverRule(),
+    PyTorchWheelRule(),
+    UvReleaseRule(),
     AwsCliInstallerRule(),
     CloudWatchAgentPackageRule(),
     CloudWatchAgentFeaturesRule(),

@@ -7,13 +7,14 @@ gpufleet.ami.compatibility.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, model_validator
 
-from gpufleet.ami import COMPONENT_KEYS, PROFILES_DIR
+from gpufleet.ami import COMPONENT_KEYS, PROFILES_DIR, PYTORCH_VENV
 from gpufleet.config_file import read_model
 from gpufleet.errors import GpufleetError
 from gpufleet.rules import OPENPGP_FINGERPRINT
@@ -43,7 +44,9 @@ class BaseImage(_Section):
 
 class OperatingSystem(_Section):
     family: Literal["ubuntu", "amzn"] = Field(description="ubuntu | amzn (Amazon Linux).")
-    version: Literal["18.04", "22.04", "2", "2023"] = Field(description='18.04 | 22.04 (ubuntu), "2" | "2023" (amzn).')
+    version: Literal["18.04", "22.04", "24.04", "2", "2023"] = Field(
+        description='18.04 | 22.04 | 24.04 (ubuntu), "2" | "2023" (amzn).'
+    )
     base_image: BaseImage = Field(
         description="The source AMI: the newest image whose name matches, published by the owner account."
     )
@@ -52,7 +55,7 @@ class OperatingSystem(_Section):
 
     @model_validator(mode="after")
     def _version_of_family(self) -> OperatingSystem:
-        allowed = {"ubuntu": ("18.04", "22.04"), "amzn": ("2", "2023")}[self.family]
+        allowed = {"ubuntu": ("18.04", "22.04", "24.04"), "amzn": ("2", "2023")}[self.family]
         if self.version not in allowed:
             raise ValueError(f"version '{self.version}' is not a {self.family} version (allowed: {', '.join(allowed)})")
         return self
@@ -161,6 +164,66 @@ class Components(_Section):
         return [(key, getattr(self, key)) for key in COMPONENT_KEYS]
 
 
+# The wheel index of a PyTorch CUDA build: download.pytorch.org/whl/cuNNN, NNN the CUDA version without its dot
+# (cu130: CUDA 13.0, cu128: 12.8, cu118: 11.8), as https://pytorch.org/get-started/locally/ writes the index URLs.
+PYTORCH_CUDA_INDEX = re.compile(r"https://download\.pytorch\.org/whl/cu(?P<cuda>\d{3})/?")
+PYTHON_VERSION = re.compile(r"3\.\d{1,2}")
+
+
+class PyTorch(_Section):
+    """A pinned PyTorch in a virtualenv of the image (01-build-tools.sh), which `gpufleet run` puts first on PATH."""
+
+    version: StrictStr = Field(description="Exact PyTorch release, e.g. 2.14.0 (the torch wheel's version).")
+    index_url: StrictStr = Field(
+        description="PyTorch's wheel index of one CUDA build, https://download.pytorch.org/whl/cuNNN (cu130: CUDA "
+        "13.0); the compatibility gate checks the driver supports that CUDA."
+    )
+    python: StrictStr | None = Field(
+        None,
+        description='Python minor version of the virtualenv\'s interpreter, e.g. "3.12" (/usr/bin/python3.12, '
+        "installed from the OS packages); null: the OS's python3.",
+    )
+
+    @model_validator(mode="after")
+    def _pinned(self) -> PyTorch:
+        if not re.fullmatch(r"\d+\.\d+\.\d+", self.version):
+            raise ValueError(
+                f"version '{self.version}' is not an exact PyTorch release (MAJOR.MINOR.PATCH, e.g. 2.14.0)"
+            )
+        if not PYTORCH_CUDA_INDEX.fullmatch(self.index_url):
+            raise ValueError(
+                f"index_url '{self.index_url}' is not a PyTorch CUDA wheel index "
+                "(https://download.pytorch.org/whl/cuNNN, e.g. https://download.pytorch.org/whl/cu130)"
+            )
+        if self.python is not None and not PYTHON_VERSION.fullmatch(self.python):
+            raise ValueError(f"python '{self.python}' is not a Python minor version such as 3.12 (or null)")
+        return self
+
+    @property
+    def cuda(self) -> str:
+        """The CUDA version of the wheel index: cu130 -> 13.0."""
+        match = PYTORCH_CUDA_INDEX.fullmatch(self.index_url)
+        assert match is not None
+        digits = match["cuda"]
+        return f"{int(digits[:-1])}.{digits[-1]}"
+
+
+class Python(_Section):
+    uv: Component = Field(
+        description="uv, the Python package and virtualenv tool: the release's x86_64-unknown-linux-gnu tarball, "
+        "checked against sha256, into /usr/local/bin (01-build-tools.sh). Every image also carries python3 with "
+        "venv and pip; 17-validate.sh proves `python3 -m venv` works."
+    )
+    pytorch: PyTorch | None = Field(
+        None, description=f"A pinned PyTorch in the virtualenv {PYTORCH_VENV}; null: no PyTorch on the image."
+    )
+
+
+class EndOfLife(_Section):
+    date: dt.date = Field(description="When the stack's OS or driver stopped getting security fixes (YYYY-MM-DD).")
+    reason: StrictStr = Field(description="One line: what ended, with its source.")
+
+
 class Profile(_Section):
     name: StrictStr = Field(description="Profile name; must equal the file name without .yaml.")
     description: StrictStr = Field(description="One line: the stack and what it is for.")
@@ -168,6 +231,12 @@ class Profile(_Section):
     target: Target = Field(description="What the image is for.")
     build: Build = Field(description="The instance Packer builds on and the image's root volume.")
     components: Components = Field(description="The pinned software stack, one mapping per component.")
+    python: Python = Field(description="The Python tools every image carries, and an optional PyTorch.")
+    end_of_life: EndOfLife | None = Field(
+        None,
+        description="Set on a stack kept only to reproduce it: `gpufleet ami check` and `render` print one warning "
+        "line with its date and reason; null: a supported stack.",
+    )
 
     def versions(self) -> dict[str, str]:
         return {key: component.version for key, component in self.components.items()}

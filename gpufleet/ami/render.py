@@ -51,6 +51,20 @@ def cuda_architectures(profile: Profile) -> str:
     return " ".join(capability.replace(".", "") for capability in sorted(capabilities, key=Version))
 
 
+def python_environment(profile: Profile) -> dict[str, str]:
+    """GPUFLEET_UV_* and GPUFLEET_PYTORCH_* for 01-build-tools.sh and 17-validate.sh: the profile's python section
+    (the PyTorch ones empty where the profile has no pytorch)."""
+    uv, pytorch = profile.python.uv, profile.python.pytorch
+    return {
+        "GPUFLEET_UV_VERSION": uv.version,
+        "GPUFLEET_UV_URL": uv.url or "",
+        "GPUFLEET_UV_SHA256": uv.sha256 or "",
+        "GPUFLEET_PYTORCH_VERSION": pytorch.version if pytorch else "",
+        "GPUFLEET_PYTORCH_INDEX_URL": pytorch.index_url if pytorch else "",
+        "GPUFLEET_PYTORCH_PYTHON": (pytorch.python or "") if pytorch else "",
+    }
+
+
 def packer_variables(profile: Profile, instance_profile: str | None = None) -> dict[str, object]:
     """Variable name -> value for gpufleet.auto.pkrvars.json: every variable of ami/packer/variables.pkr.hcl that
     has no default, and instance_profile ("" lets Packer create a temporary instance profile)."""
@@ -78,6 +92,7 @@ def packer_variables(profile: Profile, instance_profile: str | None = None) -> d
             key: component.signing_key_fingerprint or "" for key, component in components
         },
         "package_environment": package_environment(profile),
+        "python_environment": python_environment(profile),
         "instance_profile": instance_profile or "",
         # The scripts shipped with this gpufleet, wherever it is installed (-var scripts_dir=... for others).
         "scripts_dir": str(SCRIPTS_DIR),

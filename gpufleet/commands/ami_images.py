@@ -81,6 +81,10 @@ def run_render(args: argparse.Namespace) -> int:
     profile = load_profile(args.profile)
     for path in render_profile(profile, args.out, instance_profile=args.instance_profile):
         print(path)
+    if profile.end_of_life is not None:
+        from gpufleet.ami.compatibility import end_of_life_line
+
+        print(f"warning: {end_of_life_line(profile)}", file=sys.stderr)
     return 0
 
 

@@ -175,6 +175,9 @@ def test_packer_1_6_auto_loads_the_variables_file_and_reads_the_locals(tmp_path,
         for key in ("FABRIC_MANAGER", "CUDNN", "CUDNN_DEV", "FSX_LUSTRE", "CONTAINER_TOOLKIT", "CONTAINER_RUNTIME")
         for setting in ("PACKAGE", "PACKAGE_VERSION", "REPOSITORIES", "EXTRAS_TOPIC")
     }
+    # The profile's python section (gpufleet/ami/render.py python_environment).
+    expected |= {f"GPUFLEET_UV_{setting}" for setting in ("VERSION", "URL", "SHA256")}
+    expected |= {f"GPUFLEET_PYTORCH_{setting}" for setting in ("VERSION", "INDEX_URL", "PYTHON")}
     names = [entry.split("=", 1)[0] for entry in environment[6:]]
     assert sorted(names) == sorted(expected) and len(names) == len(expected)
     assert "GPUFLEET_FABRIC_MANAGER_PACKAGE=nvidia-fabricmanager-450" in environment

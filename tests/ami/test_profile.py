@@ -8,7 +8,7 @@ from gpufleet.ami.profile import load_profile, profile_files
 from gpufleet.cli import main
 from tests.ami.contract import COMPONENTS
 
-SHIPPED = ["p4d-al2-cuda11", "p4d-ubuntu1804-cuda11", "ubuntu2204-cuda12"]
+SHIPPED = ["al2023-cuda13", "p4d-al2-cuda11", "p4d-ubuntu1804-cuda11", "ubuntu2204-cuda12", "ubuntu2404-cuda13"]
 
 
 def test_shipped_profiles():
@@ -50,7 +50,39 @@ BAD_PROFILES = [
     (
         "unknown top-level key",
         {"extra": 1},
-        "{path}: extra: unknown key (allowed here: name, description, os, target, build, components)",
+        "{path}: extra: unknown key (allowed here: name, description, os, target, build, components, python, "
+        "end_of_life)",
+    ),
+    (
+        "unknown key of end_of_life",
+        {"end_of_life": {"date": "2023-05-31", "reason": "old", "since": "2023"}},
+        "{path}: end_of_life.since: unknown key (allowed here: date, reason)",
+    ),
+    (
+        "end_of_life without a date",
+        {"end_of_life": {"date": "May 2023", "reason": "old"}},
+        "{path}: end_of_life.date: input should be a valid date or datetime, input is too short, got 'May 2023'",
+    ),
+    (
+        "unknown key of python",
+        {"python.pip": "24.0"},
+        "{path}: python.pip: unknown key (allowed here: uv, pytorch)",
+    ),
+    (
+        "pytorch from another index",
+        {"python.pytorch": {"version": "2.14.0", "index_url": "https://pypi.org/simple"}},
+        "{path}: python.pytorch: index_url 'https://pypi.org/simple' is not a PyTorch CUDA wheel index "
+        "(https://download.pytorch.org/whl/cuNNN, e.g. https://download.pytorch.org/whl/cu130)",
+    ),
+    (
+        "pytorch not pinned",
+        {"python.pytorch": {"version": "2.14", "index_url": "https://download.pytorch.org/whl/cu130"}},
+        "{path}: python.pytorch: version '2.14' is not an exact PyTorch release (MAJOR.MINOR.PATCH, e.g. 2.14.0)",
+    ),
+    (
+        "pytorch python not a version",
+        {"python.pytorch": {"version": "2.14.0", "index_url": "https://download.pytorch.org/whl/cu130", "python": "3"}},
+        "{path}: python.pytorch: python '3' is not a Python minor version such as 3.12 (or null)",
     ),
     (
         "missing component",
@@ -120,7 +152,8 @@ def test_unknown_profile_name(capsys, tmp_path):
     out_dir.mkdir()
     assert main(["ami", "render", "p4d-nope", "--out", str(out_dir)]) == 1
     assert capsys.readouterr().err.splitlines() == [
-        "unknown AMI profile 'p4d-nope' (shipped: p4d-al2-cuda11, p4d-ubuntu1804-cuda11, ubuntu2204-cuda12; "
+        "unknown AMI profile 'p4d-nope' (shipped: al2023-cuda13, p4d-al2-cuda11, p4d-ubuntu1804-cuda11, "
+        "ubuntu2204-cuda12, ubuntu2404-cuda13; "
         "or the path of a .yaml file)"
     ]
     assert list(out_dir.iterdir()) == []

@@ -46,8 +46,14 @@ def _build() -> dict:
     return build
 
 
-def test_shipped_profiles_are_the_three_of_the_readme():
-    assert SHIPPED == ["p4d-al2-cuda11", "p4d-ubuntu1804-cuda11", "ubuntu2204-cuda12"]
+def test_shipped_profiles_are_the_five_of_the_readme():
+    assert SHIPPED == [
+        "al2023-cuda13",
+        "p4d-al2-cuda11",
+        "p4d-ubuntu1804-cuda11",
+        "ubuntu2204-cuda12",
+        "ubuntu2404-cuda13",
+    ]
 
 
 def test_render_writes_ami_packer_as_it_is_plus_the_variables_file(tmp_path):
@@ -186,10 +192,39 @@ def test_variables_file_of_the_reference_profile(tmp_path):
             "GPUFLEET_CONTAINER_RUNTIME_REPOSITORIES": "",
             "GPUFLEET_CONTAINER_RUNTIME_EXTRAS_TOPIC": "",
         },
+        "python_environment": {
+            "GPUFLEET_UV_VERSION": "0.12.21",
+            "GPUFLEET_UV_URL": "https://github.com/astral-sh/uv/releases/download/0.12.21/uv-x86_64-unknown-linux-gnu.tar.gz",
+            "GPUFLEET_UV_SHA256": "23f02075b652bb1df64178cfae41b5caf160822e720e2663568f3f5d63bc52c0",
+            "GPUFLEET_PYTORCH_VERSION": "",
+            "GPUFLEET_PYTORCH_INDEX_URL": "",
+            "GPUFLEET_PYTORCH_PYTHON": "",
+        },
         "instance_profile": "",
         # In a checkout the shipped scripts are the repository's scripts/ami (gpufleet/data/scripts links to it).
         "scripts_dir": str(Path(__file__).resolve().parents[2] / "scripts" / "ami"),
     }
+
+
+def test_the_pytorch_option_reaches_the_scripts():
+    assert packer_variables(load_profile("al2023-cuda13"))["python_environment"] == {
+        "GPUFLEET_UV_VERSION": "0.12.21",
+        "GPUFLEET_UV_URL": "https://github.com/astral-sh/uv/releases/download/0.12.21/uv-x86_64-unknown-linux-gnu.tar.gz",
+        "GPUFLEET_UV_SHA256": "23f02075b652bb1df64178cfae41b5caf160822e720e2663568f3f5d63bc52c0",
+        "GPUFLEET_PYTORCH_VERSION": "2.14.0",
+        "GPUFLEET_PYTORCH_INDEX_URL": "https://download.pytorch.org/whl/cu130",
+        "GPUFLEET_PYTORCH_PYTHON": "3.12",
+    }
+
+
+def test_render_of_an_end_of_life_profile_warns_in_one_line(tmp_path, capsys):
+    assert main(["ami", "render", "p4d-al2-cuda11", "--out", str(tmp_path / "out")]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "warning: profile p4d-al2-cuda11 is end of life since 2026-06-30: Amazon Linux 2 support ended 2026-06-30 "
+        "and driver branch R450 reached end of life in July 2023; use al2023-cuda13"
+    ]
+    assert main(["ami", "render", "ubuntu2404-cuda13", "--out", str(tmp_path / "current")]) == 0
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize(("name", "architectures"), [("p4d-ubuntu1804-cuda11", "80"), ("ubuntu2204-cuda12", "80 90")])
