@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Fails the build unless every component is installed at its pinned version (one line per failure), then
 # records the stack in /etc/gpufleet/versions.json, which node scripts and operator tools read.
+# Python, as the cluster user will meet it: `python3 -m venv` in a temporary directory and that virtualenv's pip
+# must work (what a run's --setup 'python3 -m venv ...' does on a node), uv must be the pinned release, and with a
+# profile pytorch option the virtualenv /opt/gpufleet/pytorch must hold the pinned torch, be root's and not writable
+# by others; the manifest records it as paths.python_venv (null without one).
 set -euo pipefail
 # shellcheck source=lib/common.sh
 source "${GPUFLEET_LIB_DIR:-$(dirname "${BASH_SOURCE[0]}")/lib}/common.sh"
 
 readonly COMPONENT_KEYS=(driver fabric_manager cuda cudnn nccl efa_installer aws_ofi_nccl nccl_tests fsx_lustre onednn
   container_toolkit aws_cli cloudwatch_agent)
-required=(GPUFLEET_AMI_PROFILE GPUFLEET_OS_FAMILY GPUFLEET_OS_VERSION GPUFLEET_NVSWITCH)
+required=(GPUFLEET_AMI_PROFILE GPUFLEET_OS_FAMILY GPUFLEET_OS_VERSION GPUFLEET_NVSWITCH GPUFLEET_UV_VERSION)
 for key in "${COMPONENT_KEYS[@]}"; do required+=("GPUFLEET_${key^^}_VERSION"); done
 # OS package names as ami/packages.yaml resolves them for the profile.
 required+=(GPUFLEET_FSX_LUSTRE_PACKAGE GPUFLEET_CONTAINER_TOOLKIT_PACKAGE)
@@ -105,6 +109,28 @@ cloudwatch_agent_matches "$cloudwatch_agent_found" ||
   fail "cloudwatch_agent: found ${cloudwatch_agent_found:-nothing} in $CLOUDWATCH_AGENT_DIR/bin/CWAGENT_VERSION," \
     "expected $(pinned cloudwatch_agent)"
 
+# A virtualenv as a user makes one: python3 from PATH, in a directory of its own, removed afterwards.
+python_work="$(mktemp -d)"
+if ! venv_output="$(python3 -m venv "$python_work/venv" 2>&1)"; then
+  fail "python: 'python3 -m venv' failed: $(grep -m 1 . <<<"$venv_output" || echo "no message")"
+elif ! pip_output="$("$python_work/venv/bin/pip" --version 2>&1)"; then
+  fail "python: the pip of a 'python3 -m venv' virtualenv failed: $(grep -m 1 . <<<"$pip_output" || echo "no message")"
+fi
+rm -rf "$python_work"
+check_version uv "$(installed_uv_version)" "$GPUFLEET_UV_VERSION" "$UV_BIN_DIR/uv --version"
+python_venv=""
+if [[ -n "${GPUFLEET_PYTORCH_VERSION:-}" ]]; then
+  python_venv="$PYTORCH_VENV"
+  check_version pytorch "$(installed_pytorch_version)" "$GPUFLEET_PYTORCH_VERSION" "$PYTORCH_VENV/bin/python"
+  venv_dir="$(root_path "$PYTORCH_VENV")"
+  if [[ -d "$venv_dir" ]]; then
+    owner="$(stat -c %u "$venv_dir")"
+    writable="$(find "$venv_dir" -perm /022 ! -type l -print -quit)"
+    [[ "$owner" == 0 && ! -L "$venv_dir" ]] || fail "pytorch: $PYTORCH_VENV is not a directory root owns (owner uid $owner)"
+    [[ -z "$writable" ]] || fail "pytorch: ${writable#"${GPUFLEET_ROOT:-}"} is writable by others than its owner"
+  fi
+fi
+
 if efa_device_present; then
   fi_info -p efa >/dev/null 2>&1 || fail "efa: an EFA device is present but 'fi_info -p efa' failed"
 else
@@ -130,7 +156,11 @@ mkdir -p "$manifest_dir"
     "$(json_string "$GPUFLEET_OS_VERSION")"
   printf ' "components": {%s},\n' "$(IFS=,; printf '%s' "${components[*]}" | sed 's/,"/, "/g')"
   # Where the plugin lives, for the node's library path (scripts/node/efa-env.sh).
-  printf ' "paths": {"aws_ofi_nccl_lib": %s}}\n' "$(json_string "$plugin_dir")"
+  printf ' "python": {"uv": %s, "pytorch": %s},\n' "$(json_string "$GPUFLEET_UV_VERSION")" \
+    "$(if [[ -n "$python_venv" ]]; then json_string "$GPUFLEET_PYTORCH_VERSION"; else echo null; fi)"
+  # The PyTorch virtualenv, for the node's python-env step (scripts/node/python-env.sh; null: none).
+  printf ' "paths": {"aws_ofi_nccl_lib": %s, "python_venv": %s}}\n' "$(json_string "$plugin_dir")" \
+    "$(if [[ -n "$python_venv" ]]; then json_string "$python_venv"; else echo null; fi)"
 } >"$manifest_dir/versions.json.tmp"
 mv "$manifest_dir/versions.json.tmp" "$manifest_dir/versions.json"
 log "all components at their pinned versions; wrote /etc/gpufleet/versions.json"

@@ -410,6 +410,27 @@ cloudwatch_agent_matches() {
   [[ -n "$1" ]] && { [[ "$1" == "$GPUFLEET_CLOUDWATCH_AGENT_VERSION" ]] || [[ "$GPUFLEET_CLOUDWATCH_AGENT_VERSION" == "$1"b* ]]; }
 }
 
+# uv from its release tarball (01-build-tools.sh), and the profile's PyTorch virtualenv (gpufleet/ami/__init__.py
+# PYTORCH_VENV), root's and world-readable: `gpufleet run` puts its bin/ first on PATH (docs/guides/running-jobs.md).
+readonly UV_BIN_DIR=/usr/local/bin
+readonly PYTORCH_VENV=/opt/gpufleet/pytorch
+
+# installed_uv_version: X.Y.Z from `uv --version` ("uv 0.12.21 (0a1b2c3d4 2026-09-01)"), empty without it.
+installed_uv_version() {
+  local uv
+  uv="$(root_path "$UV_BIN_DIR/uv")"
+  [[ -x "$uv" ]] || return 0
+  { "$uv" --version 2>/dev/null || true; } | sed -n -E 's/^uv ([0-9][^ ]*).*/\1/p' | head -n 1
+}
+
+# installed_pytorch_version: torch.__version__ in the PyTorch virtualenv ("2.14.0+cu130"), empty without it.
+installed_pytorch_version() {
+  local python
+  python="$(root_path "$PYTORCH_VENV/bin/python")"
+  [[ -x "$python" ]] || return 0
+  { "$python" -c 'import torch; print(torch.__version__)' 2>/dev/null || true; } | head -n 1
+}
+
 readonly FABRIC_MANAGER_SERVICE=nvidia-fabricmanager
 # The SSM agent's unit: the amazon-ssm-agent package's on Amazon Linux 2, the snap's on Ubuntu's AWS images (the
 # snap's services are named snap.SNAP.APP.service: snapcraft.io/docs/services-and-daemons). gpufleet run,

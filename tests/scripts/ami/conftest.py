@@ -85,6 +85,18 @@ AMZN2_PACKAGE_ENV = {
     "GPUFLEET_CONTAINER_RUNTIME_PACKAGE_VERSION": "3.4.0",
 }
 
+# The python section of the reference profile as the Packer template passes it (gpufleet/ami/render.py
+# python_environment): uv on every image, no PyTorch.
+UV_VERSION = "0.12.21"
+PYTHON_ENV = {
+    "GPUFLEET_UV_VERSION": UV_VERSION,
+    "GPUFLEET_UV_URL": f"https://github.com/astral-sh/uv/releases/download/{UV_VERSION}/uv-x86_64-unknown-linux-gnu.tar.gz",
+    "GPUFLEET_UV_SHA256": "23f02075b652bb1df64178cfae41b5caf160822e720e2663568f3f5d63bc52c0",
+    "GPUFLEET_PYTORCH_VERSION": "",
+    "GPUFLEET_PYTORCH_INDEX_URL": "",
+    "GPUFLEET_PYTORCH_PYTHON": "",
+}
+
 YUM_STUB = r"""[[ "$1" == install ]] || exit 0
 [[ -f "$S/available" ]] || exit 0
 specs=()
@@ -158,10 +170,22 @@ STUBS = {
     "fi_info": 'exit "$(cat "$S/fi_info.rc" 2>/dev/null || echo 0)"',
     "nvcc": 'cat "$S/nvcc"',
     "curl": '[[ -f "$S/curl.fail" ]] && { echo "curl: (22) The requested URL returned error: 404" >&2; exit 22; }\n'
-    'out=""; while [[ $# -gt 0 ]]; do [[ "$1" == --output ]] && out="$2"; shift; done\n'
-    'if [[ -n "$out" ]]; then cp "$S/download" "$out"; else cat "$S/download"; fi',
+    # The file for a URL is downloads/BASENAME where the test gave one, else download.
+    'out=""; while [[ $# -gt 0 ]]; do [[ "$1" == --output ]] && out="$2"; url="$1"; shift; done\n'
+    'src="$S/download"; [[ -f "$S/downloads/${url##*/}" ]] && src="$S/downloads/${url##*/}"\n'
+    'if [[ -n "$out" ]]; then cp "$src" "$out"; else cat "$src"; fi',
     # --import takes any key; --verify prints the status lines in $S/gpg.status (default: none, a failed check) as
     # --status-fd 1 does; --dearmor writes its input to --output.
+    # `python3 -m venv DIR` as a python3 with venv and ensurepip does it: DIR/bin/pip answers --version; with state
+    # venv.fail (its text the error) python3 fails as Ubuntu's does without python3-venv; with pip.fail the
+    # virtualenv's pip fails. Any other python3 call fails (the scripts make none).
+    "python3": 'if [[ "${1:-} ${2:-}" == "-m venv" ]]; then\n'
+    '  if [[ -f "$S/venv.fail" ]]; then cat "$S/venv.fail"; exit 1; fi\n'
+    '  mkdir -p "$3/bin"\n'
+    '  if [[ -f "$S/pip.fail" ]]; then printf "#!/bin/sh\\ncat %s >&2; exit 1\\n" "$S/pip.fail" >"$3/bin/pip"\n'
+    '  else printf "#!/bin/sh\\necho pip 24.0 from %s/lib/python3.12/site-packages/pip \\\\(python 3.12\\\\)\\n" '
+    '"$3" >"$3/bin/pip"; fi\n'
+    '  chmod +x "$3/bin/pip"; exit 0\nfi\nexit 1',
     "gpg": 'case " $* " in\n'
     '  *" --import "*) exit 0 ;;\n'
     '  *" --verify "*) cat "$S/gpg.status" 2>/dev/null; [[ -f "$S/gpg.status" ]]; exit ;;\n'
@@ -186,6 +210,7 @@ def contract_env(os_family: str = "ubuntu", os_version: str = "18.04", nvswitch:
         env[f"GPUFLEET_{upper}_GPG_KEY_URL"] = key_url
         env[f"GPUFLEET_{upper}_GPG_KEY_FINGERPRINT"] = fingerprint
     env.update(PACKAGE_ENV)
+    env.update(PYTHON_ENV)
     return env
 
 

@@ -404,6 +404,7 @@ def test_build_tools_include_hwloc_for_aws_ofi_nccl(sandbox, os_family, os_versi
     """aws-ofi-nccl >= 1.7.0 configure fails without hwloc; its README names these two development packages."""
     sandbox.env.update(GPUFLEET_OS_FAMILY=os_family, GPUFLEET_OS_VERSION=os_version)
     sandbox.stub("amazon-linux-extras", "exit 0")
+    sandbox.write("/usr/local/bin/uv", '#!/bin/sh\necho "uv 0.12.21 (0a1b2c3d4 2026-09-01)"\n', executable=True)
     result = sandbox.run("01-build-tools.sh")
     assert result.returncode == 0, result.stderr
     program, verb = install_call.split()

@@ -4,6 +4,7 @@ failure is one exact line, and the build fails."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -46,8 +47,27 @@ def good_image(sandbox, pinned):
     sandbox.write("/sys/class/infiniband/rdmap16s27/device/vendor", "0x1d0f\n")
     aws_cli(sandbox, "2.36.11")
     sandbox.write("/opt/aws/amazon-cloudwatch-agent/bin/CWAGENT_VERSION", "1.300071.0b1720\n")
+    uv(sandbox, "0.12.21")
     refresh_loader_cache(sandbox)
     return sandbox
+
+
+def uv(box, version: str) -> None:
+    """uv's binary in /usr/local/bin, answering --version as uv does ("uv 0.12.21 (hash date)")."""
+    box.write("/usr/local/bin/uv", f'#!/bin/sh\necho "uv {version} (0a1b2c3d4 2026-09-01)"\n', executable=True)
+
+
+def pytorch_venv(box, torch_version: str = "2.14.0+cu130") -> None:
+    """The profile's PyTorch virtualenv, its python answering torch.__version__."""
+    box.env.update(
+        GPUFLEET_PYTORCH_VERSION="2.14.0",
+        GPUFLEET_PYTORCH_INDEX_URL="https://download.pytorch.org/whl/cu130",
+        GPUFLEET_PYTORCH_PYTHON="",
+    )
+    box.write("/opt/gpufleet/pytorch/bin/python", f'#!/bin/sh\necho "{torch_version}"\n', executable=True)
+    for path in (box.root / "opt/gpufleet/pytorch").rglob("*"):
+        path.chmod(0o755)
+    (box.root / "opt/gpufleet/pytorch").chmod(0o755)
 
 
 def aws_cli(box, version: str) -> None:
@@ -78,7 +98,8 @@ def test_pass_writes_the_versions_manifest_in_the_contract_shape(good_image, pin
         "profile": "p4d-ubuntu1804-cuda11",
         "os": {"family": "ubuntu", "version": "18.04"},
         "components": pinned,
-        "paths": {"aws_ofi_nccl_lib": "/opt/aws-ofi-nccl/lib"},
+        "python": {"uv": "0.12.21", "pytorch": None},
+        "paths": {"aws_ofi_nccl_lib": "/opt/aws-ofi-nccl/lib", "python_venv": None},
     }
     assert list(manifest["components"]) == list(pinned)
     assert "fi_info -p efa" in good_image.calls()
@@ -102,6 +123,29 @@ def break_nvcc(box):
 
 
 FAIL_CASES = {
+    "python3 without venv": (
+        lambda box: box.set_state(
+            "venv.fail",
+            "The virtual environment was not created successfully because ensurepip is not\navailable.  On "
+            "Debian/Ubuntu systems, you need to install the python3-venv\npackage\n",
+        ),
+        [
+            "python: 'python3 -m venv' failed: The virtual environment was not created successfully because ensurepip "
+            "is not"
+        ],
+    ),
+    "the virtualenv's pip fails": (
+        lambda box: box.set_state("pip.fail", "ModuleNotFoundError: No module named 'pip'\n"),
+        ["python: the pip of a 'python3 -m venv' virtualenv failed: ModuleNotFoundError: No module named 'pip'"],
+    ),
+    "uv missing": (
+        lambda box: (box.root / "usr/local/bin/uv").unlink(),
+        ["uv: not installed (nothing found in /usr/local/bin/uv --version), expected 0.12.21"],
+    ),
+    "uv at another version": (
+        lambda box: uv(box, "0.12.5"),
+        ["uv: found 0.12.5 in /usr/local/bin/uv --version, expected 0.12.21"],
+    ),
     "wrong driver": (
         lambda box: box.set_state("nvidia-smi", "450.80.02\n" * 7 + "450.51.06\n"),
         ["driver: nvidia-smi reports 450.51.06,450.80.02, expected 450.80.02"],
@@ -255,17 +299,23 @@ def test_the_efa_installers_plugin_is_recorded_for_the_node(good_image, pinned):
     assert result.returncode == 0, result.stderr
     manifest = json.loads((good_image.root / MANIFEST).read_text())
     assert manifest["components"]["aws_ofi_nccl"] == "1.16.3"
-    assert manifest["paths"] == {"aws_ofi_nccl_lib": "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"}
+    assert manifest["paths"] == {"aws_ofi_nccl_lib": "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu", "python_venv": None}
+
+
+# Cases another case hides: a failed nvidia-smi hides the other driver case, a python3 without venv leaves no
+# virtualenv whose pip could fail, and a missing uv has no version to differ.
+HIDDEN_TOGETHER = ("nvidia-smi fails", "the virtualenv's pip fails", "uv missing")
 
 
 def test_all_failures_are_reported_together(good_image):
-    for break_image, _ in FAIL_CASES.values():
-        if break_image is not FAIL_CASES["nvidia-smi fails"][0]:
+    for case, (break_image, _) in FAIL_CASES.items():
+        if case not in HIDDEN_TOGETHER:
             break_image(good_image)
     result = good_image.run("17-validate.sh")
+    expected = len(FAIL_CASES) - len(HIDDEN_TOGETHER)
     assert result.returncode == 1
-    assert len(failures(result)) == len(FAIL_CASES) - 1
-    assert result.stderr.splitlines()[-1].startswith(f"[gpufleet] ERROR: {len(FAIL_CASES) - 1} check(s) failed")
+    assert len(failures(result)) == expected
+    assert result.stderr.splitlines()[-1].startswith(f"[gpufleet] ERROR: {expected} check(s) failed")
 
 
 def test_failed_validation_leaves_an_existing_manifest_untouched(good_image):
@@ -323,4 +373,49 @@ def test_fabric_manager_is_checked_under_the_name_the_data_gives(good_image):
     assert failures(good_image.run("17-validate.sh")) == [
         "[gpufleet] FAIL fabric_manager: not installed (nothing found in package nvidia-fabricmanager), "
         "expected 580.95.05"
+    ]
+
+
+def test_the_pytorch_virtualenv_is_checked_and_recorded_for_the_node(good_image, pinned):
+    pytorch_venv(good_image)
+    result = good_image.run("17-validate.sh")
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads((good_image.root / MANIFEST).read_text())
+    assert manifest["python"] == {"uv": "0.12.21", "pytorch": "2.14.0"}
+    assert manifest["paths"] == {"aws_ofi_nccl_lib": "/opt/aws-ofi-nccl/lib", "python_venv": "/opt/gpufleet/pytorch"}
+
+
+PYTORCH_FAIL_CASES = {
+    "another torch": (
+        lambda box: pytorch_venv(box, "2.13.0+cu130"),
+        ["pytorch: found 2.13.0+cu130 in /opt/gpufleet/pytorch/bin/python, expected 2.14.0"],
+    ),
+    "no virtualenv": (
+        lambda box: shutil.rmtree(box.root / "opt/gpufleet/pytorch"),
+        ["pytorch: not installed (nothing found in /opt/gpufleet/pytorch/bin/python), expected 2.14.0"],
+    ),
+    "writable by others": (
+        lambda box: (box.root / "opt/gpufleet/pytorch/bin").chmod(0o777),
+        ["pytorch: /opt/gpufleet/pytorch/bin is writable by others than its owner"],
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(PYTORCH_FAIL_CASES))
+def test_a_wrong_pytorch_virtualenv_is_one_line_and_no_manifest(good_image, case):
+    pytorch_venv(good_image)
+    breaks, expected = PYTORCH_FAIL_CASES[case]
+    breaks(good_image)
+    result = good_image.run("17-validate.sh")
+    assert result.returncode == 1
+    assert [line.removeprefix("[gpufleet] FAIL ") for line in failures(result)] == expected
+    assert not (good_image.root / MANIFEST).exists()
+
+
+def test_the_pytorch_virtualenv_must_be_roots(good_image):
+    pytorch_venv(good_image)
+    os.chown(good_image.root / "opt/gpufleet/pytorch", 65534, 65534)
+    result = good_image.run("17-validate.sh")
+    assert [line.removeprefix("[gpufleet] FAIL ") for line in failures(result)] == [
+        "pytorch: /opt/gpufleet/pytorch is not a directory root owns (owner uid 65534)"
     ]
