@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "gpufleet.commands.cli_reference",
     "gpufleet.commands.ami",
     "gpufleet.commands.preflight",
+    "gpufleet.commands.up",
     "gpufleet.commands.plan",
     "gpufleet.commands.cost",
     "gpufleet.commands.status",

@@ -25,6 +25,7 @@ class FlavourOnly(NamedTuple):
 
 
 FLAVOUR_ONLY_COMMANDS = {
+    "up": FlavourOnly(FLAVOUR_FLEET, "`npx cdk deploy -c env=ENV --all` and `gpufleet status ENV`"),
     "hosts": FlavourOnly(FLAVOUR_FLEET, "`kubectl get nodes -o wide` (the MPI operator gives an MPIJob its hosts)"),
     "run": FlavourOnly(FLAVOUR_FLEET, "an MPIJob with `kubectl apply -f` (`gpufleet k8s nccl-test ENV` writes one)"),
     "runs": FlavourOnly(FLAVOUR_FLEET, "`kubectl get mpijobs`"),

@@ -42,8 +42,8 @@ def up(args: argparse.Namespace) -> int:
     # makes this fail rather than be deleted through.
     if args.dir.exists():
         shutil.rmtree(args.dir)
-    cluster = BoxCluster(args.dir, args.environment)
     args.dir.mkdir(parents=True)
+    cluster = BoxCluster(args.dir, args.environment, capacity=(args.nodes, args.nodes - args.spot))
     (args.dir / "up.pid").write_text(f"{os.getpid()}\n")
     try:
         cluster.start(progress=lambda *words: print(*words, flush=True))

@@ -36,7 +36,7 @@ from typing import Any
 
 from gpufleet.ami.profile import parse_profile
 from gpufleet.catalog import load_catalog
-from gpufleet.constants import READINESS_TAG_KEY
+from gpufleet.constants import FLEET_OUTPUT_KEY, READINESS_TAG_KEY
 from gpufleet.environment import Environment
 from gpufleet.loading import load_environment
 from gpufleet.user_data import SHARED_DATA_SUBDIR
@@ -117,10 +117,16 @@ class BoxCluster:
     """ENVIRONMENT_FILE's cluster in DIRECTORY: start() synthesizes, deploys the stand-ins and starts the box; launch()
     boots a node; close() takes everything down."""
 
-    def __init__(self, directory: Path, environment_file: Path) -> None:
+    def __init__(self, directory: Path, environment_file: Path, capacity: tuple[int, int] | None = None) -> None:
+        """CAPACITY (target, on_demand) replaces the file's capacity in the box's copy, which the box synthesizes and
+        the operator commands read: the box boots a few nodes, and `gpufleet up` waits for the environment's target.
+        The user data does not depend on the numbers (gpufleet/user_data.py: only whether there is spot)."""
         self.directory = directory
+        self.environments_dir = directory / "environments"
         self.environment_file = environment_file
-        self.env: Environment = load_environment(environment_file)
+        if capacity is not None:
+            self.environment_file = self._with_capacity(environment_file, *capacity)
+        self.env: Environment = load_environment(self.environment_file)
         self.instance = load_catalog()[self.env.instance_type]
         network = self.env.network
         # The node subnet: the Vpc construct's first subnet, the lower half of the VPC (stacks/network_stack.py).
@@ -131,11 +137,23 @@ class BoxCluster:
         self.subnet_id = ""
         self.image_id = ""
         self.launch_template: LaunchTemplate | None = None
-        self.environments_dir = directory / "environments"
+        self.assembly: Path | None = None  # the synthesized cloud assembly, once started
 
     # -- setting up ------------------------------------------------------------------------------------------------
 
-    def start(self, progress=print) -> None:
+    def _with_capacity(self, environment_file: Path, target: int, on_demand: int) -> Path:
+        import yaml
+
+        document = yaml.safe_load(environment_file.read_text())
+        document["capacity"] = {**document["capacity"], "target": target, "on_demand": on_demand}
+        copy = self.directory / "capacity" / environment_file.name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(yaml.safe_dump(document, sort_keys=False))
+        return copy
+
+    def start(self, progress=print, deploy: bool = True) -> None:
+        """Synthesize, start the box and its emulator, and (unless deploy=False: `gpufleet up` deploys, through the
+        CDK CLI's stand-in tests/box/cdk_stand_in.py) deploy the stand-ins of the stacks."""
         self.directory.mkdir(parents=True, exist_ok=True)
         self.environments_dir.mkdir(exist_ok=True)
         shutil.copy(self.environment_file, self.environments_dir)
@@ -173,7 +191,57 @@ class BoxCluster:
         template = json.loads((assembly / f"{cluster_stack}.template.json").read_text())
         self.launch_template = LaunchTemplate.from_template(template, known)
         (self.directory / "user-data").write_bytes(self.launch_template.user_data)
-        self._deploy(assembly, cluster_stack)
+        self.assembly = assembly
+        self._account_state()
+        if deploy:
+            self.deploy()
+
+    def _account_state(self) -> None:
+        """What the account holds before any of the environment's stacks: the service-linked roles Spot Fleet and Spot
+        launch with, where AWS puts them (IAM user guide, using-service-linked-roles.html: path
+        /aws-service-role/SERVICE/), made by an account's first spot request; and the image's SSM parameter, which the
+        AMI pipeline publishes (here the emulator's image, which the box's nodes stand for)."""
+        assert self.aws is not None
+        iam = self.aws.client("iam")
+        for role, service in (
+            ("AWSServiceRoleForEC2SpotFleet", "spotfleet.amazonaws.com"),
+            ("AWSServiceRoleForEC2Spot", "spot.amazonaws.com"),
+        ):
+            iam.create_role(
+                Path=f"/aws-service-role/{service}/",
+                RoleName=role,
+                AssumeRolePolicyDocument=json.dumps(
+                    {
+                        "Version": "2012-10-17",
+                        "Statement": [
+                            {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
+                        ],
+                    }
+                ),
+            )
+        ec2 = self.aws.client("ec2")
+        self.image_id = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
+        if self.env.image_parameter:
+            self.aws.client("ssm").put_parameter(
+                Name=self.env.image_parameter, Value=self.image_id, Type="String", DataType="aws:ec2:image"
+            )
+
+    def deploy(self) -> None:
+        """What `cdk deploy` of the environment leaves, as far as the box needs it: the network, the assets, the
+        cluster user's key, the fleet request, and the cluster stack with the output that names the fleet (a stack of
+        no resources of its own in the emulator: moto's CloudFormation creates none of gpufleet's resource types)."""
+        cluster_stack = f"{self.env.stack_prefix}-cluster"
+        assert self.aws is not None and self.assembly is not None, "started"
+        self._deploy(self.assembly, cluster_stack)
+        self.aws.client("cloudformation").create_stack(
+            StackName=cluster_stack,
+            TemplateBody=json.dumps(
+                {
+                    "Resources": {"Placeholder": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+                    "Outputs": {FLEET_OUTPUT_KEY: {"Value": self.fleet_id}},
+                }
+            ),
+        )
 
     def _image_layer(self) -> Path:
         """The image layer: tests/box/image/layer, the stand-ins' data, versions.json of the environment's profile."""
@@ -222,7 +290,6 @@ class BoxCluster:
         self.subnet_id = ec2.create_subnet(
             VpcId=vpc, CidrBlock=str(self.subnet), AvailabilityZone=self.env.availability_zone
         )["Subnet"]["SubnetId"]
-        self.image_id = ec2.describe_images(Owners=["amazon"])["Images"][0]["ImageId"]
         # cdk deploy's asset publishing: each file asset of the cluster stack, to the bucket and key its manifest names.
         s3 = self.aws.client("s3")
         manifest = json.loads((assembly / f"{cluster_stack}.assets.json").read_text())

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,12 +44,79 @@ def missing_requirements() -> list[str]:
 
 
 class Cluster:
-    """What the box's tests share: the cluster and its first two nodes."""
+    """What the box's tests share: the cluster, its first two nodes, and what `gpufleet up` printed bringing it up."""
 
-    def __init__(self, cluster: BoxCluster, head: Node, spot: Node) -> None:
+    def __init__(self, cluster: BoxCluster, head: Node, spot: Node, up: UpRun) -> None:
         self.cluster = cluster
         self.head = head
         self.spot = spot
+        self.up = up
+
+
+class UpRun:
+    """`gpufleet up ENV` as a user runs it from the checkout, the installed console script against the box's emulator,
+    the CDK CLI's stand-in (tests/box/cdk_stand_in.py) handing the deploy to the box: when it asks, the box deploys
+    its stand-ins of the stacks and its fleet launches the head (on-demand) and a spot node, which boot for real."""
+
+    def __init__(self, cluster: BoxCluster, report_dir: Path) -> None:
+        self.cluster = cluster
+        self.report_dir = report_dir
+        self.lines: list[str] = []
+        self.returncode: int | None = None
+        self.nodes: list[Node] = []
+
+    def run(self, timeout: float = 900) -> None:
+        cluster = self.cluster
+        assert cluster.aws is not None
+        stand_in = f"{sys.executable} -m tests.box.cdk_stand_in --box-dir {cluster.directory}"
+        process = subprocess.Popen(
+            [
+                str(Path(sys.executable).with_name("gpufleet")),
+                "up",
+                cluster.env.name,
+                "--report-dir",
+                str(self.report_dir),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=REPOSITORY,
+            env={
+                **cluster.aws.environment(),
+                "PATH": os.environ["PATH"],
+                "GPUFLEET_ENVIRONMENTS_DIR": str(cluster.environments_dir),
+                "PYTHONPATH": str(REPOSITORY),
+                "GPUFLEET_CDK": stand_in,
+            },
+        )
+        reader = threading.Thread(target=self._read, args=(process,), daemon=True)
+        reader.start()
+        request = cluster.directory / "cdk" / "deploy-0.json"
+        deadline = time.monotonic() + timeout
+        try:
+            while process.poll() is None and not request.exists():
+                if time.monotonic() > deadline:
+                    raise AssertionError("gpufleet up never asked to deploy:\n" + "\n".join(self.lines))
+                time.sleep(0.2)
+            if request.exists():
+                status = "1"
+                try:
+                    cluster.deploy()
+                    self.nodes.append(cluster.launch("on-demand", extra_addresses=(HEAD_SECOND_ADDRESS,)))
+                    self.nodes.append(cluster.launch("spot"))
+                    status = "0"
+                finally:
+                    (cluster.directory / "cdk" / "deploy-0.done").write_text(status)
+            self.returncode = process.wait(timeout=max(deadline - time.monotonic(), 1))
+        finally:
+            if process.poll() is None:
+                process.kill()
+            reader.join(timeout=10)
+
+    def _read(self, process: subprocess.Popen) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self.lines.append(line.rstrip("\n"))
 
 
 @pytest.fixture(scope="session")
@@ -53,13 +124,16 @@ def box_cluster(tmp_path_factory) -> Iterator[Cluster]:
     problems = missing_requirements()
     if problems:
         pytest.fail("the cluster in a box cannot run here:\n" + "\n".join(problems), pytrace=False)
-    cluster = BoxCluster(tmp_path_factory.mktemp("box"), ENVIRONMENT)
+    cluster = BoxCluster(tmp_path_factory.mktemp("box"), ENVIRONMENT, capacity=(2, 1))
     try:
-        cluster.start(progress=lambda *words: None)
-        head = cluster.launch("on-demand", extra_addresses=(HEAD_SECOND_ADDRESS,))
-        spot = cluster.launch("spot")
-        for node in (head, spot):
-            assert cluster.wait_ready(node) == "ready"
-        yield Cluster(cluster, head, spot)
+        cluster.start(progress=lambda *words: None, deploy=False)
+        up = UpRun(cluster, tmp_path_factory.mktemp("acceptance") / "report")
+        up.run()
+        if up.returncode != 0 or len(up.nodes) != 2:
+            pytest.fail(
+                f"gpufleet up {cluster.env.name} failed ({up.returncode}):\n" + "\n".join(up.lines), pytrace=False
+            )
+        head, spot = up.nodes
+        yield Cluster(cluster, head, spot, up)
     finally:
         cluster.close()

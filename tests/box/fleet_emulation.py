@@ -16,6 +16,12 @@ Patched in moto 5.2.5 (moto/ec2/models/spot_requests.py):
   fleet at its launch time and a "terminated" one for each that was terminated, at or after StartTime, oldest first,
   in the shape botocore's ec2 model gives (HistoryRecords of EventType, EventInformation, Timestamp; StartTime and
   LastEvaluatedTime). One page: the box's fleets are small.
+- RequestSpotFleet with DryRun: moto 5.2.5 ignores DryRun there and fails on a request of launch specifications
+  without an image; EC2 answers a permitted dry run with the error DryRunOperation ("Request would have succeeded, but
+  DryRun flag is set", EC2 API reference, "Common client errors"), moto's DryRunClientError.
+- GetSpotPlacementScores, which moto lacks: with SingleAvailabilityZone, a score for each AZ of the region (botocore's
+  ec2 model: SpotPlacementScores of Region, AvailabilityZoneId and Score, 1 to 10). The box gives every AZ 9: which
+  AZ EC2 would favour is AWS's fleet behaviour, nothing offline knows it.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 
 from moto.core.responses import ActionResult
 from moto.core.utils import utcnow
+from moto.ec2.exceptions import DryRunClientError
 from moto.ec2.models.spot_requests import SpotFleetRequest, SpotRequestBackend
 from moto.ec2.responses.spot_fleets import SpotFleets
 
@@ -94,9 +101,36 @@ def _fulfilled_capacity(fleet: SpotFleetRequest) -> float:
     return float(len(fleet_instances(fleet)))
 
 
+BOX_PLACEMENT_SCORE = 9
+_request_spot_fleet = SpotFleets.request_spot_fleet
+
+
+def _request_spot_fleet_or_dry_run(self: SpotFleets) -> Any:
+    if self._get_param("DryRun", False):
+        raise DryRunClientError()
+    return _request_spot_fleet(self)
+
+
+def _get_spot_placement_scores(self: SpotFleets) -> ActionResult:
+    regions = self._get_param("RegionNames", []) or self._get_multi_param("RegionName") or [self.region]
+    single_zone = self._get_param("SingleAvailabilityZone", False)
+    scores = []
+    for region in regions:
+        if single_zone:
+            zones = self.ec2_backend.describe_availability_zones()
+            scores += [
+                {"Region": region, "AvailabilityZoneId": zone.zone_id, "Score": BOX_PLACEMENT_SCORE} for zone in zones
+            ]
+        else:
+            scores.append({"Region": region, "Score": BOX_PLACEMENT_SCORE})
+    return ActionResult({"SpotPlacementScores": scores})
+
+
 def install() -> None:
     # moto sets the attribute in __init__; the property ignores that and counts the box's instances when asked.
     SpotFleetRequest.fulfilled_capacity = property(_fulfilled_capacity, lambda fleet, value: None)  # type: ignore[assignment]
     SpotFleets.describe_spot_fleet_request_history = _describe_spot_fleet_request_history  # type: ignore[attr-defined]
     SpotFleetRequest.create_spot_requests = lambda self, weight_to_add: None  # type: ignore[method-assign]
     SpotRequestBackend.describe_spot_fleet_instances = _describe_spot_fleet_instances  # type: ignore[method-assign]
+    SpotFleets.request_spot_fleet = _request_spot_fleet_or_dry_run  # type: ignore[method-assign]
+    SpotFleets.get_spot_placement_scores = _get_spot_placement_scores  # type: ignore[attr-defined]
