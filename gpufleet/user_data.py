@@ -118,6 +118,8 @@ def setup_scripts(env: Environment, instance: InstanceType) -> list[str]:
         "cluster-user": True,
         "cloudwatch-agent": True,
         "operator-scripts": True,
+        # /etc/gpufleet/python.env: the image's virtualenv, which start-run.sh hands to every run (python-env.sh).
+        "python-env": True,
         "node-ready": True,
         "join-runs": env.storage is not None,
     }

@@ -372,12 +372,18 @@ def _mpi_steps(plan: RunPlan, directory: str) -> list[str]:
     return steps
 
 
+# The image's Python virtualenv first on PATH, before the run's own setup (which may activate another): start-run.sh
+# sets GPUFLEET_PYTHON_VENV only for a virtualenv root alone controls (/etc/gpufleet/python.env; docs/guides/
+# running-jobs.md, "The image's Python").
+PYTHON_VENV_STEP = 'if [ -n "${GPUFLEET_PYTHON_VENV:-}" ]; then export PATH="$GPUFLEET_PYTHON_VENV/bin:$PATH"; fi'
+
+
 def unit_body(plan: RunPlan, head: bool = False) -> str:
     """What the unit's bash runs: the EFA environment, the secrets (references: each node reads the values), the
     working directory, the setup, then the command (the head's own where the plan has one and HEAD; with MPI: mpirun,
     which runs both on every node)."""
     directory = shlex.quote(plan.workdir) if plan.workdir else f"~{CLUSTER_USER_NAME}"
-    steps = [f"if [ -r {EFA_PROFILE} ]; then . {EFA_PROFILE}; fi", *secret_steps(plan.secrets)]
+    steps = [f"if [ -r {EFA_PROFILE} ]; then . {EFA_PROFILE}; fi", PYTHON_VENV_STEP, *secret_steps(plan.secrets)]
     if plan.workdir_archive:
         # Every node unpacks its own copy: the AWS CLI (every AMI profile installs it) reads the object with the node
         # role, which may read the data repository prefix (storage.data_repository). With its region: without one the

@@ -48,6 +48,39 @@ cat >"$file"
 chmod 0644 "$file"
 mv -f "$file" "$1/run.json"'
 
+# The image's Python virtualenv for the run (contract: /etc/gpufleet/python.env, root's, one line
+# GPUFLEET_PYTHON_VENV=/abs/path or empty; scripts/node/python-env.sh writes it on a gpufleet image, deep-learning-ami.sh
+# on a Deep Learning AMI). Prints the systemd-run option that hands it to the unit, or nothing when there is none or it
+# is not one root alone controls: the file, the virtualenv, its bin/ and every folder above them must be root's, no
+# link, not writable by group or others, so that the cluster user cannot steer what comes first on a run's PATH. The
+# body (gpufleet/ops/runs.py unit_body) puts GPUFLEET_PYTHON_VENV/bin first on PATH; a run's --setup comes after it.
+python_venv_setting() {
+  local root=${GPUFLEET_ROOT:-} file=/etc/gpufleet/python.env venv
+  if ! roots_alone "$root" "$file" || [[ ! -f $root$file ]]; then return 0; fi
+  venv=$(sed -n -E 's|^GPUFLEET_PYTHON_VENV=(/[A-Za-z0-9._/-]+)$|\1|p' "$root$file" | head -n 1)
+  [[ -n $venv && /$venv/ != */../* && /$venv/ != */./* ]] || return 0
+  if ! roots_alone "$root" "$venv/bin" || [[ ! -d $root$venv/bin ]]; then
+    warn "$venv/bin is not a folder root alone controls: the run's PATH leaves it out"
+    return 0
+  fi
+  printf -- '--setenv=GPUFLEET_PYTHON_VENV=%s\n' "$venv"
+}
+
+# roots_alone ROOT PATH: PATH (under ROOT, the tests' prefix) and every folder above it are root's, no link, and not
+# writable by group or others.
+roots_alone() {
+  local root=$1 path="" part
+  local -a parts
+  IFS=/ read -r -a parts <<<"${2#/}"
+  for part in "${parts[@]}"; do
+    [[ -n $part ]] || continue
+    path+=/$part
+    [[ -e $root$path && ! -L $root$path ]] || return 1
+    [[ $(stat -c %u "$root$path") == 0 ]] || return 1
+    (( (8#$(stat -c %a "$root$path") & 8#022) == 0 )) || return 1
+  done
+}
+
 # start_run_unit RUN_ID RANK FILE KEY: the one way a run's unit starts on a node (both forms above). Records the
 # node's RANK in root's rank file (`gpufleet logs --node` finds the node by it), writes FILE's member KEY (a JSON
 # string: the unit's bash script) byte for byte into a file root owns in a folder root owns,
@@ -69,6 +102,9 @@ start_run_unit() {
     return 1
   fi
   mapfile -t settings <<<"$settings"
+  local venv_setting
+  venv_setting=$(python_venv_setting)
+  if [[ -n $venv_setting ]]; then settings+=("$venv_setting"); fi
   mkdir -p "$ranks" || exit
   echo "$rank" >"$ranks/$run_id" || exit
   mkdir -p "$bodies" && chmod 0755 "$bodies" || exit

@@ -44,6 +44,7 @@ ALL_SCRIPTS = {
     "shared-storage",
     "cloudwatch-agent",
     "operator-scripts",
+    "python-env",
     "node-ready",
     "join-runs",
     "run-setup",
@@ -195,6 +196,7 @@ def test_options_turned_off_leave_their_scripts_out(node, left_out):
             "cluster-user",
             "cloudwatch-agent",
             "operator-scripts",
+            "python-env",
             "node-ready",
             "join-runs",
         )
@@ -241,11 +243,15 @@ def test_with_every_option_off_the_node_still_sets_up_its_cluster_user_agent_and
         "cluster-address",
         "cloudwatch-agent",
         "operator-scripts",
+        "python-env",
         "node-ready",
         "run-setup",
         "spot-watcher",
     }
-    assert settings(user_data)["GPUFLEET_SETUP_SCRIPTS"] == "cluster-user cloudwatch-agent operator-scripts node-ready"
+    assert (
+        settings(user_data)["GPUFLEET_SETUP_SCRIPTS"]
+        == "cluster-user cloudwatch-agent operator-scripts python-env node-ready"
+    )
     assert "systemctl enable gpufleet-spot-watcher.service gpufleet-node-setup.service\n" in user_data
 
 
@@ -334,7 +340,7 @@ def test_the_settings_of_the_dev_environment():
         "GPUFLEET_ENVIRONMENT": "dev",
         "GPUFLEET_INSTANCE_TYPE": "p4d.24xlarge",
         "GPUFLEET_SETUP_SCRIPTS": (
-            "raid0-nvme gpu-clocks efa-env cluster-user cloudwatch-agent operator-scripts node-ready"
+            "raid0-nvme gpu-clocks efa-env cluster-user cloudwatch-agent operator-scripts python-env node-ready"
         ),
         "GPUFLEET_RAID0_NVME": "1",
         "GPUFLEET_SCRATCH_MOUNT": "/scratch",
@@ -370,7 +376,7 @@ def test_every_option_off_sets_every_flag_to_zero():
     env = env.model_copy(update={"efa": False})
     found = node_settings(env, load_catalog()["p5.48xlarge"])
 
-    assert found["GPUFLEET_SETUP_SCRIPTS"] == "cluster-user cloudwatch-agent operator-scripts node-ready"
+    assert found["GPUFLEET_SETUP_SCRIPTS"] == "cluster-user cloudwatch-agent operator-scripts python-env node-ready"
     assert {key: found[key] for key in found if found[key] in ("0", "1", "")} == {
         "GPUFLEET_RAID0_NVME": "0",
         "GPUFLEET_MAX_CLOCKS": "0",
@@ -405,7 +411,7 @@ def test_the_user_data_header_says_what_it_installs_and_stops_on_the_first_error
         "#!/bin/bash",
         "# gpufleet node user data for environment dev (p4d.24xlarge), from gpufleet/user_data.py.",
         "# Installs under /opt/gpufleet/node: raid0-nvme, gpu-clocks, efa-env, cluster-user, cloudwatch-agent, "
-        "operator-scripts, node-ready, cluster-address, run-setup, spot-watcher; with their systemd units.",
+        "operator-scripts, python-env, node-ready, cluster-address, run-setup, spot-watcher; with their systemd units.",
         "# Runs them; safe to run again. GPUFLEET_ROOT (tests) prefixes every path it writes. The scripts'",
         "# commented sources are scripts/node/ in gpufleet; the launch template carries this file gzip-compressed.",
         "set -euo pipefail",
@@ -419,8 +425,8 @@ def test_a_node_with_every_option_off_installs_the_cluster_user_and_agent_steps_
     user_data = render(env.model_copy(update={"efa": False}))
 
     assert (
-        "# Installs under /opt/gpufleet/node: cluster-user, cloudwatch-agent, operator-scripts, node-ready, "
-        "cluster-address, run-setup; with their systemd units.\n" in user_data
+        "# Installs under /opt/gpufleet/node: cluster-user, cloudwatch-agent, operator-scripts, python-env, "
+        "node-ready, cluster-address, run-setup; with their systemd units.\n" in user_data
     )
     assert re.findall(r"^systemctl .*", user_data, re.MULTILINE)[-3:] == [
         "systemctl daemon-reload",
@@ -464,6 +470,7 @@ def test_the_user_data_writes_scripts_executable_and_the_rest_read_only_then_res
         "opt/gpufleet/node/cloudwatch-agent.sh": "0o755",
         "opt/gpufleet/node/cluster-address.sh": "0o755",
         "opt/gpufleet/node/operator-scripts.sh": "0o755",
+        "opt/gpufleet/node/python-env.sh": "0o755",
         "opt/gpufleet/node/node-ready.sh": "0o755",
         "opt/gpufleet/node/join-runs.sh": "0o755",
         "opt/gpufleet/node/run-setup.sh": "0o755",
@@ -497,6 +504,7 @@ def test_the_helpers_are_written_before_the_scripts_that_source_them():
         "/opt/gpufleet/node/cluster-user.sh",
         "/opt/gpufleet/node/cloudwatch-agent.sh",
         "/opt/gpufleet/node/operator-scripts.sh",
+        "/opt/gpufleet/node/python-env.sh",
         "/opt/gpufleet/node/node-ready.sh",
         "/opt/gpufleet/node/join-runs.sh",
         "/opt/gpufleet/node/cluster-address.sh",
@@ -517,6 +525,7 @@ def test_a_node_with_every_option_off_still_gets_the_step_that_installs_the_oper
         "/opt/gpufleet/node/cluster-user.sh",
         "/opt/gpufleet/node/cloudwatch-agent.sh",
         "/opt/gpufleet/node/operator-scripts.sh",
+        "/opt/gpufleet/node/python-env.sh",
         "/opt/gpufleet/node/node-ready.sh",
         "/opt/gpufleet/node/cluster-address.sh",
         "/opt/gpufleet/node/run-setup.sh",
@@ -617,8 +626,8 @@ def test_shared_storage_is_mounted_before_readiness_and_runs_are_joined_after_it
 
     assert (
         found["GPUFLEET_SETUP_SCRIPTS"]
-        == "raid0-nvme gpu-clocks efa-env shared-storage cluster-user cloudwatch-agent operator-scripts node-ready "
-        "join-runs"
+        == "raid0-nvme gpu-clocks efa-env shared-storage cluster-user cloudwatch-agent operator-scripts python-env "
+        "node-ready join-runs"
     )
     assert found["GPUFLEET_SHARED_DIR"] == mount_path
     assert found["GPUFLEET_CLUSTER_HOME"] == f"{mount_path}/home/gpufleet"

@@ -105,6 +105,8 @@ def sent_spec(text: str) -> dict[str, Any]:
 
 
 EFA_LINE = "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
+# The image's virtualenv first on PATH (gpufleet/ops/runs.py PYTHON_VENV_STEP), right after it.
+EFA_LINE += 'if [ -n "${GPUFLEET_PYTHON_VENV:-}" ]; then export PATH="$GPUFLEET_PYTHON_VENV/bin:$PATH"; fi\n'
 
 
 def test_the_start_is_one_line_calling_start_run_with_the_runs_specification():
@@ -631,6 +633,7 @@ def test_the_mpi_body_writes_the_hostfile_runs_setup_per_node_then_the_command()
     assert unit_body(plan) == (
         "set -eo pipefail\n"
         "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
+        'if [ -n "${GPUFLEET_PYTHON_VENV:-}" ]; then export PATH="$GPUFLEET_PYTHON_VENV/bin:$PATH"; fi\n'
         "cd ~gpufleet\n"
         "hostfile=$(mktemp)\n"
         "trap 'rm -f \"$hostfile\"' EXIT\n"
@@ -1364,8 +1367,8 @@ def test_gpufleet_run_sends_the_secrets_reference_and_never_a_value(spot_fleet, 
     assert (code, err) == (0, "")
     (sent,) = [params for name, params in calls if name == "SendCommand"]
     body = sent_spec(sent["Parameters"]["commands"][0])["body"]
-    assert body.splitlines()[1:4] == [
-        EFA_LINE.rstrip("\n"),
+    assert body.splitlines()[1:5] == [
+        *EFA_LINE.rstrip("\n").splitlines(),
         SECRET_READER_LINE.rstrip("\n"),
         "gpufleet_secret HF_TOKEN gpufleet-dev/hf-token us-east-1",
     ]

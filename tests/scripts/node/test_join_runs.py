@@ -34,6 +34,7 @@ OTHER_RUN = "20261126-220000-beef"
 BODY = (
     "set -eo pipefail\n"
     "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
+    'if [ -n "${{GPUFLEET_PYTHON_VENV:-}}" ]; then export PATH="$GPUFLEET_PYTHON_VENV/bin:$PATH"; fi\n'
     "cd ~gpufleet\n"
     "exec torchrun --nnodes=1:2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:{port} "
     "--rdzv_id={run} --rdzv_conf=is_host=0,last_call_timeout=30 --max_restarts=10 train.py"

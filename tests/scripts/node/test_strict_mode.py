@@ -51,6 +51,12 @@ CASES = [
         why="an environment file put in place with the wrong mode",
     ),
     Case(
+        "python-env.sh",
+        fails=Call("chmod", "0644 {root}/etc/gpufleet/python.env.tmp"),
+        must_not_run=Call("mv"),
+        why="a python.env put in place with the wrong mode",
+    ),
+    Case(
         "join-runs.sh",
         fails=Call("mkdir", "-p {root}/var/lib/gpufleet/run-ranks"),
         must_not_run=Call("systemd-run"),
@@ -207,12 +213,24 @@ def interruption_notice(node: FakeNode) -> dict[str, str]:
     }
 
 
+def pytorch_image(node: FakeNode) -> dict[str, str]:
+    """An image with a PyTorch virtualenv; mktemp answers with a name of its own so the failing chmod is known."""
+    manifest = node.root / "etc/gpufleet/versions.json"
+    manifest.parent.mkdir(parents=True)
+    manifest.write_text(json.dumps({"paths": {"python_venv": "/opt/gpufleet/pytorch"}}))
+    mktemp = node.bin_dir / "mktemp"
+    mktemp.write_text('#!/bin/sh\n: >"${1%.XXXXXX}.tmp"\necho "${1%.XXXXXX}.tmp"\n')
+    mktemp.chmod(0o755)
+    return {}
+
+
 # Each script's node and settings, up to the failing step.
 PREPARE: dict[str, Callable[[FakeNode], dict[str, str]]] = {
     "capacity-block-end.sh": capacity_block,
     "cloudwatch-agent.sh": agent_installed,
     "cluster-user.sh": cluster_user_node,
     "efa-env.sh": efa_node,
+    "python-env.sh": pytorch_image,
     "join-runs.sh": run_described_with_its_head_answering,
     "mig.sh": ampere_gpu_without_mig,
     "node-ready.sh": healthy_node,

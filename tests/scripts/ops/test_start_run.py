@@ -112,6 +112,7 @@ def test_each_node_starts_the_unit_with_its_own_rank_from_a_file_of_roots(cluste
     assert unit_file(cluster_node).read_text() == (
         "set -eo pipefail\n"
         "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
+        'if [ -n "${GPUFLEET_PYTHON_VENV:-}" ]; then export PATH="$GPUFLEET_PYTHON_VENV/bin:$PATH"; fi\n'
         "cd ~gpufleet\n"
         "make data\n"
         "exec python train.py --epochs 2"
