@@ -245,6 +245,10 @@ STORAGE_BUCKET_OUTPUT_KEY = "DataRepositoryBucket"
 AVAILABILITY_ZONE_OUTPUT_KEY = "AvailabilityZone"
 # The Session Manager document that opens a shell as the cluster user (`aws ssm start-session --document-name`).
 CLUSTER_SHELL_DOCUMENT_OUTPUT_KEY = "ClusterShellDocument"
+# The id of the spot interruption rehearsal's FIS experiment template
+# (stacks/constructs/spot_interruption_rehearsal.py), an output of clusters with spot nodes only: `gpufleet rehearse`
+# starts an experiment from it.
+SPOT_INTERRUPTION_TEMPLATE_OUTPUT_KEY = "SpotInterruptionExperimentTemplateId"
 
 # How often the capacity fallback looks at the fleet (its EventBridge schedule, rate(5 minutes)): EventBridge rate
 # expressions count in whole minutes at the finest ("Valid values: minute | minutes | hour | hours | day | days",

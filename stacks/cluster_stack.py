@@ -18,6 +18,7 @@ from gpufleet.constants import (
     PLACEMENT_GROUP_OUTPUT_KEY,
     SECURITY_GROUP_OUTPUT_KEY,
     SHARED_STORAGE_TAG_KEY,
+    SPOT_INTERRUPTION_TEMPLATE_OUTPUT_KEY,
     SUBNET_OUTPUT_KEY,
 )
 from gpufleet.environment import Environment
@@ -144,8 +145,9 @@ class ClusterStack(cdk.Stack):
             CapacityBlockWarning(
                 self, "CapacityBlockWarning", environment_name=environment.name, block_id=block.reservation_id
             )
+        rehearsal = None
         if environment.capacity.spot > 0:
-            SpotInterruptionRehearsal(self, "SpotInterruptionRehearsal", environment_name=environment.name)
+            rehearsal = SpotInterruptionRehearsal(self, "SpotInterruptionRehearsal", environment_name=environment.name)
         if environment.capacity.spot > 0 and environment.node.checkpoint_hook:
             InterruptionFanOut(
                 self,
@@ -178,5 +180,10 @@ class ClusterStack(cdk.Stack):
             AVAILABILITY_ZONE_OUTPUT_KEY: environment.availability_zone,
             CLUSTER_SHELL_DOCUMENT_OUTPUT_KEY: cluster_user.document.ref,
         }
+        if rehearsal is not None:
+            # Its Id attribute: the template's id, which StartExperiment takes as experimentTemplateId. Id is the
+            # primaryIdentifier and a readOnlyProperty of AWS::FIS::ExperimentTemplate in the resource schema cfn-lint
+            # bundles (tests/stacks/test_cluster_stack.py reads it), so Fn::GetAtt Id returns it.
+            outputs[SPOT_INTERRUPTION_TEMPLATE_OUTPUT_KEY] = rehearsal.template.attr_id
         for name, value in outputs.items():
             cdk.CfnOutput(self, name, value=value)

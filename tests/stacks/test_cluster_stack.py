@@ -397,6 +397,28 @@ def test_outputs_name_what_operators_need(assembly, name, node_group, other_back
     assert other_backend not in outputs
 
 
+@pytest.mark.parametrize(("name", "spot"), [("dev", True), ("prod", True), ("h100", False), ("p5-block", False)])
+def test_a_cluster_with_spot_nodes_outputs_its_rehearsal_templates_id(assembly, name, spot):
+    """gpufleet rehearse starts its experiment from this output (gpufleet/commands/rehearse.py)."""
+    template = cluster(assembly, name)
+    outputs = template.to_json()["Outputs"]
+    rehearsals = list(template.find_resources("AWS::FIS::ExperimentTemplate"))
+    if not spot:
+        assert (rehearsals, "SpotInterruptionExperimentTemplateId" in outputs) == ([], False)
+        return
+    assert rehearsals == ["SpotInterruptionRehearsalF110D4DB"]  # pinned: a renamed construct is a deliberate change
+    assert outputs["SpotInterruptionExperimentTemplateId"] == {
+        "Value": {"Fn::GetAtt": ["SpotInterruptionRehearsalF110D4DB", "Id"]}
+    }
+
+
+def test_the_rehearsal_output_is_the_templates_id_its_schema_reads_back():
+    """Fn::GetAtt Id: Id is AWS::FIS::ExperimentTemplate's identifier, which only CloudFormation sets."""
+    schema = PROVIDER_SCHEMA_MANAGER.get_resource_schema("us-east-1", "AWS::FIS::ExperimentTemplate").schema
+    assert schema["primaryIdentifier"] == ["/properties/Id"]
+    assert "/properties/Id" in schema["readOnlyProperties"]
+
+
 def test_p5_block_runs_every_node_in_its_capacity_block_through_an_auto_scaling_group(assembly):
     """environments/p5-block.yaml: an Auto Scaling group of 2 nodes launched with market type capacity-block into the
     block's reservation from the launch template itself (Capacity Blocks support no mixed instances policy), placed
