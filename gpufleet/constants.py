@@ -242,6 +242,9 @@ SUBNET_OUTPUT_KEY = "SubnetId"
 FILE_SYSTEM_OUTPUT_KEY = "FileSystemId"
 MOUNT_SOURCE_OUTPUT_KEY = "LustreMountSource"
 STORAGE_BUCKET_OUTPUT_KEY = "DataRepositoryBucket"
+# The description of the file system's security group (stacks/storage_stack.py), NAME the environment's: how `gpufleet
+# down` finds a group the stack's Retain policy left once the stack is gone (with the ENVIRONMENT_TAG_KEY tag).
+STORAGE_SECURITY_GROUP_DESCRIPTION = "gpufleet {name} shared file system: Lustre from its file servers and the nodes"
 AVAILABILITY_ZONE_OUTPUT_KEY = "AvailabilityZone"
 # The Session Manager document that opens a shell as the cluster user (`aws ssm start-session --document-name`).
 CLUSTER_SHELL_DOCUMENT_OUTPUT_KEY = "ClusterShellDocument"

@@ -31,6 +31,7 @@ from gpufleet.constants import (
     MOUNT_SOURCE_OUTPUT_KEY,
     STORAGE_BUCKET_OUTPUT_KEY,
     STORAGE_RETAIN,
+    STORAGE_SECURITY_GROUP_DESCRIPTION,
 )
 from gpufleet.environment import Environment
 from gpufleet.user_data import SHARED_DATA_SUBDIR
@@ -92,7 +93,7 @@ class StorageStack(cdk.Stack):
             self,
             "FileSystemSecurityGroup",
             vpc=vpc,
-            description=f"gpufleet {environment.name} shared file system: Lustre from its file servers and the nodes",
+            description=STORAGE_SECURITY_GROUP_DESCRIPTION.format(name=environment.name),
         )
         retained: list[cdk.CfnResource] = [self.security_group.node.default_child]  # type: ignore[list-item]
         # The file servers talk Lustre among themselves (the user guide page above); the nodes' rules are the

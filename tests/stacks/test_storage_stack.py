@@ -200,6 +200,20 @@ def test_a_file_system_without_a_data_repository_has_no_association_bucket_or_no
     ]
 
 
+def test_the_file_systems_group_carries_the_description_and_tag_gpufleet_down_finds_it_by(assembly):
+    """Once the storage stack is gone, `gpufleet down` finds the group its Retain policy left by these two
+    (gpufleet/ops/down.py storage_left_behind), and the file system by the tag."""
+    storage = assembly.template_json("gpufleet-prod-storage")
+    _, group = only(storage, "AWS::EC2::SecurityGroup")
+    _, file_system = only(storage, "AWS::FSx::FileSystem")
+
+    assert group["Properties"]["GroupDescription"] == (
+        "gpufleet prod shared file system: Lustre from its file servers and the nodes"
+    )
+    for resource in (group, file_system):
+        assert {"Key": "gpufleet:environment", "Value": "prod"} in resource["Properties"]["Tags"]
+
+
 def test_the_lustre_ports_open_between_the_file_servers_and_from_the_node_security_group_only(assembly):
     storage = assembly.template_json("gpufleet-prod-storage")
     cluster = assembly.template_json("gpufleet-prod-cluster")
