@@ -25,6 +25,7 @@ COMMAND_MODULES = (
     "gpufleet.commands.ami",
     "gpufleet.commands.preflight",
     "gpufleet.commands.up",
+    "gpufleet.commands.down",
     "gpufleet.commands.plan",
     "gpufleet.commands.cost",
     "gpufleet.commands.status",

@@ -26,6 +26,9 @@ class FlavourOnly(NamedTuple):
 
 FLAVOUR_ONLY_COMMANDS = {
     "up": FlavourOnly(FLAVOUR_FLEET, "`npx cdk deploy -c env=ENV --all` and `gpufleet status ENV`"),
+    "down": FlavourOnly(
+        FLAVOUR_FLEET, "`npx cdk destroy -c env=ENV --all`, then the storage as docs/guides/storage.md says"
+    ),
     "hosts": FlavourOnly(FLAVOUR_FLEET, "`kubectl get nodes -o wide` (the MPI operator gives an MPIJob its hosts)"),
     "run": FlavourOnly(FLAVOUR_FLEET, "an MPIJob with `kubectl apply -f` (`gpufleet k8s nccl-test ENV` writes one)"),
     "runs": FlavourOnly(FLAVOUR_FLEET, "`kubectl get mpijobs`"),

@@ -50,8 +50,13 @@ def lab(tmp_path, monkeypatch, document):
             ["acceptance", "lab"],
             "`gpufleet status lab --nodes FILE`, `gpufleet k8s efa-info lab` and `gpufleet k8s nccl-test lab`",
         ),
+        (["down", "lab"], "`npx cdk destroy -c env=lab --all`, then the storage as docs/guides/storage.md says"),
+        (
+            ["down", "lab", "--keep-data"],
+            "`npx cdk destroy -c env=lab --all`, then the storage as docs/guides/storage.md says",
+        ),
     ],
-    ids=["hosts", "hosts-json", "run", "runs", "stop", "logs", "acceptance"],
+    ids=["hosts", "hosts-json", "run", "runs", "stop", "logs", "acceptance", "down", "down-keep-data"],
 )
 def test_a_fleet_command_refuses_an_eks_environment(argv, instead, tmp_path, monkeypatch, capsys, no_aws):
     lab(tmp_path, monkeypatch, VALID_EKS)
