@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "gpufleet.commands.run",
     "gpufleet.commands.runs",
     "gpufleet.commands.acceptance",
+    "gpufleet.commands.rehearse",
     "gpufleet.commands.k8s",
     "gpufleet.commands.nccl_report",
     "gpufleet.commands.topo_check",

@@ -29,6 +29,9 @@ FLAVOUR_ONLY_COMMANDS = {
     "down": FlavourOnly(
         FLAVOUR_FLEET, "`npx cdk destroy -c env=ENV --all`, then the storage as docs/guides/storage.md says"
     ),
+    "rehearse": FlavourOnly(
+        FLAVOUR_FLEET, "an AWS FIS experiment of your own (action aws:ec2:send-spot-instance-interruptions)"
+    ),
     "hosts": FlavourOnly(FLAVOUR_FLEET, "`kubectl get nodes -o wide` (the MPI operator gives an MPIJob its hosts)"),
     "run": FlavourOnly(FLAVOUR_FLEET, "an MPIJob with `kubectl apply -f` (`gpufleet k8s nccl-test ENV` writes one)"),
     "runs": FlavourOnly(FLAVOUR_FLEET, "`kubectl get mpijobs`"),

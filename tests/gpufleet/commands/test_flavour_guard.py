@@ -55,8 +55,9 @@ def lab(tmp_path, monkeypatch, document):
             ["down", "lab", "--keep-data"],
             "`npx cdk destroy -c env=lab --all`, then the storage as docs/guides/storage.md says",
         ),
+        (["rehearse", "lab"], "an AWS FIS experiment of your own (action aws:ec2:send-spot-instance-interruptions)"),
     ],
-    ids=["hosts", "hosts-json", "run", "runs", "stop", "logs", "acceptance", "down", "down-keep-data"],
+    ids=["hosts", "hosts-json", "run", "runs", "stop", "logs", "acceptance", "down", "down-keep-data", "rehearse"],
 )
 def test_a_fleet_command_refuses_an_eks_environment(argv, instead, tmp_path, monkeypatch, capsys, no_aws):
     lab(tmp_path, monkeypatch, VALID_EKS)
