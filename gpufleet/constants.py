@@ -184,7 +184,8 @@ SHARED_STORAGE_TAG_KEY = "gpufleet:lustre-mount"
 ENVIRONMENT_TAG_KEY = "gpufleet:environment"
 # The tag a node sets on its own instance at every boot, once its setup and health check are done
 # (scripts/node/node-ready.sh): READINESS_READY, READINESS_BOOTING (alone or with the step under way), or "not ready: "
-# and the reason. `gpufleet hosts` lists only ready nodes; the node role may set this key and no other (stacks/constructs/node_readiness.py).
+# and the reason. `gpufleet hosts` lists only ready nodes; the node role may set this key and no other
+# (stacks/constructs/node_readiness.py).
 READINESS_TAG_KEY = "gpufleet:readiness"
 READINESS_READY = "ready"
 READINESS_BOOTING = "booting"
