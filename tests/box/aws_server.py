@@ -14,7 +14,9 @@ box's nodes the way the SSM agent runs AWS-RunShellScript. Started by tests/box/
   S3 then reads the bucket from a virtual-hosted Host (moto/s3/responses.py, subdomain_based_buckets).
 - {"url": "http://127.0.0.1:PORT"} goes to R once both listen.
 - The Spot Fleet answers of tests/box/fleet_emulation.py are installed too (the box is the fleet), and the Price List
-  API's GetProducts of tests/box/price_list.py, which moto lacks.
+  API's GetProducts of tests/box/price_list.py, FSx's data repository associations and tasks of
+  tests/box/fsx_emulation.py and CloudFormation's termination protection of tests/box/cloudformation_emulation.py,
+  which moto lacks.
 
 Run Command (the one part that is our own code; moto 5.2.5's SendCommand records a command that reports Success at
 once and runs nothing, and it has no ListCommandInvocations). Facts from the agent's source, aws/amazon-ssm-agent at
@@ -858,13 +860,15 @@ def serve(arguments: argparse.Namespace) -> None:
     from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
     from werkzeug.serving import make_server
 
-    from tests.box import fleet_emulation, price_list
+    from tests.box import cloudformation_emulation, fleet_emulation, fsx_emulation, price_list
 
     box_dir = Path(arguments.box_dir)
     names = [line.strip() for line in Path(arguments.names_file).read_text().splitlines() if line.strip()]
     certificate, key = make_certificates(box_dir / "aws", certificate_names(names, arguments.region))
     install_run_command(box_dir)
     fleet_emulation.install()
+    fsx_emulation.install()
+    cloudformation_emulation.install()
     application = price_list.with_price_list(DomainDispatcherApplication(create_backend_app))
     plain = make_server("127.0.0.1", 0, application, threaded=True, request_handler=MotoRequestHandler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

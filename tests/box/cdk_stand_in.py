@@ -6,9 +6,9 @@ the fleet that launches the nodes are AWS behaviour nothing offline runs, so thi
 - `bootstrap aws://ACCOUNT/REGION`: puts what the CDKToolkit stack writes and the deploy checks, the SSM parameter
   /cdk-bootstrap/hnb659fds/version (gpufleet/ops/cdk_cli.py), in the emulator (reached as the operator reaches it:
   AWS_ENDPOINT_URL and the emulator's credentials in the environment).
-- `deploy ...`: asks the box to deploy (DIR/cdk/deploy-N.json with the arguments) and waits for its answer
-  (DIR/cdk/deploy-N.done: the exit status, 0 when the box deployed the stacks and launched the nodes); prints what
-  the CDK CLI prints for a deployed stack.
+- `deploy ...` and `destroy ...`: asks the box (DIR/cdk/request-N.json, the arguments) and waits for its answer
+  (DIR/cdk/request-N.done: the exit status, 0 when the box deployed the stacks and launched the nodes, or destroyed
+  the stacks named); prints a line as the CDK CLI does for each.
 Every call is appended to DIR/cdk/calls.jsonl, for the tests to read.
 """
 
@@ -42,11 +42,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         print(f" ✅  Environment {arguments[1]} bootstrapped.")
         return 0
-    if arguments[:1] == ["deploy"]:
-        number = len(list(folder.glob("deploy-*.json")))
-        request = folder / f"deploy-{number}.json"
-        request.write_text(json.dumps(arguments))
-        done = folder / f"deploy-{number}.done"
+    if arguments[:1] in (["deploy"], ["destroy"]):
+        number = len(list(folder.glob("request-*.json")))
+        request = folder / f"request-{number}.json"
+        partial = folder / f".request-{number}.json"
+        partial.write_text(json.dumps(arguments))
+        partial.rename(request)
+        done = folder / f"request-{number}.done"
         deadline = time.monotonic() + DEPLOY_TIMEOUT_SECONDS
         while not done.exists():
             if time.monotonic() > deadline:
@@ -54,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
                 return 1
             time.sleep(0.2)
         status = int(done.read_text().strip() or "1")
-        if status == 0:
+        if status == 0 and arguments[0] == "deploy":
             print(" ✅  deployed (the box's stand-ins of the stacks; its fleet launched the nodes)")
+        elif status == 0:
+            print(f" ✅  {', '.join(arguments[4:])}: destroyed")
         return status
     print(f"cdk stand-in: {arguments[:1]} is not a command the box answers", file=sys.stderr)
     return 1

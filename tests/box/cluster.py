@@ -36,11 +36,20 @@ from typing import Any
 
 from gpufleet.ami.profile import parse_profile
 from gpufleet.catalog import load_catalog
-from gpufleet.constants import FLEET_OUTPUT_KEY, READINESS_TAG_KEY
+from gpufleet.constants import (
+    ENVIRONMENT_TAG_KEY,
+    FILE_SYSTEM_OUTPUT_KEY,
+    FLEET_OUTPUT_KEY,
+    READINESS_TAG_KEY,
+    STORAGE_BUCKET_OUTPUT_KEY,
+    STORAGE_RETAIN,
+    STORAGE_SECURITY_GROUP_DESCRIPTION,
+)
 from gpufleet.environment import Environment
 from gpufleet.loading import load_environment
 from gpufleet.user_data import SHARED_DATA_SUBDIR
 from tests.box.aws import AwsEmulator, instance_credentials
+from tests.box.fsx_emulation import SHARED_DIR_TAG
 from tests.box.nodes import Box, Node, NodeSpec, copy_tree
 from tests.box.rootfs import ensure_rootfs
 
@@ -135,6 +144,7 @@ class BoxCluster:
         self.aws: AwsEmulator | None = None
         self.fleet_id = ""
         self.subnet_id = ""
+        self.vpc_id = ""
         self.image_id = ""
         self.launch_template: LaunchTemplate | None = None
         self.assembly: Path | None = None  # the synthesized cloud assembly, once started
@@ -171,12 +181,6 @@ class BoxCluster:
             self.env.node.scratch_mount,
         )
         self.box.start()
-        if self.env.data_repository_location is not None:
-            # The folder FSx makes when the data repository association is created (stacks/storage_stack.py: /data),
-            # root's with mode 755 (unconfirmed); shared-storage.sh opens it to every user.
-            data = self.box.shared_dir / SHARED_DATA_SUBDIR
-            data.mkdir()
-            data.chmod(0o755)
         self.aws = AwsEmulator(self.box, [self.env.region])
         self.aws.start()
         known = {
@@ -227,21 +231,104 @@ class BoxCluster:
             )
 
     def deploy(self) -> None:
-        """What `cdk deploy` of the environment leaves, as far as the box needs it: the network, the assets, the
-        cluster user's key, the fleet request, and the cluster stack with the output that names the fleet (a stack of
-        no resources of its own in the emulator: moto's CloudFormation creates none of gpufleet's resource types)."""
+        """What `cdk deploy` of the environment leaves, as far as the box needs it: the storage (below), the network,
+        the assets, the cluster user's key, the fleet request, and the cluster stack with the output that names the
+        fleet (stacks of no resources of their own in the emulator: moto's CloudFormation creates none of gpufleet's
+        resource types)."""
         cluster_stack = f"{self.env.stack_prefix}-cluster"
         assert self.aws is not None and self.assembly is not None, "started"
         self._deploy(self.assembly, cluster_stack)
+        if self.env.data_repository_location is not None:
+            self._deploy_storage()
+        self._stack_stand_in(
+            cluster_stack, "EfaSecurityGroup", f"gpufleet {self.env.name} EFA", {FLEET_OUTPUT_KEY: self.fleet_id}
+        )
+
+    def _stack_stand_in(
+        self, name: str, group: str, description: str, outputs: dict[str, str], protected: bool = False
+    ) -> None:
+        """A stack in the emulator with its outputs and one resource of the real one that moto's CloudFormation makes:
+        its security group (DeletionPolicy Retain where the real one has it)."""
+        assert self.aws is not None
+        resource: dict = {
+            "Type": "AWS::EC2::SecurityGroup",
+            "Properties": {"GroupDescription": description, "VpcId": self.vpc_id},
+        }
+        if protected:
+            resource["DeletionPolicy"] = "Retain"
         self.aws.client("cloudformation").create_stack(
-            StackName=cluster_stack,
+            StackName=name,
+            EnableTerminationProtection=protected,
             TemplateBody=json.dumps(
                 {
-                    "Resources": {"Placeholder": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
-                    "Outputs": {FLEET_OUTPUT_KEY: {"Value": self.fleet_id}},
+                    "Resources": {group: resource},
+                    "Outputs": {key: {"Value": value} for key, value in outputs.items()},
                 }
             ),
         )
+
+    def _deploy_storage(self) -> None:
+        """The storage stack: the bucket (taken back when an earlier one was kept: cdk deploy
+        --import-existing-resources), a file system that is the box's shared folder (tests/box/fsx_emulation.py), its
+        data repository association, which imports what the bucket holds under PREFIX/data/ into /data, and the stack
+        with its outputs, termination protection on (storage.on_destroy retain)."""
+        assert self.aws is not None and self.box is not None
+        location = self.env.data_repository_location
+        assert location is not None and self.env.storage is not None
+        bucket, prefix = location
+        s3 = self.aws.client("s3")
+        if bucket not in {known["Name"] for known in s3.list_buckets()["Buckets"]}:
+            s3.create_bucket(Bucket=bucket)
+        fsx = self.aws.client("fsx")
+        file_system = fsx.create_file_system(
+            FileSystemType="LUSTRE",
+            StorageCapacity=self.env.storage.lustre.storage_capacity_gib,
+            SubnetIds=[self.subnet_id],
+            Tags=[
+                {"Key": SHARED_DIR_TAG, "Value": str(self.box.shared_dir)},
+                {"Key": ENVIRONMENT_TAG_KEY, "Value": self.env.name},
+            ],
+        )["FileSystem"]
+        repository = self.env.storage.data_repository
+        assert repository is not None
+        fsx.create_data_repository_association(
+            FileSystemId=file_system["FileSystemId"],
+            FileSystemPath=f"/{SHARED_DATA_SUBDIR}",
+            DataRepositoryPath=f"s3://{bucket}/{prefix}/{SHARED_DATA_SUBDIR}/",
+            BatchImportMetaDataOnCreate=True,
+            S3={
+                "AutoImportPolicy": {"Events": list(repository.import_events)},
+                "AutoExportPolicy": {"Events": list(repository.export_events)},
+            },
+        )
+        self._stack_stand_in(
+            f"{self.env.stack_prefix}-storage",
+            "FileSystemSecurityGroup",
+            STORAGE_SECURITY_GROUP_DESCRIPTION.format(name=self.env.name),
+            {FILE_SYSTEM_OUTPUT_KEY: file_system["FileSystemId"], STORAGE_BUCKET_OUTPUT_KEY: bucket},
+            protected=self.env.storage.on_destroy == STORAGE_RETAIN,
+        )
+
+    def destroy(self, stacks: list[str]) -> None:
+        """What `cdk destroy` of STACKS does in the box: the cluster stack's nodes power off and their instances
+        end, the fleet request goes, the cluster user's secret is deleted with its stack, and the stacks are deleted
+        (a stack with termination protection stays, as CloudFormation keeps it)."""
+        assert self.aws is not None and self.box is not None
+        cloudformation = self.aws.client("cloudformation")
+        for stack in stacks:
+            if stack == f"{self.env.stack_prefix}-cluster":
+                for node in list(self.box.nodes.values()):
+                    if node.alive():
+                        self.terminate(node)
+                if self.fleet_id:
+                    # Its instances were ended above, as the box ends them.
+                    self.aws.client("ec2").cancel_spot_fleet_requests(
+                        SpotFleetRequestIds=[self.fleet_id], TerminateInstances=False
+                    )
+                self.aws.client("secretsmanager").delete_secret(
+                    SecretId=self.env.cluster_user_key_secret_name, ForceDeleteWithoutRecovery=True
+                )
+            cloudformation.delete_stack(StackName=stack)
 
     def _image_layer(self) -> Path:
         """The image layer: tests/box/image/layer, the stand-ins' data, versions.json of the environment's profile."""
@@ -286,14 +373,15 @@ class BoxCluster:
     def _deploy(self, assembly: Path, cluster_stack: str) -> None:
         assert self.aws is not None and self.box is not None
         ec2 = self.aws.client("ec2")
-        vpc = ec2.create_vpc(CidrBlock=str(self.env.network.cidr))["Vpc"]["VpcId"]
+        self.vpc_id = vpc = ec2.create_vpc(CidrBlock=str(self.env.network.cidr))["Vpc"]["VpcId"]
         self.subnet_id = ec2.create_subnet(
             VpcId=vpc, CidrBlock=str(self.subnet), AvailabilityZone=self.env.availability_zone
         )["Subnet"]["SubnetId"]
         # cdk deploy's asset publishing: each file asset of the cluster stack, to the bucket and key its manifest names.
         s3 = self.aws.client("s3")
         manifest = json.loads((assembly / f"{cluster_stack}.assets.json").read_text())
-        buckets = set()
+        # The bootstrap's asset bucket outlives a cluster: a second deploy finds it.
+        buckets = {known["Name"] for known in s3.list_buckets()["Buckets"]}
         for asset in manifest["files"].values():
             if asset["source"]["packaging"] != "file":
                 continue

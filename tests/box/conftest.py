@@ -9,6 +9,7 @@ quietly did not run would prove nothing.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -46,37 +47,35 @@ def missing_requirements() -> list[str]:
 class Cluster:
     """What the box's tests share: the cluster, its first two nodes, and what `gpufleet up` printed bringing it up."""
 
-    def __init__(self, cluster: BoxCluster, head: Node, spot: Node, up: UpRun) -> None:
+    def __init__(self, cluster: BoxCluster, head: Node, spot: Node, up: GpufleetRun) -> None:
         self.cluster = cluster
         self.head = head
         self.spot = spot
         self.up = up
 
 
-class UpRun:
-    """`gpufleet up ENV` as a user runs it from the checkout, the installed console script against the box's emulator,
-    the CDK CLI's stand-in (tests/box/cdk_stand_in.py) handing the deploy to the box: when it asks, the box deploys
-    its stand-ins of the stacks and its fleet launches the head (on-demand) and a spot node, which boot for real."""
+class GpufleetRun:
+    """A `gpufleet` command as a user runs it from the checkout (`up`, `down`), the installed console script against
+    the box's emulator, the CDK CLI's stand-in (tests/box/cdk_stand_in.py) handing deploys and destroys to the box:
+    for a deploy the box deploys its stand-ins of the stacks and its fleet launches the head (on-demand) and a spot
+    node, which boot for real; for a destroy the box ends the cluster's nodes and deletes the stacks."""
 
-    def __init__(self, cluster: BoxCluster, report_dir: Path) -> None:
+    def __init__(self, cluster: BoxCluster, *arguments: str) -> None:
         self.cluster = cluster
-        self.report_dir = report_dir
+        self.arguments = arguments
         self.lines: list[str] = []
         self.returncode: int | None = None
         self.nodes: list[Node] = []
+        self.report_dir: Path | None = None  # where up's acceptance wrote its report
 
-    def run(self, timeout: float = 900) -> None:
+    def run(self, timeout: float = 900) -> GpufleetRun:
         cluster = self.cluster
         assert cluster.aws is not None
+        folder = cluster.directory / "cdk"
+        answered = len(list(folder.glob("request-*.done")))
         stand_in = f"{sys.executable} -m tests.box.cdk_stand_in --box-dir {cluster.directory}"
         process = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("gpufleet")),
-                "up",
-                cluster.env.name,
-                "--report-dir",
-                str(self.report_dir),
-            ],
+            [str(Path(sys.executable).with_name("gpufleet")), *self.arguments],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -91,27 +90,35 @@ class UpRun:
         )
         reader = threading.Thread(target=self._read, args=(process,), daemon=True)
         reader.start()
-        request = cluster.directory / "cdk" / "deploy-0.json"
         deadline = time.monotonic() + timeout
         try:
-            while process.poll() is None and not request.exists():
+            while process.poll() is None:
                 if time.monotonic() > deadline:
-                    raise AssertionError("gpufleet up never asked to deploy:\n" + "\n".join(self.lines))
+                    raise AssertionError(f"gpufleet {' '.join(self.arguments)} ran too long:\n" + "\n".join(self.lines))
+                request = folder / f"request-{answered}.json"
+                if request.exists():
+                    self._answer(json.loads(request.read_text()), folder / f"request-{answered}.done")
+                    answered += 1
                 time.sleep(0.2)
-            if request.exists():
-                status = "1"
-                try:
-                    cluster.deploy()
-                    self.nodes.append(cluster.launch("on-demand", extra_addresses=(HEAD_SECOND_ADDRESS,)))
-                    self.nodes.append(cluster.launch("spot"))
-                    status = "0"
-                finally:
-                    (cluster.directory / "cdk" / "deploy-0.done").write_text(status)
-            self.returncode = process.wait(timeout=max(deadline - time.monotonic(), 1))
+            self.returncode = process.wait()
         finally:
             if process.poll() is None:
                 process.kill()
             reader.join(timeout=10)
+        return self
+
+    def _answer(self, arguments: list[str], done: Path) -> None:
+        status = "1"
+        try:
+            if arguments[0] == "deploy":
+                self.cluster.deploy()
+                self.nodes.append(self.cluster.launch("on-demand", extra_addresses=(HEAD_SECOND_ADDRESS,)))
+                self.nodes.append(self.cluster.launch("spot"))
+            else:
+                self.cluster.destroy([argument for argument in arguments[1:] if argument.startswith("gpufleet-")])
+            status = "0"
+        finally:
+            done.write_text(status)
 
     def _read(self, process: subprocess.Popen) -> None:
         assert process.stdout is not None
@@ -127,8 +134,9 @@ def box_cluster(tmp_path_factory) -> Iterator[Cluster]:
     cluster = BoxCluster(tmp_path_factory.mktemp("box"), ENVIRONMENT, capacity=(2, 1))
     try:
         cluster.start(progress=lambda *words: None, deploy=False)
-        up = UpRun(cluster, tmp_path_factory.mktemp("acceptance") / "report")
-        up.run()
+        report = tmp_path_factory.mktemp("acceptance") / "report"
+        up = GpufleetRun(cluster, "up", cluster.env.name, "--report-dir", str(report)).run()
+        up.report_dir = report
         if up.returncode != 0 or len(up.nodes) != 2:
             pytest.fail(
                 f"gpufleet up {cluster.env.name} failed ({up.returncode}):\n" + "\n".join(up.lines), pytrace=False
