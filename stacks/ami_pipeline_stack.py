@@ -70,7 +70,7 @@ class AmiPipelineStack(cdk.Stack):
             build_subnet_id=pipeline.subnet_id,
             log_retention=logs.RetentionDays[LOG_RETENTION_DAYS[pipeline.log_retention_days]],
             source=source,
-            publish_regions=publish_regions(pipeline, environments),
+            publish_regions=publish_regions(pipeline, environments, self.account),
             acceptance=pipeline.acceptance,
             gate_variables=gate.variables if gate is not None else {},
         )
@@ -100,15 +100,18 @@ class AmiPipelineStack(cdk.Stack):
         cdk.CfnOutput(self, "LogGroupName", value=build.log_group.log_group_name)
 
 
-def add_ami_pipeline_stack(app: cdk.App, pipeline: Pipeline, environments: list[Environment]) -> AmiPipelineStack:
-    """The pipeline stack; each profile is published in the build region and in the regions of the environments
-    that read it."""
+def add_ami_pipeline_stack(
+    app: cdk.App, pipeline: Pipeline, environments: list[Environment], account: str
+) -> AmiPipelineStack:
+    """The pipeline stack in ACCOUNT (gpufleet.ami.pipeline.pipeline_account: ami/pipeline.yaml's, else the deploying
+    one); each profile is published in the build region and in the regions of the environments of that account that
+    read it."""
     stack = AmiPipelineStack(
         app,
         AMI_PIPELINE_STACK_NAME,
         pipeline=pipeline,
         environments=environments,
-        env=cdk.Environment(account=pipeline.account, region=pipeline.region),
+        env=cdk.Environment(account=account, region=pipeline.region),
         description="gpufleet AMI pipeline: CodeBuild runs packer build per profile, publishes /gpufleet/ami/PROFILE "
         "in every region that reads it",
     )

@@ -28,9 +28,9 @@ GATE = {
 
 
 def gate_pipeline_text() -> str:
-    """ami/pipeline.yaml as shipped, with the gate turned on."""
+    """ami/pipeline.yaml as shipped, with the gate turned on and the account of the shipped environments pinned."""
     document = yaml.safe_load((REPOSITORY / "ami" / "pipeline.yaml").read_text())
-    return yaml.safe_dump({**document, "acceptance": GATE}, sort_keys=False)
+    return yaml.safe_dump({**document, "account": "123456789012", "acceptance": GATE}, sort_keys=False)
 
 
 def gate_pipeline(directory: Path) -> Pipeline:
@@ -44,7 +44,8 @@ def synthesize_gate_pipeline(directory: Path) -> Assembly:
     pipeline = gate_pipeline(directory)
     app = cdk.App(outdir=str(directory / "cdk.out"), context=CDK_CONTEXT)
     add_compliance_checks(app)
-    add_ami_pipeline_stack(app, pipeline, load_environments(environment_files(REPOSITORY / "environments"), pipeline))
+    environments = load_environments(environment_files(REPOSITORY / "environments"), pipeline)
+    add_ami_pipeline_stack(app, pipeline, environments, "123456789012")
     app.synth()
     return Assembly(directory / "cdk.out")
 

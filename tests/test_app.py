@@ -19,8 +19,13 @@ from tests.gpufleet.validators.test_network import NO_NAT
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_app(tmp_path: Path, context: dict, environments_dir: Path | None = None) -> subprocess.CompletedProcess:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("AWS_")} | {
+def run_app(
+    tmp_path: Path, context: dict, environments_dir: Path | None = None, deploying_account: str | None = None
+) -> subprocess.CompletedProcess:
+    """DEPLOYING_ACCOUNT: what the CDK CLI sets as CDK_DEFAULT_ACCOUNT from the caller's credentials (none here)."""
+    env = {
+        key: value for key, value in os.environ.items() if not key.startswith("AWS_") and key != "CDK_DEFAULT_ACCOUNT"
+    } | {
         "CDK_CONTEXT_JSON": json.dumps(context),
         "CDK_OUTDIR": str(tmp_path / "cdk.out"),
         # No credentials anywhere: synthesis must not need them.
@@ -29,6 +34,8 @@ def run_app(tmp_path: Path, context: dict, environments_dir: Path | None = None)
     }
     if environments_dir:
         env["GPUFLEET_ENVIRONMENTS_DIR"] = str(environments_dir)
+    if deploying_account:
+        env["CDK_DEFAULT_ACCOUNT"] = deploying_account
     return subprocess.run([sys.executable, "app.py"], cwd=ROOT, env=env, capture_output=True, text=True)
 
 
@@ -90,7 +97,8 @@ def stack_names(tmp_path: Path) -> list[str]:
     [
         # -c env=dev among several environments synthesizes dev alone (without credentials, as every run here).
         ({"env": "dev"}, ["prod.yaml"], ["gpufleet-dev-cluster", "gpufleet-dev-network"]),
-        ({}, [], ["gpufleet-ami-pipeline", "gpufleet-dev-cluster", "gpufleet-dev-network"]),
+        # Without credentials there is no deploying account, and ami/pipeline.yaml names none: no pipeline stack.
+        ({}, [], ["gpufleet-dev-cluster", "gpufleet-dev-network"]),
     ],
     ids=["cdk-destroy-c-env-dev", "every-environment"],
 )
@@ -110,6 +118,44 @@ def test_a_valid_until_that_has_passed_does_not_stop_synthesis(tmp_path, context
     fleet = json.loads((tmp_path / "cdk.out/gpufleet-dev-cluster.template.json").read_text())
     (spot_fleet,) = [r for r in fleet["Resources"].values() if r["Type"] == "AWS::EC2::SpotFleet"]
     assert spot_fleet["Properties"]["SpotFleetRequestConfigData"]["ValidUntil"] == "2020-01-01T00:00:00Z"
+
+
+def pipeline_stack_account(tmp_path: Path) -> str | None:
+    manifest = json.loads((tmp_path / "cdk.out/manifest.json").read_text())
+    artifact = manifest["artifacts"].get("gpufleet-ami-pipeline")
+    return None if artifact is None else artifact["environment"].split("/")[2]
+
+
+def test_the_pipeline_goes_to_the_deploying_account_whatever_the_environments_name(tmp_path):
+    """ami/pipeline.yaml names no account: the pipeline stack takes the one the CDK CLI deploys with, and the shipped
+    environments of another account (h100, p5-block and prod among them) do not stop it."""
+    result = run_app(tmp_path, {}, deploying_account="210987654321")
+    assert result.returncode == 0, result.stderr
+    assert pipeline_stack_account(tmp_path) == "210987654321"
+
+
+def test_without_a_deploying_account_the_pipeline_is_left_out_with_one_line(tmp_path):
+    result = run_app(tmp_path, {})
+    assert result.returncode == 0, result.stderr
+    assert pipeline_stack_account(tmp_path) is None
+    assert (
+        "note: gpufleet-ami-pipeline left out: ami/pipeline.yaml names no account and the CDK CLI found none (no "
+        "credentials: CDK_DEFAULT_ACCOUNT unset); run cdk with the credentials of the account to build the images in"
+    ) in result.stderr.splitlines()
+
+
+def test_a_pinned_account_wins_and_another_deploying_one_is_named(tmp_path, monkeypatch):
+    pinned = yaml.safe_load((ROOT / "ami/pipeline.yaml").read_text()) | {"account": "123456789012"}
+    (tmp_path / "pipeline.yaml").write_text(yaml.safe_dump(pinned))
+    monkeypatch.setenv("GPUFLEET_AMI_PIPELINE_FILE", str(tmp_path / "pipeline.yaml"))
+    result = run_app(tmp_path, {}, deploying_account="210987654321")
+    assert result.returncode == 0, result.stderr
+    assert pipeline_stack_account(tmp_path) == "123456789012"
+    assert (
+        "warning: ami/pipeline.yaml: account: 123456789012 is not the account you deploy from (210987654321, "
+        "CDK_DEFAULT_ACCOUNT): gpufleet-ami-pipeline deploys only with credentials of 123456789012 (remove account to "
+        "build the images in the account you deploy from)"
+    ) in result.stderr.splitlines()
 
 
 def test_synthesis_imports_no_aws_sdk():

@@ -163,7 +163,11 @@ class Acceptance(_Section):
 
 
 class Pipeline(_Section):
-    account: AccountId = Field(description="AWS account id of the pipeline and its images, 12 digits, quoted.")
+    account: AccountId | None = Field(
+        None,
+        description="AWS account id of the pipeline and its images, 12 digits, quoted; null or absent: the account "
+        "the pipeline is deployed from (the CDK CLI's CDK_DEFAULT_ACCOUNT, from the caller's credentials).",
+    )
     region: RegionName = Field(
         description="Region the images are built and published in (one the pinned botocore lists), e.g. us-east-1."
     )
@@ -182,22 +186,46 @@ class Pipeline(_Section):
     )
 
 
-def publish_regions(pipeline: Pipeline, environments: list[Environment]) -> dict[str, tuple[str, ...]]:
+def pipeline_account(pipeline: Pipeline, deploying_account: str | None) -> str | None:
+    """The account the pipeline stack deploys to: ami/pipeline.yaml's account where it names one, else the deploying
+    account (CDK_DEFAULT_ACCOUNT, which the CDK CLI sets from the caller's credentials; synthesis itself makes no AWS
+    call); None when neither is known (a synthesis without credentials)."""
+    return pipeline.account or deploying_account
+
+
+def account_mismatch(pipeline: Pipeline, deploying_account: str | None) -> str | None:
+    """The warning line when ami/pipeline.yaml pins an account other than the one deploying (CDK_DEFAULT_ACCOUNT):
+    the stack targets the pinned account, and deploying it needs that account's credentials."""
+    if pipeline.account is None or deploying_account is None or pipeline.account == deploying_account:
+        return None
+    return (
+        f"ami/pipeline.yaml: account: {pipeline.account} is not the account you deploy from ({deploying_account}, "
+        f"CDK_DEFAULT_ACCOUNT): gpufleet-ami-pipeline deploys only with credentials of {pipeline.account} (remove "
+        "account to build the images in the account you deploy from)"
+    )
+
+
+def publish_regions(
+    pipeline: Pipeline, environments: list[Environment], account: str | None = None
+) -> dict[str, tuple[str, ...]]:
     """Where each profile of the pipeline is published: its build region first, then (sorted) the region of every
-    environment that reads /gpufleet/ami/PROFILE in the pipeline's account. AMIs and SSM parameters are regional,
-    so a build copies its image to those regions and writes the parameter in each. An environment of another account
-    or reading an unlisted profile gets nothing here; gpufleet.validators.image.PublishedImageValidator reports it."""
+    environment that reads /gpufleet/ami/PROFILE in the pipeline's account (ACCOUNT, else ami/pipeline.yaml's). AMIs
+    and SSM parameters are regional, so a build copies its image to those regions and writes the parameter in each.
+    An environment of another account or reading an unlisted profile gets nothing here (a pipeline deployed in that
+    account publishes there); gpufleet.validators.image.PublishedImageValidator reports the unlisted profile, and
+    the other account where ami/pipeline.yaml pins one."""
+    account = account or pipeline.account
     regions = {profile: [pipeline.region] for profile in pipeline.profiles}
     for environment in environments:
         profile = published_profile(environment.image_parameter)
-        if profile not in regions or environment.account != pipeline.account:
+        if profile not in regions or environment.account != account:
             continue
         if environment.region not in regions[profile]:
             regions[profile].append(environment.region)
     return {profile: (home, *sorted(others)) for profile, (home, *others) in regions.items()}
 
 
-def acceptance_environment(pipeline: Pipeline, name: str, image_id: str) -> dict:
+def acceptance_environment(pipeline: Pipeline, name: str, image_id: str, account: str | None = None) -> dict:
     """The environment file of the gate's short-lived cluster: the new image on on-demand nodes (no spot: an
     interruption would fail the gate for nothing), in the gate's borrowed network (no network stack), with no storage
     and no fleet options, so that its only stack is the cluster, named gpufleet-NAME-cluster. Auto Scaling: deleting
@@ -205,9 +233,12 @@ def acceptance_environment(pipeline: Pipeline, name: str, image_id: str) -> dict
     gate = pipeline.acceptance
     if gate is None:
         raise ValueError("the pipeline has no acceptance gate")
+    account = account or pipeline.account
+    if account is None:
+        raise ValueError("the pipeline's account is not known: give it (the build's own account)")
     return {
         "name": name,
-        "account": pipeline.account,
+        "account": account,
         "region": pipeline.region,
         "availability_zone": gate.availability_zone,
         "network": {"vpc_id": gate.vpc_id, "subnet_id": gate.subnet_id},

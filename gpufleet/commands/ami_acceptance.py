@@ -40,6 +40,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--image", required=True, metavar="AMI", help="the new image's id")
     parser.add_argument("--price-list", type=Path, required=True, metavar="FILE", help=PRICE_LIST_HELP)
     parser.add_argument("--out", type=Path, required=True, metavar="DIR", help="directory to write NAME.yaml into")
+    parser.add_argument(
+        "--account",
+        metavar="ACCOUNT",
+        help="the account the gate deploys in, the build's own (default: ami/pipeline.yaml's account; required when "
+        "it names none)",
+    )
     parser.set_defaults(handler=run_acceptance_environment)
 
 
@@ -71,9 +77,21 @@ def run_acceptance_environment(args: argparse.Namespace) -> int:
             f"{pipeline_file()}: acceptance.max_cost_usd: {what} may cost {bound:.2f} USD, more than {most:f} "
             "(raise max_cost_usd, or lower nodes or timeout_minutes)"
         )
+    account = pipeline.account or args.account
+    if account is None:
+        raise GpufleetError(
+            f"{pipeline_file()}: account: null and no --account: give the account the gate deploys in "
+            "(the build's own)",
+            exit_code=2,
+        )
+    if pipeline.account is not None and args.account is not None and args.account != pipeline.account:
+        raise GpufleetError(
+            f"--account {args.account}: ami/pipeline.yaml pins account {pipeline.account}, where the images are built"
+        )
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{args.name}.yaml"
-    path.write_text(yaml.safe_dump(acceptance_environment(pipeline, args.name, args.image), sort_keys=False))
+    document = acceptance_environment(pipeline, args.name, args.image, account)
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
     load_environment(path, pipeline)
     print(f"{path}: {what}: at most {bound:.2f} USD (max_cost_usd {most:f})")
     return 0

@@ -44,9 +44,12 @@ class PublishedImageValidator(FleetFlavourValidator):
                 f"{env.image_parameter} is not published in {env.region}: the AMI pipeline builds "
                 f"{', '.join(pipeline.profiles)} (add {profile} to profiles in ami/pipeline.yaml)"
             )
-        if env.account != pipeline.account:
+        # Without an account in ami/pipeline.yaml the pipeline is in whichever account deploys it: one deployed with
+        # this environment's account publishes there, so there is nothing to check.
+        if pipeline.account is not None and env.account != pipeline.account:
             return self.problem(
-                f"{env.image_parameter} is published in account {pipeline.account}, not in {env.account} "
-                f"(deploy in {pipeline.account}, or set ami.id to an image shared with {env.account})"
+                f"{env.image_parameter} is published in account {pipeline.account} (ami/pipeline.yaml pins it), not in "
+                f"{env.account} (deploy in {pipeline.account}, remove account from ami/pipeline.yaml to build the "
+                f"images in the account that deploys the pipeline, or set ami.id to an image shared with {env.account})"
             )
         return []

@@ -29,7 +29,10 @@ def differences_from_the_gate(env: Environment, pipeline: Pipeline) -> list[str]
     """The top-level keys in which ENV differs from the environment `gpufleet ami acceptance-environment` writes for
     the pipeline's gate under ENV's name and image (the pipeline has a gate)."""
     image = env.ami.id if env.ami is not None and env.ami.id is not None else _NO_IMAGE
-    gate = Environment.model_validate(acceptance_environment(pipeline, env.name, image)).model_dump()
+    # The gate deploys in the pipeline's account: ami/pipeline.yaml's, else the build's own, which a file of the gate's
+    # form carries.
+    account = pipeline.account or env.account
+    gate = Environment.model_validate(acceptance_environment(pipeline, env.name, image, account)).model_dump()
     ours = env.model_dump()
     return [key for key in ours if ours[key] != gate[key]]
 

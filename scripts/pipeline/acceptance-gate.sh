@@ -44,7 +44,10 @@ aws pricing get-products --region us-east-1 --service-code AmazonEC2 --format-ve
   "Type=TERM_MATCH,Field=regionCode,Value=$AWS_REGION" "Type=TERM_MATCH,Field=operatingSystem,Value=Linux" \
   "Type=TERM_MATCH,Field=tenancy,Value=Shared" "Type=TERM_MATCH,Field=preInstalledSw,Value=NA" \
   "Type=TERM_MATCH,Field=capacitystatus,Value=Used" >"$work/price-list.json"
-"$venv/bin/gpufleet" ami acceptance-environment --name "$name" --image "$image" \
+# The build's own account, where the pipeline stack and so the gate live: the fifth field of its ARN
+# (arn:aws:codebuild:REGION:ACCOUNT:build/PROJECT:UUID).
+account="$(cut -d: -f5 <<<"$CODEBUILD_BUILD_ARN")"
+"$venv/bin/gpufleet" ami acceptance-environment --name "$name" --image "$image" --account "$account" \
   --price-list "$work/price-list.json" --out "$work/environments"
 
 # The CDK CLI pinned in package.json (package-lock.json): only `cdk synth` runs, which reads nothing from AWS.

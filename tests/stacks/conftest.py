@@ -66,7 +66,9 @@ def ami_pipeline_assembly(tmp_path_factory) -> Assembly:
     pipeline = load_pipeline(REPOSITORY / "ami" / "pipeline.yaml")
     app = cdk.App(outdir=str(directory), context=CDK_CONTEXT)
     add_compliance_checks(app)
-    add_ami_pipeline_stack(app, pipeline, load_environments(environment_files(REPOSITORY / "environments"), pipeline))
+    # Deployed from the shipped environments' account (CDK_DEFAULT_ACCOUNT; ami/pipeline.yaml names none).
+    environments = load_environments(environment_files(REPOSITORY / "environments"), pipeline)
+    add_ami_pipeline_stack(app, pipeline, environments, "123456789012")
     app.synth()
     return Assembly(directory)
 

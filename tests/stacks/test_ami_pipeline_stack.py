@@ -78,7 +78,8 @@ def test_buildspec_runs_the_pipeline_scripts_with_the_pinned_tools_and_the_publi
         # environments/h100.yaml deploys in us-west-2, environments/p5-block.yaml in us-east-2; both read
         # /gpufleet/ami/ubuntu2204-cuda12.
         "GPUFLEET_PUBLISH_REGIONS": "p4d-ubuntu1804-cuda11=us-east-1 p4d-al2-cuda11=us-east-1 "
-        "ubuntu2204-cuda12=us-east-1,us-east-2,us-west-2",
+        "ubuntu2204-cuda12=us-east-1,us-east-2,us-west-2 "
+        "ubuntu2404-cuda13=us-east-1 al2023-cuda13=us-east-1",
     }
     assert spec["phases"] == {
         "install": {
@@ -395,7 +396,13 @@ def test_one_schedule_rule_per_profile_starts_the_project_with_its_profile(templ
         (override,) = json.loads(target["Input"])["environmentVariablesOverride"]
         assert override["name"] == "GPUFLEET_AMI_PROFILE"
         profiles.append(override["value"])
-    assert sorted(profiles) == ["p4d-al2-cuda11", "p4d-ubuntu1804-cuda11", "ubuntu2204-cuda12"]
+    assert sorted(profiles) == [
+        "al2023-cuda13",
+        "p4d-al2-cuda11",
+        "p4d-ubuntu1804-cuda11",
+        "ubuntu2204-cuda12",
+        "ubuntu2404-cuda13",
+    ]
 
 
 def test_manual_only_pipeline_has_no_rule():
@@ -531,7 +538,13 @@ def test_source_asset_carries_the_package_data_as_plain_files(out_dir):
     (asset,) = [p for p in out_dir.iterdir() if p.name.startswith("asset.")]
     assert not [path for path in asset.rglob("*") if path.is_symlink()]
     profiles = sorted(path.name for path in (asset / "gpufleet" / "data" / "ami" / "profiles").iterdir())
-    assert profiles == ["p4d-al2-cuda11.yaml", "p4d-ubuntu1804-cuda11.yaml", "ubuntu2204-cuda12.yaml"]
+    assert profiles == [
+        "al2023-cuda13.yaml",
+        "p4d-al2-cuda11.yaml",
+        "p4d-ubuntu1804-cuda11.yaml",
+        "ubuntu2204-cuda12.yaml",
+        "ubuntu2404-cuda13.yaml",
+    ]
     assert (asset / "gpufleet" / "data" / "scripts" / "ami" / "lib" / "common.sh").is_file()
 
 

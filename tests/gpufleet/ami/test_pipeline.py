@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from gpufleet.ami import published_profile
-from gpufleet.ami.pipeline import publish_regions
+from gpufleet.ami.pipeline import account_mismatch, pipeline_account, publish_regions
 from gpufleet.environment import Environment
 from gpufleet.loading import PIPELINE_FILE_VARIABLE, environment_files, load_environments, load_pipeline, pipeline_file
 from tests.gpufleet.ami.pipeline_files import SHIPPED, problems, write
@@ -15,7 +15,15 @@ from tests.gpufleet.ami.pipeline_files import SHIPPED, problems, write
 
 def test_shipped_pipeline_loads():
     pipeline = load_pipeline(SHIPPED)
-    assert pipeline.profiles == ("p4d-ubuntu1804-cuda11", "p4d-al2-cuda11", "ubuntu2204-cuda12")
+    assert pipeline.profiles == (
+        "p4d-ubuntu1804-cuda11",
+        "p4d-al2-cuda11",
+        "ubuntu2204-cuda12",
+        "ubuntu2404-cuda13",
+        "al2023-cuda13",
+    )
+    # No account to edit: the pipeline goes to the account that deploys it.
+    assert pipeline.account is None
     assert pipeline.packer.version == "1.11.2"
     assert pipeline.packer.signing_key_fingerprint == "C874011F0AB405110D02105534365D9472D7468F"
 
@@ -178,16 +186,38 @@ def environment(name: str, region: str, ami: dict, account: str = "123456789012"
 def test_shipped_profiles_are_published_where_the_shipped_environments_read_them():
     pipeline = load_pipeline(SHIPPED)
     environments = load_environments(environment_files(SHIPPED.parents[1] / "environments"), pipeline)
-    assert publish_regions(pipeline, environments) == {
+    # Deployed from the account of the shipped environments.
+    assert publish_regions(pipeline, environments, "123456789012") == {
         "p4d-ubuntu1804-cuda11": ("us-east-1",),
         "p4d-al2-cuda11": ("us-east-1",),
         # h100 deploys in us-west-2, p5-block in us-east-2.
         "ubuntu2204-cuda12": ("us-east-1", "us-east-2", "us-west-2"),
+        "ubuntu2404-cuda13": ("us-east-1",),
+        "al2023-cuda13": ("us-east-1",),
     }
+    # Deployed from another account: its own environments (none here) get the images, these do not.
+    assert set(publish_regions(pipeline, environments, "210987654321").values()) == {("us-east-1",)}
+
+
+def test_the_pipelines_account_is_the_files_or_else_the_deploying_one():
+    shipped = load_pipeline(SHIPPED)
+    pinned = shipped.model_copy(update={"account": "123456789012"})
+    assert pipeline_account(shipped, "210987654321") == "210987654321"
+    assert pipeline_account(shipped, None) is None
+    assert pipeline_account(pinned, "210987654321") == "123456789012"
+    assert pipeline_account(pinned, None) == "123456789012"
+    assert account_mismatch(shipped, "210987654321") is None
+    assert account_mismatch(pinned, "123456789012") is None
+    assert account_mismatch(pinned, None) is None
+    assert account_mismatch(pinned, "210987654321") == (
+        "ami/pipeline.yaml: account: 123456789012 is not the account you deploy from (210987654321, "
+        "CDK_DEFAULT_ACCOUNT): gpufleet-ami-pipeline deploys only with credentials of 123456789012 (remove account to "
+        "build the images in the account you deploy from)"
+    )
 
 
 def test_publish_regions_follow_the_environments_of_the_pipelines_account_that_read_a_built_profile():
-    pipeline = load_pipeline(SHIPPED)
+    pipeline = load_pipeline(SHIPPED).model_copy(update={"account": "123456789012"})
     parameter = {"ssm_parameter": "/gpufleet/ami/ubuntu2204-cuda12"}
     environments = [
         environment("tokyo", "ap-northeast-1", parameter),

@@ -4,6 +4,7 @@ launched) when the gate's nodes could cost more than acceptance.max_cost_usd at 
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import yaml
@@ -33,9 +34,11 @@ def price_list(tmp_path, *hourly: str):
     return path
 
 
-def generate(tmp_path, prices):
+def generate(tmp_path, prices, *account: str):
+    """The command as acceptance-gate.sh runs it: with the build's own account (ACCOUNT: --account and its value)."""
+    account = account or ("--account", "123456789012")
     return main(
-        ["ami", "acceptance-environment", "--name", "accept-5f0c1d2e", "--image", IMAGE]
+        ["ami", "acceptance-environment", "--name", "accept-5f0c1d2e", "--image", IMAGE, *account]
         + ["--price-list", str(prices), "--out", str(tmp_path / "environments")]
     )
 
@@ -91,7 +94,7 @@ def test_a_gate_that_is_off_is_bad_input(tmp_path, gate_file, capsys):
 def test_an_invalid_environment_is_reported_like_any_environment_file(tmp_path, gate_file, capsys):
     gate_file()
     code = main(
-        ["ami", "acceptance-environment", "--name", "Accept_1", "--image", IMAGE]
+        ["ami", "acceptance-environment", "--name", "Accept_1", "--image", IMAGE, "--account", "123456789012"]
         + ["--price-list", str(price_list(tmp_path, "32.7726000000")), "--out", str(tmp_path / "environments")]
     )
     assert code == 1
@@ -99,3 +102,28 @@ def test_an_invalid_environment_is_reported_like_any_environment_file(tmp_path, 
         f"{tmp_path / 'environments' / 'Accept_1.yaml'}: name: 'Accept_1' is not a valid name (lower-case letters, "
         "digits and '-', starting with a letter, at most 24 characters)\n"
     )
+
+
+def test_without_an_account_anywhere_nothing_is_written(tmp_path, gate_file, capsys):
+    path = gate_file()
+    assert generate(tmp_path, price_list(tmp_path, "32.7726000000"), "--image", IMAGE) == 2
+    assert capsys.readouterr().err == (
+        f"{path}: account: null and no --account: give the account the gate deploys in (the build's own)\n"
+    )
+    assert not (tmp_path / "environments").exists()
+
+
+def test_a_pinned_account_is_the_gates_and_another_is_refused(tmp_path, gate_file, capsys):
+    path = write(tmp_path, account="210987654321", acceptance=GATE)
+    os.environ[PIPELINE_FILE_VARIABLE] = str(path)
+    try:
+        assert generate(tmp_path, price_list(tmp_path, "32.7726000000"), "--image", IMAGE) == 0
+        written = yaml.safe_load((tmp_path / "environments" / "accept-5f0c1d2e.yaml").read_text())
+        assert written["account"] == "210987654321"
+        capsys.readouterr()
+        assert generate(tmp_path, price_list(tmp_path, "32.7726000000")) == 1
+        assert capsys.readouterr().err == (
+            "--account 123456789012: ami/pipeline.yaml pins account 210987654321, where the images are built\n"
+        )
+    finally:
+        del os.environ[PIPELINE_FILE_VARIABLE]

@@ -26,6 +26,8 @@ def test_rule_reports_exact_message(tmp_path, field, value, expected):
 
 
 PIPELINE = load_pipeline(SHIPPED)
+# ami/pipeline.yaml ships without an account (the deploying one); a pipeline that pins one, as a user may.
+PINNED = PIPELINE.model_copy(update={"account": "123456789012"})
 
 
 @pytest.mark.parametrize(
@@ -34,22 +36,31 @@ PIPELINE = load_pipeline(SHIPPED)
         (
             {"ami.ssm_parameter": "/gpufleet/ami/p5-cuda13"},
             "ami.ssm_parameter: /gpufleet/ami/p5-cuda13 is not published in us-east-1: the AMI pipeline builds "
-            "p4d-ubuntu1804-cuda11, p4d-al2-cuda11, ubuntu2204-cuda12 (add p5-cuda13 to profiles in ami/pipeline.yaml)",
+            "p4d-ubuntu1804-cuda11, p4d-al2-cuda11, ubuntu2204-cuda12, ubuntu2404-cuda13, al2023-cuda13 (add p5-cuda13 "
+            "to profiles in ami/pipeline.yaml)",
         ),
         (
             {"account": "210987654321"},
-            "ami.ssm_parameter: /gpufleet/ami/p4d-ubuntu1804-cuda11 is published in account 123456789012, not in "
-            "210987654321 (deploy in 123456789012, or set ami.id to an image shared with 210987654321)",
+            "ami.ssm_parameter: /gpufleet/ami/p4d-ubuntu1804-cuda11 is published in account 123456789012 "
+            "(ami/pipeline.yaml pins it), not in 210987654321 (deploy in 123456789012, remove account from "
+            "ami/pipeline.yaml to build the images in the account that deploys the pipeline, or set ami.id to an image "
+            "shared with 210987654321)",
         ),
     ],
 )
 def test_an_environment_needs_its_image_published_where_it_deploys(tmp_path, changes, expected):
     path = write(tmp_path, changed(changes))
     with pytest.raises(GpufleetError) as raised:
-        load_environment(path, ami_pipeline=PIPELINE)
+        load_environment(path, ami_pipeline=PINNED)
     assert raised.value.problems == (f"{path}: {expected}",)
     # Without the pipeline (parsing alone, unit tests of other rules) the rule has nothing to compare with.
     assert load_environment(path).ami.ssm_parameter == changed(changes)["ami"]["ssm_parameter"]
+
+
+def test_without_an_account_in_the_pipeline_any_account_may_read_its_images(tmp_path):
+    """The pipeline deployed from an environment's account publishes there: no account to compare with."""
+    path = write(tmp_path, changed({"account": "210987654321"}))
+    assert load_environment(path, ami_pipeline=PIPELINE).account == "210987654321"
 
 
 @pytest.mark.parametrize(

@@ -52,7 +52,10 @@ SPEC = buildspec(
     packer=PIPELINE.packer,
     session_manager_plugin_version=PIPELINE.session_manager_plugin.version,
     build_subnet_id=PIPELINE.subnet_id,
-    publish_regions=publish_regions(PIPELINE, load_environments(environment_files(REPO / "environments"))),
+    # Deployed from the shipped environments' account (CDK_DEFAULT_ACCOUNT; ami/pipeline.yaml names none).
+    publish_regions=publish_regions(
+        PIPELINE, load_environments(environment_files(REPO / "environments")), "123456789012"
+    ),
     acceptance=PIPELINE.acceptance,
 )
 PHASES = ("install", "pre_build", "build", "post_build")
