@@ -43,6 +43,12 @@ from gpufleet.constants import (
     STORAGE_ON_DESTROY,
     STORAGE_RETAIN,
 )
+from gpufleet.deep_learning_ami import (
+    DEEP_LEARNING_AMI_NAMES,
+    DEEP_LEARNING_AMIS,
+    DeepLearningAmi,
+    deep_learning_ami_problem,
+)
 from gpufleet.rules import AccountId, LogRetentionDays, RegionName, checked, one_of
 
 SMALLEST_VPC_PREFIX = 24
@@ -405,7 +411,7 @@ class Fleet(_Section):
 
 
 class Ami(_Section):
-    """The node image: exactly one of ssm_parameter and id."""
+    """The node image: exactly one of ssm_parameter, id and deep_learning_ami."""
 
     ssm_parameter: Annotated[StrictStr, checked(_ssm_parameter_problem)] | None = Field(
         None, description="SSM parameter holding the AMI id, resolved by CloudFormation at deploy time."
@@ -413,9 +419,29 @@ class Ami(_Section):
     id: Annotated[StrictStr, checked(_resource_id_problem("ami"))] | None = Field(
         None, description="A fixed AMI id (ami-...)."
     )
+    deep_learning_ami: Annotated[StrictStr, checked(deep_learning_ami_problem)] | None = Field(
+        None,
+        description="An AWS Deep Learning AMI, for a first job without the AMI pipeline: "
+        f"{' | '.join(DEEP_LEARNING_AMI_NAMES)}. Its public SSM parameter "
+        "(/aws/service/deeplearning/ami/x86_64/TYPE/latest/ami-id) is resolved by CloudFormation at deploy time, so "
+        "a deploy after AWS publishes a release boots the new one; its PyTorch venv (/opt/pytorch) is the runs' "
+        "Python. The AMI pipeline's images stay the production path.",
+    )
     root_device_name: Annotated[StrictStr, checked(_root_device_problem)] = Field(
         "/dev/sda1", description="Root device of the AMI: /dev/sda1 (Ubuntu) or /dev/xvda (Amazon Linux)."
     )
+
+    @property
+    def deep_learning(self) -> DeepLearningAmi | None:
+        """The Deep Learning AMI variant the image is, None for any other image."""
+        return DEEP_LEARNING_AMIS.get(self.deep_learning_ami or "")
+
+    @property
+    def parameter(self) -> str | None:
+        """The SSM parameter CloudFormation reads the image id from at deploy time: ssm_parameter, or the Deep
+        Learning AMI's public one; None for an ami.id."""
+        deep_learning = self.deep_learning
+        return deep_learning.parameter if deep_learning is not None else self.ssm_parameter
 
 
 class Node(_Section):
@@ -732,7 +758,9 @@ class Environment(_Section):
         "flavour).",
     )
     ami: Ami | None = Field(
-        None, description="The node image, required by the fleet flavour: exactly one of ssm_parameter and id."
+        None,
+        description="The node image, required by the fleet flavour: exactly one of ssm_parameter, id and "
+        "deep_learning_ami.",
     )
     root_volume_gib: Annotated[StrictInt, checked(_root_volume_problem)] = Field(
         200, description="Size of the encrypted gp3 root volume."
@@ -763,9 +791,9 @@ class Environment(_Section):
 
     @property
     def image_parameter(self) -> str | None:
-        """The SSM parameter the nodes' image id comes from; None for an ami.id, and on the eks flavour (EKS's own
-        image)."""
-        return self.ami.ssm_parameter if self.ami is not None else None
+        """The SSM parameter the nodes' image id comes from (ami.ssm_parameter, or a Deep Learning AMI's public one);
+        None for an ami.id, and on the eks flavour (EKS's own image)."""
+        return self.ami.parameter if self.ami is not None else None
 
     @property
     def stack_prefix(self) -> str:

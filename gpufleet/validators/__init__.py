@@ -64,7 +64,7 @@ from gpufleet.validators.fleet import (
     RolloutValidator,
     ValidUntilValidator,
 )
-from gpufleet.validators.image import AmiSourceValidator, PublishedImageValidator
+from gpufleet.validators.image import AmiSourceValidator, DeepLearningAmiValidator, PublishedImageValidator
 from gpufleet.validators.naming import EnvironmentNameValidator, ReservedNameValidator
 from gpufleet.validators.network import (
     AvailabilityZoneValidator,
@@ -124,6 +124,7 @@ VALIDATORS: tuple[EnvironmentValidator, ...] = (
     AutoScalingReplacementStrategyValidator(),
     AutoScalingAllocationStrategyValidator(),
     AmiSourceValidator(),
+    DeepLearningAmiValidator(),
     PublishedImageValidator(),
     MigProfileValidator(),
     MigPurposeValidator(),

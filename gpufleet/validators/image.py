@@ -1,4 +1,5 @@
-"""The node image: exactly one source, and a published image where the environment deploys."""
+"""The node image: exactly one source, a published image where the environment deploys, and a Deep Learning AMI
+only on the instance types it supports."""
 
 from __future__ import annotations
 
@@ -15,13 +16,44 @@ class AmiSourceValidator(FleetFlavourValidator):
         ami = env.ami
         if ami is None:
             return self.problem(
-                "required key is missing (the fleet flavour's nodes boot the image it names: set ssm_parameter or id)"
+                "required key is missing (the fleet flavour's nodes boot the image it names: set ssm_parameter, id or "
+                "deep_learning_ami)"
             )
-        if (ami.ssm_parameter is None) == (ami.id is None):
+        if [ami.ssm_parameter, ami.id, ami.deep_learning_ami].count(None) != 2:
             return self.problem(
-                "set exactly one of ssm_parameter and id (e.g. ssm_parameter: /gpufleet/ami/p4d-ubuntu2204)"
+                "set exactly one of ssm_parameter, id and deep_learning_ami (e.g. ssm_parameter: "
+                "/gpufleet/ami/p4d-ubuntu2204, or deep_learning_ami: pytorch-2.11-ubuntu-24.04 for a first job "
+                "without the AMI pipeline)"
             )
         return []
+
+
+class DeepLearningAmiValidator(FleetFlavourValidator):
+    """A Deep Learning AMI boots only the instance families its release notes list (gpufleet.deep_learning_ami), and
+    has the root device its OS gives it: the launch template maps the root volume by that name."""
+
+    field = "ami.deep_learning_ami"
+
+    def check(self, env: Environment, context: ValidationContext) -> list[Problem]:
+        ami = env.ami
+        deep_learning = ami.deep_learning if ami is not None else None
+        if ami is None or deep_learning is None:
+            return []
+        problems: list[Problem] = []
+        if not deep_learning.supports(env.instance_type):
+            problems += self.problem(
+                f"{deep_learning.name} does not support {env.instance_type} (its release notes list the families "
+                f"{', '.join(deep_learning.families)}: choose an instance type of one of them, or another image)"
+            )
+        if "root_device_name" in ami.model_fields_set and ami.root_device_name != deep_learning.root_device_name:
+            problems.append(
+                Problem(
+                    "ami.root_device_name",
+                    f"{deep_learning.name}'s root device is {deep_learning.root_device_name}, not "
+                    f"{ami.root_device_name} (leave root_device_name out)",
+                )
+            )
+        return problems
 
 
 class PublishedImageValidator(FleetFlavourValidator):

@@ -94,7 +94,8 @@ class CheckpointHookValidator(FleetFlavourValidator):
     """A hook the nodes cannot run fails only when it is needed, on the node being reclaimed (exit status 127, in that
     node's journal): its program must be one the user data installs (DEFAULT_CHECKPOINT_HOOK, whose arguments are
     checked as scripts/ops/save-checkpoint.sh reads them), or an absolute path on an image gpufleet does not build
-    (ami.id, or a parameter outside /gpufleet/ami/), which may carry it; the AMI pipeline's images carry none."""
+    (ami.id, or a parameter outside /gpufleet/ami/), which may carry it; the AMI pipeline's images and the Deep Learning
+    AMIs carry none."""
 
     field = "node.checkpoint_hook"
 
@@ -118,6 +119,12 @@ class CheckpointHookValidator(FleetFlavourValidator):
         if published_profile(env.image_parameter) is not None:
             return self.problem(
                 f"{program} is not on the nodes: the AMI pipeline's images carry no checkpoint hook and the user data "
+                f"installs only {DEFAULT_CHECKPOINT_HOOK} (use it, or set ami.id to an image of your own that has "
+                f"{program})"
+            )
+        if env.ami is not None and env.ami.deep_learning is not None:
+            return self.problem(
+                f"{program} is not on the nodes: a Deep Learning AMI carries no checkpoint hook and the user data "
                 f"installs only {DEFAULT_CHECKPOINT_HOOK} (use it, or set ami.id to an image of your own that has "
                 f"{program})"
             )

@@ -73,7 +73,8 @@ class NodeLaunchTemplate(Construct):
         )
         instance_profile = iam.InstanceProfile(self, "NodeInstanceProfile", role=self.role)
 
-        # The image the nodes launch from: a fixed ami.id, or the SSM parameter's value at deploy time.
+        # The image the nodes launch from: a fixed ami.id, or the SSM parameter's value at deploy time
+        # (ami.ssm_parameter, or a Deep Learning AMI's public parameter).
         self.image_id = self._image_id(ami)
         tags = [cdk.CfnTag(key=key, value=value) for key, value in sorted(node_tags.items())]
         instance_tags = [cdk.CfnTag(key=key, value=value) for key, value in sorted((metadata_tags or {}).items())]
@@ -143,12 +144,19 @@ class NodeLaunchTemplate(Construct):
     def _image_id(self, ami: Ami) -> str:
         if ami.id is not None:
             return ami.id
-        # A parameter of this type is resolved by CloudFormation at deploy time: synthesis stays offline.
+        # A parameter of this type is resolved by CloudFormation at deploy time: synthesis stays offline. AWS's public
+        # parameters take it too, the Deep Learning AMIs' among them (Systems Manager user guide,
+        # parameter-store-public-parameters; gpufleet/deep_learning_ami.py).
+        deep_learning = ami.deep_learning
         parameter = cdk.CfnParameter(
             self,
             "NodeImageParameter",
             type="AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>",
-            default=ami.ssm_parameter,
-            description="SSM parameter holding the node AMI id (written by the gpufleet AMI pipeline)",
+            default=ami.parameter,
+            description=(
+                f"Public SSM parameter holding the id of the newest AWS Deep Learning AMI {deep_learning.name}"
+                if deep_learning is not None
+                else "SSM parameter holding the node AMI id (written by the gpufleet AMI pipeline)"
+            ),
         )
         return parameter.value_as_string

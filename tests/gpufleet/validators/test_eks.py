@@ -281,7 +281,8 @@ def test_the_fleet_flavours_own_rules_are_not_checked_on_eks(tmp_path):
 
 def test_the_fleet_flavour_needs_an_image(tmp_path):
     assert problems_of(tmp_path, changed({"ami": None})) == [
-        "ami: required key is missing (the fleet flavour's nodes boot the image it names: set ssm_parameter or id)"
+        "ami: required key is missing (the fleet flavour's nodes boot the image it names: set ssm_parameter, id or "
+        "deep_learning_ami)"
     ]
 
 

@@ -161,6 +161,16 @@ def test_a_hook_that_would_end_the_user_data_heredoc_is_a_validation_problem(tmp
             "installs it at, or use /usr/local/bin/save-checkpoint",
         ),
         (
+            {
+                "ami.ssm_parameter": None,
+                "ami.deep_learning_ami": "pytorch-2.11-ubuntu-24.04",
+                "node.checkpoint_hook": "/opt/train/checkpoint.sh",
+            },
+            "node.checkpoint_hook: /opt/train/checkpoint.sh is not on the nodes: a Deep Learning AMI carries no "
+            "checkpoint hook and the user data installs only /usr/local/bin/save-checkpoint (use it, or set ami.id to "
+            "an image of your own that has /opt/train/checkpoint.sh)",
+        ),
+        (
             {"ami.ssm_parameter": "/aws/service/deeplearning/ami/x86_64/base-oss", "node.checkpoint_hook": "save"},
             "node.checkpoint_hook: 'save' is not an absolute path: name the program by the path your image "
             "installs it at, or use /usr/local/bin/save-checkpoint",
@@ -177,6 +187,11 @@ def test_a_checkpoint_hook_the_nodes_do_not_have_is_one_exact_line(tmp_path, cha
         {"node.checkpoint_hook": "/usr/local/bin/save-checkpoint"},
         {"node.checkpoint_hook": "/usr/local/bin/save-checkpoint --wait 100"},
         {"node.checkpoint_hook": "'/usr/local/bin/save-checkpoint' --wait 0"},
+        {
+            "ami.ssm_parameter": None,
+            "ami.deep_learning_ami": "pytorch-2.9-ubuntu-24.04",
+            "node.checkpoint_hook": "/usr/local/bin/save-checkpoint --wait 60",
+        },
         {**OWN_IMAGE, "node.checkpoint_hook": "/opt/train/checkpoint.sh --bucket s3://ckpt"},
         {"ami.ssm_parameter": "/aws/service/deeplearning/ami/x86_64/base-oss", "node.checkpoint_hook": "/opt/ckpt"},
         {"node.checkpoint_hook": None},
