@@ -309,22 +309,32 @@ def check_vcpu_quota(ec2: Any, quotas: Any, env: Environment, spec: InstanceType
 
 
 def check_ami(ssm: Any, ec2: Any, env: Environment) -> Check:
+    """The image exists, is available and fits the root volume: a fixed ami.id, or the id its SSM parameter holds
+    (ami.ssm_parameter, or a Deep Learning AMI's public parameter, gpufleet/deep_learning_ami.py)."""
     source = ""
     ami = env.fleet_ami
     image_id = ami.id
+    parameter = ami.parameter
     try:
-        if ami.ssm_parameter:
-            source = f" (from {ami.ssm_parameter})"
-            image_id = ssm.get_parameter(Name=ami.ssm_parameter)["Parameter"]["Value"]
+        if parameter:
+            source = f" (from {parameter})"
+            image_id = ssm.get_parameter(Name=parameter)["Parameter"]["Value"]
         images = ec2.describe_images(ImageIds=[image_id])["Images"]
     except ClientError as error:
         code = error_code(error)
         if code == "ParameterNotFound":
+            if ami.deep_learning is not None:
+                return Check(
+                    "ami",
+                    "fail",
+                    f"AWS publishes no {ami.deep_learning.name} Deep Learning AMI in {env.region} ({parameter} not "
+                    "found): choose another ami.deep_learning_ami, or another region",
+                )
             return Check(
                 "ami",
                 "fail",
-                f"SSM parameter {ami.ssm_parameter} not found in {env.region}: "
-                "build the image (AMI pipeline) or fix ami.ssm_parameter",
+                f"SSM parameter {parameter} not found in {env.region}: build the image (AMI pipeline) or fix "
+                "ami.ssm_parameter",
             )
         if code.startswith("InvalidAMIID"):
             return Check("ami", "fail", f"image {image_id}{source} not found in {env.region} ({code})")
@@ -336,6 +346,26 @@ def check_ami(ssm: Any, ec2: Any, env: Environment) -> Check:
     image = images[0]
     if image["State"] != "available":
         return Check("ami", "fail", f"image {image_id}{source} is {image['State']}, not available")
+    # The launch template's root volume replaces the image's root mapping, and EC2 refuses a volume smaller than the
+    # mapping's snapshot (aws-cdk-lib's EbsDeviceSnapshotOptions.volumeSize: "it must be equal or greater than the size
+    # of the snapshot"; the launch fails with InvalidBlockDeviceMapping "Volume of size ... is smaller than snapshot",
+    # gitlab-runner issue 28953). A Deep Learning AMI's root snapshot is large, and AWS may grow it in a release.
+    root: dict[str, Any] = next(
+        (
+            mapping.get("Ebs", {})
+            for mapping in image.get("BlockDeviceMappings", [])
+            if mapping.get("DeviceName") == image.get("RootDeviceName")
+        ),
+        {},
+    )
+    snapshot_gib = root.get("VolumeSize")
+    if isinstance(snapshot_gib, int) and snapshot_gib > env.root_volume_gib:
+        return Check(
+            "ami",
+            "fail",
+            f"image {image_id}{source} has a {snapshot_gib} GiB root snapshot, larger than root_volume_gib "
+            f"{env.root_volume_gib}: set root_volume_gib to at least {snapshot_gib}",
+        )
     return Check("ami", "pass", f"{image_id} ({image.get('Name', 'no name')}){source} is available")
 
 
