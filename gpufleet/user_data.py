@@ -47,6 +47,7 @@ from gpufleet.constants import (
     SHARED_STORAGE_TAG_KEY,
     TERMINATION_HOOK_NAME,
 )
+from gpufleet.deep_learning_ami import DeepLearningAmi
 from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
 from gpufleet.monitoring import agent_configuration
@@ -113,6 +114,7 @@ def setup_scripts(env: Environment, instance: InstanceType) -> list[str]:
         "raid0-nvme": env.node.raid0_nvme and instance.nvme.count > 0,
         "mig": env.node.mig_profile is not None,
         "gpu-clocks": env.node.max_clocks,
+        "deep-learning-ami": deep_learning_ami(env) is not None,
         "efa-env": env.efa and instance.efa_supported,
         "shared-storage": env.storage is not None,
         "cluster-user": True,
@@ -124,6 +126,31 @@ def setup_scripts(env: Environment, instance: InstanceType) -> list[str]:
         "join-runs": env.storage is not None,
     }
     return [name for name, on in enabled.items() if on]
+
+
+def deep_learning_ami(env: Environment) -> DeepLearningAmi | None:
+    """The AWS Deep Learning AMI the nodes boot (ami.deep_learning_ami), None for any other image and on eks."""
+    return env.ami.deep_learning if env.ami is not None else None
+
+
+# What deep-learning-ami.sh writes on a Deep Learning AMI's nodes in the form of the versions manifest they lack, and
+# efa-env.sh reads in its place (GPUFLEET_VERSIONS_MANIFEST).
+DEEP_LEARNING_AMI_VERSIONS = "/etc/gpufleet/deep-learning-ami.json"
+
+
+def deep_learning_ami_settings(env: Environment) -> dict[str, str]:
+    """What the nodes of a Deep Learning AMI need, which has no versions manifest (none for another image, so that its
+    user data does not grow): the variant, which deep-learning-ami.sh and the health check go by, the venv
+    deep-learning-ami.sh names in /etc/gpufleet/python.env (empty: the variant has none), and the file efa-env.sh reads
+    in place of the manifest."""
+    dlami = deep_learning_ami(env)
+    if dlami is None:
+        return {}
+    return {
+        "GPUFLEET_DEEP_LEARNING_AMI": dlami.name,
+        "GPUFLEET_IMAGE_PYTHON_VENV": dlami.python_venv or "",
+        "GPUFLEET_VERSIONS_MANIFEST": DEEP_LEARNING_AMI_VERSIONS,
+    }
 
 
 def watches_spot(env: Environment) -> bool:
@@ -219,6 +246,7 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
         # node-ready.sh: the instance tag that says whether the node is ready for jobs.
         "GPUFLEET_READINESS_TAG": READINESS_TAG_KEY,
         **auto_scaling_settings(env),
+        **deep_learning_ami_settings(env),
     }
 
 

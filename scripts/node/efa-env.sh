@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Writes the EFA/NCCL environment for the aws-ofi-nccl version installed on the image (read from the AMI's
-# versions manifest) to /etc/profile.d/gpufleet-efa.sh (login shells) and /etc/gpufleet/efa.env (systemd
-# EnvironmentFile=, docker --env-file). Which variables a plugin version needs: aws-ofi-nccl doc/efa-env-var.md.
+# versions manifest, or what deep-learning-ami.sh read from a Deep Learning AMI) to /etc/profile.d/gpufleet-efa.sh
+# (login shells) and /etc/gpufleet/efa.env (systemd EnvironmentFile=, docker --env-file). Which variables a plugin
+# version needs: aws-ofi-nccl doc/efa-env-var.md.
 # The library path (libfabric, Open MPI, the plugin) goes into efa.env as GPUFLEET_EFA_LIBRARY_PATH, never as
 # LD_LIBRARY_PATH: docker --env-file sets values as written, without expansion (docker/cli pkg/kvfile/kvfile.go:
 # "no interpolation or substitution"), so an LD_LIBRARY_PATH there would replace the container's own.
@@ -62,7 +63,11 @@ require_settings "$NODE_SETTINGS" GPUFLEET_GPUDIRECT_RDMA
 [[ $GPUFLEET_GPUDIRECT_RDMA =~ ^[01]$ ]] || die "GPUFLEET_GPUDIRECT_RDMA must be 1 or 0, got '$GPUFLEET_GPUDIRECT_RDMA'"
 
 root=${GPUFLEET_ROOT:-}
-manifest=/etc/gpufleet/versions.json
+# A Deep Learning AMI (gpufleet/deep_learning_ami.py) carries no versions manifest: its nodes' settings name
+# GPUFLEET_VERSIONS_MANIFEST=/etc/gpufleet/deep-learning-ami.json, where the step before this one, deep-learning-ami.sh,
+# wrote the plugin's version and directory, found by the DLAMI's layout, in the manifest's form. No other node has the
+# setting: any other image without the manifest fails, as before.
+manifest=${GPUFLEET_VERSIONS_MANIFEST:-/etc/gpufleet/versions.json}
 [[ -f $root$manifest ]] || die "$manifest is missing: the node image was not built by gpufleet (no versions manifest)"
 command -v python3 >/dev/null || die "python3 is needed to read $manifest; install it on the image"
 # The plugin's directory: paths.aws_ofi_nccl_lib, which images record since the EFA installer may ship the plugin

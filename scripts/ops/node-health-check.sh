@@ -17,7 +17,9 @@
 # Required: GPUFLEET_GPU_COUNT (e.g. 8), GPUFLEET_EFA_COUNT (EFA devices, 0 to skip the check), GPUFLEET_NVSWITCH
 #           (1 | 0), GPUFLEET_GPUDIRECT_RDMA (1: the topology shows one NIC per EFA device), GPUFLEET_INSTANCE_TYPE.
 # Optional: GPUFLEET_AMI_PROFILE (the profile the environment's image comes from; empty: image-profile is not
-#           checked), GPUFLEET_ROOT (prefix of /etc/gpufleet/versions.json, for tests).
+#           checked), GPUFLEET_DEEP_LEARNING_AMI (the image is that AWS Deep Learning AMI, which has no versions
+#           manifest: the driver check reports the versions the node shows), GPUFLEET_ROOT (prefix of
+#           /etc/gpufleet/versions.json, for tests).
 set -euo pipefail
 # shellcheck source=../lib/helpers.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
@@ -36,6 +38,8 @@ require_settings "see the header of scripts/ops/node-health-check.sh" \
 [[ "$GPUFLEET_GPUDIRECT_RDMA" =~ ^[01]$ ]] ||
   die "GPUFLEET_GPUDIRECT_RDMA must be 1 or 0, got '$GPUFLEET_GPUDIRECT_RDMA'"
 manifest="${GPUFLEET_ROOT:-}/etc/gpufleet/versions.json"
+# What scripts/node/deep-learning-ami.sh read from a Deep Learning AMI at boot, in the manifest's form.
+DEEP_LEARNING_AMI_VERSIONS="${GPUFLEET_ROOT:-}/etc/gpufleet/deep-learning-ami.json"
 # scripts/ami/17-validate.sh writes about 1 KB; a larger file is not one it wrote, and is not read.
 MANIFEST_MAX_BYTES=65536
 
@@ -49,20 +53,20 @@ report() {  # report NAME STATUS(0 = pass) MESSAGE
   fi
 }
 
-# manifest_value FILTER: the string the jq FILTER (.profile) selects in the versions manifest, on one line (control
-# characters as ?), empty where there is none. When the manifest is not one JSON object of at most
-# MANIFEST_MAX_BYTES, prints one line saying why and returns 1.
+# manifest_value FILTER [FILE]: the string the jq FILTER (.profile) selects in the versions manifest (or FILE, which
+# has its form), on one line (control characters as ?), empty where there is none. When the file is not one JSON
+# object of at most MANIFEST_MAX_BYTES, prints one line saying why and returns 1.
 manifest_value() {
-  local value size
-  size=$(stat -c %s -- "$manifest" 2>/dev/null) || size=0  # gone: jq says so below
+  local value size file=${2:-$manifest}
+  size=$(stat -c %s -- "$file" 2>/dev/null) || size=0  # gone: jq says so below
   if ((size > MANIFEST_MAX_BYTES)); then
-    echo "$manifest is $size bytes, more than a versions manifest ($MANIFEST_MAX_BYTES at most): not read"
+    echo "$file is $size bytes, more than a versions manifest ($MANIFEST_MAX_BYTES at most): not read"
     return 1
   fi
   if ! value=$(jq -r --slurp 'if length == 1 and (.[0] | type) == "object"
       then .[0] | ((try ('"$1"') catch null) | strings | gsub("[[:cntrl:]]"; "?")) // ""
-      else error("expected one JSON object") end' "$manifest" 2>&1); then
-    echo "$manifest is not a versions manifest ($(head -n 1 <<< "$value"))"
+      else error("expected one JSON object") end' "$file" 2>&1); then
+    echo "$file is not a versions manifest ($(head -n 1 <<< "$value"))"
     return 1
   fi
   echo "$value"
@@ -97,8 +101,31 @@ check_image_profile() {
   report image-profile "$status" "image built from profile ${actual:-unknown} (environment: $GPUFLEET_AMI_PROFILE)"
 }
 
+# A Deep Learning AMI (GPUFLEET_DEEP_LEARNING_AMI) carries no versions manifest to compare the driver with: the check
+# reports the driver the GPUs show (one version on every GPU, or it fails) and what deep-learning-ami.sh read from the
+# image at boot (DEEP_LEARNING_AMI_VERSIONS: the aws-ofi-nccl release and the EFA installer's version).
+check_deep_learning_ami_driver() {
+  local actual status=0 plugin installer read_at_boot
+  if ! actual=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | sort -u | paste -sd, -); then
+    actual="unknown"
+  fi
+  [[ "$actual" =~ ^[0-9][0-9.]*$ ]] || status=1
+  if plugin=$(manifest_value .components.aws_ofi_nccl "$DEEP_LEARNING_AMI_VERSIONS") &&
+    installer=$(manifest_value .components.efa_installer "$DEEP_LEARNING_AMI_VERSIONS"); then
+    read_at_boot="aws-ofi-nccl ${plugin:-none}, EFA installer ${installer:-unknown}"
+  else
+    read_at_boot=$plugin
+  fi
+  report driver "$status" \
+    "driver $actual on Deep Learning AMI $GPUFLEET_DEEP_LEARNING_AMI (no versions manifest to compare with; $read_at_boot)"
+}
+
 check_driver() {
   local expected actual
+  if [[ ! -r "$manifest" && -n "${GPUFLEET_DEEP_LEARNING_AMI:-}" ]]; then
+    check_deep_learning_ami_driver
+    return
+  fi
   if [[ ! -r "$manifest" ]]; then
     report driver 1 "$manifest not found: was this node built from a gpufleet image?"
     return

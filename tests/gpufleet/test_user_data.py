@@ -226,6 +226,53 @@ def test_node_health_check_gets_the_profile_of_the_image_parameter(ami, profile)
     assert node_settings(env, load_catalog()[env.instance_type])["GPUFLEET_AMI_PROFILE"] == profile
 
 
+DEEP_LEARNING_AMI = {"ssm_parameter": None, "deep_learning_ami": "pytorch-2.11-ubuntu-24.04"}
+
+
+def on_the_deep_learning_ami(env):
+    return env.model_copy(update={"ami": env.ami.model_copy(update=DEEP_LEARNING_AMI)})
+
+
+def test_a_deep_learning_ami_node_reads_its_layout_before_the_efa_environment():
+    user_data = render(on_the_deep_learning_ami(everything_on()))
+
+    assert installed_scripts(user_data) == ALL_SCRIPTS | {"deep-learning-ami"}
+    found = settings(user_data)
+    assert found["GPUFLEET_SETUP_SCRIPTS"] == (
+        "raid0-nvme mig gpu-clocks deep-learning-ami efa-env shared-storage cluster-user cloudwatch-agent "
+        "operator-scripts python-env node-ready join-runs"
+    )
+    assert found["GPUFLEET_DEEP_LEARNING_AMI"] == "pytorch-2.11-ubuntu-24.04"
+    assert found["GPUFLEET_IMAGE_PYTHON_VENV"] == "/opt/pytorch"
+    # efa-env.sh reads what deep-learning-ami.sh wrote, in place of the versions manifest the DLAMI lacks.
+    assert found["GPUFLEET_VERSIONS_MANIFEST"] == "/etc/gpufleet/deep-learning-ami.json"
+    # No versions manifest and no pipeline profile: the health check does not compare the image's profile.
+    assert found["GPUFLEET_AMI_PROFILE"] == ""
+
+
+def test_without_efa_a_deep_learning_ami_node_still_writes_its_python_env():
+    env = on_the_deep_learning_ami(everything_on()).model_copy(update={"efa": False})
+
+    assert {"deep-learning-ami"} <= installed_scripts(render(env))
+    assert "efa-env" not in installed_scripts(render(env))
+
+
+def test_other_images_get_no_deep_learning_ami_settings():
+    """Their user data does not grow: the settings exist only on a Deep Learning AMI's nodes."""
+    for env in (everything_on(), load_named_environment("h100")):
+        found = node_settings(env, load_catalog()[env.instance_type])
+        assert not {"GPUFLEET_DEEP_LEARNING_AMI", "GPUFLEET_IMAGE_PYTHON_VENV", "GPUFLEET_VERSIONS_MANIFEST"} & set(found)
+        assert "deep-learning-ami" not in installed_scripts(render(env))
+
+
+@pytest.mark.parametrize("instance_type", sorted(load_catalog()))
+def test_every_option_on_a_deep_learning_ami_fits_ec2s_limit(instance_type):
+    instance = load_catalog()[instance_type]
+    env = on_the_deep_learning_ami(everything_on()).model_copy(update={"instance_type": instance_type})
+    env = with_node(env, mig_profile=instance.mig_profiles[0] if instance.mig_profiles else None)
+    assert compressed_size(env) < EC2_USER_DATA_LIMIT
+
+
 def test_no_efa_leaves_the_efa_environment_out():
     env = everything_on().model_copy(update={"efa": False})
 

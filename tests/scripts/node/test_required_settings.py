@@ -35,6 +35,15 @@ CASES = [
             "cluster-user: error: GPUFLEET_CLUSTER_KEY_SECRET is not set (from /etc/gpufleet/node.env)",
         ],
     ),
+    (
+        "deep-learning-ami.sh",
+        {},
+        (),
+        [
+            "deep-learning-ami: error: GPUFLEET_DEEP_LEARNING_AMI is not set (from /etc/gpufleet/node.env)",
+            "deep-learning-ami: error: GPUFLEET_EFA is not set (from /etc/gpufleet/node.env)",
+        ],
+    ),
     ("efa-env.sh", {}, (), ["efa-env: error: GPUFLEET_EFA is not set (from /etc/gpufleet/node.env)"]),
     (
         "operator-scripts.sh",

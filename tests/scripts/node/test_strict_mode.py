@@ -18,6 +18,7 @@ from tests.scripts.efa_install import install_efa
 from tests.scripts.failing_step import FAILED_STATUS, Call, Case, StepProbe, accounted_for, scripts_in
 from tests.scripts.fake_bin import install_fakes
 from tests.scripts.node.conftest import CLUSTER_NODE_METADATA, FAKE_COMMANDS, SCRIPTS_DIR, FakeNode
+from tests.scripts.node.test_deep_learning_ami import install_plugin, install_venv
 from tests.scripts.node.test_join_runs import describe
 
 BLOCK = "cr-0123456789abcdef0"
@@ -43,6 +44,12 @@ CASES = [
         fails=Call("chown", "2000:2000 {root}/home/gpufleet"),
         must_not_run=Call("runuser"),
         why="the user's SSH files written into a home that is still root's, which sshd refuses to use (StrictModes)",
+    ),
+    Case(
+        "deep-learning-ami.sh",
+        fails=Call("mkdir", "-p {root}/etc/gpufleet"),
+        must_not_run=Call("grep"),
+        why="the image read, and its files written, after the folder for them could not be made",
     ),
     Case(
         "efa-env.sh",
@@ -147,6 +154,13 @@ def efa_node(node: FakeNode) -> dict[str, str]:
     return {"GPUFLEET_EFA": "1", "GPUFLEET_GPUDIRECT_RDMA": "1"}
 
 
+def deep_learning_ami_node(node: FakeNode) -> dict[str, str]:
+    install_efa(node.root, "ubuntu")
+    install_plugin(node)
+    install_venv(node)
+    return {"GPUFLEET_DEEP_LEARNING_AMI": "pytorch-2.11-ubuntu-24.04", "GPUFLEET_EFA": "1"}
+
+
 def ampere_gpu_without_mig(node: FakeNode) -> dict[str, str]:
     node.set_state(
         gpus=[{"mig_current": "Disabled", "mig_pending": "Disabled", "profiles": {"1g.5gb": [19, 7, 7]}}],
@@ -229,6 +243,7 @@ PREPARE: dict[str, Callable[[FakeNode], dict[str, str]]] = {
     "capacity-block-end.sh": capacity_block,
     "cloudwatch-agent.sh": agent_installed,
     "cluster-user.sh": cluster_user_node,
+    "deep-learning-ami.sh": deep_learning_ami_node,
     "efa-env.sh": efa_node,
     "python-env.sh": pytorch_image,
     "join-runs.sh": run_described_with_its_head_answering,

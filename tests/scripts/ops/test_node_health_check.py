@@ -290,6 +290,71 @@ def test_missing_manifest_fails_the_driver_check(run_script, versions_manifest: 
     assert f"FAIL driver: {versions_manifest} not found" in done.stdout
 
 
+DLAMI = "pytorch-2.11-ubuntu-24.04"
+
+
+def write_dlami_versions(versions_manifest: Path, document: object) -> Path:
+    """What scripts/node/deep-learning-ami.sh writes at boot on a Deep Learning AMI, beside the manifest it lacks."""
+    path = versions_manifest.with_name("deep-learning-ami.json")
+    path.write_text(document if isinstance(document, str) else json.dumps(document))
+    return path
+
+
+def test_a_deep_learning_ami_reports_the_versions_the_node_shows(run_script, versions_manifest: Path) -> None:
+    versions_manifest.unlink()
+    write_dlami_versions(
+        versions_manifest,
+        {
+            "deep_learning_ami": DLAMI,
+            "components": {"aws_ofi_nccl": "1.18.0", "efa_installer": "1.47.0"},
+            "paths": {"aws_ofi_nccl_lib": "/opt/amazon/ofi-nccl/lib/x86_64-linux-gnu"},
+        },
+    )
+    done = run_script(
+        "node-health-check.sh",
+        **NODE,
+        GPUFLEET_DEEP_LEARNING_AMI=DLAMI,
+        GPUFLEET_AMI_PROFILE="",
+        STUB_DRIVER="595.91.07",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert results(done.stdout) == dict.fromkeys(CHECKS, "PASS")
+    assert (
+        f"PASS driver: driver 595.91.07 on Deep Learning AMI {DLAMI} (no versions manifest to compare with; "
+        "aws-ofi-nccl 1.18.0, EFA installer 1.47.0)" in done.stdout.splitlines()
+    )
+
+
+def test_a_deep_learning_ami_whose_boot_record_is_missing_still_reports_its_driver(
+    run_script, versions_manifest: Path
+) -> None:
+    versions_manifest.unlink()
+    done = run_script("node-health-check.sh", **NODE, GPUFLEET_DEEP_LEARNING_AMI=DLAMI, STUB_DRIVER="595.91.07")
+    assert done.returncode == 0, done.stdout + done.stderr
+    line = next(line for line in done.stdout.splitlines() if line.startswith("PASS driver: "))
+    assert line.startswith(
+        f"PASS driver: driver 595.91.07 on Deep Learning AMI {DLAMI} (no versions manifest to compare with; "
+        f"{versions_manifest.with_name('deep-learning-ami.json')} is not a versions manifest (jq: error"
+    )
+
+
+def test_a_deep_learning_ami_whose_gpus_show_no_driver_fails(run_script, versions_manifest: Path) -> None:
+    versions_manifest.unlink()
+    write_dlami_versions(versions_manifest, {"deep_learning_ami": DLAMI, "components": {}, "paths": {}})
+    done = run_script("node-health-check.sh", **NODE, GPUFLEET_DEEP_LEARNING_AMI=DLAMI, STUB_DRIVER="")
+    assert done.returncode == 1
+    assert (
+        f"FAIL driver: driver  on Deep Learning AMI {DLAMI} (no versions manifest to compare with; aws-ofi-nccl none, "
+        "EFA installer unknown)" in done.stdout.splitlines()
+    )
+
+
+def test_a_manifest_on_a_deep_learning_ami_is_compared_as_on_any_image(run_script) -> None:
+    done = run_script("node-health-check.sh", **NODE, GPUFLEET_DEEP_LEARNING_AMI=DLAMI, STUB_DRIVER="470.57.02")
+    assert done.returncode == 1
+    assert "FAIL driver: driver 470.57.02 (image manifest: 450.80.02)" in done.stdout.splitlines()
+
+
 def test_no_nvswitch_skips_fabric_manager(run_script, calls) -> None:
     done = run_script("node-health-check.sh", **{**NODE, "GPUFLEET_NVSWITCH": "0"}, STUB_FM_STATE="inactive")
     assert done.returncode == 0
