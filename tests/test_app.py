@@ -42,7 +42,9 @@ def run_app(
 def test_unknown_environment_stops_synthesis_with_one_line(tmp_path):
     result = run_app(tmp_path, {"env": "staging"})
     assert result.returncode == 1
-    assert result.stderr.strip().endswith("unknown environment 'staging' (known: dev, h100, p5-block, p5-eks, prod)")
+    assert result.stderr.strip().endswith(
+        "unknown environment 'staging' (known: dev, elastic, h100, p5-block, p5-eks, prod)"
+    )
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "cdk.out/manifest.json").exists()
 

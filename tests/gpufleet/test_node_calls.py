@@ -95,7 +95,8 @@ def test_every_call_is_a_destination_of_the_vocabulary(name):
 
 
 @pytest.mark.parametrize(
-    ("name", "auto_scaling"), [("dev", False), ("p5-block", True), ("p5-eks", False), ("prod", False)]
+    ("name", "auto_scaling"),
+    [("dev", False), ("elastic", False), ("p5-block", True), ("p5-eks", False), ("prod", False)],
 )
 def test_a_new_vpc_gets_auto_scalings_endpoint_for_an_auto_scaling_group_only(name, auto_scaling):
     services = interface_endpoint_services(ENVIRONMENTS[name])

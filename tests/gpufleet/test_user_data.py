@@ -52,9 +52,11 @@ ALL_SCRIPTS = {
 }
 # What each shipped environment turns on (environments/*.yaml): h100 is all on-demand, so it has no spot watcher;
 # p5-block is all on-demand too, but its nodes belong to an Auto Scaling group, whose terminations the watcher sees,
-# and to a Capacity Block, whose end runs capacity-block-end; prod alone has shared storage.
+# and to a Capacity Block, whose end runs capacity-block-end; prod and elastic have shared storage, and elastic boots
+# the Deep Learning AMI, whose layout deep-learning-ami.sh reads.
 EXPECTED_SCRIPTS = {
     "dev": ALL_SCRIPTS - {"mig", "shared-storage", "join-runs"},
+    "elastic": ALL_SCRIPTS - {"mig"} | {"deep-learning-ami"},
     "prod": ALL_SCRIPTS - {"mig"},
     "h100": ALL_SCRIPTS - {"spot-watcher", "mig", "shared-storage", "join-runs"},
     "p5-block": ALL_SCRIPTS - {"mig", "shared-storage", "join-runs"} | {"capacity-block-end"},
@@ -593,7 +595,8 @@ def test_node_env_holds_every_setting_the_operator_scripts_need_on_the_node(name
         "GPUFLEET_INSTANCE_TYPE",
     ):
         assert found[setting] != "", setting
-    assert found["GPUFLEET_MIN_BUSBW"] == {"dev": "70.2", "prod": "70.2", "h100": "438.3", "p5-block": "438.3"}[name]
+    busbw = {"dev": "70.2", "prod": "70.2", "h100": "438.3", "p5-block": "438.3", "elastic": "438.3"}
+    assert found["GPUFLEET_MIN_BUSBW"] == busbw[name]
 
 
 @pytest.mark.parametrize(("instance_type", "efa", "count"), [("p5.48xlarge", True, "32"), ("p5.48xlarge", False, "0")])

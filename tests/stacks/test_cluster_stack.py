@@ -26,6 +26,7 @@ SPOT_FLEET_ENVIRONMENTS = [name for name, env in ENVIRONMENTS.items() if env.fle
 # What environments/NAME.yaml says: region, instance_type and tags.
 SHIPPED = {
     "dev": ("us-east-1", "p4d.24xlarge", {"team": "ml-platform", "cost-center": "research"}),
+    "elastic": ("us-east-1", "p5.48xlarge", {"team": "ml-platform", "cost-center": "research"}),
     "h100": ("us-west-2", "p5.48xlarge", {"team": "foundation-models"}),
     "p5-block": ("us-east-2", "p5.48xlarge", {"team": "foundation-models"}),
     "prod": ("us-east-1", "p4d.24xlarge", {"team": "ml-platform", "cost-center": "production"}),
@@ -35,9 +36,9 @@ PLACEMENT_GROUP_ENVIRONMENTS = [name for name, env in ENVIRONMENTS.items() if en
 
 
 def test_shipped_environments_cover_both_backends():
-    assert SPOT_FLEET_ENVIRONMENTS == ["dev", "h100", "prod"]
-    assert PLACEMENT_GROUP_ENVIRONMENTS == ["dev", "h100", "prod"]
-    assert sorted(ENVIRONMENTS) == sorted(SHIPPED) == ["dev", "h100", "p5-block", "prod"]
+    assert SPOT_FLEET_ENVIRONMENTS == ["dev", "elastic", "h100", "prod"]
+    assert PLACEMENT_GROUP_ENVIRONMENTS == ["dev", "elastic", "h100", "prod"]
+    assert sorted(ENVIRONMENTS) == sorted(SHIPPED) == ["dev", "elastic", "h100", "p5-block", "prod"]
 
 
 def cluster(assembly, name):
@@ -77,7 +78,7 @@ def test_placement_group_is_cluster_strategy_and_used_by_the_launch_template(ass
     assert placement == {"GroupName": {"Fn::GetAtt": [logical_id(template, "AWS::EC2::PlacementGroup"), "GroupName"]}}
 
 
-@pytest.mark.parametrize(("name", "cards"), [("dev", 4), ("prod", 4), ("h100", 32), ("p5-block", 32)])
+@pytest.mark.parametrize(("name", "cards"), [("dev", 4), ("prod", 4), ("h100", 32), ("p5-block", 32), ("elastic", 32)])
 def test_card_0_efa_at_device_0_and_every_other_card_efa_only_at_device_0(assembly, name, cards):
     assert load_catalog()[ENVIRONMENTS[name].instance_type].network_cards == cards
     template = cluster(assembly, name)
@@ -104,9 +105,9 @@ def test_security_group_lets_efa_talk_both_ways_and_nothing_else_in(assembly, na
     template.has_resource_properties(
         "AWS::EC2::SecurityGroupEgress", {"IpProtocol": "-1", "GroupId": group, "DestinationSecurityGroupId": group}
     )
-    # prod's nodes mount its shared file system: the Lustre ports also open both ways between the node group and the
-    # file system's (tests/stacks/test_storage_stack.py), 2 rules each way.
-    template.resource_count_is("AWS::EC2::SecurityGroupIngress", 5 if name == "prod" else 1)
+    # prod's and elastic's nodes mount their shared file system: the Lustre ports also open both ways between the node
+    # group and the file system's (tests/stacks/test_storage_stack.py), 2 rules each way.
+    template.resource_count_is("AWS::EC2::SecurityGroupIngress", 5 if ENVIRONMENTS[name].storage else 1)
     properties = only_resource(template, "AWS::EC2::SecurityGroup")
     assert "SecurityGroupIngress" not in properties
     (egress,) = properties["SecurityGroupEgress"]
@@ -155,18 +156,40 @@ def test_launch_template_requires_imdsv2_and_encrypts_a_gp3_root(assembly, name)
     ("name", "ssm_parameter"),
     [
         ("dev", "/gpufleet/ami/p4d-ubuntu1804-cuda11"),
+        # ami.deep_learning_ami: AWS's public parameter of the DLAMI (gpufleet/deep_learning_ami.py).
+        (
+            "elastic",
+            "/aws/service/deeplearning/ami/x86_64/oss-nvidia-driver-gpu-pytorch-2.11-ubuntu-24.04/latest/ami-id",
+        ),
         ("h100", "/gpufleet/ami/ubuntu2204-cuda12"),
         ("p5-block", "/gpufleet/ami/ubuntu2204-cuda12"),
         ("prod", "/gpufleet/ami/ubuntu2204-cuda12"),
     ],
 )
 def test_node_image_is_resolved_from_ssm_at_deploy_time(assembly, name, ssm_parameter):
-    """The parameter each environments/NAME.yaml names in ami.ssm_parameter."""
+    """The parameter each environments/NAME.yaml names in ami.ssm_parameter, or its Deep Learning AMI's."""
     template_json = assembly.template_json(f"gpufleet-{name}-cluster")
     image = template_json["Resources"][logical_id(cluster(assembly, name), "AWS::EC2::LaunchTemplate")]
     parameter = image["Properties"]["LaunchTemplateData"]["ImageId"]["Ref"]
     assert template_json["Parameters"][parameter]["Type"] == "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>"
     assert template_json["Parameters"][parameter]["Default"] == ssm_parameter
+
+
+def test_a_deep_learning_ami_is_resolved_at_deploy_time_and_keeps_ubuntus_root_device(assembly):
+    """environments/elastic.yaml: the DLAMI's public parameter, described as such; its root volume on /dev/sda1 (the
+    variant's root device), 500 GiB, encrypted gp3 as on every image. Synthesis made no AWS call to resolve it."""
+    template_json = assembly.template_json("gpufleet-elastic-cluster")
+    data = only_resource(cluster(assembly, "elastic"), "AWS::EC2::LaunchTemplate")["LaunchTemplateData"]
+    parameter = template_json["Parameters"][data["ImageId"]["Ref"]]
+    assert parameter == {
+        "Type": "AWS::SSM::Parameter::Value<AWS::EC2::Image::Id>",
+        "Default": "/aws/service/deeplearning/ami/x86_64/oss-nvidia-driver-gpu-pytorch-2.11-ubuntu-24.04/latest/ami-id",
+        "Description": "Public SSM parameter holding the id of the newest AWS Deep Learning AMI "
+        "pytorch-2.11-ubuntu-24.04",
+    }
+    (root,) = data["BlockDeviceMappings"]
+    assert root["DeviceName"] == "/dev/sda1"
+    assert root["Ebs"]["VolumeSize"] == 500 and root["Ebs"]["Encrypted"] is True
 
 
 @pytest.mark.parametrize("name", ENVIRONMENTS)
@@ -208,7 +231,8 @@ def test_node_role_is_ssm_and_the_environments_cloudwatch_agent_only(assembly, n
     # Nodes read the cluster user's key (tests/stacks/test_cluster_user.py) and their environment's run secrets
     # (below), run the CloudWatch agent and set their readiness tag (tests/stacks/constructs/test_node_readiness.py)
     # (tests/stacks/constructs/test_node_monitoring.py) and fetch the operator scripts
-    # (tests/stacks/constructs/test_operator_scripts.py); prod's reach its shared file system's data repository prefix
+    # (tests/stacks/constructs/test_operator_scripts.py); prod's and elastic's reach their shared file system's data
+    # repository prefix
     # (tests/stacks/test_storage_stack.py); nodes of a group complete their own termination lifecycle action
     # (tests/stacks/test_auto_scaling_group.py).
     expected = [
@@ -218,7 +242,7 @@ def test_node_role_is_ssm_and_the_environments_cloudwatch_agent_only(assembly, n
         "NodesReadRunSecretsCFBF1909",
         "OperatorScriptsNodesReadTheArchive7617C101",
     ]
-    if name == "prod":
+    if name in ("prod", "elastic"):
         expected.append("SharedStorageAccessDataRepositoryAccessEE56BB49")
     if ENVIRONMENTS[name].fleet.backend != BACKEND_SPOT_FLEET:
         expected.append("NodeGroupCompleteLifecycleActionFE2A0165")
@@ -290,6 +314,14 @@ EXPECTED_FLEETS = {
         "OnDemandTargetCapacity": 2,
         "AllocationStrategy": "priceCapacityOptimized",
     },
+    # The head on-demand (torchrun's rendezvous store), one spot node the fleet replaces.
+    "elastic": {
+        "Type": "maintain",
+        "TargetCapacity": 2,
+        "OnDemandTargetCapacity": 1,
+        "AllocationStrategy": "priceCapacityOptimized",
+        "ReplaceUnhealthyInstances": True,
+    },
 }
 
 
@@ -350,8 +382,10 @@ def test_teardown_runs_before_fleet_placement_group_and_security_group_are_delet
         for properties in (r["Properties"] for r in resources.values() if r["Type"] == "AWS::Lambda::Function")
         if properties["Handler"] in ("handler.on_event", "handler.is_complete")
     }
-    # dev and prod name a checkpoint hook: on_event runs it on the nodes first, waiting up to three minutes more.
-    assert handlers == {"handler.on_event": {"dev": 300, "h100": 120, "prod": 300}[name], "handler.is_complete": 120}
+    # dev, elastic and prod name a checkpoint hook: on_event runs it on the nodes first, waiting up to three minutes
+    # more.
+    on_event = {"dev": 300, "elastic": 300, "h100": 120, "prod": 300}[name]
+    assert handlers == {"handler.on_event": on_event, "handler.is_complete": 120}
     framework_variables = framework["Environment"]["Variables"]
     assert set(framework_variables) >= {"USER_ON_EVENT_FUNCTION_ARN", "USER_IS_COMPLETE_FUNCTION_ARN"}
     (waiter,) = template.find_resources("AWS::StepFunctions::StateMachine").values()
@@ -385,6 +419,7 @@ def test_teardown_runs_before_fleet_placement_group_and_security_group_are_delet
     ("name", "node_group", "other_backend"),
     [
         ("dev", "FleetRequestId", "AutoScalingGroupName"),
+        ("elastic", "FleetRequestId", "AutoScalingGroupName"),
         ("h100", "FleetRequestId", "AutoScalingGroupName"),
         ("prod", "FleetRequestId", "AutoScalingGroupName"),
         ("p5-block", "AutoScalingGroupName", "FleetRequestId"),

@@ -31,6 +31,7 @@ SHIPPED = {env.name: env for env in load_environments(environment_files(REPOSITO
 # Every environment with an association: where the nodes mount the file system, the folder the association links
 # (FileSystemPath) and the S3 path it links it to (DataRepositoryPath).
 LINKED = {
+    "elastic": ("/fsx", "/data", "s3://gpufleet-elastic-123456789012-us-east-1/elastic/data/"),
     "prod": ("/fsx", "/data", "s3://gpufleet-prod-123456789012-us-east-1/prod/data/"),
     "spot-p4d": ("/shared", "/data", "s3://gpufleet-spot-p4d-123456789012-us-east-1/spot-p4d/data/"),
     "asg-g5": ("/fsx", "/data", "s3://inference-datasets/clusters/asg-g5/data/"),

@@ -292,6 +292,9 @@ def test_every_stack_of_the_app_is_checked(templates):
         "gpufleet-ami-pipeline",
         "gpufleet-dev-cluster",
         "gpufleet-dev-network",
+        "gpufleet-elastic-cluster",
+        "gpufleet-elastic-network",
+        "gpufleet-elastic-storage",
         "gpufleet-h100-cluster",
         "gpufleet-p5-block-cluster",
         "gpufleet-p5-block-network",
@@ -344,6 +347,7 @@ def test_spot_fleet_request_actions_are_granted_on_the_fleet_request_only(templa
     ]
     assert {where.split()[0] for where, _ in granted} == {
         "gpufleet-dev-cluster",
+        "gpufleet-elastic-cluster",
         "gpufleet-h100-cluster",
         "gpufleet-prod-cluster",
     }

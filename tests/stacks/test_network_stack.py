@@ -11,6 +11,7 @@ NEW_VPC_ENVIRONMENTS = {env.name: env for env in load_environments(environment_f
 # network.flow_log_retention_days. The node subnet takes half of the VPC (NodeSubnetCapacityValidator's budget).
 NEW_VPCS = {
     "dev": ("us-east-1", "us-east-1a", "10.40.0.0/16", 30),
+    "elastic": ("us-east-1", "us-east-1a", "10.70.0.0/16", 30),
     "p5-block": ("us-east-2", "us-east-2a", "10.60.0.0/16", 30),
     "p5-eks": ("us-west-2", "us-west-2d", "10.50.0.0/16", 90),
     "prod": ("us-east-1", "us-east-1b", "10.50.0.0/16", 365),
@@ -100,7 +101,7 @@ def test_endpoint_security_group_admits_only_https_from_the_vpc(assembly, name):
     )
 
 
-@pytest.mark.parametrize(("name", "nat_gateways"), [("dev", 0), ("prod", 1), ("p5-eks", 1)])
+@pytest.mark.parametrize(("name", "nat_gateways"), [("dev", 0), ("prod", 1), ("p5-eks", 1), ("elastic", 1)])
 def test_nat_gateway_is_optional(assembly, name, nat_gateways):
     template = network(assembly, name)
     template.resource_count_is("AWS::EC2::NatGateway", nat_gateways)

@@ -77,6 +77,25 @@ def test_prods_file_system_is_persistent_2_of_the_environment_file(assembly):
     ]
 
 
+def test_elastics_file_system_is_the_smallest_lustre_file_system_linked_to_its_bucket(assembly):
+    """environments/elastic.yaml: 1200 GiB, the smallest size FSx for Lustre takes, at PERSISTENT_2's lowest throughput,
+    its data folder linked to the bucket the stack makes."""
+    template = assembly.template_json("gpufleet-elastic-storage")
+    _, file_system = only(template, "AWS::FSx::FileSystem")
+    _, association = only(template, "AWS::FSx::DataRepositoryAssociation")
+
+    assert file_system["Properties"]["StorageCapacity"] == 1200
+    assert file_system["Properties"]["LustreConfiguration"] == {
+        "DeploymentType": "PERSISTENT_2",
+        "PerUnitStorageThroughput": 125,
+        "DataCompressionType": "LZ4",
+    }
+    assert association["Properties"]["FileSystemPath"] == "/data"
+    assert (
+        association["Properties"]["DataRepositoryPath"] == "s3://gpufleet-elastic-123456789012-us-east-1/elastic/data/"
+    )
+
+
 def test_retained_storage_survives_destroy_and_replacement_and_its_stack_is_protected(assembly):
     template = assembly.template_json("gpufleet-prod-storage")
 

@@ -30,6 +30,7 @@ def test_summary_table_lists_each_environment(assembly, capsys):
     # A Capacity Block's nodes are placed by EC2, not by the placement group.
     assert rows == {
         "dev": "dev spot-fleet p4d.24xlarge 1/1 16 x A100 4 cluster us-east-1a",
+        "elastic": "elastic spot-fleet p5.48xlarge 1/1 16 x H100 32 cluster us-east-1a",
         "h100": "h100 spot-fleet p5.48xlarge 2/0 16 x H100 32 cluster us-west-2d",
         # The eks flavour: its GPU managed node groups, one on-demand and one spot.
         "p5-eks": "p5-eks eks p5.48xlarge 1/1 16 x H100 32 cluster us-west-2d",
@@ -45,6 +46,7 @@ def test_summary_json(assembly, capsys):
     assert by_name["dev"]["stack"] == "gpufleet-dev-cluster"
     assert {name: entry["backend"] for name, entry in by_name.items()} == {
         "dev": "spot-fleet",
+        "elastic": "spot-fleet",
         "h100": "spot-fleet",
         "p5-block": "auto-scaling",
         "p5-eks": "eks",
