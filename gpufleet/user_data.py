@@ -84,6 +84,10 @@ WATCHER_UNIT = "gpufleet-spot-watcher.service"
 # cluster user's home, the runs' folders (gpufleet/ops/runs.py RUNS_SUBDIR), caches and everything else on the file
 # system are outside it: never exported, never imported; root never reads or writes under it.
 SHARED_DATA_SUBDIR = "data"
+# The runs' package and dataset caches on the shared file system, MOUNT/cache, beside the data folder and never under
+# it: nothing there is exported to S3 or made from it. The runs make it and fill it as the cluster user
+# (gpufleet/ops/runs.py cache_steps), so a replacement node's setup finds the wheels the others downloaded.
+SHARED_CACHE_SUBDIR = "cache"
 # Written by the user data, read by scripts/node/cloudwatch-agent.sh (gpufleet/monitoring.py says what is in it).
 CLOUDWATCH_AGENT_CONFIG = "/etc/gpufleet/cloudwatch-agent.json"
 # EC2 rejects user data over 16 KB "in raw form, before it is base64-encoded" (source: EC2 user guide, "Work with

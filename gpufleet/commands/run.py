@@ -163,7 +163,15 @@ def run(args: argparse.Namespace) -> int:
             )
         else:
             plan = plan_run(
-                run_id, env.name, group.ready, gpus, command, setup=args.setup, mpi=args.mpi, secrets=run_secrets
+                run_id,
+                env.name,
+                group.ready,
+                gpus,
+                command,
+                setup=args.setup,
+                mpi=args.mpi,
+                secrets=run_secrets,
+                shared_dir=env.storage.mount_path if env.storage else "",
             )
         if args.workdir and location is not None:
             # After the plan, so that a run refused for want of ready nodes uploads nothing.

@@ -40,7 +40,7 @@ from gpufleet.errors import GpufleetError
 from gpufleet.ops.fleet import FleetInstance, job_order
 from gpufleet.ops.torchrun import LAST_CALL_SECONDS, RENDEZVOUS_PORT, torchrun_command
 from gpufleet.ssm_batches import FINISHED_STATUSES, RUN_SHELL_SCRIPT, SEND_COMMAND_MAX_INSTANCES, send_in_batches
-from gpufleet.user_data import OPS_INSTALL_DIR, SETTINGS_FILE
+from gpufleet.user_data import OPS_INSTALL_DIR, SETTINGS_FILE, SHARED_CACHE_SUBDIR
 
 LIST_INVOCATIONS_MAX_RESULTS = 50  # botocore ssm model: ListCommandInvocationsRequest.MaxResults max 50
 # How long a node may take to pick the start up (SendCommand TimeoutSeconds, 30..2592000): a node whose agent is
@@ -256,8 +256,10 @@ def plan_run(
     mpi: bool = False,
     head_command: list[str] | None = None,
     secrets: tuple[RunSecret, ...] = (),
+    shared_dir: str = "",
 ) -> RunPlan:
-    """The plan of a run on READY (the nodes that say they are ready), ranked in job order."""
+    """The plan of a run on READY (the nodes that say they are ready), ranked in job order; SHARED_DIR, the
+    environment's shared file system, holds its caches (cache_steps)."""
     if not ready:
         raise GpufleetError(f"{environment} has no node ready for jobs: see `gpufleet status {environment}`")
     if not command:
@@ -274,6 +276,7 @@ def plan_run(
         workdir_archive,
         mpi,
         tuple(head_command or ()),
+        shared_dir=shared_dir,
         secrets=secrets,
     )
 
@@ -356,7 +359,9 @@ def _mpi_steps(plan: RunPlan, directory: str) -> list[str]:
     through mpirun's command line or -x."""
     lines = " ".join(shlex.quote(f"{node.private_ip} slots={plan.gpus_per_node}") for node in plan.nodes)
     nodes = len(plan.nodes)
-    options = " ".join(shlex.quote(option) for option in MPIRUN_OPTIONS)
+    # The shared caches reach the processes on the other nodes as the EFA variables do.
+    cached = [*CACHE_VARIABLES, ("UV_LINK_MODE", "")] if plan.shared_dir else []
+    options = " ".join([*(shlex.quote(option) for option in MPIRUN_OPTIONS), *(f"-x {name}" for name, _ in cached)])
     mpirun = f'{MPIRUN} --hostfile "$hostfile"'
     steps = ["hostfile=$(mktemp)", """trap 'rm -f "$hostfile"' EXIT""", f"printf '%s\\n' {lines} > \"$hostfile\""]
     reads = "".join(f"{step}; " for step in secret_steps(plan.secrets))
@@ -378,12 +383,51 @@ def _mpi_steps(plan: RunPlan, directory: str) -> list[str]:
 PYTHON_VENV_STEP = 'if [ -n "${GPUFLEET_PYTHON_VENV:-}" ]; then export PATH="$GPUFLEET_PYTHON_VENV/bin:$PATH"; fi'
 
 
+# Where a run's package and model caches go on an environment with shared storage: MOUNT/cache (gpufleet.user_data
+# SHARED_CACHE_SUBDIR), outside the data folder, the only one linked to S3, so no wheel or model is exported. Every node
+# uses the same cache, and a replacement node's `--setup 'uv pip install ...'` takes what the others downloaded. Each
+# tool's own variable, with what its project says of several processes, on several nodes, sharing it:
+# - uv (UV_CACHE_DIR): "It's safe to run multiple uv commands concurrently, even against the same virtual
+#   environment. uv's cache is designed to be thread-safe and append-only, and thus robust to multiple concurrent
+#   readers and writers" (uv docs, concepts/cache.md, "Cache safety"); its locks are file locks, which the nodes share
+#   through the Lustre mount's flock option (scripts/node/shared-storage.sh; coherent across clients per the Lustre
+#   manual: unconfirmed here). UV_LINK_MODE=copy: a venv on the node's own disk is on another file system than the
+#   cache, where uv's default hardlinks fail and it warns ("If the cache and target directories are on different
+#   filesystems, hardlinking may not be supported. If this is intentional, set `export UV_LINK_MODE=copy`", uv's
+#   own warning).
+# - pip (PIP_CACHE_DIR): no lock; each entry is written to a temporary file and renamed into place, and a read needs
+#   both of an entry's files (pip 26.3, pip/_internal/network/cache.py SafeFileCache, whose docstring calls the
+#   write side's race benign for files that never change, psf/cachecontrol#324): two nodes may download the same wheel
+#   twice, neither reads half of one. So the guides use uv; pip works too.
+# - Hugging Face (HF_HUB_CACHE, HF_DATASETS_CACHE): the Hub cache keeps "Lock files for concurrent download safety"
+#   in .locks/ (huggingface.co/docs/hub/local-cache); datasets' cache, under the same file locks (unconfirmed for
+#   several nodes). Not HF_HOME, which holds the login token too: that stays in the cluster user's home.
+# The folder is made by the run itself, as the cluster user, mode 0750: root never makes or follows anything there.
+CACHE_VARIABLES = (
+    ("PIP_CACHE_DIR", "pip"),
+    ("UV_CACHE_DIR", "uv"),
+    ("HF_HUB_CACHE", "huggingface/hub"),
+    ("HF_DATASETS_CACHE", "huggingface/datasets"),
+)
+
+
+def cache_steps(shared_dir: str) -> list[str]:
+    """The steps that point a run's pip, uv and Hugging Face caches at the shared file system (CACHE_VARIABLES); none
+    without one."""
+    if not shared_dir:
+        return []
+    cache = f"{shared_dir}/{SHARED_CACHE_SUBDIR}"
+    exports = " ".join(f"{name}={shlex.quote(f'{cache}/{folder}')}" for name, folder in CACHE_VARIABLES)
+    return [f"mkdir -p -m 0750 {shlex.quote(cache)}", f"export {exports} UV_LINK_MODE=copy"]
+
+
 def unit_body(plan: RunPlan, head: bool = False) -> str:
     """What the unit's bash runs: the EFA environment, the secrets (references: each node reads the values), the
     working directory, the setup, then the command (the head's own where the plan has one and HEAD; with MPI: mpirun,
     which runs both on every node)."""
     directory = shlex.quote(plan.workdir) if plan.workdir else f"~{CLUSTER_USER_NAME}"
     steps = [f"if [ -r {EFA_PROFILE} ]; then . {EFA_PROFILE}; fi", PYTHON_VENV_STEP, *secret_steps(plan.secrets)]
+    steps += cache_steps(plan.shared_dir)
     if plan.workdir_archive:
         # Every node unpacks its own copy: the AWS CLI (every AMI profile installs it) reads the object with the node
         # role, which may read the data repository prefix (storage.data_repository). With its region: without one the

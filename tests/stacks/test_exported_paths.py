@@ -1,10 +1,10 @@
 """What the shared file system exchanges with S3, on the synthesized templates of every shipped environment and every
 matrix entry (tests/stacks/matrix.py) whose storage stack links its file system to a data repository: the
 association links the data folder only (stacks/storage_stack.py ASSOCIATED_PATH), so nothing under the cluster user's
-home or the runs' folders is ever exported to the bucket (the cluster's private key is in the home's .ssh) or
-imported from it (an S3 writer could otherwise make files there with any owner and mode). The home comes from the
-node settings the user data writes (gpufleet/user_data.py node_settings), the runs' folder from gpufleet/ops/runs.py
-(RUNS_SUBDIR), as the node scripts get them.
+home, the runs' folders or the runs' caches is ever exported to the bucket (the cluster's private key is in the home's
+.ssh) or imported from it (an S3 writer could otherwise make files there with any owner and mode). The home comes from
+the node settings the user data writes (gpufleet/user_data.py node_settings), the runs' folder and caches from
+gpufleet/ops/runs.py (RUNS_SUBDIR, cache_steps), as the node scripts get them.
 
 Also: `gpufleet run --workdir` archives land under the prefix the node role may read and outside the linked folder,
 and `gpufleet plan` reports the association of an environment deployed before as replaced."""
@@ -12,6 +12,7 @@ and `gpufleet plan` reports the association of an environment deployed before as
 from __future__ import annotations
 
 import copy
+import shlex
 from pathlib import PurePosixPath
 
 import pytest
@@ -20,8 +21,8 @@ from gpufleet.catalog import load_catalog
 from gpufleet.environment import Environment
 from gpufleet.loading import environment_files, load_environments
 from gpufleet.ops.plan import StackPair, plan_changes
-from gpufleet.ops.runs import RUNS_SUBDIR, upload_workdir
-from gpufleet.user_data import node_settings
+from gpufleet.ops.runs import CACHE_VARIABLES, RUNS_SUBDIR, cache_steps, upload_workdir
+from gpufleet.user_data import SHARED_CACHE_SUBDIR, node_settings
 from tests.conftest import REPOSITORY
 from tests.stacks.matrix import MATRIX
 from tests.stacks.test_matrix_stacks import of_type
@@ -97,6 +98,18 @@ def test_the_association_links_the_data_folder_and_neither_the_home_nor_the_runs
     exchanged = f"exported to and imported from {properties['DataRepositoryPath']}"
     assert not home.is_relative_to(linked), f"the cluster user's home {home} is {exchanged}"
     assert not runs.is_relative_to(linked), f"the runs' folder {runs} is {exchanged}"
+    # The runs' pip, uv and Hugging Face caches (gpufleet/ops/runs.py cache_steps): no wheel or model goes to S3.
+    caches = [
+        PurePosixPath(word.split("=", 1)[1])
+        for step in cache_steps(settings["GPUFLEET_SHARED_DIR"])
+        if step.startswith("export ")
+        for word in shlex.split(step)[1:]
+        if word.split("=", 1)[0] in dict(CACHE_VARIABLES)
+    ]
+    assert len(caches) == len(CACHE_VARIABLES)
+    for cache in caches:
+        assert cache.is_relative_to(PurePosixPath(mount_path) / SHARED_CACHE_SUBDIR)
+        assert not cache.is_relative_to(linked), f"the runs' cache {cache} is {exchanged}"
     assert (properties["FileSystemPath"], properties["DataRepositoryPath"]) == (file_system_path, data_repository_path)
     assert settings["GPUFLEET_SHARED_DIR"] == mount_path
     # The linked folder is where the nodes are told to put data and checkpoints that must outlive the file system.

@@ -939,6 +939,14 @@ HEAD_TORCHRUN = (
 OTHER_TORCHRUN = HEAD_TORCHRUN.replace("is_host=1", "is_host=0")
 
 
+# The shared caches of a run on an environment with shared storage at /fsx (gpufleet/ops/runs.py cache_steps).
+CACHE_LINES = (
+    "mkdir -p -m 0750 /fsx/cache\n"
+    "export PIP_CACHE_DIR=/fsx/cache/pip UV_CACHE_DIR=/fsx/cache/uv HF_HUB_CACHE=/fsx/cache/huggingface/hub "
+    "HF_DATASETS_CACHE=/fsx/cache/huggingface/datasets UV_LINK_MODE=copy\n"
+)
+
+
 def torchrun_plan(**options: Any) -> RunPlan:
     nodes = [node("i-0000000000000000b", "10.40.0.9", "spot"), node("i-0000000000000000a", "10.40.0.4", minute=5)]
     settings = {"min_nodes": 1, "max_restarts": 10, **options}
@@ -1004,7 +1012,7 @@ def test_the_batch_of_rank_0_of_a_joinable_run_carries_its_description():
             "GPUFLEET_GPUS_PER_NODE": "8",
             "GPUFLEET_HEAD_ADDRESS": "10.40.0.4",
         },
-        "body": "set -eo pipefail\n" + EFA_LINE + f"cd ~gpufleet\nexec {OTHER_TORCHRUN}",
+        "body": "set -eo pipefail\n" + EFA_LINE + CACHE_LINES + f"cd ~gpufleet\nexec {OTHER_TORCHRUN}",
     }
     assert run_description(plan) == description
     assert sent_spec(node_script(plan))["description"] == description

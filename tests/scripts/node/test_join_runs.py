@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.ops.fleet import FleetInstance
-from gpufleet.ops.runs import plan_torchrun, run_description
+from gpufleet.ops.runs import cache_steps, plan_torchrun, run_description
 from tests.gpufleet.ops.test_runs import RUN_ID
 from tests.gpufleet.ops.test_runs import node as fleet_node
 from tests.scripts.node.conftest import SCRIPTS_DIR, FakeNode
@@ -35,6 +35,7 @@ BODY = (
     "set -eo pipefail\n"
     "if [ -r /etc/profile.d/gpufleet-efa.sh ]; then . /etc/profile.d/gpufleet-efa.sh; fi\n"
     'if [ -n "${{GPUFLEET_PYTHON_VENV:-}}" ]; then export PATH="$GPUFLEET_PYTHON_VENV/bin:$PATH"; fi\n'
+    "{caches}"
     "cd ~gpufleet\n"
     "exec torchrun --nnodes=1:2 --nproc_per_node=8 --rdzv_backend=c10d --rdzv_endpoint=127.0.0.1:{port} "
     "--rdzv_id={run} --rdzv_conf=is_host=0,last_call_timeout=30 --max_restarts=10 train.py"
@@ -130,7 +131,9 @@ def test_a_ready_node_joins_a_run_whose_head_answers_as_the_runs_unit_with_the_n
             str(unit_file(node)),
         ]
     ]
-    assert unit_file(node).read_text() == BODY.format(port=head, run=RUN_ID)
+    # The runs' shared caches on the described run's file system (gpufleet/ops/runs.py cache_steps).
+    caches = "".join(f"{step}\n" for step in cache_steps(str(shared)))
+    assert unit_file(node).read_text() == BODY.format(port=head, run=RUN_ID, caches=caches)
     assert result.stdout == f"join-runs: run {RUN_ID}: joined as node rank 2\n"
     assert (node.root / f"var/lib/gpufleet/run-ranks/{RUN_ID}").read_text() == "2\n"
     assert (shared / "gpufleet-runs" / RUN_ID / "joined" / "2").is_dir()
