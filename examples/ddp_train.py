@@ -35,14 +35,25 @@ contract when the request folder exists (GPUFLEET_CHECKPOINT_REQUESTS, default /
 registers its process id, SIGUSR1 marks a request, the ranks agree at the next step (one all_reduce) and save, and
 each acknowledges with the request's id.
 
+Collective timeout. A node lost without a word (a spot interruption, a crash) leaves the ranks on the other nodes
+waiting in their next collective; only when it times out do they fail, and torchrun restarts them without that node.
+So the timeout given to init_process_group bounds how long the survivors stand still, and this script sets it:
+--collective-timeout SECONDS, by default DDP_TRAIN_COLLECTIVE_TIMEOUT from the environment, else 300 (5 minutes).
+PyTorch's own default is 10 minutes for NCCL (since pytorch/pytorch#110947, "Change ProcessGroupNCCL default timeout to
+10 min"; 30 minutes before it) and 30 minutes for Gloo (torch/distributed/constants.py default_pg_timeout); NCCL
+enforces it through its watchdog, which TORCH_NCCL_ASYNC_ERROR_HANDLING turns on (the default in torch 2.x:
+unconfirmed). Keep it above the longest wait a healthy run has: a checkpoint save, which every rank waits for at the
+next collective, or a first step that compiles; docs/guides/elastic-training.md says how to choose it.
+
 Output: rank 0 prints one JSON object a line: {"event": "start", ...} when the workers start (resumed_from is the
-step of the checkpoint it resumed from, or null), {"event": "step", ...} per step, {"event": "checkpoint", ...} per
-save, {"event": "done", ...} at the end.
+step of the checkpoint it resumed from, or null; collective_timeout the timeout in seconds), {"event": "step", ...}
+per step, {"event": "checkpoint", ...} per save, {"event": "done", ...} at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import shutil
@@ -62,6 +73,9 @@ except ImportError:  # torch < 2.0: see "Torch versions" above
 FEATURES = 16
 LATEST = "LATEST"
 REQUESTS = Path(os.environ.get("GPUFLEET_CHECKPOINT_REQUESTS", "/run/gpufleet/checkpoint"))
+# --collective-timeout's default, and the environment variable that changes it (see "Collective timeout" above).
+COLLECTIVE_TIMEOUT_SECONDS = 300.0
+COLLECTIVE_TIMEOUT_VARIABLE = "DDP_TRAIN_COLLECTIVE_TIMEOUT"
 
 
 CHECKPOINT_FORMAT = "torch.distributed.checkpoint" if dcp else "torch.save"
@@ -144,6 +158,17 @@ class CheckpointRequests:
         return fields["id"]
 
 
+def seconds(text: str) -> float:
+    """A timeout in seconds: a number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: '{text}'") from None
+    if not value > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got '{text}'")
+    return value
+
+
 def report(**fields: object) -> None:
     if dist.get_rank() == 0:
         print(json.dumps(fields), flush=True)
@@ -163,6 +188,14 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--learning-rate", type=float, default=0.05)
     parser.add_argument("--step-seconds", type=float, default=0.0, help="pause after each step (a longer demo)")
+    parser.add_argument(
+        "--collective-timeout",
+        type=seconds,
+        default=os.environ.get(COLLECTIVE_TIMEOUT_VARIABLE, str(COLLECTIVE_TIMEOUT_SECONDS)),
+        metavar="SECONDS",
+        help=f"how long a collective waits for the other ranks before it fails, so that torchrun restarts the workers "
+        f"without a lost node (default: ${COLLECTIVE_TIMEOUT_VARIABLE}, else {COLLECTIVE_TIMEOUT_SECONDS:g})",
+    )
     args = parser.parse_args()
     if args.keep < 1:
         parser.error(f"--keep must be at least 1, got {args.keep}")
@@ -172,7 +205,7 @@ def main() -> None:
     device = torch.device("cuda", int(os.environ["LOCAL_RANK"])) if use_gpu else torch.device("cpu")
     if use_gpu:
         torch.cuda.set_device(device)
-    dist.init_process_group("nccl" if use_gpu else "gloo")
+    dist.init_process_group("nccl" if use_gpu else "gloo", timeout=dt.timedelta(seconds=args.collective_timeout))
     rank, world_size = dist.get_rank(), dist.get_world_size()
 
     torch.manual_seed(0)
@@ -187,7 +220,13 @@ def main() -> None:
         load(state, checkpoint)
         model.load_state_dict({"weight": state["weight"], "bias": state["bias"]})
     start = int(state["step"].item())
-    report(event="start", resumed_from=start if checkpoint else None, world_size=world_size, format=CHECKPOINT_FORMAT)
+    report(
+        event="start",
+        resumed_from=start if checkpoint else None,
+        world_size=world_size,
+        format=CHECKPOINT_FORMAT,
+        collective_timeout=args.collective_timeout,
+    )
 
     ddp = DistributedDataParallel(model, device_ids=[device.index] if use_gpu else None)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=args.learning_rate)

@@ -329,9 +329,49 @@ def test_older_checkpoints_go_and_a_finished_run_started_again_has_nothing_to_do
     assert again.returncode == 0, again.stdout + again.stderr
     events = [json.loads(line) for line in again.stdout.splitlines() if line.startswith("{")]
     assert events == [
-        {"event": "start", "resumed_from": 10, "world_size": 1, "format": "torch.save"},
+        {"event": "start", "resumed_from": 10, "world_size": 1, "format": "torch.save", "collective_timeout": 300.0},
         {"event": "done", "step": 10},
     ]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "environment", "expected"),
+    [
+        ((), {}, 300.0),  # the documented default
+        ((), {"DDP_TRAIN_COLLECTIVE_TIMEOUT": "90"}, 90.0),
+        (("--collective-timeout", "45.5"), {"DDP_TRAIN_COLLECTIVE_TIMEOUT": "90"}, 45.5),  # the flag wins
+    ],
+)
+def test_the_collective_timeout_is_the_flag_else_the_environment_else_five_minutes(
+    tmp_path, monkeypatch, arguments, environment, expected
+):
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    done = run_alone(tmp_path, "--steps", "1", *arguments)
+    assert done.returncode == 0, done.stdout + done.stderr
+    start = json.loads(next(line for line in done.stdout.splitlines() if line.startswith("{")))
+    assert start["collective_timeout"] == expected
+
+
+@pytest.mark.parametrize(
+    ("arguments", "environment", "message"),
+    [
+        (("--collective-timeout", "0"), {}, "argument --collective-timeout: must be more than 0 seconds, got '0'"),
+        (("--collective-timeout", "nan"), {}, "argument --collective-timeout: must be more than 0 seconds, got 'nan'"),
+        ((), {"DDP_TRAIN_COLLECTIVE_TIMEOUT": "5m"}, "argument --collective-timeout: not a number of seconds: '5m'"),
+    ],
+)
+def test_a_collective_timeout_that_is_not_a_positive_number_is_refused(tmp_path, arguments, environment, message):
+    """Before any process group: python ddp_train.py alone, as torchrun's worker would start it."""
+    done = subprocess.run(
+        ["/usr/bin/python3", str(EXAMPLE), "--checkpoint-dir", str(tmp_path), *arguments],
+        env=dict(os.environ, PYTHONPATH=str(SHIM), **environment),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1].endswith(f"error: {message}")
 
 
 def test_a_rank_whose_node_asked_nothing_has_nothing_to_acknowledge(tmp_path):
