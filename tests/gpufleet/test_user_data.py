@@ -263,7 +263,8 @@ def test_other_images_get_no_deep_learning_ami_settings():
     """Their user data does not grow: the settings exist only on a Deep Learning AMI's nodes."""
     for env in (everything_on(), load_named_environment("h100")):
         found = node_settings(env, load_catalog()[env.instance_type])
-        assert not {"GPUFLEET_DEEP_LEARNING_AMI", "GPUFLEET_IMAGE_PYTHON_VENV", "GPUFLEET_VERSIONS_MANIFEST"} & set(found)
+        dlami_settings = {"GPUFLEET_DEEP_LEARNING_AMI", "GPUFLEET_IMAGE_PYTHON_VENV", "GPUFLEET_VERSIONS_MANIFEST"}
+        assert not dlami_settings & set(found)
         assert "deep-learning-ami" not in installed_scripts(render(env))
 
 
