@@ -62,6 +62,10 @@ INSTALL_DIR = "/opt/gpufleet/node"
 OPS_SCRIPTS_DIR = shipped_path("scripts", "ops")
 OPS_INSTALL_DIR = "/opt/gpufleet/ops"
 OPS_SCRIPTS = ("node-health-check", "run-nccl-tests", "start-run", "stop-run", "save-checkpoint")
+# Setup steps that run after operator-scripts and travel in its archive rather than in the user data, which EC2 caps at
+# 16 KiB (test_user_data keeps 2 KiB of it free): run-setup.sh finds a step after operator-scripts under
+# OPS_INSTALL_DIR when the user data did not install it.
+ARCHIVED_SETUP_STEPS = ("join-runs",)
 # run-nccl-tests.sh's floor on a node: the catalog's published all_reduce bus bandwidth less this margin.
 NCCL_BUSBW_TOLERANCE = 0.9
 HELPERS = shipped_path("scripts", "lib", "helpers.sh")
@@ -256,15 +260,17 @@ def node_settings(env: Environment, instance: InstanceType) -> dict[str, str]:
 
 @cache
 def operator_scripts_archive() -> bytes:
-    """scripts/ops as the nodes get them: a gzip-compressed tar of the scripts, each 0755 and root's, byte for byte
-    the same on every synthesis (no timestamps, no names of the machine that made it)."""
+    """scripts/ops and the ARCHIVED_SETUP_STEPS of scripts/node as the nodes get them: a gzip-compressed tar of the
+    scripts, each 0755 and root's, byte for byte the same on every synthesis (no timestamps, no names of the machine
+    that made it)."""
     buffer = io.BytesIO()
     with (
         gzip.GzipFile(filename="", mode="wb", fileobj=buffer, compresslevel=9, mtime=0) as compressed,
         tarfile.open(fileobj=compressed, mode="w", format=tarfile.USTAR_FORMAT) as archive,
     ):
-        for name in OPS_SCRIPTS:
-            content = (OPS_SCRIPTS_DIR / f"{name}.sh").read_bytes()
+        sources = [OPS_SCRIPTS_DIR / f"{name}.sh" for name in OPS_SCRIPTS]
+        for source in sources + [SCRIPTS_DIR / f"{name}.sh" for name in ARCHIVED_SETUP_STEPS]:
+            name, content = source.stem, source.read_bytes()
             member = tarfile.TarInfo(f"{name}.sh")
             member.size, member.mode, member.mtime = len(content), 0o755, 0
             archive.addfile(member, io.BytesIO(content))
@@ -325,7 +331,7 @@ def render_user_data(env: Environment, instance: InstanceType) -> str:
     # Every node has something to set up (the cluster user and readiness at least), so every node gets the setup unit.
     units = ([WATCHER_UNIT] if watches_spot(env) else []) + [SETUP_UNIT]
     installed = (
-        scripts
+        [name for name in scripts if name not in ARCHIVED_SETUP_STEPS]
         # The cluster user's ssh runs it for every host it connects to (cluster-user.sh writes ~/.ssh/config).
         + ["cluster-address", "run-setup"]
         + (["spot-watcher"] if watches_spot(env) else [])

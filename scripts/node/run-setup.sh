@@ -6,6 +6,8 @@
 # and join-runs.sh joins no run. Before the first script, node-ready.sh --booting takes back the readiness a previous
 # boot marked; before each script up to node-ready, it marks the step that starts ("booting: step 3/9 shared-storage"),
 # which `gpufleet up` shows per node. A mark that fails is a warning: the step runs all the same.
+# A step's script is NAME.sh beside this one, or, for a step after operator-scripts that the user data did not install
+# (gpufleet/user_data.py ARCHIVED_SETUP_STEPS), NAME.sh in the operator scripts' folder that step filled.
 set -euo pipefail
 # shellcheck source=../lib/helpers.sh
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
@@ -13,9 +15,13 @@ source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/../lib/helpers.sh"
 require_settings "$NODE_SETTINGS" GPUFLEET_SETUP_SCRIPTS
 scripts=$GPUFLEET_SETUP_SCRIPTS
 script_dir=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
+readonly OPS_DIR=${GPUFLEET_ROOT:-}/opt/gpufleet/ops
 
+after_operator_scripts=false
 for name in $scripts; do
-  [[ $name =~ ^[a-z0-9-]+$ && -x $script_dir/$name.sh ]] || die "no setup script $script_dir/$name.sh"
+  [[ $name =~ ^[a-z0-9-]+$ ]] || die "no setup script $script_dir/$name.sh"
+  [[ -x $script_dir/$name.sh || $after_operator_scripts == true ]] || die "no setup script $script_dir/$name.sh"
+  [[ $name != operator-scripts ]] || after_operator_scripts=true
 done
 marks=false
 if [[ " $scripts " == *" node-ready "* ]]; then
@@ -23,15 +29,33 @@ if [[ " $scripts " == *" node-ready "* ]]; then
   "$script_dir/node-ready.sh" --booting || warn "could not mark the node booting; its readiness tag may be stale"
 fi
 read -r -a names <<<"$scripts"
+# A step's mark is set while the step runs (an AWS CLI call takes about a second): the next mark, and the steps that set
+# no mark (node-ready's own final one), wait for it, so the marks land in order and "ready" last.
+mark_pid=""
+wait_for_mark() {
+  [[ -n $mark_pid ]] || return 0
+  wait "$mark_pid" || warn "could not mark the step before $1"
+  mark_pid=""
+}
 failed=""
 for index in "${!names[@]}"; do
   name=${names[index]}
+  wait_for_mark "$name"
   # node-ready.sh sets the final mark itself; join-runs comes after the node is ready.
   if [[ $marks == true && " node-ready join-runs " != *" $name "* ]]; then
-    "$script_dir/node-ready.sh" --booting "$((index + 1))/${#names[@]} $name" || warn "could not mark step $name"
+    "$script_dir/node-ready.sh" --booting "$((index + 1))/${#names[@]} $name" &
+    mark_pid=$!
   fi
   log "running $name"
-  GPUFLEET_FAILED_SETUP_STEPS=$failed "$script_dir/$name.sh" || failed+="${failed:+ }$name"
+  script=$script_dir/$name.sh
+  [[ -x $script ]] || script=$OPS_DIR/$name.sh
+  if [[ ! -x $script ]]; then
+    error "no setup script $script_dir/$name.sh or $script"
+    failed+="${failed:+ }$name"
+    continue
+  fi
+  GPUFLEET_FAILED_SETUP_STEPS=$failed "$script" || failed+="${failed:+ }$name"
 done
+wait_for_mark "the end"
 [[ -z $failed ]] || die "failed: $failed (see the lines above)"
 log "done: $scripts"

@@ -11,7 +11,8 @@ import json
 from gpufleet.user_data import setup_scripts
 
 PROD_STEPS = (
-    "raid0-nvme gpu-clocks efa-env shared-storage cluster-user cloudwatch-agent operator-scripts node-ready join-runs"
+    "raid0-nvme gpu-clocks efa-env shared-storage cluster-user cloudwatch-agent operator-scripts python-env node-ready "
+    "join-runs"
 )
 
 
@@ -72,7 +73,7 @@ def test_status_shows_both_nodes_ready(box_cluster):
     done = cluster.gpufleet("status", "prod", "--fleet-id", cluster.fleet_id)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].startswith(f"Fleet {cluster.fleet_id} (prod, us-east-1): active, activity -, fulfilled 2/8")
+    assert lines[0].startswith(f"Fleet {cluster.fleet_id} (prod, us-east-1): active, activity -, fulfilled 2/2")
     for node, market in ((box_cluster.head, "on-demand"), (box_cluster.spot, "spot")):
         (row,) = [line.split() for line in lines if line.startswith(node.instance_id)]
         assert (row[1], row[4], row[7], row[8]) == (market, node.spec.address, "running", "ready")

@@ -46,7 +46,6 @@ ALL_SCRIPTS = {
     "operator-scripts",
     "python-env",
     "node-ready",
-    "join-runs",
     "run-setup",
     "spot-watcher",
 }
@@ -55,11 +54,11 @@ ALL_SCRIPTS = {
 # and to a Capacity Block, whose end runs capacity-block-end; prod and elastic have shared storage, and elastic boots
 # the Deep Learning AMI, whose layout deep-learning-ami.sh reads.
 EXPECTED_SCRIPTS = {
-    "dev": ALL_SCRIPTS - {"mig", "shared-storage", "join-runs"},
+    "dev": ALL_SCRIPTS - {"mig", "shared-storage"},
     "elastic": ALL_SCRIPTS - {"mig"} | {"deep-learning-ami"},
     "prod": ALL_SCRIPTS - {"mig"},
-    "h100": ALL_SCRIPTS - {"spot-watcher", "mig", "shared-storage", "join-runs"},
-    "p5-block": ALL_SCRIPTS - {"mig", "shared-storage", "join-runs"} | {"capacity-block-end"},
+    "h100": ALL_SCRIPTS - {"spot-watcher", "mig", "shared-storage"},
+    "p5-block": ALL_SCRIPTS - {"mig", "shared-storage"} | {"capacity-block-end"},
 }
 # An existing FSx for Lustre file system (storage.existing), the shared storage of everything_on().
 EXISTING_FILE_SYSTEM = {
@@ -522,7 +521,6 @@ def test_the_user_data_writes_scripts_executable_and_the_rest_read_only_then_res
         "opt/gpufleet/node/operator-scripts.sh": "0o755",
         "opt/gpufleet/node/python-env.sh": "0o755",
         "opt/gpufleet/node/node-ready.sh": "0o755",
-        "opt/gpufleet/node/join-runs.sh": "0o755",
         "opt/gpufleet/node/run-setup.sh": "0o755",
         "opt/gpufleet/node/spot-watcher.sh": "0o755",
         # The default hook's link, usr/local/bin/save-checkpoint, names the copy operator-scripts.sh installs at boot:
@@ -556,7 +554,6 @@ def test_the_helpers_are_written_before_the_scripts_that_source_them():
         "/opt/gpufleet/node/operator-scripts.sh",
         "/opt/gpufleet/node/python-env.sh",
         "/opt/gpufleet/node/node-ready.sh",
-        "/opt/gpufleet/node/join-runs.sh",
         "/opt/gpufleet/node/cluster-address.sh",
         "/opt/gpufleet/node/run-setup.sh",
         "/opt/gpufleet/node/spot-watcher.sh",
@@ -796,8 +793,13 @@ def test_the_operator_scripts_archive_holds_scripts_ops_as_written_executable_an
         "start-run.sh": ("0o755", 0, 0, "", 0),
         "stop-run.sh": ("0o755", 0, 0, "", 0),
         "save-checkpoint.sh": ("0o755", 0, 0, "", 0),
+        # A setup step after operator-scripts, which run-setup.sh finds there (ARCHIVED_SETUP_STEPS).
+        "join-runs.sh": ("0o755", 0, 0, "", 0),
     }
-    assert contents == {name: (SCRIPTS_DIR.parent / "ops" / name).read_bytes() for name in members}
+    assert contents == {
+        name: (SCRIPTS_DIR.parent / ("node" if name == "join-runs.sh" else "ops") / name).read_bytes()
+        for name in members
+    }
 
 
 def test_the_operator_scripts_archive_is_the_same_on_every_synthesis():

@@ -5,6 +5,7 @@ to $FAKE_LOG as a JSON list (command name, then arguments); what the commands re
 JSON file $FAKE_STATE, which a test prepares and inspects."""
 
 import base64
+import fcntl
 import json
 import os
 import shutil
@@ -670,13 +671,21 @@ COMMANDS = {
     "sshd": sshd,
 }
 
+# Commands that run other commands, which may be fakes themselves: they hold no lock while theirs run.
+SPAWNING = {"runuser"}
+
 if __name__ == "__main__":
     name, *arguments = sys.argv[1:]
-    with open(os.environ["FAKE_LOG"], "a") as log:
-        log.write(json.dumps([name, *arguments]) + "\n")
-    if name in BLOCK_DEVICE_COMMANDS:
-        render_sysfs(load())
-    status = COMMANDS[name](arguments, load())
-    if name in BLOCK_DEVICE_COMMANDS:
-        render_sysfs(load())
+    # One fake at a time reads and writes the state (run-setup.sh marks a step while the step runs): a read-modify-write
+    # of the one state file must not interleave with another's.
+    with open(f"{STATE}.lock", "a") as lock:
+        if name not in SPAWNING:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        with open(os.environ["FAKE_LOG"], "a") as log:
+            log.write(json.dumps([name, *arguments]) + "\n")
+        if name in BLOCK_DEVICE_COMMANDS:
+            render_sysfs(load())
+        status = COMMANDS[name](arguments, load())
+        if name in BLOCK_DEVICE_COMMANDS:
+            render_sysfs(load())
     sys.exit(status)

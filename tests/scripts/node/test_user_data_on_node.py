@@ -53,6 +53,7 @@ def test_user_data_installs_scripts_units_and_settings(node, tmp_path):
         "mig.sh",
         "node-ready.sh",
         "operator-scripts.sh",
+        "python-env.sh",
         "raid0-nvme.sh",
         "run-setup.sh",
         "spot-watcher.sh",
@@ -96,6 +97,8 @@ def publish_operator_scripts(tmp_path) -> tuple[dict[str, str], str]:
     with tarfile.open(archive, "w:gz") as packed:
         packed.add(fake / "node-health-check", arcname="node-health-check.sh")
         packed.add(OPS_SCRIPTS_DIR / "start-run.sh", arcname="start-run.sh")
+        # The setup step after operator-scripts that travels in the archive (user_data.py ARCHIVED_SETUP_STEPS).
+        packed.add(OPS_SCRIPTS_DIR.parent / "node" / "join-runs.sh", arcname="join-runs.sh")
     objects = {operator_scripts_location(p4d_environment()): str(archive)}
     return objects, hashlib.sha256(archive.read_bytes()).hexdigest()
 
@@ -146,13 +149,24 @@ def boot(node, tmp_path, cluster_key, manifest='{"components": {"aws_ofi_nccl": 
     )
 
 
+def tags(node) -> list[str]:
+    """The readiness tag's values in the order the node set them."""
+    return [
+        args[-1].split('"Value": "')[1].split('"')[0]
+        for name, *args in node.calls()
+        if name == "aws" and args[:2] == ["ec2", "create-tags"]
+    ]
+
+
 def milestones(node) -> list[str]:
-    """The boot's steps that order matters for, as the fake commands logged them: the readiness tag set, the scratch
-    volume mounted, the health check run."""
+    """The boot's steps that order matters for, as the fake commands logged them: the readiness tag set (but for the
+    mark of each step as it starts, which tags() shows), the scratch volume mounted, the health check run."""
     steps = []
     for name, *args in node.calls():
         if name == "aws" and args[:2] == ["ec2", "create-tags"]:
-            steps.append("tag " + args[-1].split('"Value": "')[1].split('"')[0])
+            value = args[-1].split('"Value": "')[1].split('"')[0]
+            if not value.startswith("booting: step "):
+                steps.append("tag " + value)
         elif name == "mount":
             steps.append("mount")
         elif name == "node-health-check":
@@ -176,9 +190,15 @@ def test_installed_setup_runs_every_enabled_script_in_order(node, tmp_path, clus
         "cluster-user",
         "cloudwatch-agent",
         "operator-scripts",
+        "python-env",
         "node-ready",
     ]
     assert milestones(node) == ["tag booting", "mount", "health check", "tag ready"]
+    assert tags(node) == [
+        "booting",
+        *(f"booting: step {index}/9 {name}" for index, name in enumerate(ran[:-1], start=1)),
+        "ready",
+    ]
     assert node.state["mounts"] == {str(tmp_path / "scratch"): "/dev/md/scratch"}
     assert ["-lgc", "1410,1410"] in node.calls("nvidia-smi")
     assert node.state["locked_graphics_clocks"] == "1410,1410"
@@ -261,6 +281,7 @@ def test_the_installed_setup_mounts_the_shared_storage_before_the_node_is_checke
         "cluster-user",
         "cloudwatch-agent",
         "operator-scripts",
+        "python-env",
         "node-ready",
         "join-runs",
     ]
