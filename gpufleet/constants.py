@@ -13,8 +13,6 @@ group_capacity/ carry a link to this file in runtime/gpufleet/). The import cont
 FLAVOUR_FLEET = "fleet"
 FLAVOUR_EKS = "eks"
 FLAVOURS = (FLAVOUR_FLEET, FLAVOUR_EKS)
-# The image of an environment `gpufleet up` writes (its ami section).
-FIRST_JOB_IMAGE = {"ssm_parameter": "/gpufleet/ami/ubuntu2204-cuda12"}
 # eks.kubernetes_version: the versions gpufleet pins a kubectl Lambda layer for. aws-cdk-lib 2.275's
 # aws_eks_v2.KubernetesVersion.V1_35 asks for "a KubectlV35Layer from @aws-cdk/lambda-layer-kubectl-v35" (its
 # docstring); EKS has offered 1.35 since 2026-01-28, in standard support until 2027-03-27 (endoflife.date/amazon-eks).

@@ -108,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
             status = acceptance_stage(env, args.report_dir)
         cost_stage(aws, env, dt.datetime.now(dt.UTC))
     if status == 0:
-        print(f"{env.name} is up: `gpufleet run {env.name} --torchrun -- python train.py` starts a job")
+        first_job = f"gpufleet run {env.name} --torchrun -- train.py"
+        print(f"{env.name} is up: `{first_job}` starts a job (docs/guides/first-job.md)")
     return status
 
 
@@ -217,11 +218,19 @@ def write_environment(args: argparse.Namespace, path) -> Environment:
 
 
 def first_job_image(instance_type: str) -> dict[str, str]:
-    """The image of an environment `up` writes: the account's own gpufleet image once the AMI pipeline has published
-    one is the production path (docs/guides/images.md); a first job needs one that exists without it."""
-    from gpufleet.constants import FIRST_JOB_IMAGE
+    """The image of an environment `up` writes: the newest AWS Deep Learning AMI with PyTorch whose release notes
+    support the type (gpufleet/deep_learning_ami.py), which exists in every region without an image build. gpufleet's
+    own images are the production path once the AMI pipeline has published them (docs/guides/images.md)."""
+    from gpufleet.deep_learning_ami import DEEP_LEARNING_AMIS
 
-    return dict(FIRST_JOB_IMAGE)
+    for ami in DEEP_LEARNING_AMIS.values():
+        if ami.supports(instance_type):
+            return {"deep_learning_ami": ami.name}
+    raise GpufleetError(
+        f"--instance-type {instance_type}: no Deep Learning AMI gpufleet knows supports it; write "
+        "environments/NAME.yaml with an image of your own (ami.ssm_parameter or ami.id: docs/guides/images.md)",
+        exit_code=BAD_INPUT,
+    )
 
 
 def preflight_stage(aws: Aws, env: Environment, spec) -> bool:

@@ -29,6 +29,9 @@ DRAFT_CIDR = "10.60.0.0/16"
 # its lowest throughput tier.
 DRAFT_STORAGE_GIB = 1200
 DRAFT_THROUGHPUT = 125
+# The root volume: room for a Deep Learning AMI's snapshot, which preflight checks against it, and the system's caches
+# (environments/elastic.yaml has the same).
+DRAFT_ROOT_VOLUME_GIB = 500
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,7 @@ class Draft:
             "  type: maintain",
             "  allocation_strategy: priceCapacityOptimized",
             f"ami: {{{image}}}",
+            f"root_volume_gib: {DRAFT_ROOT_VOLUME_GIB}",
             "node:",
             "  checkpoint_hook: /usr/local/bin/save-checkpoint",
         ]

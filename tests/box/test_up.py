@@ -42,7 +42,9 @@ def test_up_runs_every_stage_in_order_and_succeeds(box_cluster):
     assert stages[2] == "[3/6] CDK bootstrap: aws://123456789012/us-east-1 (none yet): cdk bootstrap"
     assert stages[3] == "[4/6] deploy: the stacks of prod (cdk deploy)"
     assert stages[4] == "[5/6] nodes: waiting for 2 nodes to be ready (at most 40 min)"
-    assert up.lines[-1] == "prod is up: `gpufleet run prod --torchrun -- python train.py` starts a job"
+    assert up.lines[-1] == (
+        "prod is up: `gpufleet run prod --torchrun -- train.py` starts a job (docs/guides/first-job.md)"
+    )
     assert env.name == "prod"
 
 

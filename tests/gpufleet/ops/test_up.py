@@ -14,6 +14,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from gpufleet.aws import Aws
 from gpufleet.errors import GpufleetError
 from gpufleet.loading import load_environment
 from gpufleet.ops import cdk_cli, preflight
@@ -52,6 +53,7 @@ fleet:
   type: maintain
   allocation_strategy: priceCapacityOptimized
 ami: {ssm_parameter: /gpufleet/ami/ubuntu2204-cuda12}
+root_volume_gib: 500
 node:
   checkpoint_hook: /usr/local/bin/save-checkpoint
 # Shared storage at /fsx: /fsx/data is linked to the bucket the storage stack makes (gpufleet down
@@ -374,10 +376,39 @@ def scores(monkeypatch):
     return by_zone_id
 
 
+# AWS publishes it in every region (gpufleet/deep_learning_ami.py); SSM's PutParameter refuses names under /aws, so moto
+# cannot hold it: PublicParameters answers for it.
+DLAMI_PARAMETER = "/aws/service/deeplearning/ami/x86_64/oss-nvidia-driver-gpu-pytorch-2.11-ubuntu-24.04/latest/ami-id"
+
+
+class PublicParameters:
+    """moto's SSM client, with GetParameter of the public parameters AWS publishes answered from PUBLISHED."""
+
+    def __init__(self, client, published: dict[str, str]) -> None:
+        self.client, self.published = client, published
+
+    def get_parameter(self, **arguments):
+        name = arguments["Name"]
+        if name in self.published:
+            return {"Parameter": {"Name": name, "Type": "String", "Value": self.published[name], "Version": 1}}
+        return self.client.get_parameter(**arguments)
+
+    def __getattr__(self, name: str):
+        return getattr(self.client, name)
+
+
 @pytest.fixture
 def account(moto, node_image_id, scores, monkeypatch):
     """An account where preflight passes for p4d in us-east-1: the image parameter, the Spot service-linked roles,
     placement scores for every AZ."""
+    public = {DLAMI_PARAMETER: node_image_id}
+    real_client = Aws.client
+
+    def client(self: Aws, service: str):
+        made = real_client(self, service)
+        return PublicParameters(made, public) if service == "ssm" else made
+
+    monkeypatch.setattr(Aws, "client", client)
     for parameter in ("/gpufleet/ami/ubuntu2204-cuda12", "/gpufleet/ami/p4d-ubuntu1804-cuda11"):
         boto3.client("ssm", region_name="us-east-1").put_parameter(
             Name=parameter, Value=node_image_id, Type="String", DataType="aws:ec2:image"
@@ -386,7 +417,7 @@ def account(moto, node_image_id, scores, monkeypatch):
     create_service_linked_role("AWSServiceRoleForEC2Spot", "spot.amazonaws.com")
     ec2 = boto3.client("ec2", region_name="us-east-1")
     zones = ec2.describe_availability_zones()["AvailabilityZones"]
-    for rank, zone in enumerate(zones):
+    for zone in zones:
         scores[zone["ZoneId"]] = 9 if zone["ZoneName"] == "us-east-1c" else 3
     return node_image_id
 
