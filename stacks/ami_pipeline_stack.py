@@ -41,6 +41,7 @@ SOURCE_EXCLUDES = [
     "out",
     "cdk.context.json",
     "mutants",  # make mutate's copy of the tree
+    "acceptance-*",  # the reports `gpufleet acceptance` and `gpufleet up` write where they run
 ]
 
 
