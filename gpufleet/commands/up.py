@@ -114,9 +114,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def environment_stage(args: argparse.Namespace) -> tuple[Environment, Aws]:
-    from gpufleet.aws import Aws
+    from gpufleet.aws import Aws, aws_errors
     from gpufleet.commands.flavour_guard import load_environment_for
     from gpufleet.loading import environments_dir
+    from gpufleet.ops.up import caller_account
 
     path = environments_dir() / f"{args.env}.yaml"
     if path.exists():
@@ -124,8 +125,17 @@ def environment_stage(args: argparse.Namespace) -> tuple[Environment, Aws]:
         problems = differences(args, env)
         if problems:
             raise GpufleetError(*problems, exit_code=BAD_INPUT)
+        aws = Aws(env.region)
+        with aws_errors(env.region):
+            account = caller_account(aws.client("sts"))
+        if account != env.account:
+            raise GpufleetError(
+                f"{path}: account: {env.account} is not the account of your AWS credentials ({account}): set "
+                f'account: "{account}" in the file, or use credentials for {env.account}',
+                exit_code=BAD_INPUT,
+            )
         stage(1, f"environment: {path} ({describe(env)})")
-        return env, Aws(env.region)
+        return env, aws
     env = write_environment(args, path)
     stage(1, f"environment: wrote {path} ({describe(env)})")
     return env, Aws(env.region)

@@ -541,6 +541,20 @@ def test_a_failing_preflight_stops_before_the_cdk_cli(moto, node_image_id, score
     assert cdk.calls() == []
 
 
+def test_a_file_of_another_account_is_refused_before_any_change(moto, cdk, environments, run_cli):
+    path = environments_dir() / "dev.yaml"
+    path.write_text(path.read_text().replace('account: "123456789012"', 'account: "210987654321"'))
+
+    code, out, err = run_cli("up", "dev")
+
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"{path}: account: 210987654321 is not the account of your AWS credentials (123456789012): set account: "
+        '"123456789012" in the file, or use credentials for 210987654321'
+    ]
+    assert cdk.calls() == []
+
+
 @pytest.mark.parametrize("minutes", [0, 1441])
 def test_the_wait_is_1_to_1440_minutes(cdk, run_cli, minutes):
     code, _, err = run_cli("up", "dev", "--wait-minutes", str(minutes))
