@@ -29,8 +29,9 @@ if [[ " $scripts " == *" node-ready "* ]]; then
   "$script_dir/node-ready.sh" --booting || warn "could not mark the node booting; its readiness tag may be stale"
 fi
 read -r -a names <<<"$scripts"
-# A step's mark is set while the step runs (an AWS CLI call takes about a second): the next mark, and the steps that set
-# no mark (node-ready's own final one), wait for it, so the marks land in order and "ready" last.
+# A step's mark is set while the step runs (an AWS CLI call takes about a second), one at a time: a step that starts
+# while the previous mark is still being set goes unmarked, so quick steps cost no calls and the marks land in order.
+# node-ready, which sets the final mark itself, waits for the one in flight, so "ready" lands last.
 mark_pid=""
 wait_for_mark() {
   [[ -n $mark_pid ]] || return 0
@@ -40,9 +41,11 @@ wait_for_mark() {
 failed=""
 for index in "${!names[@]}"; do
   name=${names[index]}
-  wait_for_mark "$name"
   # node-ready.sh sets the final mark itself; join-runs comes after the node is ready.
-  if [[ $marks == true && " node-ready join-runs " != *" $name "* ]]; then
+  if [[ $marks != true || " node-ready join-runs " == *" $name "* ]]; then
+    wait_for_mark "$name"
+  elif [[ -z $mark_pid ]] || ! kill -0 "$mark_pid" 2>/dev/null; then
+    wait_for_mark "$name"
     "$script_dir/node-ready.sh" --booting "$((index + 1))/${#names[@]} $name" &
     mark_pid=$!
   fi
