@@ -26,7 +26,8 @@ from gpufleet.user_data import SETTINGS_FILE
 from tests.box.journey import journal, started_run, wait_unit_over
 
 REPOSITORY = Path(__file__).resolve().parents[2]
-STEPS = 60
+# Long enough that the head is still training alone when the replacement has booted (about a minute here).
+STEPS = 120
 CHECKPOINTS = "/fsx/data/checkpoints/journey"
 SETUP = "export PYTHONPATH=/usr/share/box/debian_torch_shim OMP_NUM_THREADS=1"
 
@@ -189,7 +190,11 @@ def test_a_lost_spot_node_costs_a_restart_and_its_replacement_joins(box_cluster)
     # Its last setup step, after the readiness tag: the node's setup unit is done once the step is.
     replacement.run("systemctl", "start", "gpufleet-node-setup", timeout=120)
     joined = replacement.run("journalctl", "-u", "gpufleet-node-setup", "-o", "cat").stdout
-    assert f"run {run_id}: joined as node rank 2" in joined, joined
+    folder = cluster.box.shared_dir / "gpufleet-runs" / run_id
+    assert f"run {run_id}: joined as node rank 2" in joined, (
+        f"{joined}\nrun folder: {sorted(path.name for path in folder.iterdir())}\n"
+        + "\n".join(journal(head, run_id)[-30:])
+    )
     listed = cluster.gpufleet("runs", "prod", "--fleet-id", cluster.fleet_id)
     assert listed.returncode == 0, listed.stderr
     # The lost node's unit went with it; the head's and the replacement's run.
