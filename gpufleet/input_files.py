@@ -126,7 +126,7 @@ class JsonFile:
                 raise self.error(path, f"{quoted(value)} {_LONE_SURROGATE}")
 
 
-_KINDS = {dict: "an object", list: "a list", str: "a string", int: "a whole number"}
+_KINDS = {dict: "an object", list: "a list", str: "a string", int: "a whole number", bool: "true or false"}
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _LONE_SURROGATE = "holds half of a UTF-16 surrogate pair alone, which is no character"
 # A key printed as it is in a path of keys: printable ASCII, no space or double quote; any other is quoted as JSON.
