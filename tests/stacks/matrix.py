@@ -196,7 +196,8 @@ MATRIX: dict[str, dict] = {
         "instance_type": "g5.8xlarge",
         "capacity": {"target": 1, "on_demand": 1, "reservation": {"ids": [RESERVATION_ID]}},
         "fleet": {"allocation_strategy": "priceCapacityOptimized", "rollout": "manual"},
-        "ami": {"id": "ami-0123456789abcdef0"},
+        # The older of the Deep Learning AMIs gpufleet knows (elastic.yaml has the newer).
+        "ami": {"deep_learning_ami": "pytorch-2.9-ubuntu-24.04"},
         "storage": {"lustre": {"deployment_type": "SCRATCH_2"}},
     },
     "eks-p5": {

@@ -151,7 +151,8 @@ MATRIX_NODES = {
     "request-p4de": ("p4de.24xlarge", "ami-0123456789abcdef0", None, "/dev/xvda", 200),
     "block-p5": ("p5.48xlarge", "ami-0fedcba9876543210", None, "/dev/nvme0n1", 200),
     "asg-g5": ("g5.48xlarge", SSM_IMAGE, None, "/dev/sda1", 200),
-    "small-g5": ("g5.8xlarge", "ami-0123456789abcdef0", None, "/dev/sda1", 200),
+    # The Deep Learning AMI's public parameter, the same way (gpufleet/deep_learning_ami.py).
+    "small-g5": ("g5.8xlarge", SSM_IMAGE, None, "/dev/sda1", 200),
 }
 
 
