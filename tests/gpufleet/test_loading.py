@@ -62,14 +62,20 @@ def test_no_environments_here_says_where_they_are_looked_for(elsewhere, capsys):
 
 
 def test_the_ami_pipeline_reaches_the_image_rule(tmp_path, monkeypatch):
-    """dev reads /gpufleet/ami/p4d-ubuntu1804-cuda11, which ami/pipeline.yaml publishes in account 123456789012."""
+    """dev reads /gpufleet/ami/p4d-ubuntu1804-cuda11, which ami/pipeline.yaml, its account pinned to 123456789012,
+    publishes in that account only (the shipped file pins none: the deploying account builds the images)."""
     monkeypatch.setenv("GPUFLEET_ENVIRONMENTS_DIR", str(tmp_path))
     path = tmp_path / "dev.yaml"
     path.write_text(SHIPPED_DEV.read_text().replace('account: "123456789012"', 'account: "210987654321"'))
-    pipeline = load_pipeline(SHIPPED_DEV.parents[1] / "ami" / "pipeline.yaml")
+    shipped = SHIPPED_DEV.parents[1] / "ami" / "pipeline.yaml"
+    pinned = tmp_path / "pipeline.yaml"
+    pinned.write_text(shipped.read_text().replace("account: null", 'account: "123456789012"', 1))
+    pipeline = load_pipeline(pinned, SHIPPED_DEV.parents[1] / "ami" / "profiles")
     problem = (
-        f"{path}: ami.ssm_parameter: /gpufleet/ami/p4d-ubuntu1804-cuda11 is published in account 123456789012, "
-        "not in 210987654321 (deploy in 123456789012, or set ami.id to an image shared with 210987654321)"
+        f"{path}: ami.ssm_parameter: /gpufleet/ami/p4d-ubuntu1804-cuda11 is published in account 123456789012 "
+        "(ami/pipeline.yaml pins it), not in 210987654321 (deploy in 123456789012, remove account from "
+        "ami/pipeline.yaml to build the images in the account that deploys the pipeline, or set ami.id to an image "
+        "shared with 210987654321)"
     )
 
     assert load_named_environment("dev").account == "210987654321"

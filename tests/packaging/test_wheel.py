@@ -37,7 +37,13 @@ def _repository_files(top: str) -> set[str]:
 
 
 def test_the_shipped_profiles_are_found():
-    assert PROFILES == ["p4d-al2-cuda11", "p4d-ubuntu1804-cuda11", "ubuntu2204-cuda12"]
+    assert PROFILES == [
+        "al2023-cuda13",
+        "p4d-al2-cuda11",
+        "p4d-ubuntu1804-cuda11",
+        "ubuntu2204-cuda12",
+        "ubuntu2404-cuda13",
+    ]
 
 
 def test_the_wheel_holds_every_file_of_ami_and_scripts(installed_wheel):

@@ -7,7 +7,7 @@ import pytest
 
 from tests.gpufleet.ami.pipeline_files import problems, write
 
-PROFILES = "p4d-al2-cuda11, p4d-ubuntu1804-cuda11, ubuntu2204-cuda12"
+PROFILES = "al2023-cuda13, p4d-al2-cuda11, p4d-ubuntu1804-cuda11, ubuntu2204-cuda12, ubuntu2404-cuda13"
 
 
 @pytest.mark.parametrize(

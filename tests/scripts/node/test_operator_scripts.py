@@ -39,6 +39,7 @@ def test_installs_the_operator_scripts_executable_and_as_written(ops_node):
 
     ops = ops_node.root / "opt/gpufleet/ops"
     assert sorted(path.name for path in ops.iterdir()) == [
+        "join-runs.sh",
         "node-health-check.sh",
         "run-nccl-tests.sh",
         "save-checkpoint.sh",
@@ -46,14 +47,16 @@ def test_installs_the_operator_scripts_executable_and_as_written(ops_node):
         "stop-run.sh",
     ]
     for path in ops.iterdir():
-        assert path.read_bytes() == (SCRIPTS_DIR.parent / "ops" / path.name).read_bytes()
+        # join-runs.sh is a setup step (scripts/node) that travels in the archive (ARCHIVED_SETUP_STEPS).
+        source = SCRIPTS_DIR if path.name == "join-runs.sh" else SCRIPTS_DIR.parent / "ops"
+        assert path.read_bytes() == (source / path.name).read_bytes()
         assert oct(path.stat().st_mode & 0o777) == "0o755"
     assert ops_node.calls("aws") == [
         ["s3", "cp", "--only-show-errors", "--region", "eu-west-1", URL, ops_node.calls("aws")[0][-1]]
     ]
     assert result.stdout == (
         "operator-scripts: installed node-health-check.sh run-nccl-tests.sh start-run.sh stop-run.sh "
-        "save-checkpoint.sh under /opt/gpufleet/ops\n"
+        "save-checkpoint.sh join-runs.sh under /opt/gpufleet/ops\n"
     )
 
 
