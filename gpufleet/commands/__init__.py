@@ -11,3 +11,18 @@ def add_node_group_options(parser: argparse.ArgumentParser) -> None:
         "--group-name",
         help="Auto Scaling group name (fleet.backend auto-scaling; default: output AutoScalingGroupName)",
     )
+
+
+def print_stage(number: int, text: str, *, stages: int) -> None:
+    """A stage of a command that works in stages (up, down): "[K/N] TEXT", flushed, since the stages take minutes."""
+    print(f"[{number}/{stages}] {text}", flush=True)
+
+
+def print_detail(text: str) -> None:
+    """A line under a stage."""
+    print(f"  {text}", flush=True)
+
+
+def print_cdk_line(line: str) -> None:
+    """A line the CDK CLI printed, under the stage that runs it."""
+    print_detail(f"cdk | {line}")

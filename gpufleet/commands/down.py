@@ -18,7 +18,10 @@ NAME` takes it back and imports its data into MOUNT/data (gpufleet.ops.cdk_cli s
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import TYPE_CHECKING
+
+from gpufleet.commands import print_cdk_line, print_detail, print_stage
 
 if TYPE_CHECKING:
     from gpufleet.aws import Aws
@@ -49,12 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def stage(number: int, text: str) -> None:
-    print(f"[{number}/{STAGES}] {text}", flush=True)
-
-
-def detail(text: str) -> None:
-    print(f"  {text}", flush=True)
+stage = functools.partial(print_stage, stages=STAGES)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,7 +85,7 @@ def destroy_stage(aws: Aws, env: Environment, root, number: int, what: str, stac
         stage(number, f"{what}: {stack_name} is already gone")
         return
     stage(number, f"{what}: {stack_name} (cdk destroy)")
-    cdk_cli.run_cdk(root, cdk_cli.destroy_arguments(env.name, [stack_name]), echo=lambda line: detail(f"cdk | {line}"))
+    cdk_cli.run_cdk(root, cdk_cli.destroy_arguments(env.name, [stack_name]), echo=print_cdk_line)
 
 
 def storage_stages(aws: Aws, env: Environment, choice: str | None) -> None:
@@ -113,12 +111,12 @@ def storage_stages(aws: Aws, env: Environment, choice: str | None) -> None:
     if choice == down.KEEP_DATA:
         stage(2, f"data: export {storage.mount_path}/{SHARED_DATA_SUBDIR} to S3 (--keep-data)")
         if not found.file_system_ids:
-            detail(f"no file system left ({found.found_by}): nothing to export")
+            print_detail(f"no file system left ({found.found_by}): nothing to export")
         for file_system_id in found.file_system_ids:
-            exported = down.export_data(fsx, file_system_id, env.name, data_export_events(env), detail)
+            exported = down.export_data(fsx, file_system_id, env.name, data_export_events(env), print_detail)
             if exported is None:
                 continue
-            detail(
+            print_detail(
                 f"{file_system_id}: exported to "
                 f"{', '.join(a.data_repository_path for a in exported.associations)} "
                 f"({exported.succeeded:,} files, {exported.failed:,} failed)"
@@ -128,13 +126,13 @@ def storage_stages(aws: Aws, env: Environment, choice: str | None) -> None:
     left = ", ".join([*found.file_system_ids, *filter(None, [found.security_group_id])]) or "nothing"
     stage(3, f"storage: {stack_name}, then what its Retain policy leaves ({left}, from {found.found_by})")
     if stack is None:
-        detail(f"{stack_name}: already gone")
+        print_detail(f"{stack_name}: already gone")
     else:
-        down.delete_protected_stack(cloudformation, stack, detail)
+        down.delete_protected_stack(cloudformation, stack, print_detail)
     for file_system_id in found.file_system_ids:
-        down.delete_file_system(fsx, file_system_id, detail)
+        down.delete_file_system(fsx, file_system_id, print_detail)
     if found.security_group_id is not None:
-        down.delete_security_group(ec2, found.security_group_id, detail)
+        down.delete_security_group(ec2, found.security_group_id, print_detail)
 
 
 def data_export_events(env: Environment) -> tuple[str, ...]:

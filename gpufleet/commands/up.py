@@ -17,10 +17,12 @@ Then what it cost to get here and what the nodes cost per hour.
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gpufleet.commands import print_cdk_line, print_detail, print_stage
 from gpufleet.errors import GpufleetError
 
 if TYPE_CHECKING:
@@ -72,12 +74,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=run)
 
 
-def stage(number: int, text: str) -> None:
-    print(f"[{number}/{STAGES}] {text}", flush=True)
-
-
-def detail(text: str) -> None:
-    print(f"  {text}", flush=True)
+stage = functools.partial(print_stage, stages=STAGES)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
             return STAGE_FAILED
         bootstrap_stage(aws, env, root)
         stage(4, f"deploy: the stacks of {env.name} (cdk deploy)")
-        cdk_cli.run_cdk(root, cdk_cli.deploy_arguments(env.name), echo=lambda line: detail(f"cdk | {line}"))
+        cdk_cli.run_cdk(root, cdk_cli.deploy_arguments(env.name), echo=print_cdk_line)
         outcome = nodes_stage(aws, env, args.wait_minutes)
         if outcome is None:
             return STAGE_FAILED
@@ -222,7 +219,9 @@ def write_environment(args: argparse.Namespace, path) -> Environment:
                 raise GpufleetError(f"--instance-type {args.instance_type}: {note or 'not offered in ' + region}")
             best = ranking[0]
             score = "-" if best.placement_score is None else best.placement_score
-            detail(f"zone: {best.zone} ({best.zone_id}), spot placement score {score}; {len(ranking)} zones offer it")
+            print_detail(
+                f"zone: {best.zone} ({best.zone_id}), spot placement score {score}; {len(ranking)} zones offer it"
+            )
             draft = Draft(**{**vars(draft), "availability_zone": best.zone})
     return write_new_file(path, draft.text(now), load_environment)
 
@@ -253,7 +252,7 @@ def preflight_stage(aws: Aws, env: Environment, spec) -> bool:
     warned = [check for check in checks if check.status == "warn"]
     stage(2, f"preflight: {len(checks) - len(failed) - len(warned)} passed, {len(warned)} warned, {len(failed)} failed")
     for check in [*failed, *warned]:
-        detail(f"{check.status} {check.name}: {check.detail}")
+        print_detail(f"{check.status} {check.name}: {check.detail}")
     if failed:
         print(
             f"gpufleet up {env.name}: preflight failed: fix the lines above, then run gpufleet up again",
@@ -280,9 +279,7 @@ def bootstrap_stage(aws: Aws, env: Environment, root) -> None:
         return
     why = "none yet" if version is None else f"version {version}, below {cdk_cli.MIN_BOOTSTRAP_VERSION}"
     stage(3, f"CDK bootstrap: {target} ({why}): cdk bootstrap")
-    cdk_cli.run_cdk(
-        root, cdk_cli.bootstrap_arguments(env.account, env.region), echo=lambda line: detail(f"cdk | {line}")
-    )
+    cdk_cli.run_cdk(root, cdk_cli.bootstrap_arguments(env.account, env.region), echo=print_cdk_line)
 
 
 def nodes_stage(aws: Aws, env: Environment, wait_minutes: int):

@@ -35,7 +35,6 @@ Sources (botocore 1.44.5's fsx, cloudformation and ec2 models, as installed, unl
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +45,7 @@ from gpufleet.aws import error_code, error_message, is_unavailable
 from gpufleet.constants import ENVIRONMENT_TAG_KEY, FILE_SYSTEM_OUTPUT_KEY, STORAGE_SECURITY_GROUP_DESCRIPTION
 from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
+from gpufleet.ops.pace import Pace, elapsed
 from gpufleet.user_data import SHARED_DATA_SUBDIR
 
 Echo = Callable[[str], None]
@@ -71,20 +71,7 @@ FILE_SYSTEM_SETTLE_MINUTES = 60
 SECURITY_GROUP_ATTEMPTS = 40  # every POLL_SECONDS: ten minutes
 
 
-@dataclass
-class Pace:
-    """How the teardown waits: the clock it reads and the sleep between looks (the tests' are virtual)."""
-
-    clock: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], None] = time.sleep
-
-
 PACE = Pace()
-
-
-def elapsed(seconds: float) -> str:
-    whole = int(seconds)
-    return f"{whole // 60:02d}:{whole % 60:02d}"
 
 
 # -- what the command line asks --------------------------------------------------------------------------------------

@@ -18,7 +18,6 @@ Sources (botocore 1.44.5's fis model, as installed):
 from __future__ import annotations
 
 import re
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import Any
 
 from gpufleet.constants import READINESS_READY
 from gpufleet.ops.fleet import FleetInstance, NodeGroup
+from gpufleet.ops.pace import Pace, elapsed
 
 Echo = Callable[[str], None]
 
@@ -38,18 +38,7 @@ INSTANCE = re.compile(r"(?:^|[/:])(i-[0-9a-f]{8,17})$")
 POLL_SECONDS = 10
 
 
-@dataclass
-class Pace:
-    clock: Callable[[], float] = time.monotonic
-    sleep: Callable[[float], None] = time.sleep
-
-
 PACE = Pace()
-
-
-def elapsed(seconds: float) -> str:
-    whole = int(seconds)
-    return f"{whole // 60:02d}:{whole % 60:02d}"
 
 
 def start(fis: Any, template_id: str) -> dict:

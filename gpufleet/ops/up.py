@@ -19,6 +19,7 @@ from gpufleet.constants import READINESS_BOOTING_STEP, READINESS_READY
 from gpufleet.environment import Environment
 from gpufleet.errors import GpufleetError
 from gpufleet.ops.fleet import FleetEvent, FleetInstance, NodeGroup
+from gpufleet.ops.pace import elapsed
 
 NOT_READY_PREFIX = "not ready"
 # The network of an environment `up` writes: a /16 of its own, as the shipped environments have, with a NAT gateway,
@@ -144,7 +145,7 @@ class NodesView:
     last_count: str = ""
 
     def lines(self, group: NodeGroup, events: list[FleetEvent], now: float) -> list[str]:
-        stamp = _elapsed(now - self.started)
+        stamp = elapsed(now - self.started)
         out = []
         for event in events:
             key = (event.timestamp.isoformat(), event.event_type, event.description)
@@ -179,11 +180,6 @@ class NodesView:
         if failed:
             parts.append(f"{failed} not ready")
         return ", ".join(parts)
-
-
-def _elapsed(seconds: float) -> str:
-    whole = int(seconds)
-    return f"{whole // 60:02d}:{whole % 60:02d}"
 
 
 @dataclass(frozen=True)
